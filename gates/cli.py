@@ -1,0 +1,268 @@
+"""The `gates` command line: check, run, verify, status, schema, studies.
+
+Exit codes: 0 success; 1 a claim lost its evidence (verify) or a run was interrupted; 2 bad input
+(a one-line error naming file:line: field: what is expected, never a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gates.errors import UserError
+
+app = typer.Typer(
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    help="Falsification-gated experiments: a hypothesis contract fixes, before any training step, what "
+         "result would support or refute a claim; `gates run` trains its arms x seeds into MLflow, halts "
+         "hopeless runs and writes an honest verdict with its evidence to runs/<id>/.")
+out = Console()
+err = Console(stderr=True, highlight=False)
+
+RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", help="Where evidence is written and read (committed).")
+CONTRACTS_DIR = typer.Option(Path("contracts"), "--contracts-dir", help="Where contracts are looked up.")
+
+
+def _sigterm_as_interrupt(*_):
+    raise KeyboardInterrupt
+
+
+@app.command()
+def check(contract: Path = typer.Argument(..., help="Contract YAML file.")):
+    """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates),
+    without training anything."""
+    from gates.contract import load_contract
+    from gates.runner import preflight
+
+    loaded = load_contract(contract)
+    c = loaded.contract
+    report = preflight(loaded)
+    out.print(f"[bold]{c.id}[/]  sha256 {loaded.sha256}")
+    out.print(f"claim: {c.claim}", markup=False)
+    out.print(f"study: {c.study}; arms: {', '.join(c.arms)}; seeds: {c.seeds}; "
+              f"budget: {c.budget.steps} steps, eval every {c.budget.eval_every}")
+    table = Table("arm", "trainable params", "params ratio", "FLOPs/example", "FLOPs ratio")
+    for arm, m in report.arms.items():
+        table.add_row(arm, str(m["params"]), f"{m['params_ratio']:.3g}", str(m["flops"] or "-"),
+                      f"{m['flops_ratio']:.3g}" if m["flops_ratio"] is not None else "-")
+    out.print(table)
+    gates_text = c.preflight
+    out.print(f"gate 1 compute cost: every arm within {gates_text.compute_cost.max_ratio:g}x "
+              f"{gates_text.compute_cost.baseline_arm!r}: {gates_text.compute_cost.rationale}", markup=False)
+    out.print(f"gate 2 preconditions: {gates_text.preconditions}", markup=False)
+    pa = gates_text.predicted_ablation
+    out.print(f"gate 3 predicted ablation: {pa.arm} {pa.direction} than {pa.versus} on {pa.metric} by "
+              f"{pa.size:g}: {pa.statement}", markup=False)
+    out.print(f"gate 4 task fit: {gates_text.task_fit}", markup=False)
+    fp = gates_text.falsifiable_point
+    out.print(f"gate 5 falsifiable point: {fp.arm}.{fp.metric} {'>=' if fp.direction == 'higher' else '<='} "
+              f"{fp.threshold:g} by step {fp.by_step}: {fp.statement}", markup=False)
+    for note in report.notes:
+        out.print(note, markup=False)
+    out.print(f"decision: alpha {c.decision.alpha:g} ({'explicit' if 'alpha' in c.decision.model_fields_set else 'default'}), "
+              f"{c.decision.evaluation} evaluation, Holm-corrected; {len(c.decision.supported_if)} supported_if, "
+              f"{len(c.decision.refuted_if)} refuted_if")
+    if report.errors:
+        from gates.errors import UserErrors
+        raise UserErrors(report.errors)
+    out.print("[green]ready to run[/]")
+
+
+@app.command()
+def run(
+    contract: Path = typer.Argument(..., help="Contract YAML file."),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow tracking URI "
+                                               "(default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
+    runs_dir: Path = RUNS_DIR,
+    fresh: bool = typer.Option(False, "--fresh", help="Redo arm x seeds already finished for this contract and code."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines (one per run, then the verdict) for machines."),
+):
+    """Preflight, train every arm x seed into MLflow under the stop rules, decide the verdict and write
+    runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused."""
+    from gates.contract import load_contract
+    from gates.runner import run_contract
+    from gates.tracking import resolve_uri
+
+    loaded = load_contract(contract)
+    uri = resolve_uri(tracking_uri)
+    progress = _JsonProgress() if as_json else _RichProgress(loaded)
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with progress:
+            evidence = run_contract(loaded, uri, runs_dir, fresh=fresh, progress=progress)
+    except KeyboardInterrupt:
+        err.print("interrupted: finished runs are kept in MLflow and are reused by the next `gates run`; "
+                  "no evidence was written")
+        raise typer.Exit(130)
+    if as_json:
+        print(json.dumps({"event": "verdict", **{k: evidence[k] for k in (
+            "contract_id", "contract_sha256", "verdict", "reasons", "settle", "conditions", "git_commit")}}))
+        return
+    _print_verdict(evidence, runs_dir)
+    out.print(f"MLflow: {uri} (experiment {evidence['contract_id']!r}); "
+              f"open with `mlflow ui --backend-store-uri {uri}`", markup=False, highlight=False)
+
+
+@app.command()
+def verify(
+    contracts: Optional[List[Path]] = typer.Argument(None, help="Only these contracts (default: every claim in runs/)."),
+    replay: bool = typer.Option(False, "--replay", help="Also re-run contracts marked `replay: {ci: true}`."),
+    runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+):
+    """Fail (exit 1) when a claim lost its evidence: contract edited after the fact, evidence missing or
+    malformed, or a verdict that no longer reproduces (from its metrics, or by replay)."""
+    from gates.verify import verify as verify_claims
+
+    checks = verify_claims(runs_dir, contracts_dir, contracts or None, replay=replay)
+    lost = [c for c in checks if c.status == "lost"]
+    if as_json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        for c in checks:
+            mark = {"ok": "[green]ok[/]", "lost": "[red]LOST[/]", "pending": "[yellow]pending[/]"}[c.status]
+            extra = " (replayed)" if c.replayed else ""
+            out.print(f"{mark} {c.contract_id}: {c.verdict or '-'}{extra}")
+            for p in c.problems:
+                out.print(f"    {p}", markup=False, highlight=False)
+        out.print(f"{len(checks) - len(lost)} of {len(checks)} claims hold their evidence"
+                  + (f"; lost: {', '.join(c.contract_id for c in lost)}" if lost else ""))
+    if lost:
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR):
+    """A table of every contract: verdict, date, whether its hash still matches its evidence."""
+    from gates.verify import verify as verify_claims
+
+    table = Table("contract", "verdict", "recorded", "hash ok", "problems")
+    for c in verify_claims(runs_dir, contracts_dir):
+        hash_ok = {"ok": "yes", "pending": "-"}.get(c.status, "no" if any("edited" in p for p in c.problems) else "yes")
+        table.add_row(c.contract_id, c.verdict or "pending", (c.created_at or "-")[:10], hash_ok,
+                      "; ".join(c.problems)[:80])
+    out.print(table)
+
+
+@app.command()
+def schema(study: Optional[str] = typer.Option(None, "--study", help="Print this study's arm config schema instead.")):
+    """Print the JSON Schema of a contract (for editors), or of one study's arm configuration."""
+    from gates.contract import Contract
+    from gates.errors import did_you_mean
+    from gates.registry import get_study, study_names
+
+    if study is None:
+        print(json.dumps(Contract.model_json_schema(), indent=2))
+        return
+    try:
+        print(json.dumps(get_study(study).Config.model_json_schema(), indent=2))
+    except KeyError:
+        raise UserError(f"unknown study {study!r}{did_you_mean(study, study_names())}; "
+                        f"registered: {', '.join(study_names())}", field="--study") from None
+
+
+@app.command()
+def studies():
+    """List the registered studies with their metrics (name, better direction)."""
+    from gates.registry import get_study, study_names
+
+    for name in study_names():
+        s = get_study(name)
+        metrics = ", ".join(f"{m} ({d})" for m, d in s.metrics.items())
+        out.print(f"[bold]{name}[/]: {(s.__doc__ or '').strip().splitlines()[0] if s.__doc__ else ''}")
+        out.print(f"  metrics: {metrics}", markup=False)
+
+
+# ---------------------------------------------------------------------------------- output
+def _print_verdict(ev: dict, runs_dir: Path) -> None:
+    from gates.ledger import signature
+
+    colour = {"supported": "green", "refuted": "red", "inconclusive": "yellow"}[ev["verdict"]]
+    out.print(f"\n[bold {colour}]{ev['verdict'].upper()}[/]  {ev['contract_id']}: {ev['claim']}", highlight=False)
+    table = Table("condition", "outcome", "estimate", "interval", "p adj (holds/fails)")
+    for c in ev["conditions"]:
+        ci = f"[{c['ci_low']:.4g}, {c['ci_high']:.4g}]" if c.get("ci_low") is not None else "-"
+        p = (f"{c['p_hold_adj']:.3g} / {c['p_fail_adj']:.3g}" if c.get("p_hold_adj") is not None else "-")
+        est = f"{c['estimate']:.4g}" if c.get("estimate") is not None else "-"
+        table.add_row(f"{c['list_name']}[{c['index']}] {c['description']}", c["outcome"], est, ci, p)
+    out.print(table)
+    for r in ev["reasons"]:
+        out.print(f"- {r}", markup=False, highlight=False)
+    for s in ev.get("settle", []):
+        out.print(f"  to settle: {s}", markup=False, highlight=False)
+    out.print(f"evidence: {runs_dir / ev['contract_id'] / 'evidence.json'}", highlight=False)
+    out.print(signature(ev), markup=False, highlight=False)
+
+
+class _RichProgress:
+    """One progress bar per arm x seed with the live value of the contract's falsifiable metric."""
+
+    def __init__(self, loaded):
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.metric = loaded.contract.preflight.falsifiable_point.metric
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                            TimeElapsedColumn(), TextColumn("{task.fields[live]}"), console=out,
+                            disable=not out.is_terminal)
+        self.tasks = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def start(self, arm, seed, steps, skipped=None):
+        self.tasks[(arm, seed)] = self.bar.add_task(f"{arm} seed {seed}", total=steps, live="")
+        if skipped:
+            self.bar.update(self.tasks[(arm, seed)], completed=steps, live="reused")
+
+    def update(self, arm, seed, step, metrics):
+        live = f"{self.metric}={metrics[self.metric]:.4g}" if self.metric in metrics else ""
+        self.bar.update(self.tasks[(arm, seed)], completed=step, live=live)
+
+    def end(self, record):
+        value = record["metrics"].get(self.metric)
+        shown = f"{self.metric}={value:.4g}" if isinstance(value, float) else ""
+        halt = f" ({record['halt_reason']})" if record.get("halt_reason") else ""
+        line = f"{record['arm']} seed {record['seed']}: {record['status']}{halt} {shown}"
+        if self.bar.disable:
+            out.print(line, markup=False, highlight=False)
+        else:
+            self.bar.update(self.tasks[(record["arm"], record["seed"])], live=f"{record['status']}{halt} {shown}")
+
+
+class _JsonProgress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def start(self, arm, seed, steps, skipped=None):
+        pass
+
+    def update(self, arm, seed, step, metrics):
+        pass
+
+    def end(self, record):
+        print(json.dumps({"event": "run", **{k: record.get(k) for k in (
+            "arm", "seed", "status", "halt_reason", "metrics", "mlflow_run_id")}}), flush=True)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as e:
+        for line in e.render().splitlines():  # plain writes: one line per error, never wrapped
+            sys.stderr.write(f"error: {line}\n")
+        sys.exit(2)

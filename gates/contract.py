@@ -1,0 +1,465 @@
+"""Hypothesis contracts: what result would support or refute a claim, fixed before any step.
+
+A contract is a YAML file validated into frozen pydantic models. Its identity is the sha256 of the
+canonical JSON of what the file states (comments, key order and formatting do not change it).
+Every validation error names the file, the line, the field path and what is expected.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from gates.errors import UserError, UserErrors, did_you_mean
+from gates.study import Direction, Study
+from gates.yamlsafe import load_yaml
+
+SLUG = r"^[a-z0-9][a-z0-9-]*$"
+DEFAULT_ALPHA = 0.05
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# ---------------------------------------------------------------------------------- preflight
+class ComputeCost(Strict):
+    """Gate 1: how much more the arms cost than the baseline arm, declared before the run."""
+
+    baseline_arm: str
+    max_ratio: float = Field(gt=0, description="Bound on every arm's params (and FLOPs) / baseline's")
+    rationale: str = Field(min_length=1)
+
+
+class PredictedAblation(Strict):
+    """Gate 3: the effect predicted in advance, with its direction and size."""
+
+    metric: str
+    arm: str
+    versus: str = Field(description="the ablated or baseline arm")
+    direction: Direction
+    size: float = Field(ge=0, description="predicted absolute difference in the metric")
+    statement: str = Field(min_length=1)
+
+
+class FalsifiablePoint(Strict):
+    """Gate 5: where the hypothesis would first fail, how that is measured, and by when."""
+
+    metric: str
+    arm: str
+    direction: Direction = Field(description="the direction the metric must move to pass")
+    threshold: float
+    by_step: int = Field(gt=0)
+    statement: str = Field(min_length=1)
+
+
+class CapacityMatch(Strict):
+    """Arms whose trainable parameter counts must agree within a relative tolerance."""
+
+    arms: list[str] = Field(min_length=2)
+    tolerance: float = Field(gt=0, lt=1, description="relative, e.g. 0.02 for 2%")
+
+
+class Preflight(Strict):
+    compute_cost: ComputeCost
+    preconditions: str = Field(min_length=1, description="Gate 2: why earlier successes' conditions hold here")
+    predicted_ablation: PredictedAblation
+    task_fit: str = Field(min_length=1, description="Gate 4: why the task needs what the hypothesis offers")
+    falsifiable_point: FalsifiablePoint
+    capacity_match: CapacityMatch | None = None
+
+
+# ---------------------------------------------------------------------------------- budget & rules
+class BudgetSpec(Strict):
+    steps: int = Field(gt=0, description="training steps per arm x seed")
+    eval_every: int = Field(gt=0, description="evaluate (and report) every this many steps")
+
+    @model_validator(mode="after")
+    def _eval_within_steps(self):
+        if self.eval_every > self.steps:
+            raise ValueError(f"eval_every ({self.eval_every}) must not exceed steps ({self.steps})")
+        return self
+
+
+class FutilityRule(Strict):
+    """Halt an arm that is hopeless: at `at_step`, worse than `worse_than` and not converging."""
+
+    metric: str
+    at_step: int = Field(gt=0)
+    worse_than: float
+    window: int = Field(gt=0, description="steps over which the convergence trend is measured")
+    min_rel_improvement: float = Field(ge=0, description="relative improvement over the window below which there is no trend")
+    arms: list[str] | None = Field(default=None, description="arms the rule applies to (default: all)")
+
+
+class DivergenceRule(Strict):
+    """Halt on a non-finite value of any reported metric (or of `metrics`, when given)."""
+
+    enabled: bool = True
+    metrics: list[str] | None = None
+
+
+class BudgetRule(Strict):
+    """Halt a run that exceeds its wall-clock budget."""
+
+    max_seconds: float = Field(gt=0)
+
+
+class StopRules(Strict):
+    futility: list[FutilityRule] = Field(default_factory=list)
+    divergence: DivergenceRule = Field(default_factory=DivergenceRule)
+    budget: BudgetRule | None = None
+
+
+# ---------------------------------------------------------------------------------- decision
+class _Condition(Strict):
+    alpha: float | None = Field(default=None, gt=0, lt=1, description="defaults to decision.alpha")
+    interval: Literal["t", "bootstrap"] = "t"
+
+
+class Threshold(_Condition):
+    """arm's metric vs a constant: `higher` means metric >= value, `lower` means metric <= value."""
+
+    kind: Literal["threshold"]
+    arm: str
+    metric: str
+    direction: Direction
+    value: float
+
+
+class Compare(_Condition):
+    """arm vs other arm (or another metric), with an absolute or relative margin.
+
+    `higher`: arm >= other + margin (absolute) or arm >= other * (1 + relative_margin).
+    `lower`:  arm <= other - margin (absolute) or arm <= other * (1 - relative_margin).
+    """
+
+    kind: Literal["compare"]
+    arm: str
+    metric: str
+    other: str
+    other_metric: str | None = Field(default=None, description="defaults to metric")
+    direction: Direction
+    margin: float | None = Field(default=None, ge=0)
+    relative_margin: float | None = Field(default=None, ge=0, lt=1)
+    test: Literal["welch", "paired"] = "welch"
+
+    @model_validator(mode="after")
+    def _one_margin(self):
+        if self.margin is not None and self.relative_margin is not None:
+            raise ValueError("give either margin (absolute) or relative_margin, not both")
+        return self
+
+
+class Trend(_Condition):
+    """Monotone along an ordered list: over `arms` for one `metric`, or over `metrics` in one `arm`.
+
+    `lower` means each item is below the one before it (strictly, statistically); `higher` above.
+    """
+
+    kind: Literal["trend"]
+    direction: Direction
+    metric: str | None = None
+    arms: list[str] | None = None
+    arm: str | None = None
+    metrics: list[str] | None = None
+    test: Literal["welch", "paired"] = "welch"
+
+    @model_validator(mode="after")
+    def _one_axis(self):
+        over_arms = self.metric is not None and self.arms is not None
+        over_metrics = self.arm is not None and self.metrics is not None
+        if over_arms == over_metrics or (self.arms is not None and self.metrics is not None):
+            raise ValueError("give either (metric + arms) or (arm + metrics)")
+        items = self.arms if over_arms else self.metrics
+        if len(items) < 2:
+            raise ValueError("a trend needs at least 2 items")
+        return self
+
+    def items(self) -> list[tuple[str, str]]:
+        """The ordered (arm, metric) terms the trend runs over."""
+        if self.arms is not None:
+            return [(a, self.metric) for a in self.arms]
+        return [(self.arm, m) for m in self.metrics]
+
+
+Condition = Annotated[Union[Threshold, Compare, Trend], Field(discriminator="kind")]
+
+
+class Decision(Strict):
+    alpha: float = Field(default=DEFAULT_ALPHA, gt=0, lt=1)
+    evaluation: Literal["interval", "exact"] = Field(
+        default="interval",
+        description="exact: no intervals; a condition holds when it holds on every seed "
+        "(only for studies that declare themselves deterministic)")
+    supported_if: list[Condition] = Field(min_length=1)
+    refuted_if: list[Condition] = Field(min_length=1, description="a contract must be refutable")
+
+
+class Replay(Strict):
+    ci: bool = False
+    abs_tolerance: float = Field(default=1e-6, ge=0)
+    rel_tolerance: float = Field(default=1e-6, ge=0)
+
+
+# ---------------------------------------------------------------------------------- contract
+class Contract(Strict):
+    id: str = Field(pattern=SLUG, max_length=80)
+    claim: str = Field(min_length=1)
+    source: str = Field(min_length=1)
+    study: str
+    arms: dict[str, dict[str, Any]] = Field(min_length=1)
+    seeds: list[int] = Field(min_length=1)
+    budget: BudgetSpec
+    preflight: Preflight
+    stop_rules: StopRules = Field(default_factory=StopRules)
+    decision: Decision
+    replay: Replay | None = None
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds):
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        return seeds
+
+    @field_validator("arms")
+    @classmethod
+    def _arm_names(cls, arms):
+        for name in arms:
+            if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", str(name)):
+                raise ValueError(f"arm name {name!r} must be letters, digits, '_', '.', '-'")
+        return arms
+
+    def conditions(self) -> list[tuple[str, int, Any]]:
+        """Every decision condition as (list name, index, condition)."""
+        return ([("supported_if", i, c) for i, c in enumerate(self.decision.supported_if)]
+                + [("refuted_if", i, c) for i, c in enumerate(self.decision.refuted_if)])
+
+    def arms_named_by_decision(self) -> set[str]:
+        named = set()
+        for _, _, c in self.conditions():
+            named |= {arm for arm, _ in condition_terms(c)}
+        return named
+
+
+def condition_terms(c) -> list[tuple[str, str]]:
+    """The (arm, metric) pairs a condition reads."""
+    if isinstance(c, Threshold):
+        return [(c.arm, c.metric)]
+    if isinstance(c, Compare):
+        return [(c.arm, c.metric), (c.other, c.other_metric or c.metric)]
+    return c.items()
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class LoadedContract:
+    """A validated contract with where it came from, its study and its hash."""
+
+    def __init__(self, contract: Contract, path: Path, study: Study, arm_configs: dict, sha256: str,
+                 lines: dict[tuple, int]):
+        self.contract = contract
+        self.path = path
+        self.study = study
+        self.arm_configs = arm_configs  # arm name -> study.Config instance (defaults filled in)
+        self.sha256 = sha256
+        self.lines = lines  # field path -> line in the YAML file
+
+    def error(self, loc: tuple, msg: str) -> UserError:
+        """A UserError pointing at the file, line and field `loc` of this contract."""
+        return UserError(msg, file=str(self.path), line=_line_for(self.lines, loc), field=_dotted(loc))
+
+    @property
+    def id(self) -> str:
+        return self.contract.id
+
+
+MAX_CONTRACT_BYTES = 256 * 1024
+
+
+def load_contract(path: str | Path) -> LoadedContract:
+    """Load, validate and hash a contract; raise UserError(s) that point at file:line:field."""
+    from gates.registry import get_study, study_names
+
+    path = Path(path)
+    shown = str(path)
+    data, lines = load_yaml(path, max_bytes=MAX_CONTRACT_BYTES)
+    if not isinstance(data, dict):
+        raise UserError("a contract is a mapping of fields (id, claim, study, arms, ...)", file=shown, line=1)
+
+    def err(loc: tuple, msg: str) -> UserError:
+        return UserError(msg, file=shown, line=_line_for(lines, loc), field=_dotted(loc))
+
+    try:
+        contract = Contract.model_validate(data)
+    except ValidationError as e:
+        raise UserErrors([err(tuple(x["loc"]), _explain(x, Contract)) for x in e.errors()]) from None
+
+    try:
+        study = get_study(contract.study)
+    except KeyError:
+        raise err(("study",), f"unknown study {contract.study!r}{did_you_mean(contract.study, study_names())};"
+                  f" registered: {', '.join(study_names()) or 'none'}") from None
+
+    errors: list[UserError] = []
+    arm_configs = {}
+    for arm, raw in contract.arms.items():
+        try:
+            arm_configs[arm] = study.Config.model_validate(raw)
+        except ValidationError as e:
+            errors += [err(("arms", arm) + tuple(x["loc"]), _explain(x, study.Config)) for x in e.errors()]
+    errors += _check_references(contract, study, err)
+    if errors:
+        raise UserErrors(errors)
+
+    canonical = contract.model_dump(mode="json", exclude_unset=True)
+    canonical["arms"] = {a: c.model_dump(mode="json", exclude_unset=True) for a, c in arm_configs.items()}
+    sha = hashlib.sha256(canonical_json(canonical).encode()).hexdigest()
+    return LoadedContract(contract, path, study, arm_configs, sha, lines)
+
+
+def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
+    """Arms and metrics named anywhere must exist; the contract must be refutable and consistent."""
+    errors = []
+    arms = list(contract.arms)
+    metrics = list(study.metrics)
+
+    def arm_ref(loc, name):
+        if name not in contract.arms:
+            errors.append(err(loc, f"no arm named {name!r}{did_you_mean(name, arms)}; arms: {', '.join(arms)}"))
+
+    def metric_ref(loc, name):
+        if name not in study.metrics:
+            errors.append(err(loc, f"study {study.name!r} reports no metric {name!r}"
+                                   f"{did_you_mean(name, metrics)}; metrics: {', '.join(metrics)}"))
+
+    pf = contract.preflight
+    arm_ref(("preflight", "compute_cost", "baseline_arm"), pf.compute_cost.baseline_arm)
+    for f in ("arm", "versus"):
+        arm_ref(("preflight", "predicted_ablation", f), getattr(pf.predicted_ablation, f))
+    metric_ref(("preflight", "predicted_ablation", "metric"), pf.predicted_ablation.metric)
+    arm_ref(("preflight", "falsifiable_point", "arm"), pf.falsifiable_point.arm)
+    metric_ref(("preflight", "falsifiable_point", "metric"), pf.falsifiable_point.metric)
+    if pf.falsifiable_point.by_step > contract.budget.steps:
+        errors.append(err(("preflight", "falsifiable_point", "by_step"),
+                          f"by_step {pf.falsifiable_point.by_step} is past the budget of "
+                          f"{contract.budget.steps} steps; expected <= budget.steps"))
+    if pf.capacity_match:
+        for i, a in enumerate(pf.capacity_match.arms):
+            arm_ref(("preflight", "capacity_match", "arms", i), a)
+    for i, rule in enumerate(contract.stop_rules.futility):
+        metric_ref(("stop_rules", "futility", i, "metric"), rule.metric)
+        for j, a in enumerate(rule.arms or []):
+            arm_ref(("stop_rules", "futility", i, "arms", j), a)
+        if rule.at_step > contract.budget.steps:
+            errors.append(err(("stop_rules", "futility", i, "at_step"),
+                              f"at_step {rule.at_step} is past the budget of {contract.budget.steps} steps"))
+    for j, m in enumerate(contract.stop_rules.divergence.metrics or []):
+        metric_ref(("stop_rules", "divergence", "metrics", j), m)
+
+    for list_name, i, c in contract.conditions():
+        base = ("decision", list_name, i)
+        if isinstance(c, Threshold):
+            arm_ref(base + ("arm",), c.arm)
+            metric_ref(base + ("metric",), c.metric)
+        elif isinstance(c, Compare):
+            arm_ref(base + ("arm",), c.arm)
+            arm_ref(base + ("other",), c.other)
+            metric_ref(base + ("metric",), c.metric)
+            if c.other_metric is not None:
+                metric_ref(base + ("other_metric",), c.other_metric)
+            if c.arm == c.other and (c.other_metric or c.metric) == c.metric:
+                errors.append(err(base, "compares a term with itself; expected two different arms or metrics"))
+        else:
+            for j, a in enumerate(c.arms or []):
+                arm_ref(base + ("arms", j), a)
+            if c.arm is not None:
+                arm_ref(base + ("arm",), c.arm)
+            for j, m in enumerate(c.metrics or []):
+                metric_ref(base + ("metrics", j), m)
+            if c.metric is not None:
+                metric_ref(base + ("metric",), c.metric)
+    if contract.decision.evaluation == "exact" and not study.deterministic:
+        errors.append(err(("decision", "evaluation"),
+                          f"study {study.name!r} is not deterministic across seeds; expected 'interval'"))
+    if contract.decision.evaluation == "interval" and len(contract.seeds) < 2:
+        errors.append(err(("seeds",), "interval evaluation needs at least 2 seeds (3 or more recommended)"))
+    return errors
+
+
+# ---------------------------------------------------------------------------------- error helpers
+def _dotted(loc: tuple) -> str:
+    return ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "tagged-union")))
+
+
+def _line_for(lines: dict[tuple, int], loc: tuple) -> int | None:
+    """The line of the deepest part of `loc` that the YAML file has (a missing field: its parent)."""
+    loc = tuple(p for p in loc if not isinstance(p, str) or p in _keep(p))
+    for n in range(len(loc), -1, -1):
+        if loc[:n] in lines:
+            return lines[loc[:n]]
+    return None
+
+
+def _keep(p: str) -> str:
+    # pydantic puts union tags ('threshold', 'compare', 'trend') into error locations; the YAML does not
+    return p if p not in ("threshold", "compare", "trend") else ""
+
+
+def _explain(error: dict, root: type[BaseModel]) -> str:
+    kind, msg, loc = error["type"], error["msg"], tuple(error["loc"])
+    if kind == "extra_forbidden":
+        known = _fields_at(root, loc[:-1])
+        hint = did_you_mean(loc[-1], known) if known else ""
+        expected = f"; expected one of: {', '.join(known)}" if known and not hint else ""
+        return f"unknown field{hint}{expected}"
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "union_tag_invalid":
+        return "unknown condition kind; expected one of: threshold, compare, trend"
+    if kind == "union_tag_not_found":
+        return "a condition needs a 'kind': threshold, compare or trend"
+    if kind == "literal_error":
+        return f"{msg}, got {error.get('input')!r}"
+    got = error.get("input")
+    shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
+    return f"{msg[0].lower() + msg[1:]}, got {shown}" if msg else f"invalid value {shown}"
+
+
+def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
+    """The field names of the model found at `loc` under `model` (best effort, for hints)."""
+    import typing
+
+    current: Any = model
+    for part in loc:
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            if part in current.model_fields:
+                current = current.model_fields[part].annotation
+            elif part in ("threshold", "compare", "trend"):
+                current = {"threshold": Threshold, "compare": Compare, "trend": Trend}[part]
+            else:
+                return []
+        else:
+            args = [a for a in typing.get_args(current) if a is not type(None)]
+            models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+            if models:
+                current = models[0]
+                if part in current.model_fields:
+                    current = current.model_fields[part].annotation
+            elif args:
+                current = args[-1]
+    while not (isinstance(current, type) and issubclass(current, BaseModel)):
+        args = [a for a in typing.get_args(current) if a is not type(None)]
+        models = [a for a in args if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not args:
+            return []
+        current = models[0] if models else args[-1]
+    return list(current.model_fields)

@@ -1,0 +1,76 @@
+"""Stop rules: halt runs that are hopeless (futility) or broken (divergence, budget).
+
+Rules only ever stop a run. Nothing is declared supported early: a verdict is computed once, from
+final values, because repeated looks at a success criterion would inflate false positives.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from gates.contract import FutilityRule, StopRules
+from gates.study import Direction, Halt
+
+
+class StopRuleEngine:
+    """Asks a contract's stop rules about one arm x seed run after each report."""
+
+    def __init__(self, rules: StopRules, arm: str, directions: dict[str, Direction], clock=time.monotonic):
+        self.rules = rules
+        self.directions = directions
+        self.futility = [r for r in rules.futility if r.arms is None or arm in r.arms]
+        self.looked: set[int] = set()  # futility rules look once, at the first report at/after at_step
+        self.clock = clock
+        self.started = clock()
+
+    def check(self, step: int, metrics: dict[str, float], history: dict[str, list[tuple[int, float]]]) -> Halt | None:
+        return (self._divergence(step, metrics) or self._budget(step) or self._futility(step, history))
+
+    def _divergence(self, step, metrics) -> Halt | None:
+        rule = self.rules.divergence
+        if not rule.enabled:
+            return None
+        watched = rule.metrics or list(metrics)
+        for name in watched:
+            if name in metrics and not math.isfinite(metrics[name]):
+                return Halt("divergence", step, f"{name} = {metrics[name]} is not finite")
+        return None
+
+    def _budget(self, step) -> Halt | None:
+        budget = self.rules.budget
+        if budget is None:
+            return None
+        elapsed = self.clock() - self.started
+        if elapsed > budget.max_seconds:
+            return Halt("budget", step, f"{elapsed:.1f} s exceeds the budget of {budget.max_seconds:g} s")
+        return None
+
+    def _futility(self, step, history) -> Halt | None:
+        for i, rule in enumerate(self.futility):
+            if i in self.looked or step < rule.at_step or not history.get(rule.metric):
+                continue
+            self.looked.add(i)
+            halt = futility_halt(rule, self.directions[rule.metric], history[rule.metric], step)
+            if halt:
+                return halt
+        return None
+
+
+def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[int, float]], step: int) -> Halt | None:
+    """Halt when the metric is worse than `worse_than` and improved by less than
+    `min_rel_improvement` (relative) over the last `window` steps."""
+    current = series[-1][1]
+    worse = current < rule.worse_than if direction == "higher" else current > rule.worse_than
+    if not worse:
+        return None
+    # the value `window` steps ago: the latest one recorded at or before step - window
+    earlier = [v for s, v in series if s <= step - rule.window] or [series[0][1]]
+    before = earlier[-1]
+    gain = (current - before) if direction == "higher" else (before - current)
+    relative = gain / max(abs(before), 1e-12)
+    if relative >= rule.min_rel_improvement:
+        return None
+    return Halt("futility", step,
+                f"{rule.metric} = {current:.4g} is worse than {rule.worse_than:g} at step {step} and improved "
+                f"{relative:+.2%} over the last {rule.window} steps (< {rule.min_rel_improvement:.2%})")

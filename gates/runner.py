@@ -1,0 +1,238 @@
+"""Run a contract: preflight, every arm x seed under the stop rules, then the verdict and evidence.
+
+Every arm x seed is one MLflow run nested under the contract's parent run. A finished run
+(completed, or halted by a stop rule) of the same contract hash and code is never redone unless
+`fresh`; a run that crashed or was killed is redone. Evidence is written once, atomically, at the end.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import traceback
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
+
+import gates
+from gates import ledger, provenance, verdict
+from gates.contract import LoadedContract
+from gates.errors import UserError, UserErrors
+from gates.reporter import PlatformReporter
+from gates.rules import StopRuleEngine
+from gates.study import Budget, Halt
+from gates.tracking import MLflowMetricSink, Tracker, flatten, run_summary
+
+FINISHED = ("completed", "halted")
+
+
+# ---------------------------------------------------------------------------------- preflight
+@dataclass
+class PreflightReport:
+    arms: dict[str, dict] = field(default_factory=dict)  # arm -> params, flops, ratios
+    errors: list[UserError] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {"arms": self.arms, "notes": self.notes}
+
+
+def preflight(loaded: LoadedContract) -> PreflightReport:
+    """Measure what can be measured before any step and refuse a run outside the declared bounds."""
+    c, study = loaded.contract, loaded.study
+    report = PreflightReport()
+
+    def refuse(loc: tuple, msg: str):
+        report.errors.append(loaded.error(loc, msg))
+
+    for arm, cfg in loaded.arm_configs.items():
+        why = study.check_ready(cfg)
+        if why:
+            refuse(("arms", arm), f"arm cannot run here: {why}")
+        report.arms[arm] = {"params": study.param_count(cfg), "flops": study.flops(cfg)}
+
+    cost = c.preflight.compute_cost
+    base = report.arms[cost.baseline_arm]
+    for arm, m in report.arms.items():
+        m["params_ratio"] = m["params"] / base["params"] if base["params"] else math.inf
+        m["flops_ratio"] = (m["flops"] / base["flops"]) if m["flops"] and base["flops"] else None
+        for kind in ("params_ratio", "flops_ratio"):
+            if m[kind] is not None and m[kind] > cost.max_ratio:
+                refuse(("preflight", "compute_cost", "max_ratio"),
+                       f"arm {arm!r} measures {kind.replace('_', ' ')} {m[kind]:.3g} to {cost.baseline_arm!r}, "
+                       f"above the declared bound {cost.max_ratio:g}; expected every arm within it")
+
+    match = c.preflight.capacity_match
+    if match:
+        counts = {a: report.arms[a]["params"] for a in match.arms}
+        spread = (max(counts.values()) - min(counts.values())) / max(min(counts.values()), 1)
+        text = ", ".join(f"{a}={n}" for a, n in counts.items())
+        if spread > match.tolerance:
+            refuse(("preflight", "capacity_match", "tolerance"),
+                   f"trainable parameters differ by {spread:.2%} ({text}); expected within {match.tolerance:.2%}")
+        else:
+            report.notes.append(f"capacity match: {text} within {spread:.2%} (tolerance {match.tolerance:.2%})")
+    return report
+
+
+# ---------------------------------------------------------------------------------- progress
+class Progress(Protocol):
+    def start(self, arm: str, seed: int, steps: int, skipped: dict | None = None) -> None: ...
+    def update(self, arm: str, seed: int, step: int, metrics: dict[str, float]) -> None: ...
+    def end(self, record: dict) -> None: ...
+
+
+class SilentProgress:
+    def start(self, arm, seed, steps, skipped=None): pass
+    def update(self, arm, seed, step, metrics): pass
+    def end(self, record): pass
+
+
+# ---------------------------------------------------------------------------------- the run
+def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
+    path = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
+    if not path.exists():
+        return
+    try:
+        recorded = ledger.read_evidence(path)["contract_sha256"]
+    except ValueError:
+        return  # unreadable evidence is replaced by the new run
+    if recorded != loaded.sha256:
+        raise UserError(f"{path} was recorded for contract sha256 {recorded[:16]}, but this contract hashes "
+                        f"to {loaded.sha256[:16]}: it was edited after its evidence; expected an unchanged "
+                        f"contract, or a new version under a new id", file=str(loaded.path), line=1, field="id")
+
+
+def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
+                 progress: Progress | None = None) -> dict:
+    """Run everything the contract asks for and return its evidence (also written to runs/<id>/)."""
+    progress = progress or SilentProgress()
+    c, study = loaded.contract, loaded.study
+    check_existing_evidence(loaded, runs_root)
+    pre = preflight(loaded)
+    if pre.errors:
+        raise UserErrors(pre.errors)
+
+    prov = provenance.current()
+    tracker = Tracker(tracking_uri)
+    experiment_id = tracker.experiment_id(c.id)
+    base_tags = {
+        "gates.contract": c.id, "gates.contract_sha256": loaded.sha256, "gates.code_sha256": prov.code_sha256,
+        "gates.git_commit": prov.git_commit, "gates.git_dirty": prov.git_dirty, "gates.study": c.study,
+    }
+    parent_id, _ = tracker.parent_run(experiment_id, {**base_tags, "gates.claim": c.claim[:5000],
+                                                      "mlflow.source.git.commit": prov.git_commit}, fresh)
+    done = {}
+    for run in tracker.child_runs(experiment_id, parent_id):
+        summary = run_summary(run)
+        if summary["status"] in FINISHED and run.info.status == "FINISHED":
+            done[(summary["arm"], summary["seed"])] = summary
+        elif run.info.status == "RUNNING":  # left behind by a kill: close it, it will be redone
+            tracker.kill(run.info.run_id)
+
+    records = []
+    budget = Budget(c.budget.steps, c.budget.eval_every)
+    try:
+        for arm, cfg in loaded.arm_configs.items():
+            for seed in c.seeds:
+                if (arm, seed) in done:
+                    record = _record(done[(arm, seed)])
+                    progress.start(arm, seed, budget.steps, skipped=record)
+                else:
+                    progress.start(arm, seed, budget.steps)
+                    record = _run_one(loaded, tracker, experiment_id, parent_id, base_tags, arm, cfg, seed,
+                                      budget, progress)
+                records.append(record)
+                progress.end(record)
+    except KeyboardInterrupt:
+        tracker.client.set_terminated(parent_id, status="KILLED")
+        raise
+
+    result = verdict.decide(c.decision, records)
+    evidence = _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id)
+    path = ledger.write_evidence(runs_root, evidence)
+    outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome for r in result.conditions}
+    outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions
+                       for k in ("estimate", "p_hold_adj", "p_fail_adj")
+                       if isinstance(getattr(r, k), (int, float)) and math.isfinite(getattr(r, k))}
+    tracker.finish_parent(parent_id, {**outcome_tags, "gates.verdict": result.verdict,
+                                      "gates.signature": ledger.signature(evidence)},
+                          outcome_metrics, [str(path), str(path.parent / ledger.REPORT)])
+    return evidence
+
+
+def _record(summary: dict) -> dict:
+    return {k: summary[k] for k in ("arm", "seed", "status", "halt_reason", "halt_detail", "metrics",
+                                    "seconds", "mlflow_run_id")}
+
+
+def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm, cfg, seed, budget,
+             progress) -> dict:
+    c, study = loaded.contract, loaded.study
+    params = {**flatten(cfg.model_dump(mode="json")), "seed": str(seed), "contract_sha256": loaded.sha256}
+    run_id = tracker.start_child(experiment_id, parent_id, f"{arm}/seed{seed}", params,
+                                 {**base_tags, "gates.arm": arm, "gates.seed": str(seed)})
+    sink = MLflowMetricSink(tracker.client, run_id)
+    reporter = PlatformReporter(budget, StopRuleEngine(c.stop_rules, arm, study.metrics), sink,
+                                on_report=lambda step, m: progress.update(arm, seed, step, m))
+    status, halt_reason, halt_detail = "completed", None, None
+    started = time.perf_counter()
+    try:
+        final = dict(study.run(cfg, seed, reporter))
+    except Halt as halt:
+        status, halt_reason, halt_detail, final = "halted", halt.reason, str(halt), dict(reporter.last)
+    except KeyboardInterrupt:
+        sink.flush()
+        tracker.kill(run_id)
+        raise
+    except Exception as e:  # a study crashed: record it, keep going with the other runs
+        status, halt_reason, final = "failed", "error", dict(reporter.last)
+        halt_detail = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+    final = {k: float(v) for k, v in final.items()}
+    seconds = round(time.perf_counter() - started, 3)
+    sink.flush()
+    tracker.finish_child(run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds)
+    return {"arm": arm, "seed": seed, "status": status, "halt_reason": halt_reason, "halt_detail": halt_detail,
+            "metrics": final, "seconds": seconds, "mlflow_run_id": run_id}
+
+
+def _json_safe(metrics: dict) -> dict:
+    return {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in metrics.items()}
+
+
+def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
+    c = loaded.contract
+    try:
+        contract_path = str(loaded.path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        contract_path = str(loaded.path)
+    v = result.to_dict()
+    return {
+        "format": ledger.FORMAT,
+        "contract_id": c.id,
+        "contract_path": contract_path,
+        "contract_sha256": loaded.sha256,
+        "claim": c.claim,
+        "source": c.source,
+        "study": c.study,
+        "verdict": result.verdict,
+        "reasons": v["reasons"],
+        "settle": v["settle"],
+        "git_commit": prov.git_commit,
+        "git_dirty": prov.git_dirty,
+        "code_sha256": prov.code_sha256,
+        "gates_version": gates.__version__,
+        "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "settings": {
+            "alpha": c.decision.alpha, "evaluation": c.decision.evaluation, "correction": v["correction"],
+            "seeds": list(c.seeds), "budget": c.budget.model_dump(),
+            "arm_configs": {a: cfg.model_dump(mode="json") for a, cfg in loaded.arm_configs.items()},
+        },
+        "mlflow": {"tracking_uri": tracking_uri, "experiment_id": experiment_id, "parent_run_id": parent_id},
+        "preflight": pre.as_dict(),
+        "runs": [{**r, "metrics": _json_safe(r["metrics"]),
+                  "halt_detail": (r.get("halt_detail") or None) and r["halt_detail"][:2000]} for r in records],
+        "conditions": v["conditions"],
+        "halts": v["halts"],
+    }

@@ -1,0 +1,298 @@
+"""Verdicts from constructed per-seed values whose answers are known (by hand or by scipy)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from gates.contract import Decision
+from gates.verdict import BOOTSTRAP_RESAMPLES, Verdict, decide, holm
+
+ROOT = Path(__file__).resolve().parents[1]
+NEVER = {"kind": "threshold", "arm": "a", "metric": "acc", "direction": "lower", "value": -1e9}
+
+
+def decision(supported, refuted=None, **kw) -> Decision:
+    return Decision.model_validate({"supported_if": supported, "refuted_if": refuted or [NEVER], **kw})
+
+
+def runs(arm: str, seeds=None, status="completed", halt_reason=None, **metrics: list[float]) -> list[dict]:
+    """One run per seed for `arm`, with each metric's per-seed values (seeds 0.. by default)."""
+    n = len(next(iter(metrics.values()))) if metrics else len(seeds)
+    seeds = list(range(n)) if seeds is None else seeds
+    return [{"arm": arm, "seed": s, "status": status, "halt_reason": halt_reason,
+             "metrics": {m: v[i] for m, v in metrics.items()} if status == "completed" else {}}
+            for i, s in enumerate(seeds)]
+
+
+def thr(arm, metric, direction, value, **kw):
+    return {"kind": "threshold", "arm": arm, "metric": metric, "direction": direction, "value": value, **kw}
+
+
+def cond(v: Verdict, label: str):
+    return next(c for c in v.conditions if f"{c.list_name}[{c.index}]" == label)
+
+
+# ---------------------------------------------------------------------------------- threshold
+def test_threshold_clearly_held_matches_one_sample_t():
+    x = [0.96, 0.97, 0.98, 0.97, 0.96]
+    v = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x))
+    c = cond(v, "supported_if[0]")
+    assert v.verdict == "supported" and c.outcome == "holds"
+    assert c.test == "one-sample t" and c.description == "a.acc >= 0.9"
+    p = stats.ttest_1samp(x, 0.9, alternative="greater").pvalue
+    assert c.p_hold == pytest.approx(p, rel=1e-9)
+    assert c.p_hold_adj == pytest.approx(2 * p, rel=1e-9)  # Holm, smallest of 2 conditions
+    assert c.estimate == pytest.approx(np.mean(x) - 0.9)
+    assert c.ci_level == pytest.approx(0.9)
+    assert c.n == {"a.acc": 5} and c.values == {"a.acc": x}
+    assert any("supported_if[0] holds" in r for r in v.reasons)
+
+
+def test_threshold_clearly_failed_refutes():
+    v = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=[0.5, 0.55, 0.52]))
+    c = cond(v, "supported_if[0]")
+    assert c.outcome == "fails" and c.estimate < 0 and c.p_fail < 0.01
+    assert v.verdict == "refuted" and any("supported_if[0] fails" in r for r in v.reasons)
+
+
+def test_threshold_in_the_undetermined_zone_says_how_many_seeds():
+    x = [0.88, 0.93, 0.90]
+    v = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x))
+    c = cond(v, "supported_if[0]")
+    assert c.outcome == "undetermined" and v.verdict == "inconclusive"
+    # smallest n at which the observed effect is significant at the observed spread, by hand
+    theta, s = np.mean(x) - 0.9, np.std(x, ddof=1)
+    crit = lambda n: theta / (s / math.sqrt(n)) > stats.t.ppf(0.95, n - 1)  # noqa: E731
+    assert c.seeds_needed is not None and crit(c.seeds_needed) and not crit(c.seeds_needed - 1)
+    assert any(line.startswith("supported_if[0]") and f"about {c.seeds_needed} seeds" in line
+               for line in v.settle)
+
+
+def test_zero_spread_accuracies_decide_by_sign_without_nan():
+    d = decision([thr("a", "acc", "higher", 0.95), thr("b", "acc", "lower", 0.25),
+                  thr("c", "acc", "higher", 0.95)],
+                 [thr("a", "acc", "lower", 0.5)])
+    rs = runs("a", acc=[1.0] * 3) + runs("b", acc=[0.0] * 3) + runs("c", acc=[0.95] * 4)
+    v = decide(d, rs)
+    for label in ("supported_if[0]", "supported_if[1]", "supported_if[2]"):  # the tie holds: >= is inclusive
+        c = cond(v, label)
+        assert (c.outcome, c.p_hold, c.p_fail) == ("holds", 0.0, 1.0)
+        assert c.ci_low == c.ci_high == c.estimate
+    assert cond(v, "supported_if[2]").estimate == 0.0
+    r = cond(v, "refuted_if[0]")
+    assert (r.outcome, r.p_hold, r.p_fail) == ("fails", 1.0, 0.0)
+    assert v.verdict == "supported"
+    json.dumps(v.to_dict(), allow_nan=False)
+
+
+# ---------------------------------------------------------------------------------- compare
+A = [0.81, 0.84, 0.79, 0.86, 0.83]
+B = [0.74, 0.78, 0.77, 0.72, 0.79, 0.75]
+
+
+def test_welch_compare_matches_scipy_ttest_ind():
+    c_higher = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
+    c_lower = {"kind": "compare", "arm": "b", "metric": "acc", "other": "a", "direction": "lower", "margin": 0.02}
+    v = decide(decision([c_higher, c_lower]), runs("a", acc=A) + runs("b", acc=B))
+    hi, lo = cond(v, "supported_if[0]"), cond(v, "supported_if[1]")
+    assert hi.test == "welch t" and hi.description == "a.acc >= b.acc"
+    res = stats.ttest_ind(A, B, equal_var=False, alternative="greater")
+    assert hi.p_hold == pytest.approx(res.pvalue, rel=1e-9)
+    assert hi.p_fail == pytest.approx(stats.ttest_ind(A, B, equal_var=False, alternative="less").pvalue, rel=1e-9)
+    assert hi.ci_low == pytest.approx(res.confidence_interval(0.95).low, rel=1e-9)  # one-sided alpha bound
+    # lower with margin: b <= a - 0.02  <=>  theta = mean(a) - mean(b) - 0.02
+    shifted = stats.ttest_ind(np.array(A) - 0.02, B, equal_var=False, alternative="greater")
+    assert lo.description == "b.acc <= a.acc - 0.02"
+    assert lo.estimate == pytest.approx(np.mean(A) - np.mean(B) - 0.02)
+    assert lo.p_hold == pytest.approx(shifted.pvalue, rel=1e-9)
+
+
+def test_paired_compare_matches_scipy_ttest_rel_on_common_seeds():
+    a = [0.50, 0.55, 0.61, 0.58, 0.52]
+    b = [0.47, 0.50, 0.60, 0.52, 0.50]
+    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher", "test": "paired"}
+    # b has an extra seed (9) that a lacks: pairing must drop it
+    rs = runs("a", acc=a) + runs("b", seeds=[0, 1, 2, 3, 4, 9], acc=b + [0.99])
+    r = cond(decide(decision([c]), rs), "supported_if[0]")
+    assert r.test == "paired t" and r.n == {"a.acc": 5, "b.acc": 5}
+    assert r.p_hold == pytest.approx(stats.ttest_rel(a, b, alternative="greater").pvalue, rel=1e-9)
+    assert r.p_fail == pytest.approx(stats.ttest_rel(a, b, alternative="less").pvalue, rel=1e-9)
+
+
+def test_relative_margin_scales_the_other_term():
+    m8 = [0.30, 0.34, 0.28, 0.33]
+    single = [0.61, 0.58, 0.66, 0.63, 0.60]
+    c = {"kind": "compare", "arm": "m8", "metric": "closure_error", "other": "single_key",
+         "direction": "lower", "relative_margin": 0.3}
+    v = decide(decision([c]), runs("m8", closure_error=m8) + runs("single_key", closure_error=single))
+    r = cond(v, "supported_if[0]")
+    assert r.description == "m8.closure_error <= single_key.closure_error * (1 - 0.3)"
+    # theta = 0.7 mean(single) - mean(m8); scaling a sample by 0.7 scales its variance by 0.49
+    expected = stats.ttest_ind(0.7 * np.array(single), m8, equal_var=False, alternative="greater").pvalue
+    assert r.estimate == pytest.approx(0.7 * np.mean(single) - np.mean(m8))
+    assert r.p_hold == pytest.approx(expected, rel=1e-9)
+    assert r.outcome == "holds"
+
+
+# ---------------------------------------------------------------------------------- trend
+def test_trend_over_arms_intersection_union_and_bonferroni():
+    x = {"a": [0.90, 0.92, 0.91, 0.93], "b": [0.70, 0.72, 0.69, 0.74], "c": [0.50, 0.53, 0.48, 0.52]}
+    holds = {"kind": "trend", "direction": "lower", "metric": "err", "arms": ["a", "b", "c"]}
+    fails = {"kind": "trend", "direction": "lower", "metric": "err", "arms": ["a", "c", "b"]}
+    rs = [r for arm, v in x.items() for r in runs(arm, err=v)]
+    v = decide(decision([holds], [fails]), rs)
+    h, f = cond(v, "supported_if[0]"), cond(v, "refuted_if[0]")
+    assert h.description == "trend lower: a.err > b.err > c.err"
+    pair_p = [stats.ttest_ind(x[p], x[q], equal_var=False, alternative="greater").pvalue
+              for p, q in (("a", "b"), ("b", "c"))]
+    assert h.p_hold == pytest.approx(max(pair_p), rel=1e-9)
+    assert h.estimate == pytest.approx(min(np.mean(x["a"]) - np.mean(x["b"]), np.mean(x["b"]) - np.mean(x["c"])))
+    assert h.outcome == "holds"
+    # a > c holds, c > b is clearly violated: the trend fails, p_fail Bonferroni over 2 pairs
+    p_fail_cb = stats.ttest_ind(x["c"], x["b"], equal_var=False, alternative="less").pvalue
+    assert f.p_fail == pytest.approx(min(1.0, 2 * p_fail_cb), rel=1e-9)
+    assert f.estimate == pytest.approx(np.mean(x["c"]) - np.mean(x["b"]))
+    assert f.outcome == "fails" and v.verdict == "supported"
+
+
+def test_trend_over_metrics_in_one_arm_paired():
+    m = {"l1": [1.0, 1.2, 1.1, 1.3, 1.15], "l2": [1.4, 1.5, 1.45, 1.62, 1.5], "l3": [1.9, 2.1, 1.95, 2.2, 2.0]}
+    t = {"kind": "trend", "direction": "higher", "arm": "a", "metrics": ["l1", "l2", "l3"], "test": "paired"}
+    r = cond(decide(decision([t]), runs("a", **m)), "supported_if[0]")
+    assert r.test == "paired t" and r.description == "trend higher: a.l1 < a.l2 < a.l3"
+    pair_p = [stats.ttest_rel(m["l2"], m["l1"], alternative="greater").pvalue,
+              stats.ttest_rel(m["l3"], m["l2"], alternative="greater").pvalue]
+    assert r.p_hold == pytest.approx(max(pair_p), rel=1e-9)
+    assert r.outcome == "holds"
+
+
+def test_trend_tie_at_zero_spread_is_not_a_strict_trend():
+    t = {"kind": "trend", "direction": "lower", "metric": "err", "arms": ["a", "b"]}
+    v = decide(decision([t]), runs("a", err=[0.5] * 3) + runs("b", err=[0.5] * 3))
+    assert cond(v, "supported_if[0]").outcome == "fails" and v.verdict == "refuted"
+
+
+# ---------------------------------------------------------------------------------- Holm
+def test_holm_function_on_a_known_vector():
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
+
+
+def test_holm_across_conditions_drops_the_largest_raw_pass():
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    se = x.std(ddof=1) / math.sqrt(len(x))
+    targets = [0.005, 0.01, 0.04]  # all pass alone at 0.05
+    thresholds = [float(x.mean() - se * stats.t.isf(p, len(x) - 1)) for p in targets]
+    supported = [thr("a", f"m{i}", "higher", v) for i, v in enumerate(thresholds)]
+    d = decision(supported, [thr("a", "m0", "lower", -100.0)])
+    v = decide(d, runs("a", m0=list(x), m1=list(x), m2=list(x)))
+    raw = [cond(v, f"supported_if[{i}]").p_hold for i in range(3)]
+    assert raw == pytest.approx(targets, rel=1e-6) and max(raw) <= 0.05
+    # by hand: m = 4 (the refuted_if condition is in the family); ascending (m - rank) * p, running max
+    p4 = cond(v, "refuted_if[0]").p_hold
+    hand = [4 * raw[0], max(4 * raw[0], 3 * raw[1]), max(4 * raw[0], 3 * raw[1], 2 * raw[2])]
+    assert [cond(v, f"supported_if[{i}]").p_hold_adj for i in range(3)] == pytest.approx(hand)
+    assert cond(v, "refuted_if[0]").p_hold_adj == pytest.approx(min(1.0, max(hand[2], p4)))
+    assert [cond(v, f"supported_if[{i}]").outcome for i in range(3)] == ["holds", "holds", "undetermined"]
+    assert v.verdict == "inconclusive"
+    assert "not after Holm" in cond(v, "supported_if[2]").note
+    assert any(line.startswith("supported_if[2]") for line in v.settle)
+
+
+def test_per_condition_alpha_is_used():
+    x = [0.88, 0.93, 0.90, 0.95, 0.91]
+    strict = thr("a", "acc", "higher", 0.85, alpha=1e-6)
+    v = decide(decision([strict]), runs("a", acc=x))
+    c = cond(v, "supported_if[0]")
+    assert c.p_hold_adj < 0.05 and c.outcome == "undetermined"
+    assert c.ci_level == pytest.approx(1 - 2e-6)
+
+
+# ---------------------------------------------------------------------------------- incomplete runs
+def test_futility_halt_on_a_named_arm_refutes():
+    d = decision([thr("a", "acc", "higher", 0.5)])
+    ok = runs("a", acc=[0.9, 0.92, 0.91])
+    v = decide(d, ok + runs("a", seeds=[7], status="halted", halt_reason="futility"))
+    assert v.verdict == "refuted"
+    assert v.halts == [{"arm": "a", "seed": 7, "reason": "futility"}]
+    assert any("futility" in r for r in v.reasons)
+    # a futile arm no condition names does not refute
+    assert decide(d, ok + runs("zzz", seeds=[1], status="halted", halt_reason="futility")).verdict == "supported"
+
+
+def test_failed_runs_leave_a_condition_undetermined():
+    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
+    rs = runs("a", acc=[0.9, 0.91, 0.92]) + runs("b", acc=[0.5]) + runs("b", seeds=[1, 2], status="failed")
+    v = decide(decision([c]), rs)
+    r = cond(v, "supported_if[0]")
+    assert r.outcome == "undetermined" and (r.p_hold, r.p_fail) == (1.0, 1.0)
+    assert "only 1 completed seed of arm b" in r.note and r.seeds_needed is None
+    assert v.verdict == "inconclusive"
+    assert any("b.acc has 1" in line for line in v.settle)
+    assert sum("did not complete (failed)" in line for line in v.reasons) == 2
+    json.dumps(v.to_dict(), allow_nan=False)
+
+
+# ---------------------------------------------------------------------------------- exact
+def test_exact_evaluation_judges_every_seed():
+    paired_lower = {"kind": "compare", "arm": "a", "metric": "err", "other": "b", "direction": "lower",
+                    "test": "paired"}
+    d = decision([thr("a", "acc", "higher", 0.95), paired_lower], [thr("a", "acc", "lower", 0.2)],
+                 evaluation="exact")
+    rs = runs("a", acc=[1.0, 0.96, 1.0], err=[0.1, 0.3, 0.1]) + runs("b", err=[0.2, 0.2, 0.2])
+    v = decide(d, rs)
+    t, c, r = cond(v, "supported_if[0]"), cond(v, "supported_if[1]"), cond(v, "refuted_if[0]")
+    assert (t.outcome, t.test, t.p_hold, t.p_hold_adj) == ("holds", "exact", None, None)
+    assert c.outcome == "undetermined" and "holds on 2 of 3 seeds" in c.note
+    assert r.outcome == "fails"
+    assert v.verdict == "inconclusive" and v.correction == "none"
+    # fails on every seed -> fails -> refuted
+    rs_bad = runs("a", acc=[1.0] * 3, err=[0.3] * 3) + runs("b", err=[0.2] * 3)
+    assert decide(d, rs_bad).verdict == "refuted"
+    rs_good = runs("a", acc=[1.0] * 3, err=[0.1] * 3) + runs("b", err=[0.2] * 3)
+    assert decide(d, rs_good).verdict == "supported"
+
+
+# ---------------------------------------------------------------------------------- determinism & JSON
+def test_bootstrap_is_deterministic_and_order_free():
+    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher",
+         "interval": "bootstrap"}
+    d = decision([c])
+    rs = runs("a", acc=A) + runs("b", acc=B)
+    first, second = decide(d, rs).to_dict(), decide(d, list(reversed(rs))).to_dict()
+    assert first == second
+    r = first["conditions"][0]
+    assert r["test"] == "bootstrap percentile"
+    assert 1 / (BOOTSTRAP_RESAMPLES + 1) <= r["p_hold"] < 0.05 and r["ci_low"] < r["estimate"] < r["ci_high"]
+    assert "bootstrap" in decide(d, rs).signature()
+
+
+def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
+    rs = runs("a", acc=[0.9, float("nan"), 0.8]) + runs("b", acc=[float("inf")])
+    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
+    v = decide(decision([c]), rs)
+    text = json.dumps(v.to_dict(), allow_nan=False)
+    back = json.loads(text)
+    assert back["verdict"] == "inconclusive" and back["conditions"][0]["values"]["a.acc"] == [0.9, 0.8]
+    assert any("non-finite" in r for r in back["reasons"])
+
+
+def test_signature_names_the_settings():
+    v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
+    assert v.signature() == "alpha=0.05|eval=interval|correction=holm|tests=one-sample t"
+
+
+def test_verdict_module_never_imports_torch():
+    code = "import sys, gates.verdict; assert 'torch' not in sys.modules"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert done.returncode == 0, done.stderr
