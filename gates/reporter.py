@@ -6,7 +6,6 @@ the study's loop. The reporter keeps the history the rules and the final record 
 
 from __future__ import annotations
 
-import math
 from typing import Callable, Protocol
 
 from gates.rules import StopRuleEngine
@@ -49,7 +48,3 @@ def _number(name: str, value) -> float:
         return float(value)  # accepts python numbers, numpy scalars and 0-d tensors
     except (TypeError, ValueError):
         raise TypeError(f"metric {name!r} must be a number, got {type(value).__name__}") from None
-
-
-def finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None

@@ -197,10 +197,6 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
             "metrics": final, "seconds": seconds, "mlflow_run_id": run_id}
 
 
-def _json_safe(metrics: dict) -> dict:
-    return {k: (v if isinstance(v, (int, float)) and math.isfinite(v) else None) for k, v in metrics.items()}
-
-
 def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
     c = loaded.contract
     try:
@@ -231,7 +227,7 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
         },
         "mlflow": {"tracking_uri": tracking_uri, "experiment_id": experiment_id, "parent_run_id": parent_id},
         "preflight": pre.as_dict(),
-        "runs": [{**r, "metrics": _json_safe(r["metrics"]),
+        "runs": [{**r, "metrics": verdict.json_safe(r["metrics"]),
                   "halt_detail": (r.get("halt_detail") or None) and r["halt_detail"][:2000]} for r in records],
         "conditions": v["conditions"],
         "halts": v["halts"],

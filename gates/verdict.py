@@ -72,7 +72,7 @@ class ConditionResult:
         return f"{self.list_name}[{self.index}]"
 
     def to_dict(self) -> dict:
-        return _json_safe(asdict(self))
+        return json_safe(asdict(self))
 
 
 @dataclass
@@ -94,15 +94,15 @@ class Verdict:
                 f"{boot}|tests={tests}")
 
     def to_dict(self) -> dict:
-        return _json_safe(asdict(self))
+        return json_safe(asdict(self))
 
 
-def _json_safe(x):
+def json_safe(x):
     """NaN and infinities are not JSON; numpy scalars are not JSON-able either."""
     if isinstance(x, dict):
-        return {str(k): _json_safe(v) for k, v in x.items()}
+        return {str(k): json_safe(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
+        return [json_safe(v) for v in x]
     if isinstance(x, (bool, np.bool_)):
         return bool(x)
     if isinstance(x, (int, np.integer)):

@@ -1,0 +1,315 @@
+"""C05 structural probe: does a TreeHeap kernel need the subheap? (seed 002, studies.md section 1)
+
+The question. A TreeHeap write picks an address a with softmax_a K(pi(a), subheap(H, a), x). If
+K only sees a flat address id, the "tree" is a flat soft memory under another name. The probe
+plants a query pattern x = (root, left, right) at one internal node of a full binary tree of
+N(0, sigma^2) values and asks a kernel to find it, training on shallow trees and testing on deep
+ones. A kernel that reads the subheap should transfer; one that memorised addresses should not.
+
+Data (numpy, from the seed; deterministic). Trees live in heap (BFS) layout over one global
+address space of size A = 2^(D_max+1) - 1, D_max the largest depth in the config: node i has
+children 2i+1 and 2i+2, and a tree of depth D owns addresses 0 .. 2^(D+1)-2 (its internal nodes
+are those at depth < D). Addresses beyond a tree's depth have value 0 and `exists` 0.
+- Train trees: depth uniform over `train_depths`; the pattern's node uniform over the tree's
+  internal nodes.
+- Test trees: depth uniform over `test_depths` (each deeper than every train depth); the pattern's
+  node uniform over the internal nodes at depth >= max(train_depths). No train tree has an
+  internal node that deep, so every test target is an address that was never a possible target
+  in training: unseen depths and unseen addresses.
+
+Task: score every address, softmax over the addresses that exist in the tree (the rest masked
+with -inf), cross-entropy against the pattern's address; the prediction is the argmax.
+
+Arms (what the kernel K sees; each is a small MLP Linear(in, hidden) - ReLU - Linear(hidden, 1)
+shared over addresses):
+- `flat_address`: the absolute address id only (an embedding row is the first layer). Addresses
+  never seen in training keep their initialisation.
+- `path_only`: the L/R path pi(a), a fixed code of 2*D_max numbers, (is_L, is_R) per step,
+  zeros after the path ends.
+- `subheap_kernel`: the candidate's value, its two children's values (0 for a leaf) and x.
+- `path_subheap_kernel`: both, concatenated.
+
+Metrics: train_loss, train_acc, test_acc, hit_at_3, mean_rank (1-based, among the test tree's
+existing nodes), route_valid_rate (the predicted address is turned into L/R steps and walked from
+the root of its tree; valid when every step lands on an existing node and the walk ends on an
+internal node, i.e. a subheap a recursive Plus could descend into and rebuild), test_loss.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from pydantic import Field, field_validator, model_validator
+from torch import nn
+
+from gates.study import Direction, Reporter, Study, StudyConfig
+from models.common import count_parameters, seed_everything, train_loop
+
+Depth = Annotated[int, Field(ge=1, le=12)]  # 12: an 8191-address space, still quick on CPU
+Features = Literal["flat_address", "path_only", "subheap_kernel", "path_subheap_kernel"]
+
+
+class C05ProbeConfig(StudyConfig):
+    """One arm of the C05 probe: which features the kernel sees, and the task's parameters."""
+
+    features: Features = "subheap_kernel"
+    pattern: tuple[float, float, float] = (5.0, -4.0, 3.0)  # (root, left, right) = the query x
+    sigma: float = Field(default=1.0, gt=0)  # node values ~ N(0, sigma^2)
+    train_depths: list[Depth] = Field(default_factory=lambda: [2, 3], min_length=1)
+    test_depths: list[Depth] = Field(default_factory=lambda: [5, 6], min_length=1)
+    train_trees: int = Field(default=900, ge=1)
+    test_trees: int = Field(default=400, ge=1)
+    hidden: int = Field(default=32, ge=1)
+    lr: float = Field(default=0.01, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+
+    @field_validator("pattern")
+    @classmethod
+    def _finite_pattern(cls, pattern: tuple[float, float, float]) -> tuple[float, float, float]:
+        if not all(np.isfinite(pattern)):
+            raise ValueError("pattern values must be finite")
+        return pattern
+
+    @model_validator(mode="after")
+    def _test_deeper_than_train(self) -> "C05ProbeConfig":
+        # test targets sit at depth >= max(train_depths), which must be an internal depth (< D)
+        if min(self.test_depths) <= max(self.train_depths):
+            raise ValueError(
+                f"every test depth must exceed every train depth (test {self.test_depths}, "
+                f"train {self.train_depths}): test patterns go at depth >= max(train_depths)")
+        return self
+
+    @property
+    def max_depth(self) -> int:
+        return max(self.train_depths + self.test_depths)
+
+    @property
+    def num_addresses(self) -> int:
+        return 2 ** (self.max_depth + 1) - 1
+
+
+# ------------------------------------------------------------------------------------ addresses
+def address_paths(max_depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """L/R path of every heap address: bits (A, max_depth) with 0 = L, 1 = R (0-padded), lengths (A,).
+
+    Address i is the binary number i+1 without its leading 1, read most significant bit first:
+    1 -> "0" (L), 2 -> "1" (R), 3 -> "00" (LL), 10 -> 11 = 0b1011 -> "011" (LRR).
+    """
+    index = np.arange(2 ** (max_depth + 1) - 1) + 1
+    lengths = np.floor(np.log2(index)).astype(np.int64)  # the node's depth
+    steps = np.arange(max_depth)
+    shift = lengths[:, None] - 1 - steps[None, :]
+    bits = np.where(shift >= 0, (index[:, None] >> np.maximum(shift, 0)) & 1, 0)
+    return bits.astype(np.int64), lengths
+
+
+def path_code(max_depth: int) -> torch.Tensor:
+    """The fixed path feature, (A, 2*max_depth): per step (is_L, is_R), zeros after the path ends."""
+    bits, lengths = address_paths(max_depth)
+    on_path = np.arange(max_depth)[None, :] < lengths[:, None]
+    code = np.stack([on_path & (bits == 0), on_path & (bits == 1)], axis=-1)  # (A, D, 2)
+    return torch.from_numpy(code.reshape(len(bits), 2 * max_depth).astype(np.float32))
+
+
+def walk_route(bits: torch.Tensor, lengths: torch.Tensor, exists: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Walk each path from its tree's root, one L/R step at a time (vectorised over trees).
+
+    bits (B, D) and lengths (B,) are paths, exists (B, A) the trees. Returns the node reached (B,)
+    and whether every node on the way, the root included, exists (B,).
+    """
+    num_trees, num_addresses = exists.shape
+    node = torch.zeros(num_trees, dtype=torch.long)
+    ok = exists[:, 0].clone()
+    for t in range(bits.shape[1]):  # over path steps (<= D_max), never over trees or nodes
+        moving = t < lengths
+        child = 2 * node + 1 + bits[:, t]
+        in_space = child < num_addresses
+        child_exists = exists.gather(1, child.clamp(max=num_addresses - 1)[:, None])[:, 0] & in_space
+        ok = ok & (~moving | child_exists)
+        node = torch.where(moving & in_space, child, node)
+    return node, ok
+
+
+def is_internal(node: torch.Tensor, exists: torch.Tensor) -> torch.Tensor:
+    """Whether each tree's `node` exists and has both children (a subheap to descend into)."""
+    num_addresses = exists.shape[1]
+    left, right = 2 * node + 1, 2 * node + 2
+    has_children = right < num_addresses
+    gather = lambda i: exists.gather(1, i.clamp(max=num_addresses - 1)[:, None])[:, 0]  # noqa: E731
+    return gather(node) & has_children & gather(left) & gather(right)
+
+
+# ------------------------------------------------------------------------------------ data
+def make_trees(rng: np.random.Generator, num_trees: int, depths: list[int], pattern_min_depth: int,
+               pattern: tuple[float, float, float], sigma: float, max_depth: int) -> dict[str, torch.Tensor]:
+    """Trees with a planted pattern, in heap layout over the global address space.
+
+    The pattern's node is uniform over the tree's internal nodes at depth >= pattern_min_depth.
+    Returns values (B, A), exists (B, A) bool, subheap (B, A, 3) = (value, left child, right
+    child) per address with 0 for missing nodes, target (B,) and depth (B,).
+    """
+    num_addresses = 2 ** (max_depth + 1) - 1
+    depth = rng.choice(np.asarray(depths), size=num_trees)
+    exists = np.arange(num_addresses)[None, :] < (2 ** (depth + 1) - 1)[:, None]
+    values = np.where(exists, rng.normal(0.0, sigma, size=(num_trees, num_addresses)), 0.0)
+    first = 2 ** pattern_min_depth - 1  # first address at depth pattern_min_depth
+    target = rng.integers(first, 2 ** depth - 1)  # internal nodes: addresses 0 .. 2^D - 2
+    rows = np.arange(num_trees)
+    values[rows, target] = pattern[0]
+    values[rows, 2 * target + 1] = pattern[1]
+    values[rows, 2 * target + 2] = pattern[2]
+
+    # children of address i are 2i+1, 2i+2 <= 2A: pad with zeros so leaves read 0 children
+    padded = np.concatenate([values, np.zeros((num_trees, num_addresses + 1))], axis=1)
+    children = 2 * np.arange(num_addresses) + 1
+    subheap = np.stack([values, padded[:, children], padded[:, children + 1]], axis=-1)
+    return {
+        "values": torch.from_numpy(values.astype(np.float32)),
+        "exists": torch.from_numpy(exists),
+        "subheap": torch.from_numpy(subheap.astype(np.float32)),
+        "target": torch.from_numpy(target.astype(np.int64)),
+        "depth": torch.from_numpy(depth.astype(np.int64)),
+    }
+
+
+def make_datasets(config: C05ProbeConfig, seed: int) -> tuple[dict, dict]:
+    """Train and test sets; independent streams so changing one's size leaves the other alone."""
+    common = dict(pattern=config.pattern, sigma=config.sigma, max_depth=config.max_depth)
+    train = make_trees(np.random.default_rng([seed, 0]), config.train_trees, config.train_depths,
+                       pattern_min_depth=0, **common)
+    test = make_trees(np.random.default_rng([seed, 1]), config.test_trees, config.test_depths,
+                      pattern_min_depth=max(config.train_depths), **common)
+    return train, test
+
+
+def crop_to_own_addresses(trees: dict) -> dict:
+    """Keep only the heap prefix the set's deepest tree owns; the rest exists in no tree here.
+
+    The same loss and gradients up to float rounding (those addresses are masked to -inf anyway,
+    so they get zero probability and zero gradient), but the train trees (depth <= 3: 15 of 127
+    addresses) become ~8x cheaper to score.
+    """
+    owned = 2 ** (int(trees["depth"].max()) + 1) - 1
+    return {key: value[:, :owned] if value.dim() >= 2 else value for key, value in trees.items()}
+
+
+# ------------------------------------------------------------------------------------ model
+class StructuralKernel(nn.Module):
+    """K(pi(a), subheap(H, a), x) -> one score per address, an MLP shared over addresses.
+
+    Only the inputs differ between arms. flat_address and path_only scores do not depend on the
+    tree, so they are computed once per address and broadcast over the batch.
+    """
+
+    def __init__(self, config: C05ProbeConfig):
+        super().__init__()
+        self.features = config.features
+        self.register_buffer("path", path_code(config.max_depth))  # (A, 2*D_max), fixed
+        self.register_buffer("query", torch.tensor(config.pattern, dtype=torch.float32))  # x
+        if self.features == "flat_address":
+            # an embedding row is Linear(one_hot(a)) without a bias: the address id and nothing else
+            self.first = nn.Embedding(config.num_addresses, config.hidden)
+        else:
+            self.first = nn.Linear(kernel_inputs(config), config.hidden)
+        self.out = nn.Linear(config.hidden, 1)
+
+    def forward(self, subheap: torch.Tensor) -> torch.Tensor:
+        """subheap (B, A', 3) -> scores (B, A') for the first A' <= A addresses (a heap prefix)."""
+        num_trees, num_addresses, _ = subheap.shape
+        path = self.path[:num_addresses]
+        if self.features == "flat_address":
+            h = self.first.weight[:num_addresses]  # row a is address a's first-layer activation
+        elif self.features == "path_only":
+            h = self.first(path)  # (A', hidden)
+        else:
+            parts = [subheap, self.query.expand(num_trees, num_addresses, 3)]
+            if self.features == "path_subheap_kernel":
+                parts.append(path.expand(num_trees, -1, -1))
+            h = self.first(torch.cat(parts, dim=-1))  # (B, A, hidden)
+        scores = self.out(F.relu(h)).squeeze(-1)
+        return scores.expand(num_trees, num_addresses)
+
+
+def kernel_inputs(config: C05ProbeConfig) -> int:
+    """Width of the kernel MLP's input (flat_address: the one-hot address, i.e. A)."""
+    path = 2 * config.max_depth
+    subheap = 6  # candidate, left child, right child, and the 3 query values
+    return {"flat_address": config.num_addresses, "path_only": path,
+            "subheap_kernel": subheap, "path_subheap_kernel": path + subheap}[config.features]
+
+
+def masked_scores(model: StructuralKernel, trees: dict) -> torch.Tensor:
+    """Scores with addresses outside the tree at -inf, so softmax and argmax only see its nodes."""
+    return model(trees["subheap"]).masked_fill(~trees["exists"], float("-inf"))
+
+
+def target_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """1-based rank of the target; ties broken like argmax (lower address first), so rank 1 == hit.
+
+    -inf (missing) addresses never outrank a finite target score.
+    """
+    target_score = scores.gather(1, target[:, None])
+    address = torch.arange(scores.shape[1])[None, :]
+    ahead = (scores > target_score) | ((scores == target_score) & (address < target[:, None]))
+    return 1 + ahead.sum(dim=1)
+
+
+# ------------------------------------------------------------------------------------ study
+class C05ProbeStudy(Study):
+    """Flat address vs path vs subheap kernels; train shallow, test deep (see module docstring)."""
+
+    name: ClassVar[str] = "c05_probe"
+    Config: ClassVar[type[StudyConfig]] = C05ProbeConfig
+    metrics: ClassVar[dict[str, Direction]] = {
+        "train_loss": "lower",
+        "train_acc": "higher",
+        "test_acc": "higher",
+        "hit_at_3": "higher",
+        "mean_rank": "lower",
+        "route_valid_rate": "higher",
+        "test_loss": "lower",
+    }
+    deterministic: ClassVar[bool] = False  # metrics depend on the seed's trees and init
+
+    def param_count(self, config: C05ProbeConfig) -> int:
+        return count_parameters(StructuralKernel(config))
+
+    def flops(self, config: C05ProbeConfig) -> int:
+        """2 x multiply-adds of the kernel MLP per scored address (rough; biases and ReLU ignored).
+
+        flat_address's first layer is a table lookup, counted as 0 multiply-adds.
+        """
+        first = 0 if config.features == "flat_address" else kernel_inputs(config) * config.hidden
+        return 2 * (first + config.hidden)
+
+    def run(self, config: C05ProbeConfig, seed: int, reporter: Reporter) -> dict[str, float]:
+        seed_everything(seed)
+        train, test = (crop_to_own_addresses(trees) for trees in make_datasets(config, seed))
+        model = StructuralKernel(config)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        paths, path_lengths = (torch.from_numpy(a) for a in address_paths(config.max_depth))
+
+        def loss_fn() -> torch.Tensor:
+            return F.cross_entropy(masked_scores(model, train), train["target"])
+
+        def evaluate() -> dict[str, float]:
+            train_scores = masked_scores(model, train)
+            scores = masked_scores(model, test)
+            prediction = scores.argmax(dim=1)
+            rank = target_rank(scores, test["target"]).float()
+            # route validity: walk the predicted address's L/R steps from the root of its tree
+            reached, walked = walk_route(paths[prediction], path_lengths[prediction], test["exists"])
+            route_valid = walked & is_internal(reached, test["exists"])
+            return {
+                "train_acc": (train_scores.argmax(dim=1) == train["target"]).float().mean().item(),
+                "test_acc": (prediction == test["target"]).float().mean().item(),
+                "hit_at_3": (rank <= 3).float().mean().item(),
+                "mean_rank": rank.mean().item(),
+                "route_valid_rate": route_valid.float().mean().item(),
+                "test_loss": F.cross_entropy(scores, test["target"]).item(),
+            }
+
+        return train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate)

@@ -1,0 +1,219 @@
+"""End to end: a real (small) C05 contract run into a temp SQLite MLflow store, read back through
+the MLflow client; resume, --fresh, halts, preflight refusals; `gates verify` catching lost evidence."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import yaml
+from mlflow import MlflowClient
+
+from gates.contract import load_contract
+from gates.errors import UserError, UserErrors
+from gates.runner import run_contract
+from gates.verify import verify
+from tests.conftest import small_c05, write_contract
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    """One small C05 run shared by the read-back and verify tests (about 10 s)."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "contracts").mkdir()
+    path = write_contract(root / "contracts", small_c05(), "c05-small.yaml")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    import os
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        evidence = run_contract(load_contract("contracts/c05-small.yaml"), uri, root / "runs")
+    finally:
+        os.chdir(cwd)
+    return root, path, uri, evidence
+
+
+def test_evidence_has_every_run_and_condition(finished):
+    root, _, _, evidence = finished
+    on_disk = json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())
+    assert on_disk["verdict"] == evidence["verdict"] == "supported"
+    assert {(r["arm"], r["seed"]) for r in on_disk["runs"]} == {
+        (a, s) for a in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel") for s in (0, 1)}
+    assert len(on_disk["conditions"]) == 8
+    for c in on_disk["conditions"]:
+        assert {"p_hold_adj", "p_fail_adj", "ci_low", "ci_high", "outcome", "values"} <= set(c)
+    report = (root / "runs" / "c05-small" / "verdict.md").read_text()
+    assert "SUPPORTED" in report and f"sha256:{evidence['contract_sha256'][:16]}" in report
+
+
+def test_mlflow_holds_nested_runs_with_tags_params_and_histories(finished):
+    _, _, uri, evidence = finished
+    client = MlflowClient(uri)
+    exp = client.get_experiment_by_name("c05-small")
+    runs = client.search_runs([exp.experiment_id])
+    parent = [r for r in runs if r.data.tags.get("gates.role") == "contract"]
+    children = [r for r in runs if r.data.tags.get("gates.role") == "run"]
+    assert len(parent) == 1 and len(children) == 8
+    parent = parent[0]
+    assert parent.data.tags["gates.verdict"] == "supported"
+    assert parent.data.tags["gates.condition.supported_if.0"] == "holds"
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"evidence.json", "verdict.md"} <= artifacts
+    for child in children:
+        tags, params = child.data.tags, child.data.params
+        assert tags["mlflow.parentRunId"] == parent.info.run_id
+        assert tags["gates.contract"] == "c05-small"
+        assert tags["gates.status"] == "completed" and tags["gates.halt_reason"] == ""
+        assert tags["gates.arm"] in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel")
+        assert params["seed"] == tags["gates.seed"]
+        assert params["contract_sha256"] == evidence["contract_sha256"]
+        assert params["features"] == tags["gates.arm"] and params["train_trees"] == "120"
+        assert "gates.git_commit" in tags and "gates.git_dirty" in tags
+        history = client.get_metric_history(child.info.run_id, "test_acc")
+        assert sorted({m.step for m in history}) == [20, 40, 60]
+
+
+def test_rerun_reuses_finished_runs_and_fresh_redoes_them(finished, monkeypatch):
+    root, _, uri, evidence = finished
+    monkeypatch.chdir(root)
+    loaded = load_contract("contracts/c05-small.yaml")
+    again = run_contract(loaded, uri, root / "runs")
+    assert [r["mlflow_run_id"] for r in again["runs"]] == [r["mlflow_run_id"] for r in evidence["runs"]]
+    assert [r["metrics"] for r in again["runs"]] == [r["metrics"] for r in evidence["runs"]]  # deterministic
+    fresh = run_contract(loaded, uri, root / "runs", fresh=True)
+    assert not {r["mlflow_run_id"] for r in fresh["runs"]} & {r["mlflow_run_id"] for r in evidence["runs"]}
+    assert [r["metrics"] for r in fresh["runs"]] == [r["metrics"] for r in evidence["runs"]]
+
+
+def test_verify_accepts_comment_edit_and_catches_threshold_edit_and_forgery(finished, tmp_path):
+    import shutil
+
+    root, path, _, _ = finished
+    project = tmp_path / "p"
+    shutil.copytree(root / "contracts", project / "contracts")
+    shutil.copytree(root / "runs", project / "runs")
+    contract = project / "contracts" / "c05-small.yaml"
+    evidence_path = project / "runs" / "c05-small" / "evidence.json"
+
+    def check():
+        import os
+        cwd = os.getcwd()
+        os.chdir(project)
+        try:
+            return verify(project / "runs", project / "contracts")[0]
+        finally:
+            os.chdir(cwd)
+
+    assert check().status == "ok"
+    original = contract.read_text()
+    contract.write_text("# a comment changes nothing\n" + original)
+    assert check().status == "ok"
+
+    data = yaml.safe_load(original)
+    data["decision"]["supported_if"][0]["value"] = 0.5
+    write_contract(contract.parent, data, contract.name)
+    result = check()
+    assert result.status == "lost" and "edited after its evidence" in result.problems[0]
+    contract.write_text(original)
+
+    forged = json.loads(evidence_path.read_text())
+    forged["verdict"] = "refuted"
+    evidence_path.write_text(json.dumps(forged))
+    result = check()
+    assert result.status == "lost" and "does not reproduce" in result.problems[0]
+
+    forged["verdict"] = "supported"
+    for r in forged["runs"]:
+        if r["arm"] == "subheap_kernel":
+            r["metrics"]["test_acc"] = 0.5  # doctored numbers no longer support the recorded verdict
+    evidence_path.write_text(json.dumps(forged))
+    assert check().status == "lost"
+
+    evidence_path.unlink()
+    assert check().status == "pending"
+
+
+def test_verify_cli_exit_codes(finished, tmp_path):
+    import shutil
+
+    root, _, _, _ = finished
+    project = tmp_path / "p"
+    shutil.copytree(root / "contracts", project / "contracts")
+    shutil.copytree(root / "runs", project / "runs")
+    gates = [sys.executable, "-m", "gates"]
+    ok = subprocess.run(gates + ["verify"], cwd=project, capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stdout + ok.stderr
+    (project / "runs" / "c05-small" / "evidence.json").unlink()
+    lost = subprocess.run(gates + ["verify", "contracts/c05-small.yaml"], cwd=project, capture_output=True, text=True)
+    assert lost.returncode == 1 and "evidence missing" in lost.stdout
+    bad = subprocess.run(gates + ["verify", "contracts/nope.yaml"], cwd=project, capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_edited_contract_with_evidence_refuses_to_run(finished, tmp_path):
+    root, _, uri, _ = finished
+    data = small_c05()
+    data["decision"]["alpha"] = 0.01
+    path = write_contract(tmp_path, data)
+    with pytest.raises(UserError, match="edited after its evidence"):
+        run_contract(load_contract(path), uri, root / "runs")
+
+
+def test_futility_halt_is_recorded_and_refutes(workdir):
+    data = small_c05(id="c05-futile")
+    # the contract names path_only in its decision; a futility rule it cannot pass halts it
+    data["stop_rules"]["futility"] = [{"metric": "test_acc", "at_step": 40, "worse_than": 0.99, "window": 20,
+                                       "min_rel_improvement": 0.5, "arms": ["path_only"]}]
+    path = write_contract(workdir / "contracts", data)
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    evidence = run_contract(load_contract(path), uri, workdir / "runs")
+    halted = [r for r in evidence["runs"] if r["status"] == "halted"]
+    assert {(r["arm"], r["halt_reason"]) for r in halted} == {("path_only", "futility")}
+    assert evidence["verdict"] == "refuted"
+    client = MlflowClient(uri)
+    run = client.get_run(halted[0]["mlflow_run_id"])
+    assert run.data.tags["gates.status"] == "halted" and run.data.tags["gates.halt_reason"] == "futility"
+    assert max(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == 40
+
+
+def test_preflight_refuses_capacity_mismatch_and_cost_overrun(workdir):
+    data = small_c05(id="c05-capacity")
+    data["preflight"]["capacity_match"] = {"arms": ["flat_address", "subheap_kernel"], "tolerance": 0.02}
+    data["preflight"]["compute_cost"]["max_ratio"] = 2
+    path = write_contract(workdir / "contracts", data)
+    with pytest.raises(UserErrors) as info:
+        run_contract(load_contract(path), f"sqlite:///{workdir / 'mlflow.db'}", workdir / "runs")
+    text = info.value.render()
+    assert "preflight.capacity_match.tolerance: trainable parameters differ" in text
+    assert "preflight.compute_cost.max_ratio: arm 'path_subheap_kernel' measures flops ratio" in text
+    assert not (workdir / "mlflow.db").exists()  # refused before any step or store
+
+
+def test_kill_mid_run_loses_no_finished_run(workdir):
+    """SIGKILL `gates run` mid-contract: finished runs survive in MLflow, no evidence is half-written,
+    and the next run reuses them and marks the killed one."""
+    import os
+    import signal
+    import time
+
+    data = small_c05(id="c05-kill")
+    data["budget"] = {"steps": 60, "eval_every": 20}
+    path = write_contract(workdir / "contracts", data)
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    proc = subprocess.Popen([sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
+                            cwd=workdir, stdout=subprocess.PIPE, text=True)
+    finished_ids = []
+    for line in proc.stdout:  # wait for two finished runs, then kill without warning
+        event = json.loads(line)
+        finished_ids.append(event["mlflow_run_id"])
+        if len(finished_ids) == 2:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert not (workdir / "runs" / "c05-kill" / "evidence.json").exists()
+    evidence = run_contract(load_contract(path), uri, workdir / "runs")
+    reused = [r["mlflow_run_id"] for r in evidence["runs"]][:2]
+    assert reused == finished_ids
+    assert evidence["verdict"] == "supported"
