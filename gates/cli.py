@@ -19,12 +19,12 @@ from rich.table import Table
 from gates.errors import UserError
 
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
     help="Falsification-gated experiments: a hypothesis contract fixes, before any training step, what "
          "result would support or refute a claim; `gates run` trains its arms x seeds into MLflow, halts "
          "hopeless runs and writes an honest verdict with its evidence to runs/<id>/.")
-out = Console()
-err = Console(stderr=True, highlight=False)
+out = Console(soft_wrap=True)  # long lines (signatures, paths) stay whole for copy and grep
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", help="Where evidence is written and read (committed).")
 CONTRACTS_DIR = typer.Option(Path("contracts"), "--contracts-dir", help="Where contracts are looked up.")
@@ -186,16 +186,23 @@ def _print_verdict(ev: dict, runs_dir: Path) -> None:
     from gates.ledger import signature
 
     colour = {"supported": "green", "refuted": "red", "inconclusive": "yellow"}[ev["verdict"]]
-    out.print(f"\n[bold {colour}]{ev['verdict'].upper()}[/]  {ev['contract_id']}: {ev['claim']}", highlight=False)
-    table = Table("condition", "outcome", "estimate", "interval", "p adj (holds/fails)")
+    out.print(f"\n[bold {colour}]{ev['verdict'].upper()}[/]  {ev['contract_id']}", highlight=False)
+    out.print(ev["claim"], markup=False, highlight=False)
     for c in ev["conditions"]:
-        ci = f"[{c['ci_low']:.4g}, {c['ci_high']:.4g}]" if c.get("ci_low") is not None else "-"
-        p = (f"{c['p_hold_adj']:.3g} / {c['p_fail_adj']:.3g}" if c.get("p_hold_adj") is not None else "-")
-        est = f"{c['estimate']:.4g}" if c.get("estimate") is not None else "-"
-        table.add_row(f"{c['list_name']}[{c['index']}] {c['description']}", c["outcome"], est, ci, p)
-    out.print(table)
+        mark = {"holds": "green", "fails": "red"}.get(c["outcome"], "yellow")
+        out.print(f"  [{mark}]{c['outcome']:<12}[/] {c['list_name']}[{c['index']}]  {c['description']}", highlight=False)
+        observed = "; ".join(f"{term} = {', '.join(f'{v:.4g}' for v in values)}" for term, values in c["values"].items())
+        stats = ""
+        if c.get("estimate") is not None:
+            stats = f"margin {c['estimate']:+.4g}"
+            if c.get("ci_low") is not None:
+                stats += f" [{c['ci_low']:.4g}, {c['ci_high']:.4g}]"
+            if c.get("p_hold_adj") is not None:
+                stats += f", Holm p(holds) {c['p_hold_adj']:.3g}, p(fails) {c['p_fail_adj']:.3g}"
+        out.print(f"               {observed}; {stats} ({c['test']})", markup=False, highlight=False)
+    out.print("why:", highlight=False)
     for r in ev["reasons"]:
-        out.print(f"- {r}", markup=False, highlight=False)
+        out.print(f"  - {r}", markup=False, highlight=False)
     for s in ev.get("settle", []):
         out.print(f"  to settle: {s}", markup=False, highlight=False)
     out.print(f"evidence: {runs_dir / ev['contract_id'] / 'evidence.json'}", highlight=False)

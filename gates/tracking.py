@@ -24,9 +24,11 @@ def resolve_uri(uri: str | None) -> str:
 
 def _client(uri: str):
     # MLflow is imported lazily: `gates check` and `gates verify` need no tracking store.
-    logging.getLogger("mlflow").setLevel(logging.WARNING)
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     from mlflow import MlflowClient
+
+    # after the import, which configures MLflow's loggers: keep its INFO chatter out of our output
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
     return MlflowClient(tracking_uri=uri)
 
