@@ -146,6 +146,13 @@ def render_report(ev: dict) -> str:
     for r in ev["runs"]:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["metrics"].items()))
         lines.append(f"| {r['arm']} | {r['seed']} | {r['status']} | {r.get('halt_reason') or '-'} | {metrics} |")
+    point = ev.get("falsifiable_point")
+    if point:
+        sign = ">=" if point["direction"] == "higher" else "<="
+        lines += ["", "## Falsifiable point (gate 5)", "",
+                  f"`{point['arm']}.{point['metric']} {sign} {point['threshold']}` by step {point['by_step']}:", ""]
+        lines += [f"- seed {r['seed']}: {_fmt(r['value'])} at step {r['step']}: {'met' if r['met'] else 'NOT met'}"
+                  for r in point["runs"]]
     pre = ev.get("preflight", {})
     if pre:
         lines += ["", "## Preflight", ""]

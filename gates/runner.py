@@ -164,7 +164,7 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
 
 def _record(summary: dict) -> dict:
     return {k: summary[k] for k in ("arm", "seed", "status", "halt_reason", "halt_detail", "metrics",
-                                    "seconds", "mlflow_run_id")}
+                                    "seconds", "first_signal", "mlflow_run_id")}
 
 
 def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm, cfg, seed, budget,
@@ -191,10 +191,23 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
         halt_detail = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     final = {k: float(v) for k, v in final.items()}
     seconds = round(time.perf_counter() - started, 3)
+    point = c.preflight.falsifiable_point
+    signal = first_signal(point, reporter.history.get(point.metric, [])) if arm == point.arm else None
     sink.flush()
-    tracker.finish_child(run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds)
+    tracker.finish_child(run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds, signal)
     return {"arm": arm, "seed": seed, "status": status, "halt_reason": halt_reason, "halt_detail": halt_detail,
-            "metrics": final, "seconds": seconds, "mlflow_run_id": run_id}
+            "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id}
+
+
+def first_signal(point, series: list[tuple[int, float]]) -> dict:
+    """Gate 5 as measured: the falsifiable metric's last value at or before `by_step`, and whether it
+    had reached the declared threshold by then (informational: the verdict comes from `decision`)."""
+    seen = [(step, value) for step, value in series if step <= point.by_step]
+    if not seen:
+        return {"step": None, "value": None, "met": False}
+    step, value = seen[-1]
+    met = value >= point.threshold if point.direction == "higher" else value <= point.threshold
+    return {"step": step, "value": value if math.isfinite(value) else None, "met": bool(met)}
 
 
 def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
@@ -227,6 +240,9 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
         },
         "mlflow": {"tracking_uri": tracking_uri, "experiment_id": experiment_id, "parent_run_id": parent_id},
         "preflight": pre.as_dict(),
+        "falsifiable_point": {**c.preflight.falsifiable_point.model_dump(exclude={"statement"}),
+                              "runs": [{"seed": r["seed"], **r["first_signal"]} for r in records
+                                       if r.get("first_signal")]},
         "runs": [{**r, "metrics": verdict.json_safe(r["metrics"]),
                   "halt_detail": (r.get("halt_detail") or None) and r["halt_detail"][:2000]} for r in records],
         "conditions": v["conditions"],

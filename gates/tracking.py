@@ -117,11 +117,13 @@ class Tracker:
         return run.info.run_id
 
     def finish_child(self, run_id: str, status: str, halt_reason: str | None, halt_detail: str | None,
-                     final_metrics: dict[str, float], final_step: int, seconds: float) -> None:
+                     final_metrics: dict[str, float], final_step: int, seconds: float,
+                     first_signal: dict | None) -> None:
         from mlflow.entities import Metric, RunTag
 
         tags = {"gates.status": status, "gates.halt_reason": halt_reason or "",
-                "gates.final_metrics": json.dumps(final_metrics), "gates.seconds": str(seconds)}
+                "gates.final_metrics": json.dumps(final_metrics), "gates.seconds": str(seconds),
+                "gates.first_signal": json.dumps(first_signal)}
         if halt_detail:
             tags["gates.halt_detail"] = halt_detail[:5000]
         now = int(time.time() * 1000)
@@ -160,6 +162,7 @@ def run_summary(run: Any) -> dict:
         "halt_detail": tags.get("gates.halt_detail") or None,
         "metrics": json.loads(tags.get("gates.final_metrics", "{}")),
         "seconds": float(tags.get("gates.seconds", "nan")),
+        "first_signal": json.loads(tags.get("gates.first_signal", "null")),
         "mlflow_run_id": run.info.run_id,
         "mlflow_status": run.info.status,
     }
