@@ -87,14 +87,27 @@ class BudgetSpec(Strict):
 
 
 class FutilityRule(Strict):
-    """Halt an arm that is hopeless: at `at_step`, worse than `worse_than` and not converging."""
+    """Halt an arm that is hopeless: at `at_step`, worse than a bar and not converging.
+
+    The bar is a constant (`worse_than`) or relative to the other arms of the same seed at the same
+    step (`behind_best_other_by`: worse than the best other arm by more than this margin).
+    """
 
     metric: str
     at_step: int = Field(gt=0)
-    worse_than: float
+    worse_than: float | None = None
+    behind_best_other_by: float | None = Field(default=None, ge=0)
     window: int = Field(gt=0, description="steps over which the convergence trend is measured")
     min_rel_improvement: float = Field(ge=0, description="relative improvement over the window below which there is no trend")
     arms: list[str] | None = Field(default=None, description="arms the rule applies to (default: all)")
+
+    @model_validator(mode="after")
+    def _one_bar(self):
+        if (self.worse_than is None) == (self.behind_best_other_by is None):
+            raise ValueError("give exactly one of worse_than (a constant) or behind_best_other_by (a margin)")
+        if self.behind_best_other_by is not None and not self.arms:
+            raise ValueError("behind_best_other_by needs `arms`: the arms it halts (the others are the reference)")
+        return self
 
 
 class DivergenceRule(Strict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -36,19 +37,40 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def code_sha256() -> str:
-    """Fingerprint of the installed platform and studies (path + content of every .py file)."""
+def code_sha256(study_module: str | None = None) -> str:
+    """Fingerprint of the code a run depends on: every file of `gates/`, plus the study's module and
+    the `models` modules it imports (transitively). Editing one study does not invalidate another's
+    finished runs; editing the platform or a shared module does."""
+    files = sorted((PROJECT_ROOT / "gates").rglob("*.py"))
+    files += study_files(study_module) if study_module else sorted((PROJECT_ROOT / "models").rglob("*.py"))
     digest = hashlib.sha256()
-    for package in CODE_PACKAGES:
-        root = PROJECT_ROOT / package
-        for path in sorted(root.rglob("*.py")):
-            digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
-            digest.update(b"\0")
-            digest.update(path.read_bytes())
+    for path in files:
+        digest.update(str(path.relative_to(PROJECT_ROOT)).encode())
+        digest.update(b"\0")
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
-def current() -> Provenance:
+_MODELS_IMPORT = re.compile(r"^\s*(?:from\s+models\.(\w+)\s+import|import\s+models\.(\w+)|from\s+models\s+import\s+(\w+))",
+                            re.MULTILINE)
+
+
+def study_files(module: str) -> list[Path]:
+    """`models/<module>.py` and the models modules it imports, transitively, with models/__init__.py."""
+    root = PROJECT_ROOT / "models"
+    seen: set[Path] = set()
+    todo = [root / "__init__.py", root / f"{module.removeprefix('models.')}.py"]
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        for groups in _MODELS_IMPORT.findall(path.read_text(encoding="utf-8")):
+            todo.append(root / f"{next(g for g in groups if g)}.py")
+    return sorted(seen)
+
+
+def current(study_module: str | None = None) -> Provenance:
     commit = _git("rev-parse", "HEAD") or "unknown"
     if commit == "unknown":
         dirty = "unknown"
@@ -56,4 +78,4 @@ def current() -> Provenance:
         # evidence in runs/ and local stores do not make the code dirty
         status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)runs")
         dirty = "unknown" if status is None else ("true" if status else "false")
-    return Provenance(commit, dirty, code_sha256())
+    return Provenance(commit, dirty, code_sha256(study_module))

@@ -16,8 +16,12 @@ from gates.study import Direction, Halt
 class StopRuleEngine:
     """Asks a contract's stop rules about one arm x seed run after each report."""
 
-    def __init__(self, rules: StopRules, arm: str, directions: dict[str, Direction], clock=time.monotonic):
+    def __init__(self, rules: StopRules, arm: str, directions: dict[str, Direction], clock=time.monotonic,
+                 others: dict[str, dict[str, list[tuple[int, float]]]] | None = None):
+        """`others`: the histories (arm -> metric -> [(step, value)]) of the other arms already run on
+        this seed, the reference for `behind_best_other_by` rules."""
         self.rules = rules
+        self.others = others or {}
         self.directions = directions
         self.futility = [r for r in rules.futility if r.arms is None or arm in r.arms]
         self.looked: set[int] = set()  # futility rules look once, at the first report at/after at_step
@@ -51,17 +55,37 @@ class StopRuleEngine:
             if i in self.looked or step < rule.at_step or not history.get(rule.metric):
                 continue
             self.looked.add(i)
-            halt = futility_halt(rule, self.directions[rule.metric], history[rule.metric], step)
+            bar = rule.worse_than
+            if rule.behind_best_other_by is not None:
+                bar = relative_bar(rule, self.directions[rule.metric], self.others, step)
+                if bar is None:  # no other arm has a value by this step: nothing to be behind
+                    continue
+            halt = futility_halt(rule, self.directions[rule.metric], history[rule.metric], step, bar)
             if halt:
                 return halt
         return None
 
 
-def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[int, float]], step: int) -> Halt | None:
-    """Halt when the metric is worse than `worse_than` and improved by less than
-    `min_rel_improvement` (relative) over the last `window` steps."""
+def relative_bar(rule: FutilityRule, direction: Direction, others: dict, step: int) -> float | None:
+    """The best other arm's value at `step` (its latest at or before it), moved by the margin."""
+    values = []
+    for arm, histories in others.items():
+        seen = [v for s, v in histories.get(rule.metric, []) if s <= step and math.isfinite(v)]
+        if seen and arm not in (rule.arms or []):
+            values.append(seen[-1])
+    if not values:
+        return None
+    if direction == "higher":
+        return max(values) - rule.behind_best_other_by
+    return min(values) + rule.behind_best_other_by
+
+
+def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[int, float]], step: int,
+                  bar: float) -> Halt | None:
+    """Halt when the metric is worse than `bar` and improved by less than `min_rel_improvement`
+    (relative) over the last `window` steps."""
     current = series[-1][1]
-    worse = current < rule.worse_than if direction == "higher" else current > rule.worse_than
+    worse = current < bar if direction == "higher" else current > bar
     if not worse:
         return None
     # the value `window` steps ago: the latest one recorded at or before step - window
@@ -72,5 +96,11 @@ def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[i
     if relative >= rule.min_rel_improvement:
         return None
     return Halt("futility", step,
-                f"{rule.metric} = {current:.4g} is worse than {rule.worse_than:g} at step {step} and improved "
+                f"{rule.metric} = {current:.4g} is worse than {bar:.4g}{_bar_origin(rule)} at step {step} and improved "
                 f"{relative:+.2%} over the last {rule.window} steps (< {rule.min_rel_improvement:.2%})")
+
+
+def _bar_origin(rule: FutilityRule) -> str:
+    if rule.behind_best_other_by is None:
+        return ""
+    return f" (the best other arm moved by {rule.behind_best_other_by:g})"

@@ -114,7 +114,7 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
     if pre.errors:
         raise UserErrors(pre.errors)
 
-    prov = provenance.current()
+    prov = provenance.current(type(study).__module__)
     tracker = Tracker(tracking_uri)
     experiment_id = tracker.experiment_id(c.id)
     base_tags = {
@@ -133,16 +133,25 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
 
     records = []
     budget = Budget(c.budget.steps, c.budget.eval_every)
+    # Seed-major, with the arms that relative futility rules judge last in each seed, so that the
+    # arms they are compared with have already run on that seed.
+    judged = {a for r in c.stop_rules.futility if r.behind_best_other_by is not None for a in r.arms}
+    reference_metrics = {r.metric for r in c.stop_rules.futility if r.behind_best_other_by is not None}
+    order = [a for a in loaded.arm_configs if a not in judged] + [a for a in loaded.arm_configs if a in judged]
     try:
-        for arm, cfg in loaded.arm_configs.items():
-            for seed in c.seeds:
+        for seed in c.seeds:
+            seed_histories: dict[str, dict] = {}  # arm -> metric -> [(step, value)], this seed only
+            for arm in order:
+                cfg = loaded.arm_configs[arm]
                 if (arm, seed) in done:
                     record = _record(done[(arm, seed)])
                     progress.start(arm, seed, budget.steps, skipped=record)
+                    seed_histories[arm] = {m: tracker.history(record["mlflow_run_id"], m) for m in reference_metrics}
                 else:
                     progress.start(arm, seed, budget.steps)
-                    record = _run_one(loaded, tracker, experiment_id, parent_id, base_tags, arm, cfg, seed,
-                                      budget, progress)
+                    record, history = _run_one(loaded, tracker, experiment_id, parent_id, base_tags, arm, cfg,
+                                               seed, budget, progress, others=dict(seed_histories))
+                    seed_histories[arm] = history
                 records.append(record)
                 progress.end(record)
     except KeyboardInterrupt:
@@ -168,13 +177,14 @@ def _record(summary: dict) -> dict:
 
 
 def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm, cfg, seed, budget,
-             progress) -> dict:
+             progress, others: dict) -> tuple[dict, dict]:
+    """Train one arm x seed as a nested MLflow run; (its record, its metric histories)."""
     c, study = loaded.contract, loaded.study
     params = {**flatten(cfg.model_dump(mode="json")), "seed": str(seed), "contract_sha256": loaded.sha256}
     run_id = tracker.start_child(experiment_id, parent_id, f"{arm}/seed{seed}", params,
                                  {**base_tags, "gates.arm": arm, "gates.seed": str(seed)})
     sink = MLflowMetricSink(tracker.client, run_id)
-    reporter = PlatformReporter(budget, StopRuleEngine(c.stop_rules, arm, study.metrics), sink,
+    reporter = PlatformReporter(budget, StopRuleEngine(c.stop_rules, arm, study.metrics, others=others), sink,
                                 on_report=lambda step, m: progress.update(arm, seed, step, m))
     status, halt_reason, halt_detail = "completed", None, None
     started = time.perf_counter()
@@ -196,7 +206,7 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
     sink.flush()
     tracker.finish_child(run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds, signal)
     return {"arm": arm, "seed": seed, "status": status, "halt_reason": halt_reason, "halt_detail": halt_detail,
-            "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id}
+            "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id}, reporter.history
 
 
 def first_signal(point, series: list[tuple[int, float]]) -> dict:

@@ -144,6 +144,10 @@ class Tracker:
             self.client.log_artifact(run_id, path)
         self.client.set_terminated(run_id, status=status)
 
+    def history(self, run_id: str, metric: str) -> list[tuple[int, float]]:
+        """A metric's (step, value) series as logged, in step order."""
+        return sorted((m.step, m.value) for m in self.client.get_metric_history(run_id, metric))
+
     def kill(self, run_id: str) -> None:
         from mlflow.entities import RunTag
 

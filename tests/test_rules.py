@@ -93,3 +93,38 @@ def test_budget_halts_on_wall_clock():
 def test_reporter_rejects_non_numbers():
     with pytest.raises(TypeError, match="metric 'loss' must be a number"):
         feed(engine({}), [(10, {"loss": "low"})])
+
+
+RELATIVE = {"futility": [{"metric": "loss", "at_step": 100, "behind_best_other_by": 3.0, "window": 50,
+                          "min_rel_improvement": 0.01, "arms": ["treatment"]}]}
+
+
+def test_relative_futility_halts_an_arm_far_behind_the_best_other_arm():
+    others = {"baseline": {"loss": [(50, 12.0), (100, 10.0)]}, "ablation": {"loss": [(100, 11.0)]}}
+    with pytest.raises(Halt) as info:
+        feed(engine_with(RELATIVE, "treatment", others), [(50, {"loss": 13.05}), (100, {"loss": 13.01})])
+    assert "worse than 13" in info.value.detail and "best other arm" in info.value.detail
+
+
+def test_relative_futility_spares_an_arm_within_the_margin_or_still_improving():
+    others = {"baseline": {"loss": [(100, 10.0)]}}
+    feed(engine_with(RELATIVE, "treatment", others), [(50, {"loss": 12.9}), (100, {"loss": 12.9})])  # within 3
+    feed(engine_with(RELATIVE, "treatment", others), [(50, {"loss": 20.0}), (100, {"loss": 14.0})])  # -30%: trend
+
+
+def test_relative_futility_without_reference_does_not_halt():
+    feed(engine_with(RELATIVE, "treatment", {}), [(50, {"loss": 99.0}), (100, {"loss": 99.0})])
+
+
+def test_relative_futility_needs_arms_and_exactly_one_bar():
+    from pydantic import ValidationError
+
+    rule = dict(RELATIVE["futility"][0])
+    with pytest.raises(ValidationError, match="needs `arms`"):
+        StopRules.model_validate({"futility": [{**rule, "arms": None}]})
+    with pytest.raises(ValidationError, match="exactly one of"):
+        StopRules.model_validate({"futility": [{**rule, "worse_than": 1.0}]})
+
+
+def engine_with(rules: dict, arm: str, others: dict):
+    return StopRuleEngine(StopRules.model_validate(rules), arm, DIRECTIONS, others=others)
