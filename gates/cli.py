@@ -26,6 +26,10 @@ app = typer.Typer(
 out = Console(soft_wrap=True)  # long lines (signatures, paths) stay whole for copy and grep
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
+from gates.data_cli import data_app  # noqa: E402  (no heavy imports: stdlib + typer)
+
+app.add_typer(data_app, name="data")
+
 RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", help="Where evidence is written and read (committed).")
 CONTRACTS_DIR = typer.Option(Path("contracts"), "--contracts-dir", help="Where contracts are looked up.")
 
