@@ -8,6 +8,7 @@ Every arm x seed is one MLflow run nested under the contract's parent run. A fin
 from __future__ import annotations
 
 import math
+import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 import gates
-from gates import ledger, provenance, verdict
+from gates import ledger, plots, provenance, verdict
 from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors
 from gates.reporter import PlatformReporter
@@ -165,9 +166,14 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
     outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions
                        for k in ("estimate", "p_hold_adj", "p_fail_adj")
                        if isinstance(getattr(r, k), (int, float)) and math.isfinite(getattr(r, k))}
-    tracker.finish_parent(parent_id, {**outcome_tags, "gates.verdict": result.verdict,
-                                      "gates.signature": ledger.signature(evidence)},
-                          outcome_metrics, [str(path), str(path.parent / ledger.REPORT)])
+    with tempfile.TemporaryDirectory(prefix="gates-plots-") as tmp:
+        histories = {(r["arm"], r["seed"]): {m: tracker.history(r["mlflow_run_id"], m)
+                                             for m in plots.plotted_metrics(c)} for r in records}
+        figures = [plots.learning_curves(c, histories, records, Path(tmp) / "learning_curves.png"),
+                   plots.condition_intervals(c.id, evidence["conditions"], Path(tmp) / "conditions.png")]
+        tracker.finish_parent(parent_id, {**outcome_tags, "gates.verdict": result.verdict,
+                                          "gates.signature": ledger.signature(evidence)},
+                              outcome_metrics, [str(path), str(path.parent / ledger.REPORT), *map(str, figures)])
     return evidence
 
 

@@ -63,7 +63,7 @@ def test_mlflow_holds_nested_runs_with_tags_params_and_histories(finished):
     assert parent.data.tags["gates.verdict"] == "supported"
     assert parent.data.tags["gates.condition.supported_if.0"] == "holds"
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
-    assert {"evidence.json", "verdict.md"} <= artifacts
+    assert {"evidence.json", "verdict.md", "learning_curves.png", "conditions.png"} <= artifacts
     for child in children:
         tags, params = child.data.tags, child.data.params
         assert tags["mlflow.parentRunId"] == parent.info.run_id

@@ -1,0 +1,94 @@
+"""Review plots for a contract's parent MLflow run (matplotlib, PNG, no display needed).
+
+- learning curves: per metric the decision, the falsifiable point or a futility rule names, one line
+  per arm x seed, with the decision's thresholds, the futility bars and the halt points marked;
+- condition intervals: every condition's effect with its interval against zero (its margin).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gates.contract import Contract, Threshold, condition_terms
+
+
+def plotted_metrics(contract: Contract) -> list[str]:
+    """The metrics a reviewer needs to see move: those the decision, gate 5 or a stop rule name."""
+    names = [contract.preflight.falsifiable_point.metric]
+    for _, _, c in contract.conditions():
+        names += [metric for _, metric in condition_terms(c)]
+    names += [rule.metric for rule in contract.stop_rules.futility]
+    return list(dict.fromkeys(names))
+
+
+def learning_curves(contract: Contract, histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]],
+                    records: list[dict], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = plotted_metrics(contract)
+    arms = list(contract.arms)
+    colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arms)}
+    fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), squeeze=False)
+    for ax, metric in zip(axes[:, 0], metrics):
+        for (arm, seed), series in histories.items():
+            points = series.get(metric, [])
+            if points:
+                steps, values = zip(*points)
+                ax.plot(steps, values, color=colours[arm], alpha=0.8, lw=1.2,
+                        label=arm if seed == contract.seeds[0] else None)
+        for _, _, c in contract.conditions():
+            if isinstance(c, Threshold) and c.metric == metric:
+                ax.axhline(c.value, color=colours[c.arm], ls="--", lw=0.8)
+        for rule in contract.stop_rules.futility:
+            if rule.metric == metric:
+                ax.axvline(rule.at_step, color="grey", ls=":", lw=0.8)
+                if rule.worse_than is not None:
+                    ax.axhline(rule.worse_than, color="grey", ls=":", lw=0.8)
+        for r in records:
+            if r["status"] == "halted" and (r["arm"], r["seed"]) in histories:
+                points = histories[(r["arm"], r["seed"])].get(metric, [])
+                if points:
+                    ax.plot(*points[-1], marker="x", ms=9, color="red")
+        ax.set_title(metric, fontsize=10)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    if handles:
+        axes[0, 0].legend(fontsize=8, loc="best")
+    fig.suptitle(f"{contract.id}: learning curves (dashed: decision thresholds; dotted: futility; x: halt)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def condition_intervals(contract_id: str, conditions: list[dict], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colour = {"holds": "tab:green", "fails": "tab:red", "undetermined": "tab:orange"}
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(conditions) + 1.5))
+    for row, c in enumerate(conditions):
+        if c.get("estimate") is None:
+            continue
+        low = c["ci_low"] if c.get("ci_low") is not None else c["estimate"]
+        high = c["ci_high"] if c.get("ci_high") is not None else c["estimate"]
+        ax.errorbar(c["estimate"], row, xerr=[[c["estimate"] - low], [high - c["estimate"]]], fmt="o",
+                    color=colour[c["outcome"]], capsize=4)
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set_yticks(range(len(conditions)))
+    ax.set_yticklabels([f"{c['list_name']}[{c['index']}] {c['description']}"[:70] for c in conditions], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlabel("effect beyond the margin (> 0: the condition holds); interval at 1 - 2 alpha")
+    ax.set_title(f"{contract_id}: conditions\n(green holds, red fails, orange undetermined)", fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
