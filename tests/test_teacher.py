@@ -1,0 +1,232 @@
+"""The dense query-key teacher: split, tokenizer+model cache, determinism, causality, record()."""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from models.teacher import (
+    TeacherConfig,
+    in_train_slice,
+    load_or_train,
+    read_complete,
+    split_lines,
+    teacher_key,
+)
+
+# tiny but real: trains in about a second on one core
+TINY = dict(vocab_size=200, d_model=32, d_k=32, layers=2, seq_len=32, max_positions=64,
+            batch=8, steps=30, lr=3e-3)
+
+
+def grammar_lines(seed: int, count: int) -> list[str]:
+    """English-like sentences from a small grammar (one to three per line)."""
+    rng = random.Random(seed)
+    subjects = ["the user", "a window", "the dialog", "this option", "the cell", "every chart",
+                "the toolbar", "a macro", "the document", "each table", "the printer", "a style"]
+    verbs = ["opens", "closes", "selects", "formats", "inserts", "deletes", "exports", "sorts",
+             "hides", "shows", "saves", "prints", "checks", "updates"]
+    objects = ["the file", "a new sheet", "the selected text", "all rows", "the current page",
+               "a hyperlink", "the default settings", "the chart title", "hidden columns",
+               "the index entry", "a template", "the paragraph style"]
+    endings = ["", " automatically", " when you click OK", " from the Format menu",
+               " in the sidebar", " before printing", " for the whole document"]
+    lines = []
+    for _ in range(count):
+        sentences = [f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)}"
+                     f"{rng.choice(endings)}." for _ in range(rng.randint(1, 3))]
+        lines.append(" ".join(s[0].upper() + s[1:] for s in sentences))
+    return lines
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine OpenMP threads wait on each other."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "grammar.txt"
+    path.write_text("\n".join(grammar_lines(0, 700)) + "\n", encoding="utf-8")
+    return path
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch) -> Path:
+    """A fresh, empty teacher cache for one test."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(root))
+    return root
+
+
+@pytest.fixture(scope="module")
+def trained(corpus, tmp_path_factory):
+    """One tiny teacher trained into its own cache (shared by the read-only tests below)."""
+    root = tmp_path_factory.mktemp("trained-cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TREEHEAP_GATES_CACHE", str(root))
+        messages: list[str] = []
+        torch.manual_seed(123)
+        teacher = load_or_train(TeacherConfig(corpus=str(corpus), **TINY), log=messages.append)
+        after_training = torch.rand(4)
+        yield teacher, root, messages, after_training
+
+
+# ------------------------------------------------------------------------------------ config
+def test_config_is_strict_and_checks_its_ranges():
+    with pytest.raises(ValidationError):
+        TeacherConfig(d_k=16)  # studies.md: d_k 32-64
+    with pytest.raises(ValidationError):
+        TeacherConfig(layers=3)
+    with pytest.raises(ValidationError):
+        TeacherConfig(seq_len=128, max_positions=64)
+    with pytest.raises(ValidationError):
+        TeacherConfig(heads=2)  # unknown field
+    with pytest.raises(ValidationError):
+        TeacherConfig().steps = 10  # frozen
+
+
+# ------------------------------------------------------------------------------------ split
+def test_split_is_disjoint_complete_and_independent_of_line_order():
+    lines = grammar_lines(1, 600) + ["", "   "]
+    train, heldout = split_lines(lines, 0.9)
+    assert set(train).isdisjoint(heldout)
+    assert set(train) | set(heldout) == {line for line in lines if line.strip()}
+    assert 0.8 < len(train) / (len(train) + len(heldout)) < 0.97
+    assert train == [line for line in lines if line in set(train)]  # corpus order kept
+
+    shuffled = list(lines)
+    random.Random(7).shuffle(shuffled)
+    train2, heldout2 = split_lines(shuffled, 0.9)
+    assert sorted(train2) == sorted(train) and sorted(heldout2) == sorted(heldout)
+
+    # a line's side depends on its text alone, so duplicates never straddle the split
+    duplicated = split_lines(lines + lines[:50], 0.9)
+    assert set(duplicated[0]).isdisjoint(duplicated[1])
+    assert all(in_train_slice(line, 0.9) == (line in set(train)) for line in lines if line.strip())
+    # a larger fraction only moves lines from held-out into train
+    assert set(train) <= set(split_lines(lines, 0.95)[0])
+
+
+# ------------------------------------------------------------------------------------ cache
+def test_training_writes_a_complete_entry_and_the_second_call_loads_it(trained, corpus):
+    teacher, root, messages, after_training = trained
+    assert teacher.trained_now
+    assert any("step 30/30" in message for message in messages)  # it really trained
+    folder = root / "teachers" / teacher.key
+    assert teacher.directory == folder
+    assert {"tokenizer.model", "weights.pt", "teacher.json"} <= {p.name for p in folder.iterdir()}
+    assert not list((root / "teachers").glob(".tmp-*"))  # no temp folders left behind
+
+    meta = json.loads((folder / "teacher.json").read_text())
+    assert meta["key"] == teacher.key and meta["config"] == teacher.config.model_dump(mode="json")
+    for name in ("final_train_loss", "heldout_loss", "heldout_perplexity", "train_seconds",
+                 "train_tokens", "heldout_tokens", "train_lines", "heldout_lines"):
+        assert meta[name] > 0, name
+    assert meta["vocab_size_actual"] <= 200
+    assert not teacher.model.training
+    assert not any(p.requires_grad for p in teacher.model.parameters())
+
+    # training did not move the caller's random stream
+    torch.manual_seed(123)
+    assert torch.equal(after_training, torch.rand(4))
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TREEHEAP_GATES_CACHE", str(root))
+        again_log: list[str] = []
+        again = load_or_train(TeacherConfig(corpus=str(corpus), **TINY), log=again_log.append)
+    assert not again.trained_now and again.key == teacher.key
+    assert not any("step" in message for message in again_log)
+    assert again.meta == teacher.meta
+    for name, tensor in teacher.model.state_dict().items():
+        assert torch.equal(tensor, again.model.state_dict()[name]), name
+
+
+def test_partial_entry_is_retrained_and_training_is_deterministic(trained, corpus, cache):
+    teacher, _, _, _ = trained
+    # a killed trainer's leftovers under the final name: everything but the commit point
+    partial = cache / "teachers" / teacher.key
+    shutil.copytree(teacher.directory, partial)
+    (partial / "teacher.json").unlink()
+    stale = cache / "teachers" / f".tmp-{teacher.key}-deadbeef"
+    stale.mkdir()
+    assert read_complete(partial, teacher.key) is None
+    assert read_complete(teacher.directory, "0" * 64) is None  # another key's entry
+
+    rebuilt = load_or_train(teacher.config, log=lambda message: None)
+    assert rebuilt.trained_now and rebuilt.directory == partial
+    assert read_complete(partial, teacher.key) is not None
+    assert not stale.exists()
+
+    # same config, trained again from nothing: bit-identical tokenizer, weights and recordings
+    assert (partial / "tokenizer.model").read_bytes() == (teacher.directory / "tokenizer.model").read_bytes()
+    for name, tensor in teacher.model.state_dict().items():
+        assert torch.equal(tensor, rebuilt.model.state_dict()[name]), name
+    q1, k1 = teacher.record("heldout", 4, 48)
+    q2, k2 = rebuilt.record("heldout", 4, 48)
+    assert torch.equal(q1, q2) and torch.equal(k1, k2)
+
+
+def test_cache_key_follows_corpus_config_and_not_call_order(corpus, tmp_path):
+    other = tmp_path / "other.txt"
+    other.write_text("\n".join(grammar_lines(2, 700)) + "\n", encoding="utf-8")
+    base = TeacherConfig(corpus=str(corpus), **TINY)
+    assert teacher_key(base) == teacher_key(TeacherConfig(corpus=str(corpus), **TINY))
+    assert teacher_key(base) != teacher_key(base.model_copy(update={"corpus": str(other)}))
+    assert teacher_key(base) != teacher_key(TeacherConfig(corpus=str(corpus), **{**TINY, "seed": 1}))
+    assert len(teacher_key(base)) == 64
+
+
+# ------------------------------------------------------------------------------------ record
+def test_record_shapes_windows_and_errors(trained):
+    teacher, _, _, _ = trained
+    queries, keys = teacher.record("train", 6, 64)
+    assert queries.shape == keys.shape == (6, 64, 32)
+    assert queries.dtype == keys.dtype == torch.float32
+    assert torch.isfinite(queries).all() and not torch.equal(queries, keys)
+
+    # record() is the teacher run on consecutive non-overlapping windows of the split's stream
+    stream = teacher.stream("train")
+    direct_q, direct_k = teacher.queries_keys(stream[: 6 * 64].view(6, 64))
+    assert torch.equal(direct_q, queries) and torch.equal(direct_k, keys)
+    assert not torch.equal(teacher.record("heldout", 6, 64)[0], queries)  # the other split
+
+    # a second call is served from the recording cache, identically
+    assert (teacher.directory / "records" / "train-6x64.pt").is_file()
+    again_q, again_k = teacher.record("train", 6, 64)
+    assert torch.equal(again_q, queries) and torch.equal(again_k, keys)
+
+    with pytest.raises(ValueError, match="max_positions"):
+        teacher.record("train", 1, 65)
+    with pytest.raises(ValueError, match="split"):
+        teacher.record("test", 1, 16)
+    available = len(teacher.stream("heldout")) // 64
+    with pytest.raises(ValueError, match=f"only {available} windows"):
+        teacher.record("heldout", available + 1, 64)
+
+
+def test_queries_and_keys_are_causal(trained):
+    teacher, _, _, _ = trained
+    tokens = teacher.stream("heldout")[:64].clone()[None, :]
+    t = 20
+    changed = tokens.clone()
+    changed[0, t + 1:] = torch.randint(3, teacher.tokenizer.get_piece_size(), (63 - t,),
+                                       generator=torch.Generator().manual_seed(0))
+    q, k = teacher.queries_keys(tokens)
+    q2, k2 = teacher.queries_keys(changed)
+    assert torch.equal(q[:, : t + 1], q2[:, : t + 1]) and torch.equal(k[:, : t + 1], k2[:, : t + 1])
+    assert not torch.allclose(q[:, t + 1:], q2[:, t + 1:])  # the change reached the later positions
+    # changing an earlier token does move position t (attention really looks back)
+    earlier = tokens.clone()
+    earlier[0, 5] = (earlier[0, 5] + 1) % teacher.tokenizer.get_piece_size()
+    assert not torch.allclose(q[0, t], teacher.queries_keys(earlier)[0][0, t])
