@@ -375,6 +375,11 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
         if rule.at_step > contract.budget.steps:
             errors.append(err(("stop_rules", "futility", i, "at_step"),
                               f"at_step {rule.at_step} is past the budget of {contract.budget.steps} steps"))
+        elif rule.at_step - rule.window < contract.budget.eval_every:
+            errors.append(err(("stop_rules", "futility", i, "window"),
+                              f"window {rule.window} reaches back before the first evaluation (step "
+                              f"{contract.budget.eval_every}) from at_step {rule.at_step}; expected "
+                              f"at_step - window >= budget.eval_every, so the trend can be measured"))
     for j, m in enumerate(contract.stop_rules.divergence.metrics or []):
         metric_ref(("stop_rules", "divergence", "metrics", j), m)
 

@@ -88,8 +88,11 @@ def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[i
     worse = current < bar if direction == "higher" else current > bar
     if not worse:
         return None
-    # the value `window` steps ago: the latest one recorded at or before step - window
-    earlier = [v for s, v in series if s <= step - rule.window] or [series[0][1]]
+    # the value `window` steps ago: the latest one recorded at or before step - window. Without one
+    # there is no trend to judge, so no halt (contracts are checked so that one exists).
+    earlier = [v for s, v in series if s <= step - rule.window]
+    if not earlier:
+        return None
     before = earlier[-1]
     gain = (current - before) if direction == "higher" else (before - current)
     relative = gain / max(abs(before), 1e-12)

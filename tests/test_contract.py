@@ -159,3 +159,10 @@ def test_cli_prints_one_line_errors_and_exits_2(tmp_path):
     missing = subprocess.run([sys.executable, "-m", "gates", "check", str(tmp_path / "nope.yaml")],
                              capture_output=True, text=True)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr and "cannot read file" in missing.stderr
+
+
+def test_futility_window_must_fit_after_the_first_evaluation(tmp_path):
+    data = small_c05()  # eval every 20 steps
+    data["stop_rules"]["futility"][0].update(at_step=40, window=30)
+    msg = error_of(tmp_path, yaml.safe_dump(data))
+    assert "stop_rules.futility.0.window: window 30 reaches back before the first evaluation" in msg

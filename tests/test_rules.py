@@ -128,3 +128,8 @@ def test_relative_futility_needs_arms_and_exactly_one_bar():
 
 def engine_with(rules: dict, arm: str, others: dict):
     return StopRuleEngine(StopRules.model_validate(rules), arm, DIRECTIONS, others=others)
+
+
+def test_futility_without_a_full_window_of_history_does_not_halt():
+    # one evaluation only: no earlier value to measure a trend against
+    feed(engine(FUTILITY), [(100, {"acc": 0.1})])
