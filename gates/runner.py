@@ -56,8 +56,8 @@ def preflight(loaded: LoadedContract) -> PreflightReport:
     cost = c.preflight.compute_cost
     base = report.arms[cost.baseline_arm]
     for arm, m in report.arms.items():
-        m["params_ratio"] = m["params"] / base["params"] if base["params"] else math.inf
-        m["flops_ratio"] = (m["flops"] / base["flops"]) if m["flops"] and base["flops"] else None
+        m["params_ratio"] = _ratio(m["params"], base["params"])
+        m["flops_ratio"] = _ratio(m["flops"], base["flops"]) if m["flops"] is not None and base["flops"] is not None else None
         for kind in ("params_ratio", "flops_ratio"):
             if m[kind] is not None and m[kind] > cost.max_ratio:
                 refuse(("preflight", "compute_cost", "max_ratio"),
@@ -75,6 +75,13 @@ def preflight(loaded: LoadedContract) -> PreflightReport:
         else:
             report.notes.append(f"capacity match: {text} within {spread:.2%} (tolerance {match.tolerance:.2%})")
     return report
+
+
+def _ratio(cost: float, baseline: float) -> float:
+    """cost / baseline, where two zero costs (parameter-free arms) are equal, not infinitely apart."""
+    if baseline:
+        return cost / baseline
+    return 1.0 if not cost else math.inf
 
 
 # ---------------------------------------------------------------------------------- progress

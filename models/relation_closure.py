@@ -1,0 +1,237 @@
+"""Relation closure (SPR-096 stages A-C): can a parent summarise how its leaves answer queries?
+
+Stage A (`models.teacher`): a small dense query-key reader trained once on a real corpus, frozen;
+its last attention layer's queries and keys are the leaves and the queries here. Stages B and C
+(`models.relation_tree`): parents fitted to the exact responses z_p(q) = logsumexp of their
+descendants' scores, then read. This module only picks the data and wires the pieces into a Study.
+
+Leaf sets, per seed (the teacher is fixed; the seed draws the data and the fits):
+- `context`: `trees` per-context trees, each the N = `leaves` keys of one window of the training
+  slice (N consecutive positions, all visible: the tree indexes a context; studies.md N = 32..256);
+- `bank`: one memory tree of N keys pooled from many training windows (N up to 65,536).
+Queries come from held-out windows: the held-out windows are shuffled by the seed, the first half
+feed the fit queries and the second half the evaluation queries, so fit and evaluation queries
+never share a window. The same queries read every tree of a seed.
+
+Arms choose a parent (`single_key`, `prototypes` m, `lowrank`, `mlp` sized to match prototypes
+m = `mlp_match_prototypes`, `oracle`, or `dense`: no tree, the exact read the tree is measured
+against), a topology (`positional`, `random`, `learned`) and a read (`soft` only, or also a cheap
+`beam` / `drilldown` read; a beam without a width is calibrated on FIT queries to `target_recall`
+top-10 recall and then measured on evaluation queries).
+
+Budget: `steps` are Adam steps of the parent fit; every `eval_every` steps the fit loss and the
+closure error on evaluation queries are reported; the last report carries every metric.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import ClassVar, Literal
+
+import torch
+from pydantic import Field, model_validator
+
+from gates.study import Direction, Reporter, Study, StudyConfig
+from models import relation_tree as rt
+from models.common import seed_everything
+from models.teacher import TeacherConfig, load_or_train
+
+MAX_DEPTH = 16  # N <= 65,536 leaves
+QUERY_WINDOW = 128  # held-out windows the queries come from
+CONTEXT_POOL = 2048  # training windows a seed draws its per-context trees from
+BANK_WINDOW = 128
+PROBE_QUERIES = 128  # evaluation queries used for the closure error at intermediate reports
+
+
+class RelationClosureConfig(StudyConfig):
+    teacher: TeacherConfig = TeacherConfig()
+    leaf_set: Literal["context", "bank"] = "context"
+    leaves: int = Field(default=64, ge=4, le=2 ** MAX_DEPTH, description="N, a power of two")
+    trees: int = Field(default=32, ge=1, description="per-context trees per seed (bank: 1)")
+    fit_queries: int = Field(default=1024, ge=8)
+    eval_queries: int = Field(default=512, ge=8)
+    parent: Literal["single_key", "prototypes", "lowrank", "mlp", "oracle", "dense"] = "prototypes"
+    prototypes: int = Field(default=4, ge=1, le=64, description="m, for prototypes and lowrank")
+    rank: int = Field(default=16, ge=1, description="lowrank: width of the per-node coefficients")
+    mlp_match_prototypes: int = Field(default=8, ge=1, description="mlp: match this m's parameter count")
+    topology: Literal["positional", "random", "learned"] = "learned"
+    read: Literal["soft", "beam", "drilldown"] = "soft"
+    beam_width: int | None = Field(default=None, ge=1, description="None: calibrate on fit queries")
+    target_recall: float = Field(default=0.95, gt=0, le=1)
+    calibration_queries: int = Field(default=256, ge=8, description="fit queries the beam is calibrated on")
+    drill_tolerance: float = Field(default=0.01, ge=0, lt=0.5)
+    max_frontier: int = Field(default=1024, ge=1)
+    lr: float = Field(default=0.02, gt=0)
+    batch: int = Field(default=256, ge=1, description="fit queries per Adam step")
+    timing_repeats: int = Field(default=5, ge=1)
+
+    @model_validator(mode="after")
+    def _shape(self):
+        if self.leaves & (self.leaves - 1):
+            raise ValueError(f"leaves must be a power of two, got {self.leaves}")
+        if self.leaf_set == "context" and self.leaves > self.teacher.max_positions:
+            raise ValueError(f"a context tree holds one window: leaves <= teacher.max_positions "
+                             f"({self.teacher.max_positions}), got {self.leaves}")
+        if self.parent == "dense" and self.read != "soft":
+            raise ValueError("the dense arm has no tree to read cheaply; use read: soft")
+        return self
+
+
+def _metric_directions() -> dict[str, Direction]:
+    lower = ["closure_error", "fit_loss", "leaf_kl", "visited_nodes", "visited_share", "latency_ms",
+             "dense_latency_ms", "peak_mem_mb", "dense_peak_mem_mb", "beam_width", "overflow_share"]
+    lower += [f"closure_error_level_{k}" for k in range(MAX_DEPTH)]
+    lower += [f"{kind}kl_at_depth_{t}" for kind in ("", "node_") for t in range(1, MAX_DEPTH + 1)]
+    metrics: dict[str, Direction] = {name: "lower" for name in lower}
+    metrics.update({f"topk_recall_{k}": "higher" for k in (1, 5, 10)})
+    metrics["fit_topk_recall_10"] = "higher"
+    return metrics
+
+
+class RelationClosureStudy(Study):
+    """SPR-096: parents approximating their leaves' query responses, and the reads they allow."""
+
+    name: ClassVar[str] = "relation_closure"
+    Config: ClassVar[type[StudyConfig]] = RelationClosureConfig
+    metrics: ClassVar[dict[str, Direction]] = _metric_directions()
+    deterministic: ClassVar[bool] = False  # the seed draws the windows, the queries and the fits
+
+    def check_ready(self, config: RelationClosureConfig) -> str | None:
+        from gates.data import check_source
+
+        return check_source(config.teacher.corpus, kind="text")
+
+    def param_count(self, config: RelationClosureConfig) -> int:
+        """Trainable parameters per tree (the dense arm: none besides the leaf keys it reads)."""
+        if config.parent in ("dense", "oracle"):
+            return 0
+        keys = torch.zeros(1, config.leaves, config.teacher.d_k)
+        return rt.parameter_count(make_parent(config, keys, torch.Generator().manual_seed(0)))
+
+    def flops(self, config: RelationClosureConfig) -> int | None:
+        """Multiply-adds x 2 to score every node of a tree for one query (the soft read's cost)."""
+        d, n = config.teacher.d_k, config.leaves
+        per_node = {"single_key": d, "prototypes": config.prototypes * d, "oracle": d,
+                    "lowrank": config.prototypes * config.rank, "dense": 0}
+        shared = 0
+        if config.parent == "mlp":
+            # the node states' share of the hidden layer (W e_p) does not depend on the query and is
+            # computed once per fit step; per query: W q once, then per node an add and the output dot
+            _, hidden = mlp_shape(config, n - 1, d)
+            shared, per_node["mlp"] = d * hidden, 2 * hidden
+        return 2 * (n * d + shared + (n - 1) * per_node[config.parent])
+
+    def run(self, config: RelationClosureConfig, seed: int, reporter: Reporter) -> dict[str, float]:
+        seed_everything(seed)
+        generator = torch.Generator().manual_seed(seed)
+        teacher = load_or_train(config.teacher, log=lambda line: print(line, file=sys.stderr))
+        keys, fit_queries, eval_queries = draw_data(teacher, config, generator)
+        if config.parent == "dense":
+            return self._dense(config, keys, eval_queries, reporter)
+
+        leaf_order = rt.build_topology(config.topology, keys, generator)
+        keys_heap = rt.heap_keys(keys, leaf_order)
+        parent = make_parent(config, keys_heap, generator)
+        probe = eval_queries[:PROBE_QUERIES]
+        budget = reporter.budget
+
+        def on_step(step: int, loss: float) -> None:
+            if budget.is_eval_step(step) and step < budget.steps:  # the last report comes below
+                reporter.report(step, {"fit_loss": loss, "closure_error": closure_error(parent, keys_heap, probe)})
+
+        losses = rt.fit_parents(parent, keys_heap, fit_queries, budget.steps, config.lr, config.batch,
+                                generator, on_step=on_step)
+        metrics = {"fit_loss": losses[-1] if losses else 0.0}
+        metrics.update(rt.soft_read_metrics(parent, keys_heap, eval_queries))
+        if config.read != "soft":
+            metrics.update(cheap_read(config, parent, keys_heap, fit_queries, eval_queries))
+        reporter.report(budget.steps, metrics)
+        return metrics
+
+    def _dense(self, config, keys, eval_queries, reporter) -> dict[str, float]:
+        """The reference arm: every leaf read exactly (recall 1 by definition), timed."""
+        latency = rt.time_read(lambda: rt.dense_read(keys, eval_queries), config.timing_repeats)
+        read = rt.dense_read(keys, eval_queries)
+        n = config.leaves
+        metrics = {"topk_recall_1": 1.0, "topk_recall_5": 1.0, "topk_recall_10": 1.0,
+                   "visited_nodes": float(n), "visited_share": 1.0, "latency_ms": latency,
+                   "dense_latency_ms": latency, "peak_mem_mb": read.read_bytes / 1e6,
+                   "dense_peak_mem_mb": read.read_bytes / 1e6}
+        reporter.report(reporter.budget.steps, metrics)
+        return metrics
+
+
+def make_parent(config: RelationClosureConfig, keys_heap: torch.Tensor, generator: torch.Generator) -> rt.Parent:
+    if config.parent == "mlp":
+        state_dim, hidden = mlp_shape(config, keys_heap.shape[1] - 1, keys_heap.shape[2])
+        return rt.make_parent("mlp", keys_heap, generator, state_dim=state_dim, hidden=hidden)
+    return rt.make_parent(config.parent, keys_heap, generator, m=config.prototypes, rank=config.rank)
+
+
+def mlp_shape(config: RelationClosureConfig, internal: int, d: int) -> tuple[int, int]:
+    """(state_dim, hidden) of the MLP parent matched to prototypes m = mlp_match_prototypes:
+    m x (d key entries + 1 log weight) parameters per internal node."""
+    return rt.mlp_shape_matching(internal * config.mlp_match_prototypes * (d + 1), internal, d)
+
+
+def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator):
+    """(keys (T, N, d), fit queries (Q_fit, d), evaluation queries (Q_eval, d)), drawn by the seed."""
+    query_window = min(QUERY_WINDOW, teacher.config.max_positions)
+    heldout_windows = teacher.stream("heldout").numel() // query_window
+    queries, _ = teacher.record("heldout", heldout_windows, query_window)
+    shuffled = queries[torch.randperm(len(queries), generator=generator)]
+    half = len(shuffled) // 2
+    fit_pool, eval_pool = shuffled[:half].flatten(0, 1), shuffled[half:].flatten(0, 1)
+    for pool, wanted, name in ((fit_pool, config.fit_queries, "fit"), (eval_pool, config.eval_queries, "eval")):
+        if len(pool) < wanted:
+            raise ValueError(f"the held-out slice has {len(pool)} {name} queries, fewer than {wanted}")
+    fit_queries = fit_pool[torch.randperm(len(fit_pool), generator=generator)[: config.fit_queries]]
+    eval_queries = eval_pool[torch.randperm(len(eval_pool), generator=generator)[: config.eval_queries]]
+
+    if config.leaf_set == "context":
+        pool_windows = min(CONTEXT_POOL, teacher.stream("train").numel() // config.leaves)
+        _, window_keys = teacher.record("train", pool_windows, config.leaves)
+        keys = window_keys[torch.randperm(pool_windows, generator=generator)[: config.trees]]
+    else:
+        # a pool of 4x the windows one bank needs: seeds draw different keys from it
+        bank_window = min(BANK_WINDOW, teacher.config.max_positions)
+        windows = min(teacher.stream("train").numel() // bank_window, 4 * -(-config.leaves // bank_window))
+        _, window_keys = teacher.record("train", windows, bank_window)
+        pooled = window_keys.flatten(0, 1)
+        if len(pooled) < config.leaves:
+            raise ValueError(f"the training slice has {len(pooled)} keys, fewer than {config.leaves} leaves")
+        keys = pooled[torch.randperm(len(pooled), generator=generator)[: config.leaves]].unsqueeze(0)
+    return keys.contiguous(), fit_queries.contiguous(), eval_queries.contiguous()
+
+
+def closure_error(parent: rt.Parent, keys_heap: torch.Tensor, queries: torch.Tensor) -> float:
+    with torch.no_grad():
+        return float((parent(queries) - rt.closure_targets(keys_heap, queries)).pow(2).mean())
+
+
+def cheap_read(config: RelationClosureConfig, parent, keys_heap, fit_queries, eval_queries) -> dict[str, float]:
+    """A beam or drill-down read on evaluation queries: recall, visited nodes, latency against the
+    dense read timed in the same process, and the bytes each read holds."""
+    metrics: dict[str, float] = {}
+    if config.read == "beam":
+        width = config.beam_width
+        if width is None:
+            # on a subset of the fit queries, the width bisected to within 1/32: wide beams are slow
+            width, fit_recall = rt.calibrate_beam(parent, keys_heap, fit_queries[: config.calibration_queries],
+                                                  config.target_recall, relative_precision=1 / 32)
+            metrics["fit_topk_recall_10"] = fit_recall
+        metrics["beam_width"] = float(width)
+        read = lambda: rt.beam_read(parent, keys_heap, eval_queries, width)  # noqa: E731
+    else:
+        read = lambda: rt.drilldown_read(parent, keys_heap, eval_queries,  # noqa: E731
+                                         config.drill_tolerance, config.max_frontier)
+    with torch.inference_mode():
+        result = read()
+        dense_top = rt.dense_topk(keys_heap, eval_queries, 10)
+    metrics.update(rt.cheap_read_metrics(result, dense_top, config.leaves))
+    metrics["overflow_share"] = result.overflow / result.visited.numel()
+    metrics["latency_ms"] = rt.time_read(read, config.timing_repeats)
+    metrics["dense_latency_ms"] = rt.time_read(lambda: rt.dense_read(keys_heap, eval_queries), config.timing_repeats)
+    metrics["peak_mem_mb"] = metrics.pop("read_bytes") / 1e6
+    metrics["dense_peak_mem_mb"] = rt.dense_read(keys_heap, eval_queries).read_bytes / 1e6
+    return metrics
