@@ -75,7 +75,7 @@ def current(study_module: str | None = None) -> Provenance:
     if commit == "unknown":
         dirty = "unknown"
     else:
-        # evidence in runs/ and local stores do not make the code dirty
-        status = _git("status", "--porcelain", "--untracked-files=no", "--", ".", ":(exclude)runs")
+        # only the code that runs counts: evidence in runs/, contracts and docs do not make it dirty
+        status = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PACKAGES, "pyproject.toml")
         dirty = "unknown" if status is None else ("true" if status else "false")
     return Provenance(commit, dirty, code_sha256(study_module))
