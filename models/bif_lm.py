@@ -103,7 +103,8 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from gates.study import Direction, Reporter, Study, StudyConfig
-from models.common import count_parameters, seed_everything, train_loop
+from gates.data import cache_root
+from models.common import count_parameters, seed_everything, split_lines, train_loop
 
 Arm = Literal["baseline", "bif", "bif_ablation"]
 
@@ -152,25 +153,10 @@ class BifLMConfig(StudyConfig):
 
 
 # ------------------------------------------------------------------------------------ data
-def cache_root() -> Path:
-    """The same cache folder gates.data uses for corpora."""
-    configured = os.environ.get("TREEHEAP_GATES_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "treeheap-gates"
 
 
-def in_train_slice(line: str, train_fraction: float) -> bool:
-    """Whether a line is for training: a stable hash of its text alone, not its position."""
-    bucket = int.from_bytes(hashlib.sha1(line.encode("utf-8")).digest()[:8], "big") / 2.0**64
-    return bucket < train_fraction
 
 
-def split_lines(lines: list[str], train_fraction: float) -> tuple[list[str], list[str]]:
-    """(train, held-out) lines, each in corpus order; blank lines dropped."""
-    train, heldout = [], []
-    for line in lines:
-        if line.strip():
-            (train if in_train_slice(line, train_fraction) else heldout).append(line)
-    return train, heldout
 
 
 def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:

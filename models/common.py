@@ -8,6 +8,7 @@ raise `gates.study.Halt`; nothing here catches it.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from typing import Callable
@@ -74,3 +75,19 @@ def train_loop(
             last = {name: float(value) for name, value in metrics.items()}
             reporter.report(step, dict(last))  # may raise Halt: let it stop the run
     return last
+
+
+def in_train_slice(line: str, train_fraction: float) -> bool:
+    """Whether a line is for training: a stable hash of its text alone, never its position, so the
+    split does not depend on line order and equal lines always land on the same side."""
+    bucket = int.from_bytes(hashlib.sha1(line.encode("utf-8")).digest()[:8], "big") / 2.0**64
+    return bucket < train_fraction
+
+
+def split_lines(lines: list[str], train_fraction: float) -> tuple[list[str], list[str]]:
+    """(train, held-out) lines, each in corpus order; blank lines dropped."""
+    train, heldout = [], []
+    for line in lines:
+        if line.strip():
+            (train if in_train_slice(line, train_fraction) else heldout).append(line)
+    return train, heldout

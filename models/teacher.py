@@ -65,7 +65,8 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-from models.common import count_parameters, seed_everything
+from gates.data import cache_root
+from models.common import count_parameters, seed_everything, split_lines
 
 try:  # one trainer per cache key; without fcntl (Windows) concurrent callers may both train
     import fcntl
@@ -105,19 +106,8 @@ class TeacherConfig(BaseModel):
 
 
 # ------------------------------------------------------------------------------------ data
-def in_train_slice(line: str, train_fraction: float) -> bool:
-    """Whether a line belongs to the training slice: a stable hash of its text alone."""
-    bucket = int.from_bytes(hashlib.sha1(line.encode("utf-8")).digest()[:8], "big") / 2.0**64
-    return bucket < train_fraction
 
 
-def split_lines(lines: list[str], train_fraction: float) -> tuple[list[str], list[str]]:
-    """(train, heldout) lines, each in corpus order; blank lines dropped."""
-    train, heldout = [], []
-    for line in lines:
-        if line.strip():
-            (train if in_train_slice(line, train_fraction) else heldout).append(line)
-    return train, heldout
 
 
 def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
@@ -315,10 +305,6 @@ def preserved_rng_state() -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------------------ cache
-def cache_root() -> Path:
-    """$TREEHEAP_GATES_CACHE, else ~/.cache/treeheap-gates (read the way gates.data reads it)."""
-    configured = os.environ.get("TREEHEAP_GATES_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "treeheap-gates"
 
 
 def teacher_key(config: TeacherConfig) -> str:

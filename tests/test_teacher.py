@@ -11,14 +11,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from models.teacher import (
-    TeacherConfig,
-    in_train_slice,
-    load_or_train,
-    read_complete,
-    split_lines,
-    teacher_key,
-)
+from models.common import in_train_slice, split_lines
+from models.teacher import TeacherConfig, load_or_train, read_complete, teacher_key
 
 # tiny but real: trains in about a second on one core
 TINY = dict(vocab_size=200, d_model=32, d_k=32, layers=2, seq_len=32, max_positions=64,

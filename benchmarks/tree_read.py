@@ -1,0 +1,560 @@
+"""Tree read vs dense read: is a calibrated TreeHeap read faster than the exact dense read at recall 0.95?
+
+Per N (default 4,096 / 16,384 / 65,536 leaves) one memory bank of N keys, width d (default 64),
+read by held-out evaluation queries (default 1,024), disjoint from the fit queries (different
+held-out windows) that fit the parents and calibrate every method:
+- dense exact: matmul + softmax + top-10 over all N leaves (`dense_read`; the reference, timed here);
+- TreeHeap beam: learned topology, prototype parents (m = 4) fitted briefly (`fit_parents`, the
+  number of Adam steps is printed), beam width calibrated on fit queries to top-10 recall >= 0.95
+  (`calibrate_beam`), then measured on evaluation queries;
+- TreeHeap drill-down: the same tree and parents, tolerance searched on fit queries (0.5, 0.25, ...
+  halving until one passes, then linear bisection) for the largest one with top-10 recall >= 0.95;
+- faiss HNSW (IndexHNSWFlat, inner product, M = 32, efSearch calibrated) and IVF-Flat (inner
+  product, nlist = 4 sqrt(N), nprobe calibrated), as the outside reference (faiss is optional).
+Every method uses the same thread count (torch and faiss/OpenMP). Latency is the median of
+`--repeats` timed calls of the whole evaluation batch after one warm-up, in the same process.
+At the largest N the output ends with the verdict against the target (>= 5x faster than dense), a
+check timing dense and the chosen tree read alternately, and the limits: one level of the beam read
+(gather, dot products, top-k) timed against the dense matmul.
+
+Keys: `--source teacher` (default when a teacher can be loaded or trained) takes keys and queries
+from a frozen teacher the way the relation-closure study draws a memory bank
+(`models.relation_closure.draw_data`): d = 64 uses TeacherConfig(d_k=64, steps=400), trained and
+cached the first time (a few minutes); d = 32 uses the cached default teacher. `--source random`
+draws Gaussian keys and queries.
+
+    python benchmarks/tree_read.py [--sizes 4096,16384,65536] [--queries 1024] [--d 64]
+                                   [--source teacher|random] [--threads 2] [--steps 40] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from models import relation_tree as rt
+
+K = 10  # recall@10 throughout
+M = 4  # prototypes per parent
+LR, BATCH = 0.02, 64  # parent fit: Adam learning rate, fit queries per step
+HNSW_M = 32
+
+
+def log(line: str) -> None:
+    """Progress goes to stderr; the tables go to stdout."""
+    print(line, file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------ data
+def teacher_config(d: int):
+    from models.teacher import TeacherConfig
+
+    return TeacherConfig(d_k=64, steps=400) if d == 64 else TeacherConfig()
+
+
+def load_teacher(d: int, required: bool):
+    """The teacher for width d, training it first if needed; None (with the reason) if impossible."""
+    from gates.data import check_source
+    from models.teacher import cache_root, load_or_train, read_complete, teacher_key
+
+    config = teacher_config(d)
+    problem = check_source(config.corpus, kind="text")
+    if problem is not None:
+        if required:
+            raise SystemExit(f"--source teacher: corpus {config.corpus!r} unavailable: {problem}")
+        return None, f"corpus {config.corpus!r} unavailable ({problem})"
+    key = teacher_key(config)
+    if read_complete(cache_root() / "teachers" / key, key) is None:
+        print(f"note: no cached teacher with d_k = {d} (steps = {config.steps}); training it now. The "
+              f"first time this takes a few minutes; it is then cached in {cache_root() / 'teachers'}.",
+              flush=True)
+    try:
+        return load_or_train(config, log=log), None
+    except Exception as error:  # noqa: BLE001 - any failure falls back to random keys (printed)
+        if required:
+            raise
+        return None, f"training the teacher failed: {type(error).__name__}: {error}"
+
+
+def draw_teacher(teacher, n: int, fit_queries: int, eval_queries: int, seed: int):
+    """keys (1, N, d), fit queries, evaluation queries: the study's memory-bank draw (draw_data)."""
+    from models.relation_closure import RelationClosureConfig, draw_data
+
+    config = RelationClosureConfig(teacher=teacher.config, leaf_set="bank", leaves=n, trees=1,
+                                   fit_queries=fit_queries, eval_queries=eval_queries)
+    return draw_data(teacher, config, torch.Generator().manual_seed(seed))
+
+
+def draw_random(n: int, d: int, fit_queries: int, eval_queries: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    keys = torch.randn(1, n, d, generator=generator)
+    return keys, torch.randn(fit_queries, d, generator=generator), torch.randn(eval_queries, d, generator=generator)
+
+
+# ------------------------------------------------------------------------------------ rows
+@dataclass
+class Row:
+    method: str
+    setting: str
+    recall: float  # recall@10 on evaluation queries
+    visited: float | None  # share, see `of`
+    of: str  # what the visited share counts
+    latency_ms: float
+    build_s: float  # index build + fit + calibration, seconds (not part of the latency)
+    extra: dict = field(default_factory=dict)
+
+
+def recall_of(leaves: torch.Tensor, target: torch.Tensor) -> float:
+    return rt.topk_recall(leaves, target, K)
+
+
+def calibrate_int(recall_at, start: int, upper: int, target: float) -> tuple[int, float]:
+    """Smallest integer setting in [start, upper] whose fit recall >= target, assuming recall grows
+    with it: doubling, then bisection. Returns (setting, its recall); the upper end if none passes."""
+    low, value, reached = start - 1, start, recall_at(start)  # low: the last setting that failed
+    while reached < target and value < upper:
+        low, value = value, min(2 * value, upper)
+        reached = recall_at(value)
+    high = value
+    while reached >= target and high - low > 1:
+        middle = (low + high) // 2
+        r = recall_at(middle)
+        if r >= target:
+            high, reached = middle, r
+        else:
+            low = middle
+    return high, reached
+
+
+def drill_chunk(parent: rt.Parent, frontier: int, max_gathered: int) -> int:
+    """Queries per block for a drill-down whose frontier is at most `frontier` (the beam's bound)."""
+    return rt.beam_query_chunk(parent, max(1, frontier), max_gathered)
+
+
+def calibrate_tolerance(parent, keys_heap, fit_queries, target_recall, max_frontier, max_gathered,
+                        iterations: int, smallest: float = 2.0 ** -12):
+    """Largest drill-down tolerance whose top-10 recall on the fit queries reaches target_recall.
+
+    Larger tolerances expand fewer nodes (0 expands all, 0.5 follows one path), so the cheap end is
+    tried first: 0.5, 0.25, 0.125, ... (halving down to `smallest`) until one passes, then
+    `iterations` linear bisection steps between it and the failing double. Assumes recall falls as
+    the tolerance grows, which is not guaranteed; the tolerance returned always reached the target
+    (unless none did: then `smallest`, flagged). Returns (tolerance, fit recall, reached)."""
+    target = rt.dense_topk(keys_heap, fit_queries, K)
+    chunk = drill_chunk(parent, max_frontier, max_gathered)
+
+    def recall(tolerance: float) -> float:
+        with torch.inference_mode():
+            read = rt.drilldown_read(parent, keys_heap, fit_queries, tolerance, max_frontier, query_chunk=chunk)
+        value = recall_of(read.leaves, target)
+        log(f"    drill-down tolerance {tolerance:.4g}: fit recall {value:.4f}, "
+            f"visited {float(read.visited.double().mean()):.0f} nodes/query, overflow {read.overflow}")
+        return value
+
+    high, reached = 0.5, recall(0.5)
+    if reached >= target_recall:
+        return high, reached, True
+    low = high / 2
+    reached = recall(low)
+    while reached < target_recall and low > smallest:
+        high, low = low, low / 2
+        reached = recall(low)
+    if reached < target_recall:
+        return low, reached, False
+    for _ in range(iterations):  # low passes, high fails
+        middle = (low + high) / 2
+        value = recall(middle)
+        if value >= target_recall:
+            low, reached = middle, value
+        else:
+            high = middle
+    return low, reached, True
+
+
+# ------------------------------------------------------------------------------------ methods
+def dense_row(keys_heap, eval_queries, target, repeats) -> Row:
+    with torch.inference_mode():
+        read = rt.dense_read(keys_heap, eval_queries, K)
+    latency = rt.time_read(lambda: rt.dense_read(keys_heap, eval_queries, K), repeats)
+    return Row("dense exact", "matmul+softmax+top10", recall_of(read.leaves, target), 1.0,
+               "keys/N", latency, 0.0, {"read": lambda: rt.dense_read(keys_heap, eval_queries, K)})
+
+
+def tree_rows(keys, fit_queries, eval_queries, target, args) -> tuple[list[Row], dict]:
+    """Beam and drill-down rows, plus what the limit analysis needs (parent, keys_heap, width)."""
+    n = keys.shape[1]
+    generator = torch.Generator().manual_seed(args.seed)
+    started = time.perf_counter()
+    leaf_order = rt.build_topology("learned", keys, generator)
+    keys_heap = rt.heap_keys(keys, leaf_order)
+    topology_s = time.perf_counter() - started
+    # the target (and faiss ids) are heap positions: map the evaluation target once
+    heap_target = _to_heap(target, leaf_order)
+    log(f"  learned topology: {topology_s:.1f} s")
+
+    started = time.perf_counter()
+    parent = rt.make_parent("prototypes", keys_heap, generator, m=M)
+    losses = rt.fit_parents(parent, keys_heap, fit_queries, args.steps, LR, BATCH, generator)
+    fit_s = time.perf_counter() - started
+    fit_note = f"{args.steps} Adam steps x {BATCH} queries, closure loss {losses[0]:.4f} -> {losses[-1]:.4f}" \
+        if losses else "no steps"
+    log(f"  parents (prototypes m = {M}): {fit_note}, {fit_s:.1f} s")
+
+    rows = []
+    # beam
+    started = time.perf_counter()
+    width, fit_recall = rt.calibrate_beam(
+        parent, keys_heap, fit_queries, args.target, K, max_gathered=args.max_gathered,
+        on_width=lambda w, r: log(f"    beam width {w}: fit recall {r:.4f}"))
+    beam_s = time.perf_counter() - started
+    chunk = rt.beam_query_chunk(parent, width, args.max_gathered)
+    beam = lambda: rt.beam_read(parent, keys_heap, eval_queries, width, query_chunk=chunk)  # noqa: E731
+    with torch.inference_mode():
+        result = beam()
+    metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
+    latency = rt.time_read(beam, args.repeats)
+    rows.append(Row("TreeHeap beam", f"width {width} (fit rec {fit_recall:.3f})", metrics[f"topk_recall_{K}"],
+                    metrics["visited_share"], "nodes/(2N-1)", latency, topology_s + fit_s + beam_s,
+                    {"width": width, "chunk": chunk, "reached": fit_recall >= args.target, "read": beam}))
+    beam_leaves = result.leaves
+
+    if not args.no_drilldown:  # drill-down
+        started = time.perf_counter()
+        tolerance, fit_recall, reached = calibrate_tolerance(
+            parent, keys_heap, fit_queries, args.target, args.max_frontier, args.max_gathered, args.drill_iterations)
+        drill_s = time.perf_counter() - started
+        probe_chunk = drill_chunk(parent, args.max_frontier, args.max_gathered)
+        with torch.inference_mode():
+            result = rt.drilldown_read(parent, keys_heap, eval_queries, tolerance, args.max_frontier,
+                                       query_chunk=probe_chunk)
+        # the widest frontier of any query is at most (visited - 1) / 2: block the timed read by that
+        widest = min(args.max_frontier, int((result.visited.max() - 1) // 2))
+        chunk = drill_chunk(parent, widest, args.max_gathered)
+        drill = lambda: rt.drilldown_read(parent, keys_heap, eval_queries, tolerance, args.max_frontier,  # noqa: E731
+                                          query_chunk=chunk)
+        metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
+        latency = rt.time_read(drill, args.repeats)
+        overflow = result.overflow / result.visited.numel()
+        setting = f"tol {tolerance:.3g} (fit rec {fit_recall:.3f}{'' if reached else ', NOT reached'})"
+        if overflow:
+            setting += f", cap {args.max_frontier} hit by {overflow:.1%}"
+        rows.append(Row("TreeHeap drill-down", setting, metrics[f"topk_recall_{K}"], metrics["visited_share"],
+                        "nodes/(2N-1)", latency, topology_s + fit_s + drill_s,
+                        {"tolerance": tolerance, "overflow_share": overflow, "reached": reached,
+                         "read": drill}))
+    return rows, {"parent": parent, "keys_heap": keys_heap, "leaf_order": leaf_order, "width": width,
+                  "beam_leaves": beam_leaves,
+                  "heap_target": heap_target, "fit_note": fit_note}
+
+
+def _to_heap(target: torch.Tensor, leaf_order: torch.Tensor) -> torch.Tensor:
+    """Original leaf ids (1, Q, k) -> heap positions under leaf_order (1, N)."""
+    position = torch.empty_like(leaf_order)
+    position.scatter_(1, leaf_order, torch.arange(leaf_order.shape[1]).unsqueeze(0))
+    return position.gather(1, target.flatten(1)).view_as(target)
+
+
+def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row]:
+    """HNSW and IVF-Flat over the original key order (ids = original leaf ids)."""
+    import numpy as np
+
+    n, d = keys.shape[1:]
+    base = np.ascontiguousarray(keys[0].numpy(), dtype=np.float32)
+    fit_np = np.ascontiguousarray(fit_queries.numpy(), dtype=np.float32)
+    eval_np = np.ascontiguousarray(eval_queries.numpy(), dtype=np.float32)
+    fit_target = rt.dense_topk(keys, fit_queries, K)
+
+    def recall(index, queries, wanted) -> float:
+        _, ids = index.search(queries, K)
+        return recall_of(torch.from_numpy(ids).unsqueeze(0), wanted)
+
+    rows = []
+    # HNSW
+    started = time.perf_counter()
+    hnsw = faiss.IndexHNSWFlat(d, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    hnsw.add(base)
+    build = time.perf_counter() - started
+
+    def hnsw_at(ef: int) -> float:
+        hnsw.hnsw.efSearch = ef
+        value = recall(hnsw, fit_np, fit_target)
+        log(f"    HNSW efSearch {ef}: fit recall {value:.4f}")
+        return value
+
+    ef, fit_recall = calibrate_int(hnsw_at, K, n, args.target)
+    hnsw.hnsw.efSearch = ef
+    calibrated = time.perf_counter() - started
+    faiss.cvar.hnsw_stats.reset()
+    eval_recall = recall(hnsw, eval_np, target)
+    ndis = faiss.cvar.hnsw_stats.ndis
+    latency = rt.time_read(lambda: hnsw.search(eval_np, K), args.repeats)
+    rows.append(Row("faiss HNSW", f"M {HNSW_M}, efSearch {ef} (fit rec {fit_recall:.3f})", eval_recall,
+                    ndis / (len(eval_np) * n) if ndis else None, "dist comps/N", latency, calibrated,
+                    {"build_s": build}))
+
+    # IVF-Flat
+    nlist = max(1, round(4 * math.sqrt(n)))
+    started = time.perf_counter()
+    quantizer = faiss.IndexFlatIP(d)
+    ivf = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+    ivf.cp.min_points_per_centroid = 1  # only silences faiss's "few training points" warning
+    ivf.train(base)
+    ivf.add(base)
+    build = time.perf_counter() - started
+
+    def ivf_at(nprobe: int) -> float:
+        ivf.nprobe = nprobe
+        value = recall(ivf, fit_np, fit_target)
+        log(f"    IVF nprobe {nprobe}: fit recall {value:.4f}")
+        return value
+
+    nprobe, fit_recall = calibrate_int(ivf_at, 1, nlist, args.target)
+    ivf.nprobe = nprobe
+    calibrated = time.perf_counter() - started
+    faiss.cvar.indexIVF_stats.reset()
+    eval_recall = recall(ivf, eval_np, target)
+    ndis = faiss.cvar.indexIVF_stats.ndis
+    latency = rt.time_read(lambda: ivf.search(eval_np, K), args.repeats)
+    rows.append(Row("faiss IVF-Flat", f"nlist {nlist}, nprobe {nprobe} ({nprobe / nlist:.1%} of lists; "
+                    f"fit rec {fit_recall:.3f})", eval_recall, ndis / (len(eval_np) * n) if ndis else None,
+                    "keys scanned/N", latency, calibrated, {"build_s": build}))
+    return rows
+
+
+# ------------------------------------------------------------------------------------ limits
+def median_ms(fn, repeats: int) -> float:
+    return rt.time_read(fn, repeats)
+
+
+def limit_analysis(tree: dict, eval_queries: torch.Tensor, dense_ms: float, beam_ms: float,
+                   repeats: int) -> list[str]:
+    """Time one full-width level of the beam read against the dense matmul.
+
+    The level timed is depth D-1 (the deepest internal level; its table rows are the most spread
+    out), with realistic nodes: the two children of the depth-(D-2) ancestor of each leaf the beam
+    returned, so (Q, 2 x width) nodes per level as in the read. Its pieces: the gather of the nodes'
+    prototypes (a fresh tensor as the read allocates it, and into a preallocated buffer to separate
+    allocation/page-fault cost from copying), the dot products + logsumexp on the gathered block,
+    `score_nodes` (gather + dots, what the read calls), and the top-width selection."""
+    parent, keys_heap, width = tree["parent"], tree["keys_heap"], tree["width"]
+    n, d = keys_heap.shape[1:]
+    depth, q = parent.depth, eval_queries.shape[0]
+    leaves = tree["beam_leaves"][..., :width].clamp_min(0)  # (1, Q, width) heap positions
+    level = depth - 1
+    positions = (2 * (leaves >> 2)).unsqueeze(-1) + torch.arange(2)  # children of depth D-2 ancestors
+    positions = positions.flatten(-2)
+    children = positions.shape[-1]
+    nodes = 2 ** level - 1 + positions
+    rows = nodes.flatten()
+    table = parent.keys.detach().flatten(0, 1)  # (T (N-1), m, d)
+    generator = torch.Generator().manual_seed(0)
+    post = torch.randn(1, q, children, generator=generator)
+    scaled = eval_queries.unsqueeze(0) / math.sqrt(d)
+    buffer = torch.empty(len(rows), *table.shape[1:])
+
+    gather_ms = median_ms(lambda: table.index_select(0, rows), repeats)
+    gather_out_ms = median_ms(lambda: torch.index_select(table, 0, rows, out=buffer), repeats)
+    gathered = buffer.view(1, q, children, M, d)
+    dot_ms = median_ms(lambda: torch.einsum("tqbmd,tqd->tqbm", gathered, scaled).logsumexp(-1), repeats)
+    score_ms = median_ms(lambda: parent.score_nodes(eval_queries, nodes), repeats)
+    topk_ms = median_ms(lambda: post.topk(min(width, children), dim=-1), repeats)
+    matmul_ms = median_ms(lambda: eval_queries @ keys_heap[0].T, repeats)
+
+    gathered_bytes = buffer.numel() * buffer.element_size()
+    level_macs = q * children * M * d
+    dense_macs = q * n * d
+    widths = [min(2 ** k, 2 * width) for k in range(1, depth + 1)]  # children per query at each depth
+    beam_macs = q * (sum(widths[:-1]) * M * d + widths[-1] * d)  # internal levels' prototypes + leaf keys
+    table_mb = table.numel() * table.element_size() / 1e6
+    return [
+        f"limits at N = {n:,} (beam width {width}, {q} queries, m = {M}, d = {d}, {depth} levels; a full-width "
+        f"level scores {children} children per query; prototype table {table_mb:.0f} MB):",
+        f"  measured beam read {beam_ms:.1f} ms = {beam_ms / depth:.1f} ms per level on average",
+        f"  one full-width level (depth {level}): gather of the nodes' prototypes {gather_ms:.2f} ms into a fresh "
+        f"tensor, {gather_out_ms:.2f} ms into a preallocated one ({gathered_bytes / 1e6:.0f} MB, "
+        f"{gathered_bytes / gather_out_ms / 1e6:.2f} GB/s written); dots + logsumexp on the gathered block "
+        f"{dot_ms:.2f} ms ({2 * level_macs / dot_ms / 1e6:.1f} GFLOP/s); score_nodes (gather + dots) "
+        f"{score_ms:.2f} ms; top-{width} of {children} {topk_ms:.2f} ms",
+        f"  dense: matmul Q x N x d alone {matmul_ms:.2f} ms ({2 * dense_macs / matmul_ms / 1e6:.1f} GFLOP/s); "
+        f"softmax + top-10 the other {dense_ms - matmul_ms:.1f} ms of the {dense_ms:.1f} ms dense read",
+        f"  multiply-adds per batch: beam {beam_macs / 1e6:.0f} M vs dense {dense_macs / 1e6:.0f} M "
+        f"(dense/beam = {dense_macs / beam_macs:.2f}); at the dense matmul's GFLOP/s the beam's arithmetic "
+        f"would take {beam_macs / dense_macs * matmul_ms:.1f} ms",
+        f"  => one beam level's score_nodes ({score_ms:.1f} ms) costs {score_ms / matmul_ms:.2f}x the whole dense "
+        f"matmul: the dense read is one GEMM that reuses each key for all {q} queries, the beam copies "
+        f"{gathered_bytes / q / 1e3:.0f} kB of node parameters per query per level (no reuse across queries) "
+        f"and then does batched matrix-vector products at {2 * level_macs / dot_ms / 1e6:.1f} GFLOP/s vs the "
+        f"GEMM's {2 * dense_macs / matmul_ms / 1e6:.1f}",
+    ]
+
+
+# ------------------------------------------------------------------------------------ output
+def small_op_ms(threads: int, repeats: int = 30) -> float:
+    """Median latency of a tiny read (64 x 1024 x 64 matmul + softmax + top-10) at a thread count.
+    On an oversubscribed machine a multi-threaded op waits for a descheduled worker thread, which
+    costs a scheduler slice per op: reads made of many small ops (the tree reads) pay it per level."""
+    generator = torch.Generator().manual_seed(0)
+    a, b = torch.randn(64, 64, generator=generator), torch.randn(1024, 64, generator=generator)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return rt.time_read(lambda: (a @ b.T).softmax(-1).topk(K), repeats)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def print_table(n: int, rows: list[Row], dense_ms: float) -> None:
+    header = f"{'method':<20} {'recall@10':>9} {'visited':>9} {'of':<15} {'latency ms':>10} {'x dense':>8} " \
+             f"{'prep s':>7}  setting"
+    print(header)
+    print("-" * len(header))
+    for row in rows:
+        visited = "n/a" if row.visited is None else f"{row.visited:.4f}"
+        print(f"{row.method:<20} {row.recall:>9.4f} {visited:>9} {row.of:<15} {row.latency_ms:>10.1f} "
+              f"{row.latency_ms / dense_ms:>8.3f} {row.build_s:>7.1f}  {row.setting}")
+
+
+def best_tree_row(tree: list[Row]) -> Row:
+    """The fastest TreeHeap read whose calibration reached the target on the fit queries."""
+    calibrated = [row for row in tree if row.extra.get("reached")]
+    return min(calibrated or tree, key=lambda row: row.latency_ms)
+
+
+def paired_ms(first, second, repeats: int) -> tuple[float, float]:
+    """Median ms of two reads timed alternately (one warm-up each), so drift in machine load hits
+    both alike."""
+    times: tuple[list[float], list[float]] = ([], [])
+    with torch.inference_mode():
+        first(), second()
+        for _ in range(repeats):
+            for fn, out in ((first, times[0]), (second, times[1])):
+                start = time.perf_counter()
+                fn()
+                out.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times[0]), statistics.median(times[1])
+
+
+def verdict(n: int, tree: list[Row], dense_ms: float, target_n: int, target_recall: float) -> str:
+    """The fastest TreeHeap read whose calibration reached the target on the fit queries; its
+    recall on the evaluation queries is printed beside it (it may land a little below)."""
+    calibrated = [row for row in tree if row.extra.get("reached")]
+    best = best_tree_row(tree)
+    speed = dense_ms / best.latency_ms
+    words = f"{speed:.2f}x faster" if speed >= 1 else f"{1 / speed:.2f}x slower"
+    where = f"at N = {n:,}" + ("" if n == target_n else f" (not the target N = {target_n:,})")
+    caveat = "" if calibrated else f" [no tree read reached {target_recall} on the fit queries]"
+    return (f"{where} the tree read ({best.method}, calibrated on fit queries; evaluation recall "
+            f"{best.recall:.3f}) is {words} than dense at recall {target_recall} (target >= 5x): "
+            f"{'MET' if speed >= 5 and calibrated else 'MISSED'}{caveat}")
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="4096,16384,65536", help="comma-separated N (powers of two)")
+    parser.add_argument("--queries", type=int, default=1024, help="evaluation queries")
+    parser.add_argument("--fit-queries", type=int, default=1024, help="fit queries (parents + calibration)")
+    parser.add_argument("--source", choices=["teacher", "random"], default=None,
+                        help="default: teacher when it can be loaded or trained, else random")
+    parser.add_argument("--d", type=int, choices=[32, 64], default=64)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=40, help="Adam steps of the parent fit")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--target", type=float, default=0.95, help="top-10 recall to calibrate to")
+    parser.add_argument("--max-frontier", type=int, default=1024)
+    parser.add_argument("--max-gathered", type=int, default=2 ** 25, help="numbers per gather block")
+    parser.add_argument("--drill-iterations", type=int, default=4, help="linear bisection steps after halving")
+    parser.add_argument("--no-faiss", action="store_true")
+    parser.add_argument("--no-drilldown", action="store_true", help="skip the drill-down read (the slowest)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--quick", action="store_true", help="sizes 4096,16384, 3 repeats, 3 drill-down bisection steps")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.sizes, args.repeats, args.drill_iterations = "4096,16384", 3, 3
+    sizes = [int(s) for s in args.sizes.split(",")]
+    for n in sizes:
+        rt.tree_depth(n)
+
+    started = time.perf_counter()
+    torch.set_num_threads(args.threads)
+    faiss = None
+    if not args.no_faiss:
+        try:
+            import faiss  # noqa: F811
+            faiss.omp_set_num_threads(args.threads)
+        except ImportError:
+            print("note: faiss is not installed (pip install faiss-cpu); the faiss rows are skipped")
+    print(f"threads: torch {torch.get_num_threads()}, faiss "
+          f"{faiss.omp_get_max_threads() if faiss else '-'} (machine: {os.cpu_count()} cores, load average "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})")
+
+    many, one = small_op_ms(args.threads), small_op_ms(1)
+    print(f"small-op check (64x1024x64 matmul+softmax+top10): {many:.2f} ms at {args.threads} threads, "
+          f"{one:.2f} ms at 1 thread" + (f"  WARNING: {many / one:.0f}x slower with {args.threads} threads: the "
+                                         f"machine is oversubscribed, every multi-threaded op pays a scheduling "
+                                         f"delay (hits the many-small-op tree reads hardest)"
+                                         if args.threads > 1 and many > 5 * one else ""))
+
+    teacher, source = None, args.source
+    if source in (None, "teacher"):
+        teacher, why = load_teacher(args.d, required=source == "teacher")
+        if teacher is None:
+            print(f"NOTE: falling back to RANDOM GAUSSIAN keys and queries: {why}")
+            source = "random"
+        else:
+            source = "teacher"
+    if source == "teacher":
+        meta = teacher.meta
+        print(f"keys: teacher d_k = {args.d} (steps {teacher.config.steps}, held-out perplexity "
+              f"{meta['heldout_perplexity']:.1f}, key {teacher.key[:12]}): bank keys from training windows, "
+              f"queries from held-out windows (fit and evaluation queries from disjoint windows)")
+    else:
+        print(f"keys: RANDOM Gaussian N(0, I), d = {args.d} (no structure for a tree to exploit)")
+    print(f"{args.queries} evaluation queries, {args.fit_queries} fit queries; parents: prototypes m = {M}, "
+          f"{args.steps} Adam steps x {BATCH} queries, lr {LR}; calibration target top-{K} recall >= "
+          f"{args.target} on fit queries; latency: median of {args.repeats} after a warm-up")
+
+    results = {}
+    for n in sizes:
+        log(f"N = {n:,}")
+        if source == "teacher":
+            keys, fit_queries, eval_queries = draw_teacher(teacher, n, args.fit_queries, args.queries, args.seed)
+        else:
+            keys, fit_queries, eval_queries = draw_random(n, args.d, args.fit_queries, args.queries, args.seed)
+        target = rt.dense_topk(keys, eval_queries, K)  # original ids, (1, Q, K)
+        tree, info = tree_rows(keys, fit_queries, eval_queries, target, args)
+        dense = dense_row(info["keys_heap"], eval_queries, info["heap_target"], args.repeats)
+        rows = [dense, *tree]
+        if faiss is not None:
+            rows += faiss_rows(faiss, keys, fit_queries, eval_queries, target, args)
+        print(f"\nN = {n:,}  (d = {keys.shape[2]}, {len(eval_queries)} evaluation queries, {info['fit_note']}; "
+              f"'prep s' = topology + fit + calibration, or index build + calibration)")
+        print_table(n, rows, dense.latency_ms)
+        results[n] = {"rows": rows, "info": info, "dense_ms": dense.latency_ms, "eval_queries": eval_queries}
+
+    n = max(sizes)
+    final = results[n]
+    tree = [row for row in final["rows"] if row.method.startswith("TreeHeap")]
+    print()
+    print(verdict(n, tree, final["dense_ms"], 65536, args.target))
+    best = best_tree_row(tree)
+    dense_paired, tree_paired = paired_ms(final["rows"][0].extra["read"], best.extra["read"], args.repeats)
+    print(f"check, timed alternately ({args.repeats} pairs): dense {dense_paired:.1f} ms, {best.method} "
+          f"{tree_paired:.1f} ms, tree/dense = {tree_paired / dense_paired:.2f}")
+    beam = next(row for row in tree if row.method == "TreeHeap beam")
+    for line in limit_analysis(final["info"], final["eval_queries"], final["dense_ms"], beam.latency_ms,
+                               args.repeats):
+        print(line)
+    print(f"wall time {time.perf_counter() - started:.0f} s; load average now "
+          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
