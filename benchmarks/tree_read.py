@@ -116,21 +116,8 @@ def recall_of(leaves: torch.Tensor, target: torch.Tensor) -> float:
 
 
 def calibrate_int(recall_at, start: int, upper: int, target: float) -> tuple[int, float]:
-    """Smallest integer setting in [start, upper] whose fit recall >= target, assuming recall grows
-    with it: doubling, then bisection. Returns (setting, its recall); the upper end if none passes."""
-    low, value, reached = start - 1, start, recall_at(start)  # low: the last setting that failed
-    while reached < target and value < upper:
-        low, value = value, min(2 * value, upper)
-        reached = recall_at(value)
-    high = value
-    while reached >= target and high - low > 1:
-        middle = (low + high) // 2
-        r = recall_at(middle)
-        if r >= target:
-            high, reached = middle, r
-        else:
-            low = middle
-    return high, reached
+    """Smallest integer setting in [start, upper] whose fit recall >= target (doubling, then bisection)."""
+    return rt.smallest_passing(recall_at, target, start, upper)
 
 
 def drill_chunk(parent: rt.Parent, frontier: int, max_gathered: int) -> int:

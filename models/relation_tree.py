@@ -848,16 +848,25 @@ def calibrate_beam(parent: Parent, keys_heap: torch.Tensor, fit_queries: torch.T
             on_width(width, value)
         return value
 
-    width, reached = 1, recall(1)
-    while reached < target_recall and width < num_leaves:
-        width = min(2 * width, num_leaves)
-        reached = recall(width)
-    low, high = width // 2, width  # low failed (or is 0), high passed
-    while high - low > max(1, int(relative_precision * high)):
+    return smallest_passing(recall, target_recall, start=1, upper=num_leaves,
+                            relative_precision=relative_precision)
+
+
+def smallest_passing(score: Callable[[int], float], target: float, start: int, upper: int,
+                     relative_precision: float = 0.0) -> tuple[int, float]:
+    """Smallest integer setting in [start, upper] whose score reaches `target`, assuming the score
+    grows with the setting: double from `start` until it passes, then bisect the bracket down to
+    max(1, relative_precision x setting). Returns (setting, its score); `upper` if none passes."""
+    low, value, reached = start - 1, start, score(start)  # low: the last setting that failed
+    while reached < target and value < upper:
+        low, value = value, min(2 * value, upper)
+        reached = score(value)
+    high = value
+    while reached >= target and high - low > max(1, int(relative_precision * high)):
         middle = (low + high) // 2
-        value = recall(middle)
-        if value >= target_recall:
-            high, reached = middle, value
+        tried = score(middle)
+        if tried >= target:
+            high, reached = middle, tried
         else:
             low = middle
     return high, reached

@@ -6,6 +6,7 @@ import copy
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,3 +44,13 @@ def workdir(tmp_path, monkeypatch):
     (tmp_path / "runs").mkdir()
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models gain nothing from threads, and on a busy machine OpenMP threads wait on each other.
+    Use per module: `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -199,7 +199,6 @@ def test_kill_mid_run_loses_no_finished_run(workdir):
     and the next run reuses them and marks the killed one."""
     import os
     import signal
-    import time
 
     data = small_c05(id="c05-kill")
     data["budget"] = {"steps": 60, "eval_every": 20}

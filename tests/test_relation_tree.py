@@ -43,14 +43,7 @@ from models.relation_tree import (
 PARENTS = ["single_key", "prototypes", "lowrank", "mlp"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tensors are tiny: intra-op threads only add synchronisation, which on a busy shared CPU
-    made this file 4x slower. Restored afterwards (the thread count is process-wide)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def gen(seed: int) -> torch.Generator:
