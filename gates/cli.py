@@ -156,6 +156,37 @@ def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR):
     out.print(table)
 
 
+TRACKING_URI = typer.Option(None, "--tracking-uri", help="MLflow store for the learning curves (default: "
+                            "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db); a missing store only hides the curves.")
+MLFLOW_UI = typer.Option("http://127.0.0.1:5000", "--mlflow-ui", help="MLflow UI address the run links point to.")
+
+
+@app.command()
+def dashboard(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
+              tracking_uri: Optional[str] = TRACKING_URI, mlflow_ui: str = MLFLOW_UI,
+              host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (local only by default)."),
+              port: int = typer.Option(8765, "--port", help="Port to listen on (0: any free port).")):
+    """Serve the claims dashboard (read-only): every contract's verdict and hash check, and per contract its
+    conditions' intervals, learning curves with stop rules and halts, per-seed metrics, provenance."""
+    from dashboard.server import serve
+    from dashboard.site import Site
+    from gates.tracking import resolve_uri
+
+    serve(Site(runs_dir, contracts_dir, resolve_uri(tracking_uri), mlflow_ui), host, port)
+
+
+@app.command()
+def report(html: Path = typer.Option(..., "--html", help="Folder to write index.html and contract/<id>.html into."),
+           runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
+           tracking_uri: Optional[str] = TRACKING_URI, mlflow_ui: str = MLFLOW_UI):
+    """Write the dashboard's pages as static HTML files with relative links (for CI artifacts)."""
+    from dashboard.site import Site
+    from gates.tracking import resolve_uri
+
+    written = Site(runs_dir, contracts_dir, resolve_uri(tracking_uri), mlflow_ui).write_static(html)
+    out.print(f"wrote {len(written)} pages: {written[0]}", markup=False, highlight=False)
+
+
 @app.command()
 def schema(study: Optional[str] = typer.Option(None, "--study", help="Print this study's arm config schema instead.")):
     """Print the JSON Schema of a contract (for editors), or of one study's arm configuration."""

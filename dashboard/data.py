@@ -1,0 +1,230 @@
+"""What the dashboard shows, loaded from runs/*/evidence.json, contracts/ and (when reachable) MLflow.
+
+Claim checks come from `gates.verify` (the same checks as `gates verify` and `gates status`); they
+are cached until a file under runs/ or contracts/ changes. Metric histories of finished runs never
+change, so they are cached by run id. Nothing here writes anywhere.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gates import ledger
+from gates.errors import UserError
+from gates.verify import ClaimCheck, verify
+
+# hash status of a claim: its contract file's sha256 against the sha256 its evidence recorded
+HASH_OK, HASH_EDITED, HASH_NO_EVIDENCE = "ok", "edited after evidence", "evidence missing"
+_STRUCTURAL = (  # gates.verify's early-return problems, which mean the hash was not (or could not be) compared
+    ("edited after its evidence", HASH_EDITED),
+    ("evidence missing", HASH_NO_EVIDENCE),
+    ("is missing (recorded at", "contract missing"),
+    ("no longer loads", "contract does not load"),
+    ("now has id", "contract id changed"),
+    ("records contract", "evidence of another contract"),
+    ("unreadable evidence", "evidence unreadable"),
+    ("evidence lacks", "evidence unreadable"),
+    ("evidence is not a JSON", "evidence unreadable"),
+    ("unknown verdict", "evidence unreadable"),
+)
+
+
+@dataclass
+class Claim:
+    """One row of the index: a contract with or without evidence."""
+
+    contract_id: str
+    claim: str
+    verdict: str | None  # None: pending (no evidence)
+    created_at: str | None
+    check: str  # gates.verify status: ok | lost | pending
+    hash_status: str
+    problems: list[str] = field(default_factory=list)
+
+
+def hash_status(check: ClaimCheck) -> str:
+    if check.status == "pending":
+        return HASH_NO_EVIDENCE
+    if check.status == "ok":
+        return HASH_OK
+    if len(check.problems) == 1:  # verify returns early, with one problem, before or at the hash check
+        for needle, label in _STRUCTURAL:
+            if needle in check.problems[0]:
+                return label
+    return HASH_OK  # the hash matched; the verdict no longer re-derives or replays (see problems)
+
+
+@dataclass
+class ContractView:
+    claim: Claim
+    evidence: dict | None
+    contract: object | None  # gates.contract.Contract, when its file still hashes to the evidence
+    metrics: list[str]  # the metrics whose learning curves are drawn
+    histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]]
+    store_note: str | None  # why there are no (or only some) curves
+
+
+class Store:
+    """The MLflow tracking store, opened lazily and never created: a missing SQLite file stays missing."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self._client = None
+        self._lock, self._read_lock = threading.Lock(), threading.Lock()
+        self._histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
+
+    def sqlite_path(self) -> Path | None:
+        if not self.uri.startswith("sqlite:"):
+            return None
+        return Path(self.uri[len("sqlite:///"):]) if self.uri.startswith("sqlite:///") else Path("")
+
+    def client(self):
+        """(client, None) or (None, why the store cannot be read)."""
+        path = self.sqlite_path()
+        if path is not None and not path.is_file():
+            return None, (f"MLflow store {self.uri} not found (mlflow.db is not committed: `gates run` creates "
+                          f"it); showing the evidence without learning curves")
+        with self._lock:
+            if self._client is None:
+                try:
+                    from gates.tracking import _client
+
+                    client = _client(self.uri)
+                    client.search_experiments(max_results=1)  # reachable and readable?
+                    self._client = client
+                except Exception as e:  # an unreachable server, a foreign schema: say so, never crash
+                    return None, f"MLflow store {self.uri} cannot be read ({type(e).__name__}: {str(e)[:200]})"
+            return self._client, None
+
+    def history(self, client, run_id: str, metric: str) -> list[tuple[int, float]]:
+        key = (run_id, metric)
+        with self._read_lock:  # one reader at a time: SQLite connections are not shared across threads
+            if key not in self._histories:
+                by_step = {m.step: m.value for m in sorted(client.get_metric_history(run_id, metric),
+                                                            key=lambda m: (m.step, m.timestamp))}
+                self._histories[key] = sorted(by_step.items())  # the final value is logged again at the last step
+            return self._histories[key]
+
+
+class Claims:
+    """Every claim under runs_dir and contracts_dir, re-checked only when a file there changes."""
+
+    def __init__(self, runs_dir: Path, contracts_dir: Path, store: Store):
+        self.runs_dir, self.contracts_dir, self.store = Path(runs_dir), Path(contracts_dir), store
+        self._lock = threading.Lock()
+        self._key = None
+        self._claims: dict[str, Claim] = {}
+
+    def _fingerprint(self) -> tuple:
+        files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(self.contracts_dir.glob("*.y*ml"))
+        stats = []
+        for f in sorted(files):
+            try:
+                st = f.stat()
+            except OSError:
+                continue
+            stats.append((str(f), st.st_mtime_ns, st.st_size))
+        return tuple(stats)
+
+    def all(self) -> dict[str, Claim]:
+        with self._lock:
+            key = self._fingerprint()
+            if key != self._key:
+                self._claims = {c.contract_id: self._claim(c) for c in verify(self.runs_dir, self.contracts_dir)}
+                self._key = key
+            return self._claims
+
+    def _claim(self, check: ClaimCheck) -> Claim:
+        ev = self.evidence(check.contract_id)
+        text = ev.get("claim", "") if ev else ""
+        if not text:
+            loaded = self.contract(check.contract_id)
+            text = loaded.contract.claim if loaded else ""
+        return Claim(check.contract_id, text, check.verdict, check.created_at, check.status, hash_status(check),
+                     list(check.problems))
+
+    def evidence(self, contract_id: str) -> dict | None:
+        try:
+            return ledger.read_evidence(ledger.evidence_dir(self.runs_dir, contract_id) / ledger.EVIDENCE)
+        except ValueError:
+            return None
+
+    def contract(self, contract_id: str, evidence: dict | None = None):
+        """The LoadedContract for this id (the path the evidence recorded, else contracts_dir), or None."""
+        from gates.contract import load_contract
+
+        candidates = [Path(evidence["contract_path"])] if evidence and evidence.get("contract_path") else []
+        candidates += [self.contracts_dir / f"{contract_id}.yaml", self.contracts_dir / f"{contract_id}.yml"]
+        candidates += sorted(self.contracts_dir.glob("*.y*ml"))
+        for path in candidates:
+            if not path.is_file():
+                continue
+            try:
+                loaded = load_contract(path)
+            except UserError:
+                continue
+            if loaded.id == contract_id:
+                return loaded
+        return None
+
+    def view(self, contract_id: str) -> ContractView | None:
+        claim = self.all().get(contract_id)
+        if claim is None:
+            return None
+        ev = self.evidence(contract_id)
+        loaded = self.contract(contract_id, ev)
+        contract = loaded.contract if loaded and (ev is None or loaded.sha256 == ev["contract_sha256"]) else None
+        metrics = _plotted_metrics(contract, ev)
+        histories, note = {}, None
+        if ev is not None:
+            histories, note = self._histories(ev, metrics)
+        return ContractView(claim, ev, contract, metrics, histories, note)
+
+    def _histories(self, ev: dict, metrics: list[str]):
+        client, why = self.store.client()
+        if client is None:
+            return {}, why
+        histories, missing = {}, []
+        for r in ev["runs"]:
+            run_id = r.get("mlflow_run_id")
+            try:
+                series = {m: self.store.history(client, run_id, m) for m in metrics} if run_id else {}
+            except Exception as e:
+                return histories, f"MLflow store {self.store.uri} failed reading run {run_id}: {type(e).__name__}: {e}"
+            if any(series.values()):
+                histories[(r["arm"], r["seed"])] = series
+            else:
+                missing.append(f"{r['arm']}/seed {r['seed']}")
+        note = None
+        if missing:
+            recorded = ev.get("mlflow", {}).get("tracking_uri", "?")
+            note = (f"{len(missing)} of {len(ev['runs'])} runs have no metric history in {self.store.uri} "
+                    f"(the evidence was recorded into {recorded}): {', '.join(missing[:6])}"
+                    + (" ..." if len(missing) > 6 else ""))
+        return histories, note
+
+
+def _plotted_metrics(contract, ev: dict | None) -> list[str]:
+    """The metrics a reviewer needs to see move (as in the MLflow review plots); from the evidence
+    alone when the contract file is gone or was edited."""
+    if contract is not None:
+        from gates.plots import plotted_metrics
+
+        return plotted_metrics(contract)
+    if ev is None:
+        return []
+    names = [ev["falsifiable_point"]["metric"]] if ev.get("falsifiable_point") else []
+    arms = sorted(ev.get("settings", {}).get("arm_configs", {}), key=len, reverse=True)
+    for c in ev["conditions"]:
+        for term in c.get("values", {}):
+            arm = next((a for a in arms if term.startswith(a + ".")), None)
+            names.append(term[len(arm) + 1:] if arm else term.split(".", 1)[-1])
+    return list(dict.fromkeys(names))
+
+
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
