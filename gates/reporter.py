@@ -15,6 +15,7 @@ from gates.study import Budget
 class MetricSink(Protocol):
     def add(self, step: int, metrics: dict[str, float]) -> None: ...
     def flush(self) -> None: ...
+    def attach(self, name: str, text: str) -> None: ...
 
 
 class PlatformReporter:
@@ -41,6 +42,11 @@ class PlatformReporter:
         halt = self.rules.check(step, values, self.history)
         if halt is not None:
             raise halt
+
+    def attach(self, name: str, text: str) -> None:
+        attach = getattr(self.sink, "attach", None)  # a sink that keeps no texts drops them
+        if attach is not None:
+            attach(name, text)
 
 
 def _number(name: str, value) -> float:

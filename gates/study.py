@@ -45,6 +45,9 @@ class Reporter(Protocol):
     def report(self, step: int, metrics: dict[str, float]) -> None:
         """Record metrics at `step` and ask the stop rules; raises `Halt` to stop the run."""
 
+    def attach(self, name: str, text: str) -> None:
+        """Keep a text for people to read beside the run (e.g. sample translations)."""
+
 
 class StudyConfig(BaseModel):
     """Base for a study's arm configuration: strict, frozen, unknown fields rejected."""
@@ -85,6 +88,10 @@ class NullReporter:
     def __init__(self, budget: Budget):
         self.budget = budget
         self.history: list[tuple[int, dict[str, float]]] = []
+        self.attached: dict[str, str] = {}
 
     def report(self, step: int, metrics: dict[str, float]) -> None:
         self.history.append((step, dict(metrics)))
+
+    def attach(self, name: str, text: str) -> None:
+        self.attached[name] = text

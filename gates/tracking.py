@@ -62,6 +62,10 @@ class MLflowMetricSink:
         if len(self.buffer) >= BATCH or time.monotonic() - self.last_flush > FLUSH_SECONDS:
             self.flush()
 
+    def attach(self, name: str, text: str) -> None:
+        """A text artifact of the run (e.g. sample translations), shown in the MLflow UI."""
+        self.client.log_text(self.run_id, text, name)
+
     def flush(self) -> None:
         while self.buffer:
             chunk, self.buffer = self.buffer[:BATCH], self.buffer[BATCH:]

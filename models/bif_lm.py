@@ -105,6 +105,7 @@ from torch import nn
 from gates.study import Direction, Reporter, Study, StudyConfig
 from gates.data import cache_root
 from models.common import count_parameters, seed_everything, split_lines, train_loop
+from models.tokenizer import train_sentencepiece
 
 Arm = Literal["baseline", "bif", "bif_ablation"]
 
@@ -160,35 +161,8 @@ class BifLMConfig(StudyConfig):
 
 
 def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
-    """A SentencePiece unigram model (serialized) with exactly vocab_size pieces, trained on `lines`.
-
-    Deterministic: one thread (multi-threaded EM may sum in another order), every line in the
-    given order (input_sentence_size 0 = no sampling; no shuffling). A corpus too small for
-    vocab_size pieces is an error, so the model's table size is always the config's vocab_size.
-    """
-    import io
-
-    import sentencepiece as spm
-
-    model = io.BytesIO()
-    longest = max(len(line.encode("utf-8")) for line in lines)
-    try:
-        spm.SentencePieceTrainer.train(
-            sentence_iterator=iter(lines),
-            model_writer=model,
-            model_type="unigram",
-            vocab_size=vocab_size,
-            num_threads=1,
-            input_sentence_size=0,
-            shuffle_input_sentence=False,
-            max_sentence_length=max(4192, longest + 1),  # longer lines would be skipped silently
-            bos_id=-1, eos_id=1, unk_id=0, pad_id=-1,
-            minloglevel=2,
-        )
-    except RuntimeError as exc:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 900."
-        raise ValueError(f"SentencePiece cannot build {vocab_size} pieces from {len(lines)} training lines: "
-                         f"{str(exc).split('] ')[-1]}; expected a larger corpus or a smaller vocab_size") from None
-    return model.getvalue()
+    """The LM's tokenizer: exactly vocab_size unigram pieces, UNK 0 and EOS 1, no BOS or PAD."""
+    return train_sentencepiece(lines, vocab_size, unk_id=0, eos_id=1)
 
 
 def encode_stream(tokenizer, lines: list[str]) -> np.ndarray:

@@ -77,11 +77,15 @@ def train_loop(
     return last
 
 
+def text_fraction(text: str) -> float:
+    """sha1 of the text's first 8 bytes as a fraction of 2^64: a stable, order-free split key."""
+    return int.from_bytes(hashlib.sha1(text.encode("utf-8")).digest()[:8], "big") / 2.0**64
+
+
 def in_train_slice(line: str, train_fraction: float) -> bool:
     """Whether a line is for training: a stable hash of its text alone, never its position, so the
     split does not depend on line order and equal lines always land on the same side."""
-    bucket = int.from_bytes(hashlib.sha1(line.encode("utf-8")).digest()[:8], "big") / 2.0**64
-    return bucket < train_fraction
+    return text_fraction(line) < train_fraction
 
 
 def split_lines(lines: list[str], train_fraction: float) -> tuple[list[str], list[str]]:
@@ -91,3 +95,22 @@ def split_lines(lines: list[str], train_fraction: float) -> tuple[list[str], lis
         if line.strip():
             (train if in_train_slice(line, train_fraction) else heldout).append(line)
     return train, heldout
+
+
+def peak_rss_growth_mb(fn: Callable[[], None]) -> float:
+    """How far the process's peak resident memory rises above its current size while `fn` runs, in MB.
+
+    Linux only: writing 5 to /proc/self/clear_refs resets the peak (VmHWM) to the current RSS, so
+    the peak read afterwards belongs to `fn` alone. NaN where that is not offered (other systems)."""
+    def read_kb(field: str) -> int:
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith(field))
+
+    try:
+        with open("/proc/self/clear_refs", "w") as refs:
+            refs.write("5")
+        before = read_kb("VmRSS:")
+        fn()
+        return max(read_kb("VmHWM:") - before, 0) / 1024
+    except (OSError, StopIteration, ValueError):
+        return float("nan")

@@ -56,7 +56,6 @@ Metrics (on the held-out pairs; for the toy on its training pairs):
 
 from __future__ import annotations
 
-import hashlib
 from functools import lru_cache
 from typing import ClassVar
 
@@ -67,7 +66,7 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from gates.study import Direction, Reporter, Study, StudyConfig
-from models.common import count_parameters, seed_everything, train_loop
+from models.common import count_parameters, seed_everything, text_fraction, train_loop
 from models.spr_hash import Merge, build_vocab, right_child, root_hash, tokenize
 
 PAD, UNK = "<pad>", "<unk>"  # ids 0 and 1 on both sides
@@ -118,11 +117,6 @@ class TwinTreeConfig(StudyConfig):
 
 
 # ------------------------------------------------------------------------------------ data
-def text_fraction(text: str) -> float:
-    """sha1 of the text's first 8 bytes as a fraction of 2^64: a stable, order-free split key."""
-    return int.from_bytes(hashlib.sha1(text.encode("utf-8")).digest()[:8], "big") / 2 ** 64
-
-
 @lru_cache(maxsize=4)
 def load_split(pairs: str, min_tokens: int, max_tokens: int, test_fraction: float, train_pairs: int,
                test_pairs: int) -> tuple[tuple, tuple]:

@@ -1,0 +1,454 @@
+"""TreeHeap translator (seed 001, stage D of seed 000; studies.md section 3).
+
+A sentence goes WRITE -> Butterfly -> FOLD -> (root, details, masks) -> recursive READ at every
+decoder step -> GRU -> softmax (the parts: models/treeheap.py):
+
+    leaves   x_i = E_src(w_i)       w = [direction token] + SentencePiece pieces + [EOS], no positions
+    encoder  Butterfly(x) -> FOLD level by level -> node states (root first)
+    decoder  c_t = READ(h_t);  h_{t+1} = GRU([E_tgt(y_t), c_t], h_t);  p(y_{t+1}) = softmax(W_o [h_{t+1}, c_t])
+             y_0 = the direction token, h_0 = 0: the source reaches the decoder only through c_t.
+
+Arms: lifting / mlp / bilinear (recursive READ over the tree built by that FOLD); root_only (lifting
+FOLD, the context is the root alone); flat_seq (the same WRITE + Butterfly leaves, dense attention
+over them instead of FOLD + READ: softmax_i(q(h).k(x_i) / sqrt(m)); parameters matched by the key
+MLP's width); target_only (no source: c_t = 0, a target-side language model).
+
+Metrics (test split; NLL in nats per target token, both directions pooled unless suffixed):
+test_nll, test_ppl, test_nll_<direction>; bleu_<direction> and chrf_<direction> (sacrebleu corpus
+scores of greedy or beam decodes of the first `bleu_examples` test examples of each direction,
+tokenize "zh" for Chinese targets, "13a" otherwise; the signatures are saved with the samples),
+bleu and chrf (their mean over directions); damage_<intervention> = NLL under the intervention
+minus the clean NLL, for the arms it applies to:
+  source_shuffle  every example reads the source of another example of the same direction
+  pair_break      Butterfly pairs leaves by a random matching each round instead of XOR
+  detail_shuffle  every parent is built from another sentence's detail (and the right child it implies)
+  relation_zero   the bilinear branch is zeroed (bilinear only)
+unfold_mse (leaves rebuilt by UNFOLD from the root and details vs the Butterfly's leaves, lifting-form
+folds), stop_mass_depth_<k> (mean READ mass stopped at depth k per target token), val_nll (during
+training, on a fixed slice of the valid split), train_tokens_per_s, peak_mem_mb (peak RSS growth
+during one training step, from /proc; NaN where the kernel does not offer it).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import nn
+
+from gates.study import Direction, Reporter, Study, StudyConfig
+from models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
+from models.translation_data import EOS, PAD, Example, TranslationData, collate, directions_of, load_translation_data
+from models.treeheap import Butterfly, Fold, Read, fold_levels, mlp, random_pairing, unfold_levels
+
+TREE_ARMS = ("lifting", "mlp", "bilinear")
+FOLD_ARMS = (*TREE_ARMS, "root_only")
+INTERVENTIONS = ("source_shuffle", "pair_break", "detail_shuffle", "relation_zero")
+
+
+class TranslatorConfig(StudyConfig):
+    arm: Literal["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only"]
+    corpus: str = "libreoffice-help:zh-en"
+    languages: tuple[str, str] = ("zh", "en")  # what the corpus's two columns are
+    directions: tuple[str, ...] = ("zh2en", "en2zh")
+    vocab_size: int = Field(4000, ge=16)
+    depth: int = Field(5, ge=1, le=10)  # N = 2^depth leaves
+    d_model: int = Field(128, ge=4)
+    hidden: int = Field(128, ge=1)  # Butterfly F, G and the fold's P, U~
+    read_dim: int = Field(64, ge=1)  # m of READ (and of flat_seq's attention)
+    merge_hidden: int = Field(85, ge=1)  # mlp fold: MLP([l, r]) width
+    relation_rank: int = Field(32, ge=1)  # bilinear fold
+    attn_hidden: int = Field(128, ge=1)  # flat_seq's key MLP width (sized to match parameters)
+    batch_size: int = Field(64, ge=2)
+    lr: float = Field(2e-3, gt=0)
+    warmup_steps: int = Field(20, ge=0)
+    clip_grad_norm: float = Field(1.0, gt=0)
+    valid_fraction: float = Field(0.05, gt=0, lt=0.5)
+    test_fraction: float = Field(0.05, gt=0, lt=0.5)
+    valid_examples: int = Field(256, ge=2)
+    test_examples: int = Field(0, ge=0)  # 0 = the whole test split
+    bleu_examples: int = Field(200, ge=1)  # per direction
+    beam_size: int = Field(1, ge=1)
+    samples: int = Field(20, ge=0)  # sample translations saved per direction
+
+    @model_validator(mode="after")
+    def _directions_known(self) -> "TranslatorConfig":
+        known = directions_of(self.languages)
+        unknown = [d for d in self.directions if d not in known]
+        if unknown or not self.directions:
+            raise ValueError(f"directions {list(self.directions)} must be a non-empty subset of {list(known)}")
+        return self
+
+    @property
+    def n_leaves(self) -> int:
+        return 2 ** self.depth
+
+
+def load_data(config: TranslatorConfig, log=lambda _msg: None) -> TranslationData:
+    return load_translation_data(config.corpus, tuple(config.languages), tuple(config.directions), config.vocab_size,
+                                 config.n_leaves - 2, config.valid_fraction, config.test_fraction, log=log)
+
+
+# ------------------------------------------------------------------------------------ model
+class Translator(nn.Module):
+    def __init__(self, config: TranslatorConfig, vocab_size: int):
+        super().__init__()
+        self.config, arm, d = config, config.arm, config.d_model
+        if arm != "target_only":
+            self.src_embed = nn.Embedding(vocab_size, d)
+            self.butterfly = Butterfly(d, config.hidden, config.depth)
+        if arm in FOLD_ARMS:
+            kind = arm if arm in TREE_ARMS else "lifting"
+            self.fold = Fold(d, config.hidden, kind, config.relation_rank, merge_hidden=config.merge_hidden)
+        if arm in TREE_ARMS:
+            self.read = Read(d, d, config.read_dim, config.depth)
+        if arm == "flat_seq":
+            self.attn_query = nn.Linear(d, config.read_dim)
+            self.attn_key = mlp(d, config.attn_hidden, config.read_dim)
+        self.tgt_embed = nn.Embedding(vocab_size, d)
+        self.gru = nn.GRUCell(2 * d, d)
+        self.out = nn.Linear(2 * d, vocab_size)
+
+    # -- encoder: WRITE -> Butterfly -> FOLD, with the interventions where they act
+    def encode(self, src: torch.Tensor, mask: torch.Tensor, intervention: str | None = None,
+               permutation: torch.Tensor | None = None, generator: torch.Generator | None = None) -> dict:
+        arm = self.config.arm
+        if arm == "target_only":
+            return {"batch": src.shape[0]}
+        if intervention == "source_shuffle":
+            src, mask = src[permutation], mask[permutation]
+        leaves = self.src_embed(src)
+        if intervention == "pad_noise":  # a no-op by construction: padding must not reach anything
+            noise = torch.randn(leaves.shape, generator=generator)
+            leaves = torch.where(mask.unsqueeze(-1), leaves, 100 * noise)
+        pairing = random_pairing(self.config.n_leaves, self.config.depth, generator) \
+            if intervention == "pair_break" else None
+        leaves = self.butterfly(leaves, mask, pairing)
+        if arm == "flat_seq":
+            return {"leaves": leaves, "mask": mask, "keys": self.attn_key(leaves)}
+        detail_source = (lambda d: d[permutation]) if intervention == "detail_shuffle" else None
+        self.fold.relation_gate = 0.0 if intervention == "relation_zero" else 1.0
+        states, details, masks = fold_levels(self.fold, leaves, mask, detail_source)
+        memory = {"states": states, "details": details, "masks": masks, "root": states[0][:, 0]}
+        if arm in TREE_ARMS:
+            memory["read"] = self.read.keys(states, masks)
+        return memory
+
+    def context(self, h: torch.Tensor, memory: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """c_t for decoder state h; with READ also the stopped mass per node."""
+        arm = self.config.arm
+        if arm in TREE_ARMS:
+            return self.read(h, memory["read"])
+        if arm == "root_only":
+            return memory["root"], None
+        if arm == "flat_seq":
+            scores = torch.einsum("bnm,bm->bn", memory["keys"], self.attn_query(h)) / math.sqrt(self.config.read_dim)
+            weights = torch.softmax(scores.masked_fill(~memory["mask"], -math.inf), -1)
+            return torch.einsum("bn,bnd->bd", weights, memory["leaves"]), None
+        return h.new_zeros(h.shape[0], self.config.d_model), None
+
+    def step(self, y: torch.Tensor, h: torch.Tensor, memory: dict):
+        """One decoder step: (h_{t+1}, [h_{t+1}, c_t] for the output layer, READ's masses or None)."""
+        c, mass = self.context(h, memory)
+        h = self.gru(torch.cat([self.tgt_embed(y), c], -1), h)
+        return h, torch.cat([h, c], -1), mass
+
+    def forward(self, batch: dict, intervention: str | None = None, permutation=None, generator=None):
+        """Teacher-forced logits (B x T x V) and the READ masses per step (B x T x nodes, or None)."""
+        memory = self.encode(batch["src"], batch["src_mask"], intervention, permutation, generator)
+        tgt_in = batch["tgt_in"]
+        h = tgt_in.new_zeros(tgt_in.shape[0], self.config.d_model, dtype=torch.float32)
+        features, masses = [], []
+        for t in range(tgt_in.shape[1]):
+            h, feature, mass = self.step(tgt_in[:, t], h, memory)
+            features.append(feature)
+            masses.append(mass)
+        logits = self.out(torch.stack(features, 1))  # one large matmul for all steps
+        return logits, (torch.stack(masses, 1) if masses[0] is not None else None)
+
+
+def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(summed NLL over non-pad targets, their count)."""
+    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")
+    return loss, int((targets != PAD).sum())
+
+
+# ------------------------------------------------------------------------------------ decoding
+@torch.no_grad()
+def translate(model: Translator, examples: list[Example], beam_size: int = 1, max_len: int | None = None) -> list[list[int]]:
+    """Greedy (beam_size 1) or beam decoding; token ids without EOS."""
+    model.eval()
+    batch = collate(examples, model.config.n_leaves)
+    max_len = max_len or model.config.n_leaves
+    memory = model.encode(batch["src"], batch["src_mask"])
+    start = batch["src"][:, 0] if model.config.arm != "target_only" else batch["tgt_in"][:, 0]
+    if beam_size == 1:
+        return _greedy(model, memory, start, max_len)
+    return [_beam(model, _select(memory, torch.tensor([row])), start[row:row + 1], beam_size, max_len)
+            for row in range(len(examples))]
+
+
+def _greedy(model, memory, start, max_len):
+    h = torch.zeros(start.shape[0], model.config.d_model)
+    y, done = start, torch.zeros(start.shape[0], dtype=torch.bool)
+    out = [[] for _ in range(start.shape[0])]
+    for _ in range(max_len):
+        h, feature, _ = model.step(y, h, memory)
+        y = model.out(feature).argmax(-1)
+        for row in (~done).nonzero().flatten().tolist():
+            if int(y[row]) == EOS:
+                done[row] = True
+            else:
+                out[row].append(int(y[row]))
+        if done.all():
+            break
+    return out
+
+
+def _select(memory, rows: torch.Tensor):
+    """The memory of the given batch rows (repeats allowed), for beams."""
+    if isinstance(memory, torch.Tensor):
+        return memory[rows]
+    if isinstance(memory, dict):
+        return {k: (len(rows) if k == "batch" else _select(v, rows)) for k, v in memory.items()}
+    if isinstance(memory, list):
+        return [_select(v, rows) for v in memory]
+    return memory
+
+
+def _beam(model, memory, start, beam_size, max_len):
+    """Beam search for one sentence. The beam shrinks by one for every hypothesis that ends (EOS),
+    so the search stops with beam_size finished hypotheses; ranked by log-probability per token."""
+    beams = [(0.0, [], torch.zeros(1, model.config.d_model), int(start[0]))]
+    finished = []
+    for _ in range(max_len):
+        ys = torch.tensor([b[3] for b in beams])
+        h = torch.cat([b[2] for b in beams])
+        h, feature, _ = model.step(ys, h, _select(memory, torch.zeros(len(beams), dtype=torch.long)))
+        logp = torch.log_softmax(model.out(feature), -1)
+        candidates = []
+        for i, (score, tokens, _, _) in enumerate(beams):
+            top = logp[i].topk(beam_size)
+            for value, token in zip(top.values.tolist(), top.indices.tolist()):
+                candidates.append((score + value, tokens, h[i:i + 1], token))
+        candidates.sort(key=lambda c: -c[0])
+        beams = []
+        for score, tokens, state, token in candidates[:beam_size - len(finished)]:
+            if token == EOS:
+                finished.append((score / (len(tokens) + 1), tokens))
+            else:
+                beams.append((score, tokens + [token], state, token))
+        if not beams:
+            break
+    finished.extend((score / len(tokens), tokens) for score, tokens, _, _ in beams)  # hit max_len
+    return max(finished, key=lambda f: f[0])[1]
+
+
+# ------------------------------------------------------------------------------------ measuring
+def same_direction_roll(examples: list[Example]) -> torch.Tensor:
+    """A permutation sending every example to another example of its own direction (a roll by one
+    inside each direction's group; a group of one stays put)."""
+    permutation = torch.arange(len(examples))
+    groups: dict[str, list[int]] = {}
+    for i, e in enumerate(examples):
+        groups.setdefault(e.direction, []).append(i)
+    for rows in groups.values():
+        permutation[rows] = torch.tensor(rows[1:] + rows[:1])
+    return permutation
+
+
+@torch.no_grad()
+def mean_nll(model: Translator, examples: list[Example], batch_size: int, intervention: str | None = None,
+             seed: int = 0) -> tuple[float, torch.Tensor | None, int]:
+    """NLL per target token over `examples` (fixed batches, so interventions pair up the same way
+    for every model), the mean stopped mass per depth (READ arms, else None) and the token count."""
+    model.eval()
+    generator = torch.Generator().manual_seed(seed)
+    total, count, depth_mass, mass_tokens = 0.0, 0, None, 0
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        batch = collate(chunk, model.config.n_leaves)
+        logits, masses = model(batch, intervention, same_direction_roll(chunk), generator)
+        loss, n = token_nll(logits, batch["tgt_out"])
+        total, count = total + float(loss), count + n
+        if masses is not None:
+            valid = (batch["tgt_out"] != PAD).unsqueeze(-1)
+            by_depth = torch.stack([masses[..., 2 ** k - 1:2 ** (k + 1) - 1].sum(-1)
+                                    for k in range(model.config.depth + 1)], -1)
+            summed = (by_depth * valid).sum((0, 1))
+            depth_mass = summed if depth_mass is None else depth_mass + summed
+            mass_tokens += n
+    model.train()
+    return total / max(count, 1), (depth_mass / mass_tokens if depth_mass is not None else None), count
+
+
+def applicable_interventions(arm: str) -> tuple[str, ...]:
+    if arm == "target_only":
+        return ()
+    if arm == "flat_seq":
+        return ("source_shuffle", "pair_break")
+    return INTERVENTIONS if arm == "bilinear" else INTERVENTIONS[:3]
+
+
+@torch.no_grad()
+def unfold_mse(model: Translator, examples: list[Example]) -> float:
+    batch = collate(examples, model.config.n_leaves)
+    memory = model.encode(batch["src"], batch["src_mask"])
+    rebuilt = unfold_levels(model.fold, memory["root"].unsqueeze(1), memory["details"], memory["masks"])
+    leaves, mask = memory["states"][-1], batch["src_mask"]
+    return float(((rebuilt - leaves) ** 2)[mask].mean())
+
+
+def bleu_chrf(hypotheses: list[str], references: list[str], target_language: str) -> tuple[float, float, str, str]:
+    from sacrebleu.metrics import BLEU, CHRF
+
+    bleu = BLEU(tokenize="zh" if target_language == "zh" else "13a")
+    chrf = CHRF()
+    b, c = bleu.corpus_score(hypotheses, [references]), chrf.corpus_score(hypotheses, [references])
+    return b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature())
+
+
+def learning_rate(config: TranslatorConfig, step: int) -> float:
+    return config.lr * min(1.0, step / config.warmup_steps) if config.warmup_steps else config.lr
+
+
+def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
+    """Multiply-adds x 2 of one example's forward pass with every leaf full and T = N target steps."""
+    d, h, m, n, depth = config.d_model, config.hidden, config.read_dim, config.n_leaves, config.depth
+    arm, nodes = config.arm, 2 * n - 1
+    encoder = 0 if arm == "target_only" else depth * (n // 2) * 2 * (2 * d * h)  # F and G on every pair
+    if arm in FOLD_ARMS:
+        per_parent = 2 * d * h + {"mlp": 3 * d * config.merge_hidden, "bilinear": 2 * d * h + 3 * d * config.relation_rank}.get(
+            config.arm, 2 * d * h)
+        encoder += (n - 1) * per_parent
+    per_step = 3 * (2 * d * d + d * d) + 2 * d * vocab_size  # GRU cell, output layer
+    if arm in TREE_ARMS:
+        encoder += nodes * 2 * d * m
+        per_step += 2 * d * m + 2 * nodes * m + nodes * d
+    if arm == "flat_seq":
+        encoder += n * (d * config.attn_hidden + config.attn_hidden * m)
+        per_step += d * m + n * m + n * d
+    return 2 * (encoder + n * per_step)
+
+
+# ------------------------------------------------------------------------------------ study
+class TranslatorStudy(Study):
+    """zh<->en translation through TreeHeap (WRITE, Butterfly, FOLD, READ, GRU) vs root-only, dense and no-source."""
+
+    name = "treeheap_translator"
+    Config = TranslatorConfig
+    metrics: ClassVar[dict[str, Direction]] = {
+        "train_loss": "lower", "val_nll": "lower", "test_nll": "lower", "test_ppl": "lower",
+        **{f"test_nll_{d}": "lower" for d in ("zh2en", "en2zh")},
+        "bleu": "higher", "chrf": "higher",
+        **{f"{m}_{d}": "higher" for m in ("bleu", "chrf") for d in ("zh2en", "en2zh")},
+        **{f"damage_{i}": "higher" for i in INTERVENTIONS},
+        "unfold_mse": "lower",
+        **{f"stop_mass_depth_{k}": "higher" for k in range(11)},
+        "train_tokens_per_s": "higher", "peak_mem_mb": "lower",
+    }
+
+    def vocab_size(self, config: TranslatorConfig) -> int:
+        return config.vocab_size  # the tokenizer is trained to exactly this size
+
+    def param_count(self, config: TranslatorConfig) -> int:
+        return count_parameters(Translator(config, self.vocab_size(config)))
+
+    def flops(self, config: TranslatorConfig) -> int:
+        return forward_flops(config, self.vocab_size(config))
+
+    def check_ready(self, config: TranslatorConfig) -> str | None:
+        from gates.data import check_source
+
+        return check_source(config.corpus, "pairs")
+
+    def run(self, config: TranslatorConfig, seed: int, reporter: Reporter) -> dict[str, float]:
+        data = load_data(config)
+        seed_everything(seed)
+        model = Translator(config, data.vocab_size)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+        train, valid, test = data.splits["train"], data.splits["valid"], data.splits["test"]
+        valid = valid[:config.valid_examples]
+        test = test[:config.test_examples] if config.test_examples else test
+        generator = torch.Generator().manual_seed(seed)
+        counter = {"step": 0, "tokens": 0, "eval_seconds": 0.0}
+
+        def loss_fn() -> torch.Tensor:
+            counter["step"] += 1
+            for group in optimizer.param_groups:
+                group["lr"] = learning_rate(config, counter["step"])
+            rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
+            batch = collate([train[r] for r in rows], config.n_leaves)
+            logits, _ = model(batch)
+            loss, n = token_nll(logits, batch["tgt_out"])
+            counter["tokens"] += n
+            return loss / n
+
+        def evaluate() -> dict[str, float]:
+            started = time.perf_counter()
+            val_nll = mean_nll(model, valid, config.batch_size)[0]
+            counter["eval_seconds"] += time.perf_counter() - started
+            return {"val_nll": val_nll}
+
+        started = time.perf_counter()
+        last = train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate,
+                          clip_grad_norm=config.clip_grad_norm)
+        train_seconds = time.perf_counter() - started
+        final = {**last, **self.measure(model, data, test, config, seed, reporter)}
+        final["train_tokens_per_s"] = counter["tokens"] / (train_seconds - counter["eval_seconds"])
+        final["peak_mem_mb"] = peak_rss_growth_mb(lambda: _one_step(model, train, config, generator))
+        return final
+
+    def measure(self, model: Translator, data: TranslationData, test: list[Example], config: TranslatorConfig,
+                seed: int, reporter: Reporter) -> dict[str, float]:
+        metrics: dict[str, float] = {}
+        total, tokens, depth_mass = 0.0, 0, None
+        for direction in config.directions:  # pooled over directions, weighted by target tokens
+            nll, mass, count = mean_nll(model, [e for e in test if e.direction == direction], config.batch_size)
+            metrics[f"test_nll_{direction}"] = nll
+            total, tokens = total + nll * count, tokens + count
+            if mass is not None:
+                depth_mass = mass * count if depth_mass is None else depth_mass + mass * count
+        clean = total / tokens
+        metrics["test_nll"], metrics["test_ppl"] = clean, math.exp(min(clean, 50.0))
+        depth_mass = depth_mass / tokens if depth_mass is not None else None
+        for intervention in applicable_interventions(config.arm):
+            metrics[f"damage_{intervention}"] = mean_nll(model, test, config.batch_size, intervention, seed)[0] - clean
+        if depth_mass is not None:
+            metrics.update({f"stop_mass_depth_{k}": float(v) for k, v in enumerate(depth_mass)})
+        if config.arm in ("lifting", "bilinear", "root_only"):
+            metrics["unfold_mse"] = unfold_mse(model, test[:256])
+
+        samples, bleus, chrfs = [], [], []
+        for direction in config.directions:
+            subset = [e for e in test if e.direction == direction][:config.bleu_examples]
+            hypotheses = []
+            for start in range(0, len(subset), config.batch_size):
+                hypotheses += [data.decode(ids) for ids in
+                               translate(model, subset[start:start + config.batch_size], config.beam_size)]
+            references = [e.tgt_text for e in subset]
+            b, c, b_sig, c_sig = bleu_chrf(hypotheses, references, data.target_language[direction])
+            metrics[f"bleu_{direction}"], metrics[f"chrf_{direction}"] = b, c
+            bleus.append(b)
+            chrfs.append(c)
+            samples.append(f"## {direction}: BLEU {b:.2f} ({b_sig}), chrF {c:.2f} ({c_sig})\n")
+            for e, hyp in list(zip(subset, hypotheses))[:config.samples]:
+                samples.append(f"source:    {e.src_text}\nreference: {e.tgt_text}\noutput:    {hyp}\n")
+        metrics["bleu"], metrics["chrf"] = sum(bleus) / len(bleus), sum(chrfs) / len(chrfs)
+        attach = getattr(reporter, "attach", None)
+        if attach is not None:
+            attach("samples.txt", "\n".join(samples))
+        return metrics
+
+
+def _one_step(model: Translator, train: list[Example], config: TranslatorConfig, generator) -> None:
+    rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
+    batch = collate([train[r] for r in rows], config.n_leaves)
+    logits, _ = model(batch)
+    loss, n = token_nll(logits, batch["tgt_out"])
+    (loss / n).backward()
+    model.zero_grad(set_to_none=True)

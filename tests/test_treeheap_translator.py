@@ -1,0 +1,255 @@
+"""TreeHeap translator: exact inverses, READ's mass, masking, interventions, data, and real tiny training."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from pydantic import ValidationError
+
+from gates.study import Budget, NullReporter
+from models.translation_data import EOS, PAD, Example, collate, load_translation_data, split_of
+from models.treeheap import Butterfly, Fold, Read, fold_levels, random_pairing, unfold_levels, xor_pairing
+from models.treeheap_translator import (
+    Translator,
+    TranslatorConfig,
+    TranslatorStudy,
+    applicable_interventions,
+    bleu_chrf,
+    mean_nll,
+    same_direction_roll,
+    token_nll,
+    translate,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+STUDY = TranslatorStudy()
+
+
+def _randomise(module: torch.nn.Module, seed: int = 0) -> None:
+    """Non-trivial weights everywhere (U~ starts at zero; a trained one is not)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator, dtype=p.dtype) * 0.5)
+
+
+def _mask(lengths: list[int], n: int) -> torch.Tensor:
+    return torch.arange(n).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+
+
+# ------------------------------------------------------------------------------------ the parts
+def test_xor_pairing_pairs_every_leaf_once_per_round():
+    for s, (first, second) in enumerate(xor_pairing(16, 4)):
+        assert torch.equal(second, first ^ (1 << s))
+        assert sorted(torch.cat([first, second]).tolist()) == list(range(16))
+
+
+def test_butterfly_inverse_is_exact_in_float64():
+    butterfly = Butterfly(8, 16, depth=4).double()
+    _randomise(butterfly)
+    x = torch.randn(5, 16, 8, dtype=torch.float64)
+    mask = _mask([16, 9, 1, 4, 13], 16)
+    y = butterfly(x, mask)
+    assert (y - x).abs().max() > 0.1  # it does change coordinates
+    assert (butterfly.inverse(y, mask) - x).abs().max() < 1e-6
+    pairing = random_pairing(16, 4, torch.Generator().manual_seed(1))
+    assert (butterfly.inverse(butterfly(x, mask, pairing), mask, pairing) - x).abs().max() < 1e-6
+
+
+@pytest.mark.parametrize("kind", ["lifting", "bilinear"])
+def test_unfold_inverts_lifting_fold_in_float64(kind):
+    fold = Fold(8, 16, kind, relation_rank=4).double()
+    _randomise(fold)
+    leaves = torch.randn(4, 16, 8, dtype=torch.float64)
+    mask = _mask([16, 11, 2, 1], 16)
+    states, details, masks = fold_levels(fold, leaves, mask)
+    assert [s.shape[1] for s in states] == [1, 2, 4, 8, 16] and len(details) == 4
+    rebuilt = unfold_levels(fold, states[0], details, masks)
+    error = ((rebuilt - leaves) ** 2)[mask].max()
+    if kind == "lifting":
+        assert error < 1e-10
+    else:  # a live relation branch is not invertible by the lifting formulas
+        assert error > 1e-3
+    if kind == "bilinear":  # ... but with the relation branch zeroed it is the lifting scheme again
+        fold.relation_gate = 0.0
+        states, details, masks = fold_levels(fold, leaves, mask)
+        assert ((unfold_levels(fold, states[0], details, masks) - leaves) ** 2)[mask].max() < 1e-10
+
+
+def test_lifting_update_starts_as_half_the_detail():
+    fold = Fold(8, 16, "lifting")
+    d = torch.randn(3, 8)
+    assert torch.allclose(fold.U(d), 0.5 * d)
+
+
+def test_read_conserves_mass_and_never_reaches_padding():
+    torch.manual_seed(0)
+    depth, d = 4, 8
+    read = Read(6, d, 5, depth)
+    _randomise(read)
+    mask = _mask([16, 7, 1, 2], 16)
+    leaves = torch.randn(4, 16, d)
+    states, _, masks = fold_levels(Fold(d, 8), leaves, mask)
+    keys = read.keys(states, masks)
+    h = torch.randn(4, 6) * 3
+    context, mass = read(h, keys)
+    assert mass.shape == (4, 31)
+    assert torch.allclose(mass.sum(-1), torch.ones(4), atol=1e-6)
+    assert (mass >= 0).all()
+    node_mask = torch.cat(masks, 1)
+    assert (mass[~node_mask] == 0).all()  # empty leaves and empty subtrees get exactly nothing
+    assert torch.allclose(context, torch.einsum("bn,bnd->bd", mass, keys["nodes"]))
+    # a one-piece sentence: all mass ends at the root or on the path down to leaf 0
+    on_path = [2 ** k - 1 for k in range(depth + 1)]
+    assert torch.allclose(mass[2, on_path].sum(), torch.tensor(1.0), atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------ the model
+def _toy_examples(count: int = 8, vocab: int = 20, n_leaves: int = 8, seed: int = 0) -> list[Example]:
+    generator = torch.Generator().manual_seed(seed)
+    examples = []
+    for i in range(count):
+        direction = "zh2en" if i % 2 == 0 else "en2zh"
+        src_len = int(torch.randint(1, n_leaves - 1, (1,), generator=generator))
+        tgt_len = int(torch.randint(1, n_leaves - 1, (1,), generator=generator))
+        src = torch.randint(5, vocab, (src_len,), generator=generator).tolist()
+        tgt = torch.randint(5, vocab, (tgt_len,), generator=generator).tolist()
+        token = 3 if direction == "zh2en" else 4
+        examples.append(Example(direction, (token, *src, EOS), (*tgt, EOS), f"s{i}", f"t{i}"))
+    return examples
+
+
+def _tiny(arm: str, **kw) -> TranslatorConfig:
+    return TranslatorConfig(arm=arm, depth=3, d_model=32, hidden=32, read_dim=16, merge_hidden=21,
+                            relation_rank=8, attn_hidden=32, batch_size=8, **kw)
+
+
+@pytest.mark.parametrize("arm", ["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only"])
+def test_padding_never_reaches_the_output(arm):
+    """Garbage in the padded leaves (pad_noise) changes the NLL by exactly 0 for every arm."""
+    torch.manual_seed(0)
+    model = Translator(_tiny(arm), 20)
+    examples = _toy_examples()
+    clean = mean_nll(model, examples, 8)[0]
+    noisy = mean_nll(model, examples, 8, "pad_noise", seed=3)[0]
+    assert noisy == clean
+
+
+def test_interventions_change_what_they_should():
+    torch.manual_seed(0)
+    model = Translator(_tiny("bilinear"), 20)
+    _randomise(model)
+    examples = _toy_examples()
+    clean, depth_mass, _ = mean_nll(model, examples, 8)
+    assert depth_mass.shape == (4,) and math.isclose(float(depth_mass.sum()), 1.0, rel_tol=1e-5)
+    for intervention in applicable_interventions("bilinear"):
+        assert mean_nll(model, examples, 8, intervention, seed=1)[0] != clean, intervention
+    assert applicable_interventions("target_only") == ()
+    assert "relation_zero" not in applicable_interventions("lifting")
+
+
+def test_same_direction_roll_never_crosses_directions():
+    examples = _toy_examples(7)
+    permutation = same_direction_roll(examples)
+    for i, j in enumerate(permutation.tolist()):
+        assert examples[i].direction == examples[j].direction and i != j
+
+
+def test_collate_teacher_forcing_layout():
+    e = Example("zh2en", (3, 7, 8, EOS), (9, 10, EOS), "a", "b")
+    batch = collate([e], 8)
+    assert batch["src"].tolist() == [[3, 7, 8, EOS, PAD, PAD, PAD, PAD]]
+    assert batch["src_mask"].sum() == 4
+    assert batch["tgt_in"].tolist() == [[3, 9, 10]] and batch["tgt_out"].tolist() == [[9, 10, EOS]]
+
+
+@pytest.mark.parametrize("arm", ["lifting", "flat_seq"])
+def test_a_tiny_run_memorises_eight_pairs_and_decodes_them_exactly(arm):
+    torch.manual_seed(0)
+    examples = _toy_examples(8)
+    model = Translator(_tiny(arm), 20)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    batch = collate(examples, 8)
+    for _ in range(300):
+        optimizer.zero_grad()
+        logits, _ = model(batch)
+        loss, n = token_nll(logits, batch["tgt_out"])
+        (loss / n).backward()
+        optimizer.step()
+    assert float(loss.detach() / n) < 0.01
+    targets = [list(e.tgt_ids[:-1]) for e in examples]
+    assert translate(model, examples) == targets
+    assert translate(model, examples, beam_size=3) == targets
+
+
+# ------------------------------------------------------------------------------------ data and study
+@pytest.fixture
+def pair_file(tmp_path):
+    """A user's own TSV: real-looking text so that SentencePiece has something to learn."""
+    words = "the a file menu click open save print view insert format table tools window help".split()
+    rows = []
+    for i in range(600):
+        en = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(2 + i % 6))
+        zh = "".join("文件菜单点击打开保存打印视图插入格式表格工具窗口帮助"[(i + k * 5) % 26] for k in range(2 + i % 9))
+        rows.append(f"{zh}{i}\t{en} {i}")
+    rows.append(rows[0].split("\t")[0] + "\tduplicate source, dropped")
+    path = tmp_path / "pairs.tsv"
+    path.write_text("\n".join(rows) + "\n")
+    return path
+
+
+def test_data_from_a_users_tsv_split_by_source_hash(pair_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
+    data = load_translation_data(str(pair_file), ("zh", "en"), ("zh2en", "en2zh"), 120, 14, 0.1, 0.1)
+    assert data.vocab_size == 120 and data.direction_ids == {"zh2en": 3, "en2zh": 4}
+    assert (tmp_path / "cache" / "translator-tokenizers").is_dir()
+    sources = {name: {e.src_text for e in examples if e.direction == "zh2en"} for name, examples in data.splits.items()}
+    assert not sources["train"] & sources["test"] and not sources["train"] & sources["valid"]
+    for name, texts in sources.items():
+        assert all(split_of(t, 0.1, 0.1) == name for t in texts)
+    for e in data.splits["train"]:
+        assert e.src_ids[0] == data.direction_ids[e.direction] and e.src_ids[-1] == EOS
+        assert len(e.src_ids) <= 16 and e.tgt_ids[-1] == EOS
+    assert not any(e.tgt_text == "duplicate source, dropped" for s in data.splits.values() for e in s)
+    both = [e for e in data.splits["test"] if e.direction == "en2zh"]
+    assert both and data.target_language == {"zh2en": "en", "en2zh": "zh"}
+    assert data.decode(both[0].tgt_ids) .replace(" ", "") == both[0].tgt_text.replace(" ", "")
+
+
+def test_bleu_uses_the_chinese_tokenizer_for_chinese_targets():
+    score, _, signature, _ = bleu_chrf(["打开文件"], ["打开文件"], "zh")
+    assert score == pytest.approx(100.0) and "tok:zh" in signature
+    assert "tok:13a" in bleu_chrf(["open the file"], ["open the file"], "en")[2]
+
+
+def test_config_rejects_unknown_directions():
+    with pytest.raises(ValidationError):
+        TranslatorConfig(arm="lifting", directions=("de2en",))
+
+
+def test_flat_seq_is_within_five_percent_of_lifting_at_the_defaults():
+    lifting = STUDY.param_count(TranslatorConfig(arm="lifting"))
+    for arm in ("flat_seq", "mlp", "bilinear"):
+        assert abs(STUDY.param_count(TranslatorConfig(arm=arm)) / lifting - 1) < 0.05, arm
+
+
+def test_study_run_end_to_end_is_deterministic(pair_file, tmp_path, monkeypatch):
+    monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
+    config = TranslatorConfig(arm="bilinear", corpus=str(pair_file), vocab_size=120, depth=4, d_model=16, hidden=16,
+                              read_dim=8, merge_hidden=11, relation_rank=4, batch_size=16, valid_examples=32,
+                              bleu_examples=10, samples=2, valid_fraction=0.1, test_fraction=0.1)
+    runs = []
+    for _ in range(2):
+        reporter = NullReporter(Budget(6, 3))
+        attached = {}
+        reporter.attach = lambda name, text: attached.__setitem__(name, text)
+        runs.append(STUDY.run(config, 0, reporter))
+    first, second = runs
+    for name in ("test_nll", "bleu_zh2en", "chrf_en2zh", "damage_source_shuffle", "damage_relation_zero",
+                 "unfold_mse", "stop_mass_depth_0", "val_nll"):
+        assert name in first and first[name] == second[name], name
+    assert [step for step, _ in reporter.history] == [3, 6]
+    assert "source:" in attached["samples.txt"] and "BLEU" in attached["samples.txt"]
+    assert first["train_tokens_per_s"] > 0
