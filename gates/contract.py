@@ -150,6 +150,7 @@ class Compare(_Condition):
 
     `higher`: arm >= other + margin (absolute) or arm >= other * (1 + relative_margin).
     `lower`:  arm <= other - margin (absolute) or arm <= other * (1 - relative_margin).
+    A negative absolute margin states non-inferiority ("no more than 0.05 above": lower, -0.05).
     """
 
     kind: Literal["compare"]
@@ -158,7 +159,8 @@ class Compare(_Condition):
     other: str
     other_metric: str | None = Field(default=None, description="defaults to metric")
     direction: Direction
-    margin: float | None = Field(default=None, ge=0)
+    margin: float | None = Field(default=None, description="absolute; negative for non-inferiority: "
+                                 "`lower` with margin -0.05 reads arm <= other + 0.05")
     relative_margin: float | None = Field(default=None, ge=0, lt=1)
     test: Literal["welch", "paired"] = "welch"
 

@@ -160,7 +160,8 @@ def _describe(c) -> str:
         op, sign = (">=", "+") if c.direction == "higher" else ("<=", "-")
         if c.relative_margin is not None:
             return f"{a} {op} {b} * (1 {sign} {c.relative_margin:g})"
-        return f"{a} {op} {b} {sign} {c.margin:g}" if c.margin else f"{a} {op} {b}"
+        offset = (c.margin or 0.0) * (1 if c.direction == "higher" else -1)
+        return f"{a} {op} {b} {'+' if offset > 0 else '-'} {abs(offset):g}" if offset else f"{a} {op} {b}"
     op = " > " if c.direction == "lower" else " < "
     return f"trend {c.direction}: " + op.join(f"{a}.{m}" for a, m in c.items())
 

@@ -296,3 +296,15 @@ def test_verdict_module_never_imports_torch():
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
     assert done.returncode == 0, done.stderr
+
+
+def test_a_negative_margin_states_non_inferiority():
+    """`lower` with margin -0.05 reads arm <= other + 0.05 ("no more than 0.05 above")."""
+    c = {"kind": "compare", "arm": "a", "metric": "nll", "other": "b", "direction": "lower", "margin": -0.05}
+    slightly_above = runs("a", nll=[1.02, 1.021, 1.019]) + runs("b", nll=[1.0, 1.001, 0.999])
+    v = decide(decision([c]), slightly_above)
+    assert cond(v, "supported_if[0]").description == "a.nll <= b.nll + 0.05"
+    assert cond(v, "supported_if[0]").estimate == pytest.approx(0.05 - 0.02)
+    assert v.verdict == "supported"
+    far_above = runs("a", nll=[1.2, 1.21, 1.19]) + runs("b", nll=[1.0, 1.001, 0.999])
+    assert cond(decide(decision([c]), far_above), "supported_if[0]").outcome == "fails"
