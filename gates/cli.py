@@ -70,6 +70,14 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file.")):
               f"{fp.threshold:g} by step {fp.by_step}: {fp.statement}", markup=False)
     for note in report.notes:
         out.print(note, markup=False)
+    if c.tuning is not None:
+        t = c.tuning
+        space = "; ".join(f"{k} {p.type} " + (f"{p.choices}" if p.type == "categorical" else
+                                               f"[{p.low:g}, {p.high:g}]{' log' if p.log else ''}")
+                          for k, p in t.space.items())
+        out.print(f"tuning: {t.trials_per_arm} trials for each of {', '.join(t.tuned_arms(c.arms))}; space: {space}; "
+                  f"objective {t.objective.metric} ({t.objective.direction}) on tuning seeds {t.seeds}; "
+                  f"{t.sampler.kind} sampler, seed {t.sampler.seed}", markup=False)
     out.print(f"decision: alpha {c.decision.alpha:g} ({'explicit' if 'alpha' in c.decision.model_fields_set else 'default'}), "
               f"{c.decision.evaluation} evaluation, Holm-corrected; {len(c.decision.supported_if)} supported_if, "
               f"{len(c.decision.refuted_if)} refuted_if")
@@ -87,9 +95,14 @@ def run(
     runs_dir: Path = RUNS_DIR,
     fresh: bool = typer.Option(False, "--fresh", help="Redo arm x seeds already finished for this contract and code."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON lines (one per run, then the verdict) for machines."),
+    optuna_storage: Optional[str] = typer.Option(None, "--optuna-storage", help="Optuna storage URL for contracts "
+                                                 "with `tuning` (default: optuna.db beside an SQLite MLflow store, "
+                                                 "else sqlite:///optuna.db)."),
 ):
     """Preflight, train every arm x seed into MLflow under the stop rules, decide the verdict and write
-    runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused."""
+    runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused.
+    A contract with `tuning` first searches each tuned arm's config (Optuna trials, same budget per arm);
+    the best config per arm then runs over the seeds."""
     from gates.contract import load_contract
     from gates.runner import run_contract
     from gates.tracking import resolve_uri
@@ -100,7 +113,8 @@ def run(
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with progress:
-            evidence = run_contract(loaded, uri, runs_dir, fresh=fresh, progress=progress)
+            evidence = run_contract(loaded, uri, runs_dir, fresh=fresh, progress=progress,
+                                    optuna_storage=optuna_storage)
     except KeyboardInterrupt:
         err.print("interrupted: finished runs are kept in MLflow and are reused by the next `gates run`; "
                   "no evidence was written")
@@ -282,6 +296,13 @@ class _RichProgress:
         else:
             self.bar.update(self.tasks[(record["arm"], record["seed"])], live=f"{record['status']}{halt} {shown}")
 
+    def tuning_trial(self, record):
+        value = f" {record['value']:.4g}" if record.get("value") is not None else ""
+        halt = f" ({record['halt_reason']})" if record.get("halt_reason") else ""
+        params = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in record["params"].items())
+        out.print(f"tuning {record['arm']} trial {record['number']}: {params}: {record['state']}{halt}{value}",
+                  markup=False, highlight=False)
+
 
 class _JsonProgress:
     def __enter__(self):
@@ -299,6 +320,10 @@ class _JsonProgress:
     def end(self, record):
         print(json.dumps({"event": "run", **{k: record.get(k) for k in (
             "arm", "seed", "status", "halt_reason", "metrics", "mlflow_run_id")}}), flush=True)
+
+    def tuning_trial(self, record):
+        print(json.dumps({"event": "tuning_trial", **{k: record.get(k) for k in (
+            "arm", "number", "params", "state", "value", "halt_reason", "mlflow_run_id")}}), flush=True)
 
 
 def main() -> None:

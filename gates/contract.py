@@ -222,6 +222,114 @@ class Replay(Strict):
     rel_tolerance: float = Field(default=1e-6, ge=0)
 
 
+# ---------------------------------------------------------------------------------- tuning
+VALIDATION_PREFIXES = ("val_", "valid_", "validation_")
+
+
+def is_validation_metric(name: str) -> bool:
+    """Metrics measured on a validation split are named val_*, valid_* or validation_*."""
+    return name.startswith(VALIDATION_PREFIXES)
+
+
+class SpaceParam(Strict):
+    """One searched arm-config field: a float or int range (optionally log-scaled) or a choice."""
+
+    type: Literal["float", "int", "categorical"]
+    low: float | None = Field(default=None, description="float/int: smallest value searched")
+    high: float | None = Field(default=None, description="float/int: largest value searched")
+    log: bool = Field(default=False, description="float/int: sample on a log scale (low > 0)")
+    step: float | None = Field(default=None, gt=0, description="float/int: grid step (int default 1)")
+    choices: list[Union[bool, int, float, str]] | None = Field(default=None, description="categorical: the values")
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        if self.type == "categorical":
+            if self.choices is None or len(self.choices) < 2:
+                raise ValueError("a categorical parameter needs `choices` with at least 2 values")
+            if len({canonical_json(c) for c in self.choices}) != len(self.choices):
+                raise ValueError(f"choices must be distinct, got {self.choices}")
+            if any(getattr(self, f) not in (None, False) for f in ("low", "high", "log", "step")):
+                raise ValueError("a categorical parameter takes only `choices` (no low, high, log, step)")
+            return self
+        if self.choices is not None:
+            raise ValueError(f"a {self.type} range takes low/high, not `choices`")
+        if self.low is None or self.high is None:
+            raise ValueError(f"a {self.type} range needs both `low` and `high`")
+        if not self.low < self.high:
+            raise ValueError(f"low ({self.low:g}) must be below high ({self.high:g})")
+        if self.log and self.low <= 0:
+            raise ValueError(f"a log range needs low > 0, got {self.low:g}")
+        if self.type == "int":
+            if not all(float(v).is_integer() for v in (self.low, self.high, self.step or 1)):
+                raise ValueError("an int range needs integer low, high and step")
+            if self.log and (self.step or 1) != 1:
+                raise ValueError("an int log range takes no step (other than 1)")
+        elif self.log and self.step is not None:
+            raise ValueError("a float range is either log-scaled or stepped, not both")
+        return self
+
+    def bounds(self) -> list[tuple[str | int, Any]]:
+        """(where in the YAML, value) of every extreme value a trial can take, for checking."""
+        if self.type == "categorical":
+            return [(("choices", i), c) for i, c in enumerate(self.choices)]
+        cast = int if self.type == "int" else float
+        return [(("low",), cast(self.low)), (("high",), cast(self.high))]
+
+
+class TuningObjective(Strict):
+    metric: str = Field(description="a validation metric (val_*, valid_*, validation_*) that the decision never reads")
+    direction: Direction = Field(description="must be the study's better direction for the metric")
+
+
+class TuningSampler(Strict):
+    kind: Literal["tpe", "random"] = "tpe"
+    seed: int = Field(description="sampler seed (trial n of every arm samples from seed, n)")
+
+
+class Tuning(Strict):
+    """Search each tuned arm's config on a validation split with the same budget, then run the best
+    configuration over the contract's seeds (gates/tuning.py)."""
+
+    space: dict[str, SpaceParam] = Field(min_length=1, description="arm config field -> its range or choices")
+    trials: Union[int, dict[str, int]] = Field(
+        description="trials per tuned arm: a number (every arm), or arm -> number (those arms; all equal)")
+    objective: TuningObjective
+    seeds: list[int] = Field(min_length=1, description="seeds of the tuning runs (disjoint from the contract's)")
+    sampler: TuningSampler
+
+    @field_validator("trials", mode="before")
+    @classmethod
+    def _equal_budgets(cls, trials):
+        def positive(n):
+            return isinstance(n, int) and not isinstance(n, bool) and n > 0
+        if isinstance(trials, dict):
+            if not trials or not all(positive(n) for n in trials.values()):
+                raise ValueError(f"expected arm -> a positive number of trials, got {trials}")
+            if len(set(trials.values())) > 1:
+                shown = ", ".join(f"{a}: {n}" for a, n in trials.items())
+                raise ValueError(f"tuning budgets differ across arms ({shown}); expected the same number of "
+                                 f"trials for every tuned arm (the budget is pre-registered: an arm searched "
+                                 f"longer would win by search effort alone)")
+        elif not positive(trials):
+            raise ValueError(f"expected a positive number of trials per arm (or arm -> number), got {trials!r}")
+        return trials
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds):
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds must be distinct, got {seeds}")
+        return seeds
+
+    def tuned_arms(self, arms) -> list[str]:
+        """The tuned arms, in the contract's arm order."""
+        return [a for a in arms if not isinstance(self.trials, dict) or a in self.trials]
+
+    @property
+    def trials_per_arm(self) -> int:
+        return self.trials if isinstance(self.trials, int) else next(iter(self.trials.values()))
+
+
 # ---------------------------------------------------------------------------------- contract
 class Contract(Strict):
     id: str = Field(pattern=SLUG, max_length=80)
@@ -235,6 +343,7 @@ class Contract(Strict):
     stop_rules: StopRules = Field(default_factory=StopRules)
     decision: Decision
     replay: Replay | None = None
+    tuning: Tuning | None = None
 
     @field_validator("seeds")
     @classmethod
@@ -332,6 +441,8 @@ def load_contract(path: str | Path) -> LoadedContract:
         except ValidationError as e:
             errors += [err(("arms", arm) + tuple(x["loc"]), _explain(x, study.Config)) for x in e.errors()]
     errors += _check_references(contract, study, err)
+    if contract.tuning is not None:
+        errors += _check_tuning(contract, study, err)
     if errors:
         raise UserErrors(errors)
 
@@ -413,6 +524,82 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
     if contract.decision.evaluation == "interval" and len(contract.seeds) < 2:
         errors.append(err(("seeds",), "interval evaluation needs at least 2 seeds (3 or more recommended)"))
     return errors
+
+
+def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
+    """A tuning section must search real fields within what every tuned arm accepts, and keep the
+    decision fair: it reads no metric of the validation split tuning selected on, and compares no
+    tuned arm with an untuned one."""
+    t = contract.tuning
+    errors = []
+    fields = list(study.Config.model_fields)
+    tuned = t.tuned_arms(contract.arms)
+    if isinstance(t.trials, dict):
+        for arm in t.trials:
+            if arm not in contract.arms:
+                errors.append(err(("tuning", "trials", arm), f"no arm named {arm!r}{did_you_mean(arm, list(contract.arms))}; "
+                                                               f"arms: {', '.join(contract.arms)}"))
+    for key, param in t.space.items():
+        if key not in study.Config.model_fields:
+            errors.append(err(("tuning", "space", key), f"not a field of study {study.name!r}'s arm config"
+                                                       f"{did_you_mean(key, fields)}; fields: {', '.join(fields)}"))
+            continue
+        for where, value in param.bounds():
+            for arm in tuned:
+                try:
+                    study.Config.model_validate({**contract.arms[arm], key: value})
+                except ValidationError as e:
+                    why = "; ".join(_explain(x, study.Config) for x in e.errors())
+                    errors.append(err(("tuning", "space", key) + where,
+                                      f"{key} = {value!r} is outside what arm {arm!r} accepts ({why}); "
+                                      f"expected a range within the field's validation"))
+                    break
+    obj = t.objective
+    if obj.metric not in study.metrics:
+        errors.append(err(("tuning", "objective", "metric"), f"study {study.name!r} reports no metric {obj.metric!r}"
+                                                            f"{did_you_mean(obj.metric, list(study.metrics))}; "
+                                                            f"metrics: {', '.join(study.metrics)}"))
+    else:
+        if not is_validation_metric(obj.metric):
+            val = [m for m in study.metrics if is_validation_metric(m)]
+            errors.append(err(("tuning", "objective", "metric"),
+                              f"{obj.metric!r} is not a validation metric; expected one measured on a split the "
+                              f"decision never sees, named val_*, valid_* or validation_* (study {study.name!r} "
+                              f"has: {', '.join(val) or 'none'})"))
+        if obj.direction != study.metrics[obj.metric]:
+            errors.append(err(("tuning", "objective", "direction"),
+                              f"{obj.metric!r} is better when {study.metrics[obj.metric]} in study {study.name!r}; "
+                              f"expected direction {study.metrics[obj.metric]!r}"))
+    overlap = sorted(set(t.seeds) & set(contract.seeds))
+    if overlap:
+        errors.append(err(("tuning", "seeds"), f"tuning seeds {overlap} are also the contract's seeds; expected "
+                                               f"seeds disjoint from {contract.seeds}, so no verdict run is a tuning run"))
+    for list_name, i, c in contract.conditions():
+        base = ("decision", list_name, i)
+        for loc, metric in _condition_metric_locs(c):
+            if metric == obj.metric or is_validation_metric(metric):
+                what = "is the tuning objective" if metric == obj.metric else "is measured on the validation split"
+                errors.append(err(base + loc, f"{metric!r} {what}: tuning selected every arm's config on that "
+                                              f"split, so a decision on it would be biased; expected a metric from "
+                                              f"a split tuning never saw (e.g. test_*)"))
+        if not isinstance(c, Threshold):
+            arms = {arm for arm, _ in condition_terms(c)}
+            if arms & set(tuned) and arms - set(tuned):
+                errors.append(err(base, f"compares tuned arm(s) {sorted(arms & set(tuned))} with untuned "
+                                        f"{sorted(arms - set(tuned))}; expected both sides tuned with the same "
+                                        f"budget, or neither"))
+    return errors
+
+
+def _condition_metric_locs(c) -> list[tuple[tuple, str]]:
+    """(field path within the condition, metric) of every metric a condition reads."""
+    if isinstance(c, Threshold):
+        return [(("metric",), c.metric)]
+    if isinstance(c, Compare):
+        return [(("metric",), c.metric)] + ([(("other_metric",), c.other_metric)] if c.other_metric else [])
+    if c.metrics is not None:
+        return [(("metrics", j), m) for j, m in enumerate(c.metrics)]
+    return [(("metric",), c.metric)]
 
 
 # ---------------------------------------------------------------------------------- error helpers

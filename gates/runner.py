@@ -113,7 +113,7 @@ def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
 
 
 def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
-                 progress: Progress | None = None) -> dict:
+                 progress: Progress | None = None, optuna_storage: str | None = None) -> dict:
     """Run everything the contract asks for and return its evidence (also written to runs/<id>/)."""
     progress = progress or SilentProgress()
     c, study = loaded.contract, loaded.study
@@ -138,6 +138,12 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
             done[(summary["arm"], summary["seed"])] = summary
         elif run.info.status == "RUNNING":  # left behind by a kill: close it, it will be redone
             tracker.kill(run.info.run_id)
+    tuning_record = None
+    if c.tuning is not None:  # tune first (gates/tuning.py): the seeds run each tuned arm's best config
+        from gates.tuning import tune_and_apply
+        loaded, tuning_record = tune_and_apply(loaded, tracking_uri, parent_run_id=parent_id,
+                                               experiment_id=experiment_id, storage_url=optuna_storage,
+                                               fresh=fresh, progress=progress, prov=prov)
 
     records = []
     budget = Budget(c.budget.steps, c.budget.eval_every)
@@ -168,6 +174,8 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
 
     result = verdict.decide(c.decision, records)
     evidence = _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id)
+    if tuning_record is not None:
+        evidence["tuning"] = tuning_record
     path = ledger.write_evidence(runs_root, evidence)
     outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome for r in result.conditions}
     outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions

@@ -69,6 +69,10 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
                             f"{ev['contract_sha256'][:16]} (a new version needs a new id)")
 
     check.problems += _rederive(loaded, ev)
+    if loaded.contract.tuning is not None or ev.get("tuning"):
+        from gates.tuning import check_evidence as check_tuning  # imports Optuna: only when it matters
+
+        check.problems += check_tuning(loaded, ev)
     if replay and loaded.contract.replay and loaded.contract.replay.ci:
         check.replayed = True
         check.problems += _replay(loaded, ev)

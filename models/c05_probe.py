@@ -30,7 +30,9 @@ shared over addresses):
 - `path_subheap_kernel`: both, concatenated.
 
 Metrics: train_loss, train_acc, test_acc, hit_at_3, mean_rank (1-based, among the test tree's
-existing nodes), route_valid_rate (the predicted address is turned into L/R steps and walked from
+existing nodes), val_loss and val_acc (on `val_trees` held-out trees drawn like the train trees, from
+their own random stream: the split a contract's `tuning` selects on, never the test trees),
+route_valid_rate (the predicted address is turned into L/R steps and walked from
 the root of its tree; valid when every step lands on an existing node and the walk ends on an
 internal node, i.e. a subheap a recursive Plus could descend into and rebuild), test_loss.
 """
@@ -62,6 +64,7 @@ class C05ProbeConfig(StudyConfig):
     test_depths: list[Depth] = Field(default_factory=lambda: [5, 6], min_length=1)
     train_trees: int = Field(default=900, ge=1)
     test_trees: int = Field(default=400, ge=1)
+    val_trees: int = Field(default=200, ge=1)  # held-out shallow trees for tuning (val_loss, val_acc)
     hidden: int = Field(default=32, ge=1)
     lr: float = Field(default=0.01, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
@@ -196,6 +199,13 @@ def crop_to_own_addresses(trees: dict) -> dict:
     return {key: value[:, :owned] if value.dim() >= 2 else value for key, value in trees.items()}
 
 
+def make_validation(config: C05ProbeConfig, seed: int) -> dict:
+    """Held-out trees drawn like the train trees (same depths, pattern anywhere), from a third stream:
+    tuning selects on them, so the test trees stay unseen by every choice made before the verdict."""
+    return make_trees(np.random.default_rng([seed, 2]), config.val_trees, config.train_depths,
+                      pattern_min_depth=0, pattern=config.pattern, sigma=config.sigma, max_depth=config.max_depth)
+
+
 # ------------------------------------------------------------------------------------ model
 class StructuralKernel(nn.Module):
     """K(pi(a), subheap(H, a), x) -> one score per address, an MLP shared over addresses.
@@ -271,6 +281,8 @@ class C05ProbeStudy(Study):
         "mean_rank": "lower",
         "route_valid_rate": "higher",
         "test_loss": "lower",
+        "val_loss": "lower",
+        "val_acc": "higher",
     }
     deterministic: ClassVar[bool] = False  # metrics depend on the seed's trees and init
 
@@ -288,6 +300,7 @@ class C05ProbeStudy(Study):
     def run(self, config: C05ProbeConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         seed_everything(seed)
         train, test = (crop_to_own_addresses(trees) for trees in make_datasets(config, seed))
+        val = crop_to_own_addresses(make_validation(config, seed))
         model = StructuralKernel(config)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         paths, path_lengths = (torch.from_numpy(a) for a in address_paths(config.max_depth))
@@ -303,6 +316,7 @@ class C05ProbeStudy(Study):
             # route validity: walk the predicted address's L/R steps from the root of its tree
             reached, walked = walk_route(paths[prediction], path_lengths[prediction], test["exists"])
             route_valid = walked & is_internal(reached, test["exists"])
+            val_scores = masked_scores(model, val)
             return {
                 "train_acc": (train_scores.argmax(dim=1) == train["target"]).float().mean().item(),
                 "test_acc": (prediction == test["target"]).float().mean().item(),
@@ -310,6 +324,8 @@ class C05ProbeStudy(Study):
                 "mean_rank": rank.mean().item(),
                 "route_valid_rate": route_valid.float().mean().item(),
                 "test_loss": F.cross_entropy(scores, test["target"]).item(),
+                "val_loss": F.cross_entropy(val_scores, val["target"]).item(),
+                "val_acc": (val_scores.argmax(dim=1) == val["target"]).float().mean().item(),
             }
 
         return train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate)
