@@ -218,6 +218,18 @@ def test_data_from_a_users_tsv_split_by_source_hash(pair_file, tmp_path, monkeyp
     assert data.decode(both[0].tgt_ids) .replace(" ", "") == both[0].tgt_text.replace(" ", "")
 
 
+def test_moses_files_give_the_same_data_as_the_tsv(pair_file, tmp_path, monkeypatch):
+    """A user's Moses-style parallel files (e.g. a WMT slice): the same pairs, the same examples."""
+    monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
+    rows = [line.split("\t") for line in pair_file.read_text().splitlines()]
+    (tmp_path / "corpus.zh").write_text("\n".join(r[0] for r in rows) + "\n")
+    (tmp_path / "corpus.en").write_text("\n".join(r[1] for r in rows) + "\n")
+    args = (("zh", "en"), ("zh2en",), 120, 14, 0.1, 0.1)
+    from_tsv = load_translation_data(str(pair_file), *args)
+    from_moses = load_translation_data(f"moses:{tmp_path / 'corpus'}:zh:en", *args)
+    assert from_moses.splits == from_tsv.splits and from_tsv.splits["train"]
+
+
 def test_bleu_uses_the_chinese_tokenizer_for_chinese_targets():
     score, _, signature, _ = bleu_chrf(["打开文件"], ["打开文件"], "zh")
     assert score == pytest.approx(100.0) and "tok:zh" in signature
