@@ -117,6 +117,7 @@ class Claims:
         self._lock = threading.Lock()
         self._key = None
         self._claims: dict[str, Claim] = {}
+        self._loaded: dict[tuple, object] = {}  # (path, mtime, size) -> LoadedContract or None
 
     def _fingerprint(self) -> tuple:
         files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(self.contracts_dir.glob("*.y*ml"))
@@ -160,13 +161,18 @@ class Claims:
         candidates += [self.contracts_dir / f"{contract_id}.yaml", self.contracts_dir / f"{contract_id}.yml"]
         candidates += sorted(self.contracts_dir.glob("*.y*ml"))
         for path in candidates:
-            if not path.is_file():
-                continue
             try:
-                loaded = load_contract(path)
-            except UserError:
+                st = path.stat()
+            except OSError:
                 continue
-            if loaded.id == contract_id:
+            key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+            if key not in self._loaded:  # parsing a contract takes tens of milliseconds
+                try:
+                    self._loaded[key] = load_contract(path)
+                except UserError:
+                    self._loaded[key] = None
+            loaded = self._loaded[key]
+            if loaded is not None and loaded.id == contract_id:
                 return loaded
         return None
 

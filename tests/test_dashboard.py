@@ -145,19 +145,16 @@ def test_read_only_and_unknown_pages(server):
 
 def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_path):
     """A fresh clone has evidence but no mlflow.db: the page says so, and nothing creates the store."""
+    from dashboard.site import Site
+
     clone = tmp_path / "clone"
     shutil.copytree(project / "contracts", clone / "contracts")
     shutil.copytree(project / "runs", clone / "runs")
-    proc, url = start_dashboard(clone)
-    try:
-        status, _, html = fetch(url + "contract/c05-small")
-        assert status == 200
-        assert "MLflow store sqlite:///mlflow.db not found" in html
-        assert '<svg class="learning-curve"' not in html and html.count('<svg class="condition-interval"') == 8
-        assert fetch(url)[0] == 200
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    site = Site(clone / "runs", clone / "contracts", f"sqlite:///{clone / 'mlflow.db'}", "http://127.0.0.1:5000")
+    html = site.contract("c05-small")
+    assert f"MLflow store sqlite:///{clone / 'mlflow.db'} not found" in html
+    assert '<svg class="learning-curve"' not in html and html.count('<svg class="condition-interval"') == 8
+    assert "v-supported" in row(site.index(), "c05-small")
     assert not (clone / "mlflow.db").exists()
 
 
@@ -182,11 +179,17 @@ def test_edited_contract_is_flagged(project, tmp_path):
     assert "http://mlflow.example:5000/#/experiments/" in contract
 
 
-def test_static_report_has_every_page_with_relative_links(project, tmp_path):
-    out = tmp_path / "report"
+@pytest.fixture(scope="module")
+def static_report(project, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
     done = subprocess.run([sys.executable, "-m", "gates", "report", "--html", str(out)], cwd=project,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    return out
+
+
+def test_static_report_has_every_page_with_relative_links(static_report):
+    out = static_report
     index = (out / "index.html").read_text()
     for cid in ("c05-small", "markup-claim", "c05-pending"):
         assert f'href="contract/{cid}.html"' in index
@@ -250,18 +253,9 @@ def test_dashboard_in_chromium(browser, server, tmp_path):
     check_in_browser(page, dialogs, server, tmp_path, "dashboard")
 
 
-def test_static_report_in_chromium(browser, project, tmp_path):
-    out = tmp_path / "report"
-    from dashboard.site import Site
-
-    cwd = os.getcwd()
-    os.chdir(project)
-    try:
-        Site(Path("runs"), Path("contracts"), "sqlite:///mlflow.db", "http://127.0.0.1:5000").write_static(out)
-    finally:
-        os.chdir(cwd)
+def test_static_report_in_chromium(browser, static_report, tmp_path):
     page, dialogs = open_page(browser)
-    check_in_browser(page, dialogs, (out / "index.html").as_uri(), tmp_path, "report")
+    check_in_browser(page, dialogs, (static_report / "index.html").as_uri(), tmp_path, "report")
     assert page.url.startswith("file://") and page.url.endswith("/contract/markup-claim.html")
 
 
