@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib.util
+import json
+import math
 import sys
 from pathlib import Path
 
@@ -60,3 +62,58 @@ def test_calibrate_int_finds_the_smallest_passing_setting():
 
     assert bench.calibrate_int(recall_at, 1, 1000, 0.95) == (37, 1.0)
     assert bench.calibrate_int(lambda v: 0.0, 1, 8, 0.95)[0] == 8  # nothing passes: the upper end
+
+
+# ------------------------------------------------------------------ benchmarks/translator_scaling.py
+def load_scaling():
+    path = SCRIPT.parent / "translator_scaling.py"
+    if "translator_scaling_benchmark" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("translator_scaling_benchmark", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return sys.modules["translator_scaling_benchmark"]
+
+
+def test_translator_scaling_benchmark_runs_at_tiny_sizes(capsys, tmp_path):
+    bench = load_scaling()
+    threads = torch.get_num_threads()
+    report = bench.main(["--sizes", "8,16", "--batch", "2", "--queries", "2", "--repeats", "1", "--threads", "1",
+                         "--json", str(tmp_path / "scaling.json")])
+    assert torch.get_num_threads() == threads  # the benchmark restores the process-wide thread count
+    out = capsys.readouterr().out
+    assert "TreeHeap = WRITE -> Butterfly" in out and "explicit N x N" in out and "torch threads 1" in out
+    assert "growth exponents" in out and "At N = 16 the TreeHeap pass is" in out
+    written = json.loads((tmp_path / "scaling.json").read_text())
+    assert [r["n"] for r in written["results"]] == [8, 16]
+    for r in written["results"]:
+        for name in ("tree", "dense"):
+            assert r["ms"][name] > 0 and r["cpu_ms"][name] > 0 and r["gflop"][name] > 0 and r["saved_mb"][name] > 0
+        assert set(r["stage_ms"]) == {"tree butterfly", "tree fold", "tree read", "dense attention", "dense read"}
+    small, large = written["results"]
+    # the counted arithmetic is deterministic: both grow with N, dense by its N x N attention more than linearly
+    assert large["gflop"]["tree"] > small["gflop"]["tree"]
+    assert large["gflop"]["dense"] > 2 * small["gflop"]["dense"]
+    assert set(written["exponents"]["gflop"]["tree"]) == {"all", "largest_half"}
+    assert report["results"][0]["n"] == 8
+
+
+def test_translator_scaling_backward_reaches_every_parameter():
+    bench = load_scaling()
+    inputs = bench.make_inputs(16, batch=2, queries=3, device=torch.device("cpu"))
+    for name, model in bench.make_models(16, torch.device("cpu")).items():
+        bench.train_pass(model, inputs)
+        missing = [p for p, param in model.named_parameters() if param.grad is None]
+        assert not missing, f"{name}: no gradient for {missing}"
+
+
+def test_translator_scaling_fit_exponent_and_bad_sizes(capsys):
+    bench = load_scaling()
+    ns = [32, 64, 128, 256]
+    assert bench.fit_exponent(ns, [3.0 * n ** 2 for n in ns]) == pytest.approx(2.0)
+    assert bench.fit_exponent(ns, [n * math.log2(n) for n in ns]) == pytest.approx(1.23, abs=0.01)
+    assert math.isnan(bench.fit_exponent([32], [1.0]))
+    assert bench.largest_half([32, 64, 128, 256, 512, 1024]) == [256, 512, 1024]
+    with pytest.raises(SystemExit) as exit_info:
+        bench.main(["--sizes", "8,24"])
+    assert exit_info.value.code == 2 and "--sizes: 24 is not a power of two" in capsys.readouterr().err
