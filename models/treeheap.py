@@ -165,16 +165,8 @@ class Read(nn.Module):
         self.depth_embedding = nn.Parameter(torch.zeros(depth + 1, d))
         self.q_stop, self.k_stop = nn.Linear(d_query, m), nn.Linear(d, m, bias=False)
         self.q_branch, self.k_branch = nn.Linear(d_query, m), nn.Linear(d, m, bias=False)
-        nodes = 2 ** (depth + 1) - 1
-        parent = torch.arange(1, nodes).sub(1).div(2, rounding_mode="floor")  # of nodes 1 .. nodes - 1
-        path = torch.zeros(nodes - 1, nodes - 1)  # path[n - 1, e - 1] = 1: edge into e is on n's root path
-        for n in range(1, nodes):
-            e = n
-            while e > 0:
-                path[n - 1, e - 1] = 1
-                e = (e - 1) // 2
+        parent = torch.arange(1, 2 ** (depth + 1) - 1).sub(1).div(2, rounding_mode="floor")  # of nodes 1, 2, ...
         self.register_buffer("parent", parent, persistent=False)
-        self.register_buffer("path", path, persistent=False)
 
     def keys(self, states: list[torch.Tensor], masks: list[torch.Tensor]) -> dict:
         """Per-sentence projections, computed once and reused at every decoder step."""
@@ -186,16 +178,19 @@ class Read(nn.Module):
     def masses(self, h: torch.Tensor, keys: dict) -> torch.Tensor:
         """Stopped mass per node (B x (2N - 1), heap order: node n's children are 2n + 1, 2n + 2).
 
-        The recursion m_stop = m p_stop, m_child = (m - m_stop) P(child) unrolled: the mass reaching
-        node n is the product over the edges of its root path of (1 - p_stop(parent)) P(child), so
-        every level is computed at once, in log space, as one matrix product with the path matrix."""
+        The recursion m_stop = m p_stop, m_child = (m - m_stop) P(child) in log space: the mass
+        reaching a child is its parent's times (1 - p_stop(parent)) P(child | parent), one level of
+        nodes at a time (O(N) per query)."""
         scale = 1 / math.sqrt(self.m)
         stop_logit = torch.einsum("bnm,bm->bn", keys["stop"], self.q_stop(h)) * scale
         branch_logit = torch.einsum("bnm,bm->bn", keys["branch"], self.q_branch(h)) * scale
         branch_logit = branch_logit.masked_fill(~keys["mask"], -1e9)  # empty subtrees get no mass
         log_branch = torch.log_softmax(branch_logit[:, 1:].unflatten(1, (-1, 2)), -1).flatten(1)
         log_edge = log_branch - F.softplus(stop_logit[:, self.parent])  # log (1 - p_stop(parent)) P(child)
-        log_reach = torch.cat([h.new_zeros(h.shape[0], 1), log_edge @ self.path.T], 1)
+        log_reach = [h.new_zeros(h.shape[0], 1)]
+        for k in range(1, self.depth + 1):  # level k's edges are log_edge[:, 2^k - 2 : 2^(k+1) - 2]
+            log_reach.append(log_reach[-1].repeat_interleave(2, 1) + log_edge[:, 2 ** k - 2:2 ** (k + 1) - 2])
+        log_reach = torch.cat(log_reach, 1)
         internal = 2 ** self.depth - 1
         p_stop = torch.cat([torch.sigmoid(stop_logit[:, :internal]),  # leaves stop all mass that reaches them
                             h.new_ones(h.shape[0], 2 ** self.depth)], 1)
