@@ -7,11 +7,12 @@ for every run (~900 runs). Then starts `gates dashboard` on a free port and time
 index and one contract page, cold (first request after the server prints its address) and warm
 (median of 5), plus a second contract page never opened before, and `gates report --html`.
 
-    python benchmarks/dashboard_load.py
+    python benchmarks/dashboard_load.py [--contracts 50]
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
 import random
 import re
@@ -55,7 +56,7 @@ def final_metrics(arm: str, rng: random.Random) -> dict[str, float]:
             "route_valid_rate": 1.0, "test_loss": abs(rng.gauss(0.01 if good else 6.5, 0.1))}
 
 
-def build(root: Path) -> tuple[str, int]:
+def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
     """contracts/, runs/ and mlflow.db under root; (tracking URI, number of runs)."""
     from mlflow.entities import Metric
 
@@ -68,7 +69,7 @@ def build(root: Path) -> tuple[str, int]:
     uri = f"sqlite:///{root / 'mlflow.db'}"
     tracker = Tracker(uri)
     n_runs = 0
-    for i in range(CONTRACTS):
+    for i in range(contracts):
         data = make_contract(i, rng)
         path = root / "contracts" / f"{data['id']}.yaml"
         path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -113,12 +114,16 @@ def get(url: str) -> tuple[float, int]:
     return time.perf_counter() - started, size
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--contracts", type=int, default=CONTRACTS, help="how many contracts (at least 2)")
+    n = max(2, parser.parse_args(argv).contracts)
+    page, other = f"bench-{min(7, n - 1):02d}", f"bench-{min(31, n - 2):02d}"
     with tempfile.TemporaryDirectory(prefix="gates-dash-bench-") as tmp:
         root = Path(tmp)
         started = time.perf_counter()
-        uri, n_runs = build(root)
-        print(f"built {CONTRACTS} contracts, {n_runs} runs x {len(METRICS)} metrics x {POINTS} points "
+        uri, n_runs = build(root, n)
+        print(f"built {n} contracts, {n_runs} runs x {len(METRICS)} metrics x {POINTS} points "
               f"in {time.perf_counter() - started:.1f} s")
         started = time.perf_counter()
         proc = subprocess.Popen([sys.executable, "-m", "gates", "dashboard", "--port", "0", "--tracking-uri", uri],
@@ -127,10 +132,10 @@ def main() -> None:
             url = re.search(r"http://\S+/", proc.stdout.readline()).group(0)
             startup = time.perf_counter() - started
             cold_index, index_size = get(url)
-            cold_page, page_size = get(url + "contract/bench-07")
+            cold_page, page_size = get(url + f"contract/{page}")
             warm_index = statistics.median(get(url)[0] for _ in range(5))
-            warm_page = statistics.median(get(url + "contract/bench-07")[0] for _ in range(5))
-            other_page, _ = get(url + "contract/bench-31")
+            warm_page = statistics.median(get(url + f"contract/{page}")[0] for _ in range(5))
+            other_page, _ = get(url + f"contract/{other}")
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -139,11 +144,11 @@ def main() -> None:
                         uri], cwd=root, check=True, capture_output=True)
         report = time.perf_counter() - started
     print(f"server start to listening: {startup * 1000:.0f} ms")
-    print(f"index ({CONTRACTS} contracts, {index_size / 1024:.0f} KiB): cold {cold_index * 1000:.0f} ms, "
+    print(f"index ({n} contracts, {index_size / 1024:.0f} KiB): cold {cold_index * 1000:.0f} ms, "
           f"warm {warm_index * 1000:.1f} ms (median of 5)")
     print(f"contract page ({page_size / 1024:.0f} KiB): cold {cold_page * 1000:.0f} ms, warm {warm_page * 1000:.1f} ms "
           f"(median of 5); another contract's first view {other_page * 1000:.0f} ms")
-    print(f"gates report --html ({CONTRACTS + 1} pages, whole command): {report:.1f} s")
+    print(f"gates report --html ({n + 1} pages, whole command): {report:.1f} s")
 
 
 if __name__ == "__main__":

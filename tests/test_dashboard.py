@@ -269,3 +269,18 @@ def test_dashboard_serves_concurrent_readers(server):
         statuses = list(pool.map(lambda p: fetch(server + p)[0], pages))
     assert statuses == [200] * len(pages), statuses
     assert time.perf_counter() - started < 60
+
+
+def test_a_busy_port_is_a_one_line_user_error(tmp_path):
+    import socket
+
+    from dashboard.server import make_server
+    from dashboard.site import Site
+    from gates.errors import UserError
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(UserError, match=rf"--port: cannot listen on 127\.0\.0\.1:{port} .*expected a free port"):
+            make_server(Site(tmp_path, tmp_path, "sqlite:///none.db", "http://x"), "127.0.0.1", port)
