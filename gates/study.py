@@ -64,6 +64,9 @@ class Study:
     metrics: ClassVar[dict[str, Direction]]
     # a study whose metrics do not depend on random draws may let contracts use exact evaluation
     deterministic: ClassVar[bool] = False
+    # metrics that measure the machine rather than the model (wall-clock speed, resident memory):
+    # recorded, but a replay on another machine is not expected to reproduce them
+    machine_metrics: ClassVar[frozenset[str]] = frozenset()
 
     def param_count(self, config: StudyConfig) -> int:
         """Trainable parameters of the model an arm builds (measured, not declared)."""

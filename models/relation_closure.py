@@ -95,6 +95,7 @@ class RelationClosureStudy(Study):
     Config: ClassVar[type[StudyConfig]] = RelationClosureConfig
     metrics: ClassVar[dict[str, Direction]] = _metric_directions()
     deterministic: ClassVar[bool] = False  # the seed draws the windows, the queries and the fits
+    machine_metrics: ClassVar[frozenset[str]] = frozenset({"latency_ms", "dense_latency_ms"})
 
     def check_ready(self, config: RelationClosureConfig) -> str | None:
         from gates.data import check_source

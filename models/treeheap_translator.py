@@ -351,6 +351,7 @@ class TranslatorStudy(Study):
         **{f"stop_mass_depth_{k}": "higher" for k in range(11)},
         "train_tokens_per_s": "higher", "peak_mem_mb": "lower",
     }
+    machine_metrics = frozenset({"train_tokens_per_s", "peak_mem_mb"})
 
     def vocab_size(self, config: TranslatorConfig) -> int:
         return config.vocab_size  # the tokenizer is trained to exactly this size

@@ -219,3 +219,26 @@ def test_kill_mid_run_loses_no_finished_run(workdir):
     reused = [r["mlflow_run_id"] for r in evidence["runs"]][:2]
     assert reused == finished_ids
     assert evidence["verdict"] == "supported"
+
+
+def test_replay_compares_model_metrics_but_not_machine_metrics(tmp_path, monkeypatch):
+    """`verify --replay` re-runs the contract: a recorded number the replay does not reproduce is
+    lost evidence, except the study's machine metrics (speed, memory), which belong to the machine."""
+    from models.c05_probe import C05ProbeStudy
+
+    data = small_c05(replay={"ci": True, "abs_tolerance": 1e-6, "rel_tolerance": 1e-6})
+    (tmp_path / "contracts").mkdir()
+    write_contract(tmp_path / "contracts", data, "c05-small.yaml")
+    monkeypatch.chdir(tmp_path)
+    run_contract(load_contract("contracts/c05-small.yaml"), f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "runs")
+    evidence_path = tmp_path / "runs" / "c05-small" / "evidence.json"
+    doctored = json.loads(evidence_path.read_text())
+    for r in doctored["runs"]:
+        r["metrics"]["test_loss"] += 1.0  # declared a machine metric below: not compared
+        r["metrics"]["mean_rank"] += 1.0  # a model metric: must replay
+    evidence_path.write_text(json.dumps(doctored))
+    monkeypatch.setattr(C05ProbeStudy, "machine_metrics", frozenset({"test_loss"}))
+    (check,) = verify(tmp_path / "runs", tmp_path / "contracts", replay=True)
+    assert check.replayed and check.status == "lost"
+    assert any("mean_rank replays as" in p for p in check.problems)
+    assert not any("test_loss" in p for p in check.problems)
