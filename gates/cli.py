@@ -98,6 +98,14 @@ def run(
     optuna_storage: Optional[str] = typer.Option(None, "--optuna-storage", help="Optuna storage URL for contracts "
                                                  "with `tuning` (default: optuna.db beside an SQLite MLflow store, "
                                                  "else sqlite:///optuna.db)."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Distributed: an Optuna RDB storage URL "
+                                          "(postgresql://user:pw@host/db, or sqlite:///optuna.db on one machine) "
+                                          "to enqueue the arm x seed jobs in for `gates worker`s; waits for them, "
+                                          "then decides the verdict here. Re-running re-attaches."),
+    no_wait: bool = typer.Option(False, "--no-wait", help="With --storage: enqueue only; re-run without it to "
+                                 "wait and write the evidence."),
+    heartbeat: int = typer.Option(10, "--heartbeat", help="With --storage: Optuna heartbeat interval in seconds; "
+                                  "a job silent for 3x this long is failed and re-enqueued."),
 ):
     """Preflight, train every arm x seed into MLflow under the stop rules, decide the verdict and write
     runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused.
@@ -109,15 +117,23 @@ def run(
 
     loaded = load_contract(contract)
     uri = resolve_uri(tracking_uri)
+    if no_wait and storage is None:
+        raise UserError("--no-wait only applies with --storage URL (a distributed run)", field="--no-wait")
     progress = _JsonProgress() if as_json else _RichProgress(loaded)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with progress:
-            evidence = run_contract(loaded, uri, runs_dir, fresh=fresh, progress=progress,
-                                    optuna_storage=optuna_storage)
+            if storage is not None:
+                evidence = _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress,
+                                            as_json, optuna_storage)
+                if evidence is None:
+                    return
+            else:
+                evidence = run_contract(loaded, uri, runs_dir, fresh=fresh, progress=progress,
+                                        optuna_storage=optuna_storage)
     except KeyboardInterrupt:
         err.print("interrupted: finished runs are kept in MLflow and are reused by the next `gates run`; "
-                  "no evidence was written")
+                  "no evidence was written" + ("; queued jobs stay queued for the workers" if storage else ""))
         raise typer.Exit(130)
     if as_json:
         print(json.dumps({"event": "verdict", **{k: evidence[k] for k in (
@@ -126,6 +142,66 @@ def run(
     _print_verdict(evidence, runs_dir)
     out.print(f"MLflow: {uri} (experiment {evidence['contract_id']!r}); "
               f"open with `mlflow ui --backend-store-uri {uri}`", markup=False, highlight=False)
+
+
+def _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress, as_json, optuna_storage):
+    from gates.distributed import DeadJobs, describe, run_distributed
+
+    def announce(enqueued):
+        if as_json:
+            print(json.dumps({"event": "enqueued", **json.loads(describe(enqueued))}), flush=True)
+        else:
+            err.print(f"study {enqueued.study_name!r} on {enqueued.storage}: {len(enqueued.enqueued)} job(s) enqueued, "
+                      f"{len(enqueued.reused)} reused from MLflow, {len(enqueued.present)} already queued or done; "
+                      f"workers: gates worker --storage URL", markup=False, highlight=False)
+        if uri.startswith(("sqlite:", "file:")) or "://" not in uri:
+            err.print(f"note: MLflow store {uri} is local to this machine; workers elsewhere need a shared "
+                      f"tracking server (--tracking-uri http://HOST:PORT)", markup=False, highlight=False)
+
+    try:
+        result = run_distributed(loaded, uri, runs_dir, storage, fresh=fresh, wait=not no_wait, progress=progress,
+                                 heartbeat=heartbeat, on_enqueued=announce, optuna_storage=optuna_storage)
+    except DeadJobs as e:
+        err.print(f"error: {e}", markup=False, highlight=False)
+        raise typer.Exit(1)
+    if no_wait:
+        err.print(f"not waiting: `gates run {loaded.path} --storage URL` re-attaches, waits and writes the evidence",
+                  markup=False, highlight=False)
+        return None
+    return result
+
+
+@app.command()
+def worker(
+    storage: str = typer.Option(..., "--storage", help="The Optuna RDB storage URL the coordinator enqueued into."),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow tracking URI as seen from this "
+                                               "machine (default: the one the coordinator used)."),
+    max_jobs: Optional[int] = typer.Option(None, "--max-jobs", min=1, help="Exit after this many jobs."),
+    idle_exit: Optional[float] = typer.Option(None, "--idle-exit", min=0, help="Exit after this many seconds "
+                                              "without a claimable job (default: serve forever)."),
+    heartbeat: int = typer.Option(10, "--heartbeat", help="Optuna heartbeat interval in seconds (use the "
+                                  "coordinator's value)."),
+):
+    """Claim arm x seed jobs enqueued by `gates run CONTRACT --storage URL` (any contract in that storage),
+    run them under the same stop rules into the shared MLflow store, and record each result; a job whose
+    worker dies is failed by heartbeat and re-enqueued. Run any number of these, on any machines."""
+    import shutil
+    import time as _time
+
+    from gates.distributed import Worker
+
+    def log(line: str) -> None:
+        print(f"{_time.strftime('%H:%M:%S')} {line}", flush=True)
+
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    w = Worker(storage, tracking_uri, heartbeat=heartbeat, log=log)
+    log(f"worker {w.id} on {storage.split('@')[-1]}")
+    try:
+        w.serve(max_jobs=max_jobs, idle_exit=idle_exit)
+    except KeyboardInterrupt:
+        raise typer.Exit(130)
+    finally:
+        shutil.rmtree(w.tmp, ignore_errors=True)
 
 
 @app.command()

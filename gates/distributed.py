@@ -101,7 +101,7 @@ def open_storage(url: str, heartbeat: int = HEARTBEAT_SECONDS):
             **{callback_arg: Retry(max_retry=MAX_RETRY)}, **kwargs)
     except ImportError as e:
         raise UserError(f"--storage {_safe(url)}: no database driver ({e}); for PostgreSQL: "
-                        f"pip install psycopg2-binary", field="--storage") from None
+                        f"pip install 'treeheap-gates[postgres]' (psycopg 3 and psycopg2)", field="--storage") from None
     except (sqlalchemy.exc.ArgumentError, ValueError) as e:
         raise UserError(f"--storage {_safe(url)}: {e}; expected an SQLAlchemy URL such as "
                         f"postgresql://user:password@host:5432/db or sqlite:///optuna.db", field="--storage") from None
@@ -347,7 +347,7 @@ def run_distributed(loaded: LoadedContract, tracking_uri: str, runs_root: Path, 
         wait_for_jobs(storage, study.study_name, jobs, progress, poll=poll)
         parent.loaded, parent.tuning = tuning.tune_and_apply(
             loaded, tracking_uri, parent_run_id=parent.parent_id, experiment_id=parent.experiment_id,
-            storage_url=tuning_url, progress=progress)
+            storage_url=tuning_url, progress=progress, prov=parent.prov)
     jobs = run_jobs(parent)
     enqueue(study, storage, parent, jobs, result)
     if on_enqueued is not None:
@@ -383,17 +383,23 @@ class StudyContext:
 
 
 class Heartbeat:
-    """Records Optuna heartbeats for one trial from a thread while the job runs."""
+    """Records Optuna heartbeats for one trial from a thread while the job runs, and at each beat
+    fails the study's stale trials (re-enqueueing them), so a dead worker's job goes back to the queue
+    within about grace + interval even when every living worker is busy."""
 
-    def __init__(self, storage, trial_id: int, interval: int):
-        self.storage, self.trial_id, self.interval = storage, trial_id, interval
+    def __init__(self, storage, trial_id: int, interval: int, study=None):
+        self.storage, self.trial_id, self.interval, self.study = storage, trial_id, interval, study
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._beat, daemon=True, name=f"heartbeat-{trial_id}")
 
     def _beat(self):
+        import optuna
+
         while not self.stop.wait(self.interval):
             try:
                 self.storage.record_heartbeat(self.trial_id)
+                if self.study is not None:
+                    optuna.storages.fail_stale_trials(self.study)
             except Exception:  # a database hiccup: the next beat tries again (grace > interval)
                 pass
 
@@ -460,7 +466,8 @@ class Worker:
             if ctx is None:
                 continue
             table = read_jobs(self.storage, study_id)
-            for trial in sorted(waiting, key=lambda t: t.number):
+            # re-enqueued jobs first (others may wait on them), then in enqueue (single-process) order
+            for trial in sorted(waiting, key=lambda t: ("failed_trial" not in t.system_attrs, t.number)):
                 job = trial.user_attrs.get("job")
                 if job is None or trial.user_attrs.get("kind") not in JOB_KINDS:
                     continue
@@ -517,7 +524,7 @@ class Worker:
                 raise Superseded() from None
 
         try:
-            with Heartbeat(self.storage, trial_id, self.heartbeat):
+            with Heartbeat(self.storage, trial_id, self.heartbeat, study):
                 record = JOB_KINDS[attrs["kind"]](ctx, attrs, table, on_start)
         except Superseded:
             self._void(ctx, attrs, started)

@@ -112,10 +112,28 @@ def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
                         f"contract, or a new version under a new id", file=str(loaded.path), line=1, field="id")
 
 
-def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
-                 progress: Progress | None = None, optuna_storage: str | None = None) -> dict:
-    """Run everything the contract asks for and return its evidence (also written to runs/<id>/)."""
-    progress = progress or SilentProgress()
+@dataclass
+class ParentRun:
+    """A contract's MLflow parent run, prepared for its arm x seed jobs (by `gates run`, or by the
+    coordinator of a distributed run; workers rebuild it from what the coordinator recorded)."""
+
+    loaded: LoadedContract
+    tracking_uri: str
+    tracker: Tracker
+    experiment_id: str
+    parent_id: str
+    base_tags: dict[str, str]
+    prov: provenance.Provenance | None = None
+    pre: PreflightReport | None = None
+    tuning: dict | None = None  # the tuning record (gates/tuning.py) when the contract tunes its arms
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.loaded.contract.budget.steps, self.loaded.contract.budget.eval_every)
+
+
+def prepare_parent(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False) -> ParentRun:
+    """Refuse an edited contract or a failed preflight, then open (or reuse) the parent MLflow run."""
     c, study = loaded.contract, loaded.study
     check_existing_evidence(loaded, runs_root)
     pre = preflight(loaded)
@@ -131,51 +149,105 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
     }
     parent_id, _ = tracker.parent_run(experiment_id, {**base_tags, "gates.claim": c.claim[:5000],
                                                       "mlflow.source.git.commit": prov.git_commit}, fresh)
+    return ParentRun(loaded, tracking_uri, tracker, experiment_id, parent_id, base_tags, prov, pre)
+
+
+def finished_runs(parent: ParentRun, *, kill_running: bool = True) -> dict[tuple[str, int], dict]:
+    """(arm, seed) -> summary of the finished (completed or halted) child runs under the parent. A child
+    left RUNNING by a kill is closed (KILLED) when `kill_running`; it will be redone."""
     done = {}
-    for run in tracker.child_runs(experiment_id, parent_id):
+    for run in parent.tracker.child_runs(parent.experiment_id, parent.parent_id):
         summary = run_summary(run)
         if summary["status"] in FINISHED and run.info.status == "FINISHED":
             done[(summary["arm"], summary["seed"])] = summary
-        elif run.info.status == "RUNNING":  # left behind by a kill: close it, it will be redone
-            tracker.kill(run.info.run_id)
-    tuning_record = None
+        elif run.info.status == "RUNNING" and kill_running:
+            parent.tracker.kill(run.info.run_id)
+    return done
+
+
+def judged_arms(loaded: LoadedContract) -> set[str]:
+    """Arms that relative futility rules (`behind_best_other_by`) judge against the other arms."""
+    return {a for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None for a in r.arms}
+
+
+def reference_metrics(loaded: LoadedContract) -> set[str]:
+    """Metrics whose histories relative futility rules compare across arms of one seed."""
+    return {r.metric for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None}
+
+
+def arm_order(loaded: LoadedContract) -> list[str]:
+    """The arms in run order within a seed: the arms that relative futility rules judge come last, so
+    that the arms they are compared with have already run on that seed."""
+    judged = judged_arms(loaded)
+    return [a for a in loaded.arm_configs if a not in judged] + [a for a in loaded.arm_configs if a in judged]
+
+
+def job_order(loaded: LoadedContract) -> list[tuple[str, int]]:
+    """Every (arm, seed) job, seed-major, in the order a single process runs them."""
+    order = arm_order(loaded)
+    return [(arm, seed) for seed in loaded.contract.seeds for arm in order]
+
+
+def run_job(parent: ParentRun, arm: str, seed: int, progress: Progress | None = None, others: dict | None = None,
+            on_start=None) -> tuple[dict, dict]:
+    """Train one arm x seed as a nested run of `parent`: (its record, its metric histories). `others`:
+    arm -> metric -> [(step, value)] of the arms already run on this seed (for relative futility)."""
+    return _run_one(parent.loaded, parent.tracker, parent.experiment_id, parent.parent_id, parent.base_tags, arm,
+                    parent.loaded.arm_configs[arm], seed, parent.budget, progress or SilentProgress(),
+                    others=dict(others or {}), on_start=on_start)
+
+
+def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
+                 progress: Progress | None = None, optuna_storage: str | None = None) -> dict:
+    """Run everything the contract asks for and return its evidence (also written to runs/<id>/)."""
+    progress = progress or SilentProgress()
+    c = loaded.contract
+    parent = prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
+    tracker = parent.tracker
+    done = finished_runs(parent)
     if c.tuning is not None:  # tune first (gates/tuning.py): the seeds run each tuned arm's best config
         from gates.tuning import tune_and_apply
-        loaded, tuning_record = tune_and_apply(loaded, tracking_uri, parent_run_id=parent_id,
-                                               experiment_id=experiment_id, storage_url=optuna_storage,
-                                               fresh=fresh, progress=progress, prov=prov)
+        loaded, parent.tuning = tune_and_apply(loaded, tracking_uri, parent_run_id=parent.parent_id,
+                                               experiment_id=parent.experiment_id, storage_url=optuna_storage,
+                                               fresh=fresh, progress=progress, prov=parent.prov)
+        parent.loaded = loaded
 
     records = []
-    budget = Budget(c.budget.steps, c.budget.eval_every)
+    budget = parent.budget
     # Seed-major, with the arms that relative futility rules judge last in each seed, so that the
     # arms they are compared with have already run on that seed.
-    judged = {a for r in c.stop_rules.futility if r.behind_best_other_by is not None for a in r.arms}
-    reference_metrics = {r.metric for r in c.stop_rules.futility if r.behind_best_other_by is not None}
-    order = [a for a in loaded.arm_configs if a not in judged] + [a for a in loaded.arm_configs if a in judged]
+    reference = reference_metrics(loaded)
+    order = arm_order(loaded)
     try:
         for seed in c.seeds:
             seed_histories: dict[str, dict] = {}  # arm -> metric -> [(step, value)], this seed only
             for arm in order:
-                cfg = loaded.arm_configs[arm]
                 if (arm, seed) in done:
                     record = _record(done[(arm, seed)])
                     progress.start(arm, seed, budget.steps, skipped=record)
-                    seed_histories[arm] = {m: tracker.history(record["mlflow_run_id"], m) for m in reference_metrics}
+                    seed_histories[arm] = {m: tracker.history(record["mlflow_run_id"], m) for m in reference}
                 else:
                     progress.start(arm, seed, budget.steps)
-                    record, history = _run_one(loaded, tracker, experiment_id, parent_id, base_tags, arm, cfg,
-                                               seed, budget, progress, others=dict(seed_histories))
+                    record, history = run_job(parent, arm, seed, progress, others=seed_histories)
                     seed_histories[arm] = history
                 records.append(record)
                 progress.end(record)
     except KeyboardInterrupt:
-        tracker.client.set_terminated(parent_id, status="KILLED")
+        tracker.client.set_terminated(parent.parent_id, status="KILLED")
         raise
+    return finish(parent, records, runs_root)
 
+
+def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
+    """The verdict from the records (one per arm x seed, in job order), the evidence and report written
+    atomically to runs/<id>/, and the parent run's outcome tags, metrics, plots and artifacts."""
+    loaded, tracker = parent.loaded, parent.tracker
+    c = loaded.contract
     result = verdict.decide(c.decision, records)
-    evidence = _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id)
-    if tuning_record is not None:
-        evidence["tuning"] = tuning_record
+    evidence = _evidence(loaded, parent.prov, records, result, parent.pre, parent.tracking_uri,
+                         parent.experiment_id, parent.parent_id)
+    if parent.tuning is not None:
+        evidence["tuning"] = parent.tuning
     path = ledger.write_evidence(runs_root, evidence)
     outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome for r in result.conditions}
     outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions
@@ -186,8 +258,8 @@ def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, 
                                              for m in plots.plotted_metrics(c)} for r in records}
         figures = [plots.learning_curves(c, histories, records, Path(tmp) / "learning_curves.png"),
                    plots.condition_intervals(c.id, evidence["conditions"], Path(tmp) / "conditions.png")]
-        tracker.finish_parent(parent_id, {**outcome_tags, "gates.verdict": result.verdict,
-                                          "gates.signature": ledger.signature(evidence)},
+        tracker.finish_parent(parent.parent_id, {**outcome_tags, "gates.verdict": result.verdict,
+                                                 "gates.signature": ledger.signature(evidence)},
                               outcome_metrics, [str(path), str(path.parent / ledger.REPORT), *map(str, figures)])
     return evidence
 
@@ -198,12 +270,14 @@ def _record(summary: dict) -> dict:
 
 
 def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm, cfg, seed, budget,
-             progress, others: dict) -> tuple[dict, dict]:
+             progress, others: dict, on_start=None) -> tuple[dict, dict]:
     """Train one arm x seed as a nested MLflow run; (its record, its metric histories)."""
     c, study = loaded.contract, loaded.study
     params = {**flatten(cfg.model_dump(mode="json")), "seed": str(seed), "contract_sha256": loaded.sha256}
     run_id = tracker.start_child(experiment_id, parent_id, f"{arm}/seed{seed}", params,
                                  {**base_tags, "gates.arm": arm, "gates.seed": str(seed)})
+    if on_start is not None:  # a distributed worker records the child run's id with its job
+        on_start(run_id)
     sink = MLflowMetricSink(tracker.client, run_id)
     reporter = PlatformReporter(budget, StopRuleEngine(c.stop_rules, arm, study.metrics, others=others), sink,
                                 on_report=lambda step, m: progress.update(arm, seed, step, m))

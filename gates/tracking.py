@@ -24,6 +24,9 @@ def resolve_uri(uri: str | None) -> str:
 
 def _client(uri: str):
     # MLflow is imported lazily: `gates check` and `gates verify` need no tracking store.
+    # a tracking server makes MLflow print "View run ... at: URL" on stdout for every closed run (after
+    # one more request per run): that would break `--json` output and slow many workers down
+    os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow import MlflowClient
 
     # after the import, which configures MLflow's loggers: keep its INFO chatter out of our output
