@@ -399,3 +399,35 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
         assert distributed.grace_seconds(HEARTBEAT) - HEARTBEAT <= stale <= delay < 60
         check_queue(storage, name, evidence)
         check_mlflow(uri, evidence, trial.user_attrs["mlflow_run_id"])
+
+
+# ---------------------------------------------------------------------------------- tuning
+def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
+    """A contract with `tuning` (gates/tuning.py): its tuning trials run as jobs (kind "tune") on a
+    worker, then the arm x seed jobs with the best configs; same tuning choices, verdict and metrics as
+    a single-process run (one worker: trial n samples from the seed (sampler seed, n) either way)."""
+    from tests.test_tuning import tuned_c05
+
+    data = tuned_c05(id="c05-tuned-dist")
+    single_root = tmp_path / "single"
+    single_root.mkdir()
+    single = run_contract(load_contract(write_contract(single_root, data, "c.yaml")),
+                          f"sqlite:///{single_root / 'mlflow.db'}", single_root / "runs")
+
+    write_contract(workdir / "contracts", data, "c05-tuned-dist.yaml")
+    storage_url, uri = f"sqlite:///{workdir / 'optuna.db'}", f"sqlite:///{workdir / 'mlflow.db'}"
+    loaded = load_contract("contracts/c05-tuned-dist.yaml")
+    queued = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT)
+    assert sorted(queued.enqueued) == sorted(f"tune:{a}:{i}" for a in data["arms"] for i in range(2))
+    worker, log = start_worker(storage_url, workdir, "w")
+    try:
+        evidence = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
+    finally:
+        stop_all([worker])
+    assert comparable(evidence) == comparable(single)
+    best = {a: r["best"] for a, r in evidence["tuning"]["arms"].items()}
+    assert best == {a: r["best"] for a, r in single["tuning"]["arms"].items()}
+    assert evidence["settings"]["arm_configs"] == single["settings"]["arm_configs"]
+    storage = distributed.open_storage(storage_url, HEARTBEAT)
+    kinds = [t.user_attrs["kind"] for t in trials(storage, queued.study_name) if "job" in t.user_attrs]
+    assert kinds.count("tune") == 8 and kinds.count("run") == 8
