@@ -230,7 +230,10 @@ def test_worker_skips_study_of_other_code_and_bad_storage_is_user_error(workdir)
     storage.set_study_user_attr(study_id, "gates.code_sha256", "0" * 64)
     lines = []
     worker = distributed.Worker(storage_url, heartbeat=HEARTBEAT, log=lines.append)
-    assert worker.run_next() is False
+    try:
+        assert worker.run_next() is False
+    finally:
+        shutil.rmtree(worker.tmp, ignore_errors=True)
     assert any("differs from the coordinator's" in line for line in lines)
 
 
