@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gates.errors import UserError, UserErrors, did_you_mean
 from gates.study import Direction, Study
@@ -222,6 +222,15 @@ class Replay(Strict):
     rel_tolerance: float = Field(default=1e-6, ge=0)
 
 
+def _distinct(seeds: list[int]) -> list[int]:
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct, got {seeds}")
+    return seeds
+
+
+Seeds = Annotated[list[int], AfterValidator(_distinct)]  # a non-empty list is asked by each Field
+
+
 # ---------------------------------------------------------------------------------- tuning
 VALIDATION_PREFIXES = ("val_", "valid_", "validation_")
 
@@ -294,7 +303,7 @@ class Tuning(Strict):
     trials: Union[int, dict[str, int]] = Field(
         description="trials per tuned arm: a number (every arm), or arm -> number (those arms; all equal)")
     objective: TuningObjective
-    seeds: list[int] = Field(min_length=1, description="seeds of the tuning runs (disjoint from the contract's)")
+    seeds: Seeds = Field(min_length=1, description="seeds of the tuning runs (disjoint from the contract's)")
     sampler: TuningSampler
 
     @field_validator("trials", mode="before")
@@ -314,12 +323,6 @@ class Tuning(Strict):
             raise ValueError(f"expected a positive number of trials per arm (or arm -> number), got {trials!r}")
         return trials
 
-    @field_validator("seeds")
-    @classmethod
-    def _distinct_seeds(cls, seeds):
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct, got {seeds}")
-        return seeds
 
     def tuned_arms(self, arms) -> list[str]:
         """The tuned arms, in the contract's arm order."""
@@ -337,7 +340,7 @@ class Contract(Strict):
     source: str = Field(min_length=1)
     study: str
     arms: dict[str, dict[str, Any]] = Field(min_length=1)
-    seeds: list[int] = Field(min_length=1)
+    seeds: Seeds = Field(min_length=1)
     budget: BudgetSpec
     preflight: Preflight
     stop_rules: StopRules = Field(default_factory=StopRules)
@@ -345,12 +348,6 @@ class Contract(Strict):
     replay: Replay | None = None
     tuning: Tuning | None = None
 
-    @field_validator("seeds")
-    @classmethod
-    def _distinct_seeds(cls, seeds):
-        if len(set(seeds)) != len(seeds):
-            raise ValueError(f"seeds must be distinct, got {seeds}")
-        return seeds
 
     @field_validator("arms")
     @classmethod
