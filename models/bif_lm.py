@@ -105,7 +105,7 @@ from torch import nn
 from gates.study import Direction, Reporter, Study, StudyConfig
 from gates.data import cache_root
 from models.common import count_parameters, seed_everything, split_lines, train_loop
-from models.tokenizer import train_sentencepiece
+from models.tokenizer import encode_stream, train_sentencepiece
 
 Arm = Literal["baseline", "bif", "bif_ablation"]
 
@@ -163,16 +163,6 @@ class BifLMConfig(StudyConfig):
 def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
     """The LM's tokenizer: exactly vocab_size unigram pieces, UNK 0 and EOS 1, no BOS or PAD."""
     return train_sentencepiece(lines, vocab_size, unk_id=0, eos_id=1)
-
-
-def encode_stream(tokenizer, lines: list[str]) -> np.ndarray:
-    """One token stream: each line's pieces then EOS, concatenated (uint16)."""
-    eos = tokenizer.eos_id()
-    stream: list[int] = []
-    for ids in tokenizer.encode(lines):
-        stream.extend(ids)
-        stream.append(eos)
-    return np.asarray(stream, dtype=np.uint16)
 
 
 def tokenizer_settings(config: BifLMConfig) -> dict:
@@ -237,7 +227,8 @@ def load_token_data(config: BifLMConfig, log=lambda _msg: None) -> TokenData:
                          f"{len(heldout_lines)} held-out lines; expected both non-empty")
     model_bytes = train_tokenizer(train_lines, config.vocab_size)
     tokenizer = spm.SentencePieceProcessor(model_proto=model_bytes)
-    streams = {"train": encode_stream(tokenizer, train_lines), "heldout": encode_stream(tokenizer, heldout_lines)}
+    streams = {side: encode_stream(tokenizer, lines).astype(np.uint16)  # vocab_size <= 65,536
+               for side, lines in (("train", train_lines), ("heldout", heldout_lines))}
 
     # Build under a private name, tokenizer.json last, then one rename: readers see all or nothing.
     folder.parent.mkdir(parents=True, exist_ok=True)

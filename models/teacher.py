@@ -66,6 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from gates.data import cache_root
+from models.tokenizer import encode_stream
 from models.common import count_parameters, seed_everything, split_lines
 
 try:  # one trainer per cache key; without fcntl (Windows) concurrent callers may both train
@@ -134,16 +135,6 @@ def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
         minloglevel=2,
     )
     return model.getvalue()
-
-
-def encode_stream(tokenizer, lines: list[str]) -> torch.Tensor:
-    """One token stream: each line's pieces then EOS, concatenated (int64)."""
-    eos = tokenizer.eos_id()
-    stream: list[int] = []
-    for ids in tokenizer.encode(lines):
-        stream.extend(ids)
-        stream.append(eos)
-    return torch.tensor(stream, dtype=torch.long)
 
 
 # ------------------------------------------------------------------------------------ model
@@ -363,7 +354,7 @@ class Teacher:
             from gates.data import load_text
 
             train, heldout = split_lines(load_text(self.config.corpus), self.config.train_fraction)
-            self._streams[split] = encode_stream(self.tokenizer, train if split == "train" else heldout)
+            self._streams[split] = torch.from_numpy(encode_stream(self.tokenizer, train if split == "train" else heldout))
         return self._streams[split]
 
     def queries_keys(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -432,8 +423,8 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
                          f"{len(heldout_lines)} held-out lines; both must be non-empty")
     (folder / "tokenizer.model").write_bytes(train_tokenizer(train_lines, config.vocab_size))
     tokenizer = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
-    train_stream = encode_stream(tokenizer, train_lines)
-    heldout_stream = encode_stream(tokenizer, heldout_lines)
+    train_stream = torch.from_numpy(encode_stream(tokenizer, train_lines))
+    heldout_stream = torch.from_numpy(encode_stream(tokenizer, heldout_lines))
     log(f"teacher {key[:12]}: {len(train_lines)} train / {len(heldout_lines)} held-out lines, "
         f"{len(train_stream)} / {len(heldout_stream)} tokens, vocab {tokenizer.get_piece_size()}")
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
+
 
 def train_sentencepiece(lines: list[str], vocab_size: int, *, user_symbols: tuple[str, ...] = (),
                         unk_id: int = 0, eos_id: int = 1, bos_id: int = -1, pad_id: int = -1) -> bytes:
@@ -36,3 +38,13 @@ def train_sentencepiece(lines: list[str], vocab_size: int, *, user_symbols: tupl
         raise ValueError(f"SentencePiece cannot build {vocab_size} pieces from {len(lines)} training lines: "
                          f"{str(exc).split('] ')[-1]}; expected a larger corpus or a smaller vocab_size") from None
     return model.getvalue()
+
+
+def encode_stream(tokenizer, lines: list[str]) -> np.ndarray:
+    """One token stream: each line's pieces then EOS, concatenated (int64)."""
+    eos = tokenizer.eos_id()
+    stream: list[int] = []
+    for ids in tokenizer.encode(lines):
+        stream.extend(ids)
+        stream.append(eos)
+    return np.asarray(stream, dtype=np.int64)
