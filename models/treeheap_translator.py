@@ -185,7 +185,7 @@ def translate(model: Translator, examples: list[Example], beam_size: int = 1, ma
     batch = collate(examples, model.config.n_leaves)
     max_len = max_len or model.config.n_leaves
     memory = model.encode(batch["src"], batch["src_mask"])
-    start = batch["src"][:, 0] if model.config.arm != "target_only" else batch["tgt_in"][:, 0]
+    start = batch["tgt_in"][:, 0]  # the direction token
     if beam_size == 1:
         return _greedy(model, memory, start, max_len)
     return [_beam(model, _select(memory, torch.tensor([row])), start[row:row + 1], beam_size, max_len)
