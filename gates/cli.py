@@ -273,7 +273,11 @@ def report(html: Path = typer.Option(..., "--html", help="Folder to write index.
     from dashboard.site import Site
     from gates.tracking import resolve_uri
 
-    written = Site(runs_dir, contracts_dir, resolve_uri(tracking_uri), mlflow_ui).write_static(html)
+    try:
+        written = Site(runs_dir, contracts_dir, resolve_uri(tracking_uri), mlflow_ui).write_static(html)
+    except OSError as e:  # e.g. a folder that cannot be created or written
+        raise UserError(f"cannot write the report into {html}: {e.strerror or e}; expected a writable folder",
+                        field="--html") from None
     out.print(f"wrote {len(written)} pages: {written[0]}", markup=False, highlight=False)
 
 

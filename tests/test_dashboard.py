@@ -284,3 +284,14 @@ def test_a_busy_port_is_a_one_line_user_error(tmp_path):
         port = busy.getsockname()[1]
         with pytest.raises(UserError, match=rf"--port: cannot listen on 127\.0\.0\.1:{port} .*expected a free port"):
             make_server(Site(tmp_path, tmp_path, "sqlite:///none.db", "http://x"), "127.0.0.1", port)
+
+
+def test_report_into_an_unwritable_folder_is_a_one_line_error(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = subprocess.run([sys.executable, "-m", "gates", "report", "--html", str(blocker / "report"),
+                           "--runs-dir", str(tmp_path / "runs"), "--contracts-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: --html: cannot write the report into") and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
