@@ -72,8 +72,8 @@ def make_server(site: Site, host: str, port: int) -> ThreadingHTTPServer:
     handler = type("SiteHandler", (Handler,), {"site": site})
     try:
         server = ThreadingHTTPServer((host, port), handler)
-    except OSError as err:
-        raise UserError(f"cannot listen on {host}:{port} ({err.strerror or err}); expected a free port "
+    except (OSError, OverflowError) as err:  # OverflowError: a port outside 0-65535
+        raise UserError(f"cannot listen on {host}:{port} ({getattr(err, 'strerror', None) or err}); expected a free port "
                         f"(or --port 0 for any free port) and a local address", field="--port") from None
     server.daemon_threads = True
     return server

@@ -295,3 +295,11 @@ def test_report_into_an_unwritable_folder_is_a_one_line_error(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("error: --html: cannot write the report into") and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_dashboard_port_out_of_range_is_a_one_line_error(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "gates", "dashboard", "--port", "99999",
+                           "--runs-dir", str(tmp_path), "--contracts-dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: --port: cannot listen on 127.0.0.1:99999")
