@@ -347,6 +347,9 @@ class Contract(Strict):
     decision: Decision
     replay: Replay | None = None
     tuning: Tuning | None = None
+    supersedes: str | None = Field(default=None, pattern=SLUG, max_length=80,
+                                   description="id of the earlier contract this version replaces (its "
+                                   "evidence stays, shown as superseded)")
 
 
     @field_validator("arms")

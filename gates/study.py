@@ -13,6 +13,59 @@ from typing import ClassVar, Literal, Protocol
 from pydantic import BaseModel, ConfigDict
 
 Direction = Literal["higher", "lower"]
+# What a metric measures, which decides who may read it: a decision reads only held-out `test`
+# metrics and `cost` metrics (of the model: parameters, FLOPs, visited nodes, latency); stop rules
+# and tuning may read any (tuning reads `validation`).
+Role = Literal["train", "validation", "test", "cost", "diagnostic"]
+ROLES: tuple[str, ...] = ("train", "validation", "test", "cost", "diagnostic")
+DECISION_ROLES: tuple[str, ...] = ("test", "cost")
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric a study reports: its better direction, its role and, where one exists, its range.
+
+    The range is what the metric can take at all (accuracy in [0, 1], an NLL >= 0), not what is
+    typical: the contract loader uses it to refuse conditions that hold, or cannot hold, whatever
+    the data (`test_acc >= -1`), relative margins on metrics that can be negative, and the verdict
+    engine uses it to see values sitting at a bound (where a t-test's normality cannot hold).
+    """
+
+    direction: Direction
+    role: Role
+    low: float | None = None
+    high: float | None = None
+
+    def __post_init__(self):
+        if self.direction not in ("higher", "lower"):
+            raise ValueError(f"direction must be 'higher' or 'lower', got {self.direction!r}")
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
+        if self.low is not None and self.high is not None and not self.low < self.high:
+            raise ValueError(f"range low {self.low} must be below high {self.high}")
+
+    @property
+    def nonnegative(self) -> bool:
+        return self.low is not None and self.low >= 0
+
+    def at_bound(self, value: float) -> bool:
+        return value == self.low or value == self.high
+
+    def describe(self) -> str:
+        lo = "-inf" if self.low is None else f"{self.low:g}"
+        hi = "inf" if self.high is None else f"{self.high:g}"
+        span = "" if self.low is None and self.high is None else f", range [{lo}, {hi}]"
+        return f"{self.direction}, {self.role}{span}"
+
+
+def proportion(direction: Direction, role: Role) -> Metric:
+    """A share or rate in [0, 1] (accuracy, recall, hit rate)."""
+    return Metric(direction, role, 0.0, 1.0)
+
+
+def nonnegative(direction: Direction, role: Role) -> Metric:
+    """A loss, divergence, error, count, latency or size: >= 0, no upper bound."""
+    return Metric(direction, role, 0.0, None)
 
 
 class Halt(Exception):
@@ -60,8 +113,9 @@ class Study:
 
     name: ClassVar[str]
     Config: ClassVar[type[StudyConfig]]
-    # metric name -> which direction is better; every metric a contract may name is listed here
-    metrics: ClassVar[dict[str, Direction]]
+    # metric name -> its declaration (better direction, role, range); every metric a contract may
+    # name is listed here
+    metrics: ClassVar[dict[str, Metric]]
     # a study whose metrics do not depend on random draws may let contracts use exact evaluation
     deterministic: ClassVar[bool] = False
     # metrics that measure the machine rather than the model (wall-clock speed, resident memory):
