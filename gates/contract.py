@@ -396,6 +396,10 @@ class LoadedContract:
         self.arm_configs = arm_configs  # arm name -> study.Config instance (defaults filled in)
         self.sha256 = sha256
         self.lines = lines  # field path -> line in the YAML file
+        # rules added after this contract may have been recorded: each entry names one the contract
+        # breaks ("decision reads a validation metric"). A contract without evidence must have none
+        # (`require_current_rules`); a recorded one keeps loading and is flagged wherever it is shown.
+        self.rule_flags: list[str] = []
 
     def error(self, loc: tuple, msg: str) -> UserError:
         """A UserError pointing at the file, line and field `loc` of this contract."""
