@@ -39,13 +39,16 @@ def _sigterm_as_interrupt(*_):
 
 
 @app.command()
-def check(contract: Path = typer.Argument(..., help="Contract YAML file.")):
-    """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates),
-    without training anything."""
+def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs_dir: Path = RUNS_DIR):
+    """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
+    each condition can reach significance with its seeds), without training anything. A contract with
+    evidence recorded under older rules is shown with the rules it predates instead of refused."""
     from gates.contract import load_contract
     from gates.runner import preflight
+    from gates.verdict import exact_fallback_note, predictions
 
     loaded = load_contract(contract)
+    loaded.require_current_rules(runs_dir)
     c = loaded.contract
     report = preflight(loaded)
     out.print(f"[bold]{c.id}[/]  sha256 {loaded.sha256}")
@@ -64,6 +67,11 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file.")):
     pa = gates_text.predicted_ablation
     out.print(f"gate 3 predicted ablation: {pa.arm} {pa.direction} than {pa.versus} on {pa.metric} by "
               f"{pa.size:g}: {pa.statement}", markup=False)
+    power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
+    if pa.sd is not None:
+        out.print(f"  with sd {pa.sd:g} per seed: {power or 'more than 1000'} seeds per arm for 80% power at "
+                  f"alpha / {len(c.conditions())} (Holm's strictest step); the contract has {len(c.seeds)}",
+                  markup=False)
     out.print(f"gate 4 task fit: {gates_text.task_fit}", markup=False)
     fp = gates_text.falsifiable_point
     out.print(f"gate 5 falsifiable point: {fp.arm}.{fp.metric} {'>=' if fp.direction == 'higher' else '<='} "
@@ -79,8 +87,14 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file.")):
                   f"objective {t.objective.metric} ({t.objective.direction}) on tuning seeds {t.seeds}; "
                   f"{t.sampler.kind} sampler, seed {t.sampler.seed}", markup=False)
     out.print(f"decision: alpha {c.decision.alpha:g} ({'explicit' if 'alpha' in c.decision.model_fields_set else 'default'}), "
-              f"{c.decision.evaluation} evaluation, Holm-corrected; {len(c.decision.supported_if)} supported_if, "
+              f"{c.decision.evaluation} evaluation, Holm-corrected at that alpha for the family; "
+              f"{len(c.decision.supported_if)} supported_if, "
               f"{len(c.decision.refuted_if)} refuted_if")
+    note = exact_fallback_note(c.decision, len(c.seeds), loaded.study.metrics)
+    if note:
+        out.print(note, markup=False)
+    for flag in loaded.rule_flags:
+        out.print(f"recorded under older rules: {flag}", markup=False)
     if report.errors:
         from gates.errors import UserErrors
         raise UserErrors(report.errors)
@@ -116,6 +130,7 @@ def run(
     from gates.tracking import resolve_uri
 
     loaded = load_contract(contract)
+    loaded.require_current_rules(runs_dir)
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:
         raise UserError("--no-wait only applies with --storage URL (a distributed run)", field="--no-wait")
@@ -300,14 +315,17 @@ def schema(study: Optional[str] = typer.Option(None, "--study", help="Print this
 
 @app.command()
 def studies():
-    """List the registered studies with their metrics (name, better direction)."""
+    """List the registered studies with their metrics (name: better direction, role, range).
+
+    A decision may read only `test` and `cost` metrics; stop rules may read any role."""
     from gates.registry import get_study, study_names
 
     for name in study_names():
         s = get_study(name)
-        metrics = ", ".join(f"{m} ({d})" for m, d in s.metrics.items())
         out.print(f"[bold]{name}[/]: {(s.__doc__ or '').strip().splitlines()[0] if s.__doc__ else ''}")
-        out.print(f"  metrics: {metrics}", markup=False)
+        out.print("  metrics:", markup=False)
+        for m, metric in s.metrics.items():
+            out.print(f"    {m}: {metric.describe()}", markup=False)
 
 
 # ---------------------------------------------------------------------------------- output

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gates.errors import UserError, UserErrors, did_you_mean
-from gates.study import Direction, Study
+from gates.study import DECISION_ROLES, Direction, Study
 from gates.yamlsafe import load_yaml
 
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
@@ -24,7 +24,9 @@ DEFAULT_ALPHA = 0.05
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # .nan and .inf are refused everywhere: a NaN threshold would make Holm return 1 for every other
+    # condition, an infinite margin would make a condition hold or fail whatever the data
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 # ---------------------------------------------------------------------------------- preflight
@@ -44,6 +46,8 @@ class PredictedAblation(Strict):
     versus: str = Field(description="the ablated or baseline arm")
     direction: Direction
     size: float = Field(ge=0, description="predicted absolute difference in the metric")
+    sd: float | None = Field(default=None, gt=0, description="expected seed-to-seed standard deviation of the "
+                             "metric; with it, `gates check` prints the seeds needed for 80% power")
     statement: str = Field(min_length=1)
 
 
@@ -131,8 +135,11 @@ class StopRules(Strict):
 
 # ---------------------------------------------------------------------------------- decision
 class _Condition(Strict):
-    alpha: float | None = Field(default=None, gt=0, lt=1, description="defaults to decision.alpha")
-    interval: Literal["t", "bootstrap"] = "t"
+    # One alpha for the whole family (decision.alpha): a per-condition alpha compared with Holm
+    # p-values computed at the family's alpha is not a valid test, so there is none.
+    interval: Literal["t", "bootstrap"] = Field(default="t", description="t: t-test where the per-seed values "
+                                                "allow it, else an exact randomization test; bootstrap: "
+                                                "bootstrap interval, p-values from the exact randomization test")
 
 
 class Threshold(_Condition):
@@ -206,8 +213,13 @@ class Trend(_Condition):
 Condition = Annotated[Union[Threshold, Compare, Trend], Field(discriminator="kind")]
 
 
+MAX_ALPHA = 0.1
+
+
 class Decision(Strict):
-    alpha: float = Field(default=DEFAULT_ALPHA, gt=0, lt=1)
+    alpha: float = Field(default=DEFAULT_ALPHA, gt=0, le=MAX_ALPHA,
+                         description="family-wise error rate of the Holm-corrected conditions, at most 0.1 "
+                         "(above 0.5 the 1 - 2 alpha intervals would invert)")
     evaluation: Literal["interval", "exact"] = Field(
         default="interval",
         description="exact: no intervals; a condition holds when it holds on every seed "
@@ -228,7 +240,18 @@ def _distinct(seeds: list[int]) -> list[int]:
     return seeds
 
 
-Seeds = Annotated[list[int], AfterValidator(_distinct)]  # a non-empty list is asked by each Field
+MAX_SEED = 2**32  # exclusive: numpy's legacy seeding (np.random.seed) takes 0 <= seed < 2**32
+
+
+def _seed_range(seed: int) -> int:
+    if not 0 <= seed < MAX_SEED:
+        raise ValueError(f"seed {seed} is outside 0 <= seed < 2**32; expected a seed every study can use")
+    return seed
+
+
+# a seed is an integer (never true, 1.0 or "1"), checked at load so a bad one is refused before any training
+Seed = Annotated[int, Field(strict=True), AfterValidator(_seed_range)]
+Seeds = Annotated[list[Seed], AfterValidator(_distinct)]  # a non-empty list is asked by each Field
 
 
 # ---------------------------------------------------------------------------------- tuning
@@ -355,9 +378,12 @@ class Contract(Strict):
     @field_validator("arms")
     @classmethod
     def _arm_names(cls, arms):
+        longest = 64  # an arm names MLflow runs (`<arm>/seed<n>`) and tags: a short slug, one line
         for name in arms:
-            if not re.match(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$", str(name)):
-                raise ValueError(f"arm name {name!r} must be letters, digits, '_', '.', '-'")
+            if not isinstance(name, str) or not re.fullmatch(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{longest - 1}}}",
+                                                             name, re.ASCII):
+                raise ValueError(f"arm name {name!r} must be 1-{longest} letters, digits, '_', '.', '-' "
+                                 f"(starting with a letter, digit or '_')")
         return arms
 
     def conditions(self) -> list[tuple[str, int, Any]]:
@@ -370,6 +396,15 @@ class Contract(Strict):
         for _, _, c in self.conditions():
             named |= {arm for arm, _ in condition_terms(c)}
         return named
+
+
+def arms_under_test(decision: Decision) -> set[str]:
+    """Arms a claim is about: a threshold's arm, a compare's `arm`, every arm of a trend. The other
+    arms a decision names (a compare's `other` only) are comparators."""
+    under = set()
+    for c in list(decision.supported_if) + list(decision.refuted_if):
+        under |= {c.arm} if isinstance(c, (Threshold, Compare)) else {a for a, _ in c.items()}
+    return under
 
 
 def condition_terms(c) -> list[tuple[str, str]]:
@@ -400,6 +435,20 @@ class LoadedContract:
         # breaks ("decision reads a validation metric"). A contract without evidence must have none
         # (`require_current_rules`); a recorded one keeps loading and is flagged wherever it is shown.
         self.rule_flags: list[str] = []
+        self._rule_errors: list[UserError] = []
+
+    def recorded_in(self, runs_root: Path) -> bool:
+        """Whether runs_root holds evidence recorded for exactly this contract (same sha256)."""
+        evidence = Path(runs_root) / self.contract.id / "evidence.json"
+        try:
+            return json.loads(evidence.read_text(encoding="utf-8")).get("contract_sha256") == self.sha256
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    def require_current_rules(self, runs_root: Path) -> None:
+        """Refuse a contract that breaks a rule, unless its evidence was recorded before the rule."""
+        if self._rule_errors and not self.recorded_in(runs_root):
+            raise UserErrors(self._rule_errors)
 
     def error(self, loc: tuple, msg: str) -> UserError:
         """A UserError pointing at the file, line and field `loc` of this contract."""
@@ -453,7 +502,92 @@ def load_contract(path: str | Path) -> LoadedContract:
     canonical = contract.model_dump(mode="json", exclude_unset=True)
     canonical["arms"] = {a: c.model_dump(mode="json", exclude_unset=True) for a, c in arm_configs.items()}
     sha = hashlib.sha256(canonical_json(canonical).encode()).hexdigest()
-    return LoadedContract(contract, path, study, arm_configs, sha, lines)
+    loaded = LoadedContract(contract, path, study, arm_configs, sha, lines)
+    loaded._rule_errors = _check_rules(contract, study, err)
+    loaded.rule_flags = [f"{e.field}: {e.message}" if e.field else e.message for e in loaded._rule_errors]
+    return loaded
+
+
+# ---------------------------------------------------------------------------------- rules
+# Rules that came after some contracts were recorded: a contract without evidence must follow them
+# (`LoadedContract.require_current_rules`), a recorded one keeps loading and is flagged instead.
+def _check_rules(contract: Contract, study: Study, err) -> list[UserError]:
+    errors = []
+    decision = contract.decision
+    for list_name, i, c in contract.conditions():
+        base = ("decision", list_name, i)
+        for loc, metric in _condition_metric_locs(c):
+            spec = study.metrics.get(metric)
+            if spec is not None and spec.role not in DECISION_ROLES:
+                errors.append(err(base + loc, f"the decision reads {metric!r}, a {spec.role} metric of study "
+                                              f"{study.name!r}; expected a held-out test or cost metric "
+                                              f"(rule: decisions read only test and cost metrics)"))
+        errors += [err(base + loc, msg) for loc, msg in _vacuous(c, study)]
+        if isinstance(c, Compare) and c.relative_margin is not None:
+            for loc, metric in _condition_metric_locs(c):
+                spec = study.metrics.get(metric)
+                if spec is not None and not spec.nonnegative:
+                    errors.append(err(base + ("relative_margin",),
+                                      f"a relative margin scales {metric!r}, which study {study.name!r} does not "
+                                      f"declare non-negative: with negative values a worse arm would hold; "
+                                      f"expected an absolute `margin`"))
+    comparators = contract.arms_named_by_decision() - arms_under_test(decision)
+    for i, rule in enumerate(contract.stop_rules.futility):
+        halted = sorted(comparators & set(rule.arms or contract.arms))
+        if halted:
+            errors.append(err(("stop_rules", "futility", i, "arms" if rule.arms else "metric"),
+                              f"the futility rule can halt comparator arm(s) {halted}: a halt is evidence against "
+                              f"the arm it halts, not against the hypothesis; expected `arms` listing only arms "
+                              f"under test ({', '.join(sorted(arms_under_test(decision)))})"))
+    if decision.evaluation == "interval":
+        from gates.verdict import unreachable  # statistics live in the verdict engine
+
+        for list_name, i, why in unreachable(decision, len(contract.seeds)):
+            errors.append(err(("decision", list_name, i, "interval"), why))
+    return errors
+
+
+def _vacuous(c, study: Study) -> list[tuple[tuple, str]]:
+    """(field, why) when a condition holds, or cannot hold, for every value its metrics can take."""
+    def span(metric):
+        spec = study.metrics.get(metric)
+        return (spec.low, spec.high) if spec is not None else (None, None)
+
+    if isinstance(c, Threshold):
+        low, high = span(c.metric)
+        if c.direction == "lower":  # metric <= value
+            always, never = high is not None and c.value >= high, low is not None and c.value <= low
+        else:
+            always, never = low is not None and c.value <= low, high is not None and c.value >= high
+        what = f"{c.metric} {'<=' if c.direction == 'lower' else '>='} {c.value:g}"
+    elif isinstance(c, Compare) and c.relative_margin is None:
+        (low_a, high_a), (low_b, high_b) = span(c.metric), span(c.other_metric or c.metric)
+        m = c.margin or 0.0
+        if c.direction == "higher":  # arm - other - m >= 0
+            lo, hi = _diff_span(low_a, high_a, low_b, high_b)
+        else:  # other - arm - m >= 0
+            lo, hi = _diff_span(low_b, high_b, low_a, high_a)
+        always, never = lo is not None and lo - m >= 0, hi is not None and hi - m <= 0
+        what = f"margin {m:g}"
+    else:
+        return []
+    spec = study.metrics.get(c.metric)
+    shown = spec.describe() if spec is not None else "?"
+    field = ("value",) if isinstance(c, Threshold) else ("margin",)
+    if always:
+        return [(field, f"{what} holds for every value the metric can take ({shown}): the condition tests "
+                        f"nothing; expected a bar inside the metric's range")]
+    if never:
+        return [(field, f"{what} cannot hold for any value the metric can take ({shown}): a condition that can "
+                        f"never hold (a statistical test needs the bar strictly inside the range)")]
+    return []
+
+
+def _diff_span(low_a, high_a, low_b, high_b):
+    """The range of a - b given the ranges of a and b (None: unbounded on that side)."""
+    lo = None if low_a is None or high_b is None else low_a - high_b
+    hi = None if high_a is None or low_b is None else high_a - low_b
+    return lo, hi
 
 
 def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
@@ -570,10 +704,11 @@ def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
                               f"{obj.metric!r} is not a validation metric; expected one measured on a split the "
                               f"decision never sees, named val_*, valid_* or validation_* (study {study.name!r} "
                               f"has: {', '.join(val) or 'none'})"))
-        if obj.direction != study.metrics[obj.metric]:
+        better = study.metrics[obj.metric].direction
+        if obj.direction != better:
             errors.append(err(("tuning", "objective", "direction"),
-                              f"{obj.metric!r} is better when {study.metrics[obj.metric]} in study {study.name!r}; "
-                              f"expected direction {study.metrics[obj.metric]!r}"))
+                              f"{obj.metric!r} is better when {better} in study {study.name!r}; "
+                              f"expected direction {better!r}"))
     overlap = sorted(set(t.seeds) & set(contract.seeds))
     if overlap:
         errors.append(err(("tuning", "seeds"), f"tuning seeds {overlap} are also the contract's seeds; expected "

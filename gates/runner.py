@@ -243,7 +243,7 @@ def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
     atomically to runs/<id>/, and the parent run's outcome tags, metrics, plots and artifacts."""
     loaded, tracker = parent.loaded, parent.tracker
     c = loaded.contract
-    result = verdict.decide(c.decision, records)
+    result = verdict.decide(c.decision, records, parent.loaded.study.metrics)
     evidence = _evidence(loaded, parent.prov, records, result, parent.pre, parent.tracking_uri,
                          parent.experiment_id, parent.parent_id)
     if parent.tuning is not None:
@@ -315,6 +315,19 @@ def first_signal(point, series: list[tuple[int, float]]) -> dict:
     return {"step": step, "value": value if math.isfinite(value) else None, "met": bool(met)}
 
 
+def verdict_fields(loaded, evidence: dict, result) -> dict:
+    """The parts of an evidence record that the verdict engine derives from its runs (written by a run,
+    and rewritten when a corrected engine re-derives a recorded claim)."""
+    v = result.to_dict()
+    return {**evidence, "verdict": result.verdict, "reasons": v["reasons"], "settle": v["settle"],
+            "conditions": v["conditions"], "halts": v["halts"], "lost": v["lost"],
+            "engine_version": v["engine_version"],
+            "settings": {**evidence["settings"], "correction": v["correction"]},
+            "predictions": verdict.predictions(loaded.contract, evidence["runs"],
+                                               evidence["falsifiable_point"]["runs"]),
+            "rule_flags": list(loaded.rule_flags)}
+
+
 def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
     c = loaded.contract
     try:
@@ -322,7 +335,7 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
     except ValueError:
         contract_path = str(loaded.path)
     v = result.to_dict()
-    return {
+    return verdict_fields(loaded, {
         "format": ledger.FORMAT,
         "contract_id": c.id,
         "contract_path": contract_path,
@@ -352,4 +365,4 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
                   "halt_detail": (r.get("halt_detail") or None) and r["halt_detail"][:2000]} for r in records],
         "conditions": v["conditions"],
         "halts": v["halts"],
-    }
+    }, result)

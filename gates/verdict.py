@@ -1,30 +1,42 @@
 """Verdicts: per-seed final metrics + a contract's decision -> supported, refuted or inconclusive.
 
-`decide(decision, runs)` is pure and deterministic, because `gates verify` re-derives every verdict
-from the recorded metrics and compares it with the one recorded. Choices, fixed here once:
+`decide(decision, runs, metrics)` is pure and deterministic, because `gates verify` re-derives every
+verdict from the recorded metrics and compares it with the one recorded. Choices, fixed here once
+(README "What a verdict means" says the same in plain words):
 
 * Only runs with status "completed" give values; non-finite values are dropped (and said so).
 * Every condition reduces to effects theta = const + sum(coef * mean(term)), oriented so that
   theta > 0 means the condition holds. Threshold: one term. Compare: two terms, an absolute margin
   goes into const, a relative margin r into the other term's coefficient (-(1+r) or (1-r)).
   Trend: one Compare-like effect per consecutive pair, margin 0.
-* Tests are one-sided t tests: p_hold = t.sf(theta/se, df), p_fail = t.cdf(theta/se, df).
-  welch: se^2 = sum(coef^2 var/n), Welch-Satterthwaite df (one term: the one-sample t).
-  paired: seeds present in every term of the condition, d_i = per-seed theta, one-sample t on d.
-  `interval: bootstrap`: 10,000 resamples (numpy default_rng, fixed seed) of each term (welch) or
-  of d (paired); p_hold = share of theta* <= 0, p_fail = share of theta* >= 0, floored at 1/(B+1).
-* Zero spread (every value of every term equal, compared exactly so that float noise in a mean
-  cannot fake a spread) is decided by the sign of theta: the inequalities are inclusive, so
-  theta == 0 holds -- except for trend pairs, which are strict ("a > b > c") and fail on a tie.
+* Each effect is tested one-sided, H0: theta <= 0 (p_hold) and H0: theta >= 0 (p_fail), by one of:
+  - the t-test (one-sample / Welch / paired), which assumes roughly normal per-seed values. It is
+    used only where nothing in the data contradicts that: no term without spread, no repeated
+    value (a metric that takes a few discrete values), no value at the metric's declared bound.
+  - otherwise an exact randomization test, whose smallest p-value is what the seeds can give:
+    sign-flip for one term or paired differences (smallest p = 2^-n, 1/8 at 3 seeds), permutation
+    of the two samples for an unpaired compare (smallest p = 1 / C(n1+n2, n1), 1/20 at 3 + 3).
+    Exact enumeration up to 2^16 arrangements, beyond that Monte Carlo with a fixed seed and
+    p = (k + 1) / (B + 1). Ties count against the condition (p includes the observed arrangement).
+  - `interval: bootstrap`: the percentile bootstrap's own p-value does not hold its level at few
+    seeds (false support 24% at 2 seeds, 13% at 3 with the true mean at the bar), so its p-values
+    come from the exact randomization test; the bootstrap gives the interval only.
 * A trend holds iff every pair holds (intersection-union: p_hold = max pair p_hold) and fails iff
   some pair fails (p_fail = min(1, pairs * min pair p_fail), Bonferroni within the trend); its
   estimate and interval are those of the weakest pair.
-* Intervals are two-sided at level 1 - 2 alpha, so each end is a one-sided alpha bound.
+* Intervals (t and bootstrap) are two-sided at level 1 - 2 alpha, so each end is a one-sided alpha
+  bound; a randomization-tested effect shows the per-seed range of the effect instead.
 * Holm across all conditions of the decision (supported_if and refuted_if together), separately for
-  the p_hold family and the p_fail family; each condition compares with its own alpha.
+  the p_hold family and the p_fail family, at the decision's alpha (one alpha for the family).
 * A term with < 2 values leaves its effect undetermined (p = 1 both ways).
-* seeds_needed: smallest n in 2..1000 per arm with |theta| / (s_eff / sqrt(n)) > t.ppf(1 - alpha, df)
-  at the observed effect and spread, before the Holm correction (a planning figure, not a promise).
+* Lost runs never vanish: a seed with no finite value of an (arm, metric) that a supported_if
+  condition reads (failed, killed, diverged, over budget, halted on a comparator, non-finite) keeps
+  that condition from holding, so the verdict cannot be supported on the survivors; refutation by
+  the survivors stays possible. A futility halt refutes only when it halts an arm under test (not a
+  comparator: a hopeless baseline is evidence against the baseline, not against the claim).
+* seeds_needed: per arm, for 80% power at the strictest Holm level alpha / m at the observed effect
+  and spread (noncentral t), and at least the seeds at which the exact test could reach that level;
+  an estimate from the observed effect, not a promise.
 * evaluation "exact" (deterministic studies): no statistics. Per-seed effects (threshold, paired
   compare, trend pairs on the seeds every item has) hold iff they hold on every seed and fail iff
   they fail on every seed; an unpaired compare is judged on the means.
@@ -32,17 +44,30 @@ from the recorded metrics and compares it with the one recorded. Choices, fixed 
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import asdict, dataclass, field
+from typing import Mapping
 
 import numpy as np
 from scipy import stats
 
-from gates.contract import Compare, Decision, Threshold, Trend, condition_terms
+from gates.contract import Compare, Decision, Threshold, Trend, arms_under_test, condition_terms
+from gates.study import Metric
 
+# Bumped whenever a change can change a recorded verdict; the claims index records it.
+ENGINE_VERSION = "2"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 20240601
+RANDOMIZATION_EXACT_LIMIT = 1 << 16  # arrangements enumerated exactly; beyond, Monte Carlo
+RANDOMIZATION_DRAWS = 20_000
+RANDOMIZATION_SEED = 20261130
 MAX_SEEDS_SEARCHED = 1000
+POWER = 0.8
+
+T_TEST_REASON = "per-seed values taken as roughly normal: every term has spread, no repeated value, none at a bound"
+BOOTSTRAP_REASON = ("interval: bootstrap; its own p-value does not hold its level at few seeds, so p comes "
+                    "from the exact randomization test and the bootstrap gives the interval")
 
 
 # ---------------------------------------------------------------------------------- results
@@ -66,6 +91,7 @@ class ConditionResult:
     outcome: str  # "holds" | "fails" | "undetermined"
     note: str = ""
     seeds_needed: int | None = None
+    test_reason: str = ""  # why this test: the t-test's assumption, or what in the data rules it out
 
     @property
     def label(self) -> str:
@@ -85,13 +111,16 @@ class Verdict:
     correction: str
     settle: list[str] = field(default_factory=list)
     halts: list[dict] = field(default_factory=list)
+    lost: list[dict] = field(default_factory=list)  # (arm, metric, seed, why) a condition reads but lacks
+    engine_version: str = ENGINE_VERSION
 
     def signature(self) -> str:
         """The statistical settings the verdict was reached under, compact, for comparing records."""
         tests = ",".join(sorted({c.test for c in self.conditions}))
-        boot = f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}" if "bootstrap" in tests else ""
-        return (f"alpha={self.alpha:g}|eval={self.evaluation}|correction={self.correction}"
-                f"{boot}|tests={tests}")
+        boot = (f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
+                if any(c.ci_level and "t" not in c.test.split() for c in self.conditions) else "")
+        return (f"engine={self.engine_version}|alpha={self.alpha:g}|eval={self.evaluation}"
+                f"|correction={self.correction}{boot}|tests={tests}")
 
     def to_dict(self) -> dict:
         return json_safe(asdict(self))
@@ -179,6 +208,9 @@ class _Stat:
     seeds_needed: int | None = None
     outcome: str = "undetermined"  # exact evaluation only
     note: str = ""
+    test: str = ""
+    test_reason: str = ""
+    ci_level: float | None = None
 
 
 def _mean(x: np.ndarray) -> float:
@@ -197,39 +229,124 @@ def _lacking(effect: _Effect, columns: list[np.ndarray], need: int, paired: bool
                      f"({t.key}){where}" for t, col in zip(effect.terms, columns) if len(col) < need)
 
 
-def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: float,
-              bootstrap: bool) -> _Stat:
+def _t_unfit(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None,
+             metrics: Mapping[str, Metric]) -> str:
+    """Why the t-test's normality cannot hold for these values ('' when nothing contradicts it)."""
+    for t, col in zip(effect.terms, columns):
+        if np.all(col == col[0]):
+            return f"{t.key} has no spread across seeds"
+        if len(np.unique(col)) < len(col):
+            return f"{t.key} repeats a value across seeds (a few discrete values)"
+        spec = metrics.get(t.metric)
+        if spec is not None and any(spec.at_bound(float(v)) for v in col):
+            return f"{t.key} has a value at its bound ({spec.low if np.any(col == spec.low) else spec.high:g})"
+    if d is not None:
+        if np.all(d == d[0]):
+            return "the paired differences have no spread"
+        if len(np.unique(d)) < len(d):
+            return "the paired differences repeat a value"
+    return ""
+
+
+def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: float, level: float,
+              bootstrap: bool, metrics: Mapping[str, Metric]) -> _Stat:
     note = _lacking(effect, columns, 2, paired)
     if note:
         return _Stat(theta=None, note=note)
-    if paired:  # columns are aligned on the same seeds
-        d = effect.const + sum(t.coef * col for t, col in zip(effect.terms, columns))
+    one_sample = paired or len(columns) == 1
+    d = effect.const + sum(t.coef * col for t, col in zip(effect.terms, columns)) if one_sample else None
+    if one_sample:
         theta, n = _mean(d), len(d)
-        spread_parts, se = [_var(d)], math.sqrt(_var(d) / n)
-        df = n - 1.0
+        spread_parts = [_var(d)]
     else:
         theta = effect.const + sum(t.coef * _mean(col) for t, col in zip(effect.terms, columns))
         spread_parts = [t.coef ** 2 * _var(col) for t, col in zip(effect.terms, columns)]
+    unfit = _t_unfit(effect, columns, d if paired else None, metrics)
+    if bootstrap or unfit:
+        stat = _randomization(effect, columns, d)
+        stat.test_reason = BOOTSTRAP_REASON if bootstrap else f"{unfit}: the t-test's normality cannot hold"
+        if bootstrap:
+            draws = _bootstrap(effect, columns, d)
+            stat.ci_low, stat.ci_high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
+            stat.ci_level = 1 - 2 * alpha
+        sizes = [len(d)] if one_sample else [len(c) for c in columns]
+        stat.seeds_needed = _seeds_needed(theta, spread_parts, level, one_sample, sizes)
+        return stat
+    if one_sample:
+        se, df = math.sqrt(spread_parts[0] / n), n - 1.0
+    else:
         parts = [s / len(col) for s, col in zip(spread_parts, columns)]
         se = math.sqrt(sum(parts))
-        # Welch-Satterthwaite; undefined (and unused) at zero spread
-        df = (sum(parts) ** 2 / sum(p ** 2 / (len(col) - 1) for p, col in zip(parts, columns))
-              if se else None)
-    if se == 0:
-        holds = theta > 0 or (theta == 0 and not effect.strict)
-        return _Stat(theta, theta, theta, p_hold=0.0 if holds else 1.0, p_fail=1.0 if holds else 0.0,
-                     note="no spread across seeds: decided by the sign of the estimate")
-    if bootstrap:
-        draws = _bootstrap(effect, columns, d if paired else None)
-        floor = 1.0 / (BOOTSTRAP_RESAMPLES + 1)
-        p_hold, p_fail = max(float(np.mean(draws <= 0)), floor), max(float(np.mean(draws >= 0)), floor)
-        low, high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
+        df = sum(parts) ** 2 / sum(p ** 2 / (len(col) - 1) for p, col in zip(parts, columns))  # Welch
+    t_obs = theta / se
+    half = float(stats.t.ppf(1 - alpha, df)) * se
+    test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
+    sizes = [len(d)] if one_sample else [len(c) for c in columns]
+    return _Stat(theta, theta - half, theta + half, float(stats.t.sf(t_obs, df)), float(stats.t.cdf(t_obs, df)),
+                 _seeds_needed(theta, spread_parts, level, one_sample, sizes), test=test,
+                 test_reason=T_TEST_REASON, ci_level=1 - 2 * alpha)
+
+
+def _randomization(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> _Stat:
+    """Exact sign-flip (one term, or paired differences) or two-sample permutation test of theta."""
+    if d is not None:
+        stats_, exact = _sign_flip_means(d)
+        observed, test = _mean(d), "sign-flip"
+        low, high = float(d.min()), float(d.max())
     else:
-        t_obs = theta / se
-        p_hold, p_fail = float(stats.t.sf(t_obs, df)), float(stats.t.cdf(t_obs, df))
-        half = float(stats.t.ppf(1 - alpha, df)) * se
-        low, high = theta - half, theta + half
-    return _Stat(theta, low, high, p_hold, p_fail, _seeds_needed(theta, spread_parts, alpha, paired))
+        # theta = mean(x) - mean(y) with x = coef_a * a and y = -(const + coef_b * b)
+        (ta, a), (tb, b) = zip(effect.terms, columns)
+        x, y = ta.coef * a, -(effect.const + tb.coef * b)
+        stats_, exact = _permutation_diffs(x, y)
+        observed, test = _mean(x) - _mean(y), "permutation"
+        low = high = None
+    # ties count against the condition: a tolerance keeps float noise from breaking exact ties
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(stats_))))
+    k_hold, k_fail = int(np.sum(stats_ >= observed - tol)), int(np.sum(stats_ <= observed + tol))
+    if exact:
+        total = len(stats_)
+        p_hold, p_fail = k_hold / total, k_fail / total
+    else:  # Monte Carlo: the observed arrangement counts as one draw
+        total = len(stats_) + 1
+        p_hold, p_fail = (k_hold + 1) / total, (k_fail + 1) / total
+    note = (f"exact {test} test over {total} arrangements" if exact
+            else f"{test} test, {RANDOMIZATION_DRAWS} random arrangements (seed {RANDOMIZATION_SEED})")
+    return _Stat(observed, low, high, min(1.0, p_hold), min(1.0, p_fail),
+                 test=f"{test} (exact)" if exact else f"{test} (Monte Carlo)", note=note)
+
+
+def _sign_flip_means(d: np.ndarray) -> tuple[np.ndarray, bool]:
+    n = len(d)
+    if 2 ** n <= RANDOMIZATION_EXACT_LIMIT:
+        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
+        return (signs * d).mean(axis=1), True
+    rng = np.random.default_rng(RANDOMIZATION_SEED)
+    signs = rng.choice([-1.0, 1.0], size=(RANDOMIZATION_DRAWS, n))
+    return (signs * d).mean(axis=1), False
+
+
+def _permutation_diffs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, bool]:
+    pooled, n1 = np.concatenate([x, y]), len(x)
+    total = len(pooled)
+    if math.comb(total, n1) <= RANDOMIZATION_EXACT_LIMIT:
+        masks = np.zeros((math.comb(total, n1), total), dtype=bool)
+        for row, chosen in enumerate(itertools.combinations(range(total), n1)):
+            masks[row, list(chosen)] = True
+    else:
+        rng = np.random.default_rng(RANDOMIZATION_SEED)
+        order = np.argsort(rng.random((RANDOMIZATION_DRAWS, total)), axis=1)
+        masks = np.zeros((RANDOMIZATION_DRAWS, total), dtype=bool)
+        np.put_along_axis(masks, order[:, :n1], True, axis=1)
+    sums = masks.astype(float) @ pooled
+    diffs = sums / n1 - (pooled.sum() - sums) / (total - n1)
+    return diffs, math.comb(total, n1) <= RANDOMIZATION_EXACT_LIMIT
+
+
+def smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
+    """The smallest p-value the exact randomization test can give with these numbers of seeds."""
+    if paired_or_one_term:
+        return 2.0 ** -min(sizes)
+    return math.exp(-math.log(math.comb(sum(sizes), sizes[0])))  # huge counts: 0.0, not an overflow
 
 
 def _bootstrap(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> np.ndarray:
@@ -244,16 +361,30 @@ def _bootstrap(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None)
     return draws
 
 
-def _seeds_needed(theta: float, spread_parts: list[float], alpha: float, paired: bool) -> int | None:
-    """Seeds per arm at which the observed effect would be significant at the observed spread."""
-    s2 = sum(spread_parts)
-    if theta == 0 or not math.isfinite(theta) or s2 <= 0:
+def _seeds_needed(theta: float, spread_parts: list[float], level: float, one_sample: bool,
+                  sizes: list[int]) -> int | None:
+    """Seeds per arm for 80% power at `level` at the observed effect and spread (noncentral t), and
+    at least as many as the exact test needs to reach `level` at all (zero spread: if every further
+    seed agrees). None when the observed effect is 0 or more than MAX_SEEDS_SEARCHED would be needed."""
+    if theta == 0 or not math.isfinite(theta):
         return None
     n = np.arange(2, MAX_SEEDS_SEARCHED + 1)
-    # Welch df with n per term: (n-1) (sum a)^2 / sum a^2; one term or paired: n - 1
-    df = (n - 1.0) if paired else (n - 1.0) * s2 ** 2 / sum(a ** 2 for a in spread_parts)
-    ok = abs(theta) / np.sqrt(s2 / n) > stats.t.ppf(1 - alpha, df)
+    floor_ok = np.array([smallest_p(one_sample, [k] * len(sizes)) <= level for k in n])
+    s2 = sum(spread_parts)
+    if s2 <= 0:
+        ok = floor_ok
+    else:
+        # Welch df with n per term: (n-1) (sum a)^2 / sum a^2; one term or paired: n - 1
+        df = (n - 1.0) if one_sample else (n - 1.0) * s2 ** 2 / sum(a ** 2 for a in spread_parts)
+        power = stats.nct.sf(stats.t.ppf(1 - level, df), df, abs(theta) / np.sqrt(s2 / n))
+        ok = (power >= POWER) & floor_ok
     return int(n[np.argmax(ok)]) if ok.any() else None
+
+
+def seeds_for_power(size: float, sd: float, level: float) -> int | None:
+    """Seeds per arm for 80% power to detect a difference `size` between two arms whose per-seed
+    values spread with standard deviation `sd` (Welch, equal spreads), at `level`."""
+    return _seeds_needed(size, [sd ** 2, sd ** 2], level, False, [2, 2])
 
 
 def _exact(effect: _Effect, columns: list[np.ndarray], by_seed: bool) -> _Stat:
@@ -298,8 +429,8 @@ def _samples(runs: list[dict]) -> tuple[dict[tuple[str, str], dict[int, float]],
     return samples, dropped
 
 
-def _evaluate(list_name: str, index: int, c, samples, alpha: float,
-              exact: bool) -> tuple[ConditionResult, list[_Stat]]:
+def _evaluate(list_name: str, index: int, c, samples, alpha: float, level: float, exact: bool,
+              metrics: Mapping[str, Metric]) -> tuple[ConditionResult, list[_Stat]]:
     """One condition's result (outcome still open under interval evaluation) and its effects' stats."""
     terms = list(dict.fromkeys(condition_terms(c)))
     # paired tests (and exact trends, judged seed by seed) use the seeds every term has
@@ -314,7 +445,7 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float,
     for effect in _effects(c):
         cols = [columns[(t.arm, t.metric)] for t in effect.terms]
         pair_stats.append(_exact(effect, cols, by_seed) if exact
-                          else _interval(effect, cols, by_seed, alpha, bootstrap))
+                          else _interval(effect, cols, by_seed, alpha, level, bootstrap, metrics))
     known = [s for s in pair_stats if s.theta is not None]
     weakest = min(known, key=lambda s: s.theta) if known else _Stat(theta=None)
     notes = list(dict.fromkeys(s.note for s in pair_stats if s.note))
@@ -323,21 +454,23 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float,
         outcome = ("fails" if "fails" in outcomes else "holds" if all(o == "holds" for o in outcomes)
                    else "undetermined")
         p_hold = p_fail = None
-        test, level = "exact", None
+        test, reason = "exact", "evaluation: exact (a deterministic study): judged seed by seed, no statistics"
     else:
         outcome = "undetermined"  # settled after the Holm correction, across conditions
         p_hold = max(s.p_hold for s in pair_stats)
         p_fail = min(1.0, len(pair_stats) * min(s.p_fail for s in pair_stats))
-        test = ("bootstrap percentile" if bootstrap else "paired t" if by_seed
-                else "one-sample t" if isinstance(c, Threshold) else "welch t")
-        level = 1 - 2 * alpha
+        tests = list(dict.fromkeys(s.test for s in pair_stats if s.test))
+        reasons = list(dict.fromkeys(s.test_reason for s in pair_stats if s.test_reason))
+        test = " + ".join(tests) or ("paired t" if by_seed else "one-sample t" if isinstance(c, Threshold)
+                                     else "welch t")
+        reason = "; ".join(reasons)
     result = ConditionResult(
         list_name=list_name, index=index, kind=c.kind, description=_describe(c),
-        estimate=weakest.theta, ci_low=weakest.ci_low, ci_high=weakest.ci_high, ci_level=level,
+        estimate=weakest.theta, ci_low=weakest.ci_low, ci_high=weakest.ci_high, ci_level=weakest.ci_level,
         p_hold=p_hold, p_fail=p_fail, p_hold_adj=None, p_fail_adj=None, test=test,
         n={f"{a}.{m}": len(col) for (a, m), col in columns.items()},
         values={f"{a}.{m}": [float(v) for v in col] for (a, m), col in columns.items()},
-        outcome=outcome, note="; ".join(notes))
+        outcome=outcome, note="; ".join(notes), test_reason=reason)
     return result, pair_stats
 
 
@@ -353,28 +486,37 @@ def _trend_seeds_needed(stats_: list[_Stat]) -> int | None:
 
 
 # ---------------------------------------------------------------------------------- the verdict
-def decide(decision: Decision, runs: list[dict]) -> Verdict:
-    """The verdict the decision rules give on these runs (plain dicts, as stored in evidence.json)."""
+def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] | None = None) -> Verdict:
+    """The verdict the decision rules give on these runs (plain dicts, as stored in evidence.json).
+
+    `metrics` is the study's metric declarations (ranges show values at a bound); without it no
+    value counts as being at a bound."""
+    metrics = metrics or {}
     exact = decision.evaluation == "exact"
     samples, dropped = _samples(runs)
-    listed = ([("supported_if", i, c) for i, c in enumerate(decision.supported_if)]
-              + [("refuted_if", i, c) for i, c in enumerate(decision.refuted_if)])
-    alphas = [c.alpha or decision.alpha for _, _, c in listed]
-    evaluated = [_evaluate(name, i, c, samples, a, exact) for (name, i, c), a in zip(listed, alphas)]
+    listed = _listed(decision)
+    level = decision.alpha / len(listed)  # Holm's strictest step, for planning seeds
+    evaluated = [_evaluate(name, i, c, samples, decision.alpha, level, exact, metrics) for name, i, c in listed]
     results = [r for r, _ in evaluated]
     if not exact:
-        _apply_holm(results, alphas)
+        _apply_holm(results, decision.alpha)
         for (r, pair_stats), (_, _, c) in zip(evaluated, listed):
             if r.outcome == "undetermined":
                 r.seeds_needed = (_trend_seeds_needed(pair_stats) if isinstance(c, Trend)
                                   else pair_stats[0].seeds_needed)
 
-    named = {arm for _, _, c in listed for arm, _ in condition_terms(c)}
+    under_test = arms_under_test(decision)
     halts = [{"arm": r["arm"], "seed": r["seed"], "reason": r.get("halt_reason")}
              for r in runs if r.get("status") == "halted"]
-    futile = [h for h in halts if h["arm"] in named and _is_futility(h["reason"])]
-    lost = [r for r in runs if r["arm"] in named and r.get("status") in ("failed", "killed", "halted")
-            and not (r.get("status") == "halted" and _is_futility(r.get("halt_reason")))]
+    futile = [h for h in halts if h["arm"] in under_test and _is_futility(h["reason"])]
+    lost = _lost_values(decision, runs, samples)
+    for r, (_, _, c) in zip(results, listed):
+        missing = [x for x in lost if (x["arm"], x["metric"]) in condition_terms(c)]
+        if r.list_name == "supported_if" and missing and r.outcome == "holds":
+            r.outcome = "undetermined"
+            r.note = _join(r.note, "cannot hold while runs it reads are lost: "
+                                   + ", ".join(f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})"
+                                               for x in missing))
 
     supported = [r for r in results if r.list_name == "supported_if"]
     refuted = [r for r in results if r.list_name == "refuted_if"]
@@ -384,7 +526,7 @@ def decide(decision: Decision, runs: list[dict]) -> Verdict:
         verdict = "refuted"
         reasons += [f"{r.label} holds: {_line(r)}" for r in refuted if r.outcome == "holds"]
         reasons += [f"{r.label} fails: {_line(r)}" for r in supported if r.outcome == "fails"]
-        reasons += [f"arm {h['arm']} seed {h['seed']} was halted for futility (a named arm was hopeless)"
+        reasons += [f"arm {h['arm']} seed {h['seed']} was halted for futility (an arm under test was hopeless)"
                     for h in futile]
     elif all(r.outcome == "holds" for r in supported):
         verdict = "supported"
@@ -395,22 +537,51 @@ def decide(decision: Decision, runs: list[dict]) -> Verdict:
         reasons.append("not every supported_if condition holds, and nothing refutes the claim")
         reasons += [f"{r.label} holds: {_line(r)}" for r in supported if r.outcome == "holds"]
         reasons += [f"{r.label} undetermined: {_line(r)}" for r in results if r.outcome == "undetermined"]
+    lost_runs = [r for r in runs if r["arm"] in {a for _, _, c in listed for a, _ in condition_terms(c)}
+                 and r.get("status") in ("failed", "killed", "halted")]
     reasons += [f"arm {r['arm']} seed {r['seed']} did not complete ({r.get('status')}"
                 f"{': ' + str(r['halt_reason']) if r.get('halt_reason') else ''}); its values are missing"
-                for r in lost]
+                for r in lost_runs if not (r["arm"] in under_test and _is_futility(r.get("halt_reason")))]
     if dropped:
         reasons.append("non-finite values dropped: " + ", ".join(dropped))
     settle = ([_settle_line(r) for r in results if r.outcome == "undetermined"]
               if verdict == "inconclusive" else [])
     return Verdict(verdict=verdict, reasons=reasons, conditions=results, alpha=decision.alpha,
                    evaluation=decision.evaluation, correction="none" if exact else "holm",
-                   settle=settle, halts=halts)
+                   settle=settle, halts=halts, lost=lost)
 
 
-def _apply_holm(results: list[ConditionResult], alphas: list[float]) -> None:
+def _lost_values(decision: Decision, runs: list[dict], samples) -> list[dict]:
+    """Every (arm, metric, seed) that a condition reads and the runs do not give a finite value for:
+    the seeds are those any run was recorded with."""
+    seeds = sorted({r["seed"] for r in runs})
+    by_key = {(r["arm"], r["seed"]): r for r in runs}
+    lost = []
+    read = dict.fromkeys(t for _, _, c in _listed(decision) for t in condition_terms(c))
+    for arm, metric in read:
+        for seed in seeds:
+            if seed in samples.get((arm, metric), {}):
+                continue
+            run = by_key.get((arm, seed))
+            if run is None:
+                why = "no run recorded"
+            elif run.get("status") != "completed":
+                why = run.get("status") + (f": {run['halt_reason']}" if run.get("halt_reason") else "")
+            else:
+                why = "no finite value"
+            lost.append({"arm": arm, "metric": metric, "seed": seed, "why": why})
+    return lost
+
+
+def _listed(decision: Decision):
+    return ([("supported_if", i, c) for i, c in enumerate(decision.supported_if)]
+            + [("refuted_if", i, c) for i, c in enumerate(decision.refuted_if)])
+
+
+def _apply_holm(results: list[ConditionResult], alpha: float) -> None:
     """Holm over every condition, once for p_hold and once for p_fail; then each outcome."""
     hold_adj, fail_adj = holm([r.p_hold for r in results]), holm([r.p_fail for r in results])
-    for r, alpha, h, f in zip(results, alphas, hold_adj, fail_adj):
+    for r, h, f in zip(results, hold_adj, fail_adj):
         r.p_hold_adj, r.p_fail_adj = h, f
         r.outcome = "holds" if h <= alpha else "fails" if f <= alpha else "undetermined"
         raw = min(r.p_hold, r.p_fail)
@@ -437,7 +608,7 @@ def _line(r: ConditionResult) -> str:
     parts = [r.description, f"estimate {_num(r.estimate)}"]
     if r.ci_level is not None and r.ci_low is not None:
         parts.append(f"{r.ci_level:.0%} CI [{_num(r.ci_low)}, {_num(r.ci_high)}]")
-    elif r.test == "exact" and r.ci_low is not None:
+    elif r.ci_low is not None:  # exact evaluation, or an exact randomization test
         parts.append(f"per-seed range [{_num(r.ci_low)}, {_num(r.ci_high)}]")
     if r.p_hold_adj is not None:
         parts.append(f"{r.test}, Holm p(hold) {r.p_hold_adj:.3g}, p(fail) {r.p_fail_adj:.3g}")
@@ -455,11 +626,107 @@ def _settle_line(r: ConditionResult) -> str:
     if r.seeds_needed is not None:
         which = "hold" if r.estimate > 0 else "fail"
         current = max(r.n.values())
-        if r.seeds_needed <= current:
-            return (f"{head}: significant alone at {current} seeds but not after the Holm correction;"
-                    f" a few more seeds per arm would settle it (it would {which})")
-        return f"{head}: about {r.seeds_needed} seeds per arm at the observed spread (it would {which})"
+        return (f"{head}: about {r.seeds_needed} seeds per arm for 80% power at the strictest Holm level "
+                f"(it would {which}; an estimate from the observed effect and spread, now {current} seeds)")
     if r.estimate == 0:
         return f"{head}: the observed effect is 0; more seeds alone are unlikely to settle it"
     return (f"{head}: more than {MAX_SEEDS_SEARCHED} seeds per arm at the observed spread; "
             f"the effect is too small against the seed-to-seed spread to settle")
+
+
+# ---------------------------------------------------------------------------------- preflight
+# Can this contract reach a verdict at all? Under Holm, the supported_if conditions that must hold
+# together take the first ranks, so the j-th smallest p among them is multiplied by m - j + 1; a
+# condition tested exactly cannot go below the smallest p its seeds can give.
+def _sign_flip_shape(c) -> bool:
+    return isinstance(c, Threshold) or getattr(c, "test", None) == "paired"
+
+
+def _p_floor(c, n_seeds: int, exact_everywhere: bool) -> float:
+    if c.interval == "t" and not exact_everywhere:
+        return 0.0  # a t-test can give any p (where its assumption holds)
+    one = _sign_flip_shape(c)
+    return smallest_p(one, [n_seeds] * (1 if one else 2))
+
+
+def _holm_offenders(floors: list[float], m: int, alpha: float) -> list[tuple[int, float, int]]:
+    """(index, floor, multiplier) of the conditions that could not all hold together, best case."""
+    order = sorted(range(len(floors)), key=lambda i: floors[i])
+    return [(i, floors[i], m - rank) for rank, i in enumerate(order) if (m - rank) * floors[i] > alpha]
+
+
+def _unreachable_at(decision: Decision, n_seeds: int, exact_everywhere: bool) -> list[tuple[str, int, float, int]]:
+    listed = _listed(decision)
+    m, out = len(listed), []
+    for name in ("supported_if", "refuted_if"):
+        conds = [(i, c) for lname, i, c in listed if lname == name]
+        floors = [_p_floor(c, n_seeds, exact_everywhere) for _, c in conds]
+        if name == "supported_if":  # all must hold together
+            out += [(name, conds[k][0], q, mult) for k, q, mult in _holm_offenders(floors, m, decision.alpha)]
+        else:  # any one suffices; the others may rank ahead of it
+            out += [(name, i, q, m - len(conds) + 1) for (i, _), q in zip(conds, floors)
+                    if (m - len(conds) + 1) * q > decision.alpha]
+    return out
+
+
+def _seeds_to_reach(decision: Decision, exact_everywhere: bool, start: int) -> int | None:
+    for n in range(start, 65):
+        if not _unreachable_at(decision, n, exact_everywhere):
+            return n
+    return None
+
+
+def unreachable(decision: Decision, n_seeds: int) -> list[tuple[str, int, str]]:
+    """(list, index, why) for each condition that can never hold at the decision's alpha with
+    `n_seeds` seeds, because its test cannot give a small enough p-value after Holm."""
+    m, out = len(_listed(decision)), []
+    enough = _seeds_to_reach(decision, False, n_seeds)
+    for name, i, q, mult in _unreachable_at(decision, n_seeds, False):
+        out.append((name, i, f"with {n_seeds} seeds and {m} conditions under Holm, {name}[{i}] cannot hold at "
+                             f"alpha {decision.alpha:g}: the smallest p its exact randomization test can give is "
+                             f"{q:.3g}, {min(1.0, mult * q):.3g} after Holm; expected at least "
+                             f"{enough or 'more than 64'} seeds, or the t-test (interval: t)"))
+    return out
+
+
+def exact_fallback_note(decision: Decision, n_seeds: int, metrics: Mapping[str, Metric]) -> str | None:
+    """A warning for `gates check`: if the per-seed values tie or sit at a bound (likely for bounded or
+    discrete metrics), the exact test takes over; could the claim still be supported then?"""
+    if decision.evaluation != "interval":
+        return None
+    bounded = sorted({m for c in decision.supported_if for _, m in condition_terms(c)
+                      if m in metrics and (metrics[m].low is not None or metrics[m].high is not None)})
+    if not bounded or not any(name == "supported_if" for name, *_ in _unreachable_at(decision, n_seeds, True)):
+        return None
+    enough = _seeds_to_reach(decision, True, n_seeds)
+    return (f"note: if the per-seed values of {', '.join(bounded)} tie or reach their bound, the exact "
+            f"randomization test replaces the t-test, and with {n_seeds} seeds the supported_if conditions "
+            f"could not all hold after Holm; {enough or 'more than 64'} seeds could")
+
+
+# ---------------------------------------------------------------------------------- the gates, measured
+def predictions(contract, runs: list[dict], first_signals: list[dict]) -> dict:
+    """Gate 3's predicted ablation and gate 5's falsifiable point compared with what was measured.
+
+    Gate 3 came true when the measured mean difference (oriented by its direction) is at least the
+    predicted size; gate 5 when the falsifiable threshold was met by `by_step` on every seed. Both are
+    reported, never used by the verdict (the decision's conditions are)."""
+    pa, fp = contract.preflight.predicted_ablation, contract.preflight.falsifiable_point
+    samples, _ = _samples(runs)
+    a, b = samples.get((pa.arm, pa.metric), {}), samples.get((pa.versus, pa.metric), {})
+    measured = None
+    if a and b:
+        diff = float(np.mean(list(a.values())) - np.mean(list(b.values())))
+        measured = diff if pa.direction == "higher" else -diff
+    m = len(contract.decision.supported_if) + len(contract.decision.refuted_if)
+    power = (seeds_for_power(pa.size, pa.sd, contract.decision.alpha / m)
+             if pa.sd is not None and pa.size > 0 else None)
+    met = [bool(r.get("met")) for r in first_signals]
+    return {
+        "predicted_ablation": {"arm": pa.arm, "versus": pa.versus, "metric": pa.metric, "direction": pa.direction,
+                               "predicted_size": pa.size, "measured_size": measured,
+                               "came_true": None if measured is None else bool(measured >= pa.size),
+                               "n": {pa.arm: len(a), pa.versus: len(b)}, "sd": pa.sd,
+                               "seeds_for_80pct_power": power},
+        "falsifiable_point": {"met_on": sum(met), "of": len(met), "came_true": bool(met) and all(met)},
+    }

@@ -26,59 +26,103 @@ class ClaimCheck:
     created_at: str | None = None
     problems: list[str] = field(default_factory=list)
     replayed: bool = False
+    hash_ok: bool | None = None  # the contract's sha256 against the recorded one; None: not compared
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
 
 
+class ContractIndex(dict):
+    """contract id -> path of the contract file with that id (a dict), and what the scan found wrong:
+    `duplicates` (id -> every file that has it) and `unloadable` (path -> its first error line)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.duplicates: dict[str, list[Path]] = {}
+        self.unloadable: dict[Path, str] = {}
+
+
 def find_contracts(contracts_root: Path) -> dict[str, Path]:
-    """contract id -> path, for every contract file that loads; unloadable files are skipped here."""
-    found = {}
+    """contract id -> path, for every contract file that loads (a ContractIndex: files that do not
+    load, and ids that several files claim, are kept aside for `check_claim` to report)."""
+    found = ContractIndex()
     for path in sorted(list(contracts_root.glob("*.yaml")) + list(contracts_root.glob("*.yml"))):
         try:
-            found[load_contract(path).id] = path
-        except UserError:
+            contract_id = load_contract(path).id
+        except UserError as e:
+            found.unloadable[path] = e.render().splitlines()[0]
             continue
+        if contract_id in found:
+            found.duplicates.setdefault(contract_id, [found[contract_id]]).append(path)
+        found[contract_id] = path
     return found
 
 
 def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool) -> ClaimCheck:
+    """Check one claim's evidence against the repository's contract for its id (found by scanning the
+    contracts folder, never at a path the evidence names): the evidence's shape, the contract's
+    sha256, the runs (exactly the contract's arms x seeds, each once), the settings and claim text
+    (the contract's), everything derived from the per-seed values (re-derived by today's code), and
+    verdict.md (the rendering of the evidence). Every problem found is named."""
     contract_id = evidence_path.parent.name
     check = ClaimCheck(contract_id, "ok")
     try:
         ev = ledger.read_evidence(evidence_path)
     except ValueError as e:
-        return _lost(check, f"{evidence_path}: {e}")
+        return _lost(check, f"{evidence_path}: {e}; expected valid evidence: restore the committed file from git, "
+                            f"or run the contract again")
     check.verdict, check.created_at = ev["verdict"], ev["created_at"]
     if ev["contract_id"] != contract_id:
         return _lost(check, f"{evidence_path} records contract {ev['contract_id']!r}, not {contract_id!r}")
 
-    path = Path(ev.get("contract_path", ""))
-    if not path.is_file():
-        path = contracts.get(contract_id)
-    if path is None or not path.is_file():
-        return _lost(check, f"contract {contract_id!r} is missing (recorded at {ev.get('contract_path')})")
+    # the contract is the repository's file with this id: a path the evidence names is never trusted
+    duplicates = getattr(contracts, "duplicates", {}).get(contract_id)
+    if duplicates:
+        return _lost(check, f"contracts {', '.join(map(str, duplicates))} all have id {contract_id!r}; expected "
+                            f"exactly one contract per id (a new version needs a new id)")
+    path = contracts.get(contract_id)
+    if path is None or not Path(path).is_file():
+        broken = [(p, why) for p, why in getattr(contracts, "unloadable", {}).items() if p.stem == contract_id]
+        if broken:
+            return _lost(check, f"contract no longer loads: {broken[0][1]}")
+        return _lost(check, f"contract {contract_id!r} is missing (recorded at {ev.get('contract_path')}); no "
+                            f"contract file in the contracts folder has this id")
     try:
         loaded = load_contract(path)
     except UserError as e:
         return _lost(check, f"contract no longer loads: {e.render().splitlines()[0]}")
     if loaded.id != contract_id:
         return _lost(check, f"{path} now has id {loaded.id!r}")
-    if loaded.sha256 != ev["contract_sha256"]:
+    check.hash_ok = loaded.sha256 == ev["contract_sha256"]
+    if not check.hash_ok:
+        named = ev.get("contract_path")
+        elsewhere = (f"; the evidence names {named}, but the contract with id {contract_id!r} is {path}"
+                     if named and not _same_file(named, path) else "")
         return _lost(check, f"{path} was edited after its evidence: sha256 {loaded.sha256[:16]} != recorded "
-                            f"{ev['contract_sha256'][:16]} (a new version needs a new id)")
+                            f"{ev['contract_sha256'][:16]} (a new version needs a new id){elsewhere}")
 
+    check.problems += _check_runs(loaded, ev)
+    check.problems += _check_settings(loaded, ev)
     check.problems += _rederive(loaded, ev)
+    check.problems += _check_derived(loaded, ev)
+    check.problems += _check_report(evidence_path.parent, ev)
     if loaded.contract.tuning is not None or ev.get("tuning"):
         from gates.tuning import check_evidence as check_tuning  # imports Optuna: only when it matters
 
         check.problems += check_tuning(loaded, ev)
-    if replay and loaded.contract.replay and loaded.contract.replay.ci:
+    if replay and loaded.contract.replay and loaded.contract.replay.ci and not check.problems:
         check.replayed = True
         check.problems += _replay(loaded, ev)
     if check.problems:
         check.status = "lost"
     return check
+
+
+def _same_file(recorded: str, path: Path) -> bool:
+    try:
+        return Path(recorded).resolve() == Path(path).resolve()
+    except OSError:
+        return False
 
 
 def _lost(check: ClaimCheck, problem: str) -> ClaimCheck:
@@ -89,7 +133,7 @@ def _lost(check: ClaimCheck, problem: str) -> ClaimCheck:
 
 def _rederive(loaded: LoadedContract, ev: dict) -> list[str]:
     """The verdict and each condition's outcome, recomputed from the recorded per-seed metrics."""
-    again = verdict.decide(loaded.contract.decision, ev["runs"])
+    again = verdict.decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
     problems = []
     if again.verdict != ev["verdict"]:
         problems.append(f"recorded verdict {ev['verdict']!r} does not reproduce from its metrics: "

@@ -43,7 +43,7 @@ def cond(v: Verdict, label: str):
 
 # ---------------------------------------------------------------------------------- threshold
 def test_threshold_clearly_held_matches_one_sample_t():
-    x = [0.96, 0.97, 0.98, 0.97, 0.96]
+    x = [0.96, 0.97, 0.98, 0.965, 0.975]  # no repeated value, none at a bound: the t-test applies
     v = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x))
     c = cond(v, "supported_if[0]")
     assert v.verdict == "supported" and c.outcome == "holds"
@@ -69,28 +69,31 @@ def test_threshold_in_the_undetermined_zone_says_how_many_seeds():
     v = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x))
     c = cond(v, "supported_if[0]")
     assert c.outcome == "undetermined" and v.verdict == "inconclusive"
-    # smallest n at which the observed effect is significant at the observed spread, by hand
+    # smallest n with 80% power at Holm's strictest level alpha / m (m = 2 conditions), by hand
     theta, s = np.mean(x) - 0.9, np.std(x, ddof=1)
-    crit = lambda n: theta / (s / math.sqrt(n)) > stats.t.ppf(0.95, n - 1)  # noqa: E731
-    assert c.seeds_needed is not None and crit(c.seeds_needed) and not crit(c.seeds_needed - 1)
+    power = lambda n: stats.nct.sf(stats.t.ppf(1 - 0.05 / 2, n - 1), n - 1, theta / (s / math.sqrt(n)))  # noqa: E731
+    assert c.seeds_needed is not None and power(c.seeds_needed) >= 0.8 > power(c.seeds_needed - 1)
     assert any(line.startswith("supported_if[0]") and f"about {c.seeds_needed} seeds" in line
-               for line in v.settle)
+               and "80% power" in line for line in v.settle)
 
 
-def test_zero_spread_accuracies_decide_by_sign_without_nan():
+def test_zero_spread_gets_the_exact_sign_flip_p_not_zero():
+    """Three seeds that agree are three observations: p = 1/8, never 0."""
     d = decision([thr("a", "acc", "higher", 0.95), thr("b", "acc", "lower", 0.25),
                   thr("c", "acc", "higher", 0.95)],
                  [thr("a", "acc", "lower", 0.5)])
-    rs = runs("a", acc=[1.0] * 3) + runs("b", acc=[0.0] * 3) + runs("c", acc=[0.95] * 4)
+    rs = runs("a", acc=[1.0] * 3) + runs("b", acc=[0.0] * 3) + runs("c", acc=[0.95] * 3)
     v = decide(d, rs)
-    for label in ("supported_if[0]", "supported_if[1]", "supported_if[2]"):  # the tie holds: >= is inclusive
+    for label in ("supported_if[0]", "supported_if[1]"):
         c = cond(v, label)
-        assert (c.outcome, c.p_hold, c.p_fail) == ("holds", 0.0, 1.0)
-        assert c.ci_low == c.ci_high == c.estimate
-    assert cond(v, "supported_if[2]").estimate == 0.0
+        assert (c.p_hold, c.p_fail) == (1 / 8, 1.0) and c.test == "sign-flip (exact)"
+        assert "no spread" in c.test_reason and c.outcome == "undetermined"
+        assert c.ci_low == c.ci_high == c.estimate  # the per-seed range of the effect
+    tie = cond(v, "supported_if[2]")  # exactly at the bar: no evidence either way
+    assert tie.estimate == 0.0 and (tie.p_hold, tie.p_fail) == (1.0, 1.0)
     r = cond(v, "refuted_if[0]")
-    assert (r.outcome, r.p_hold, r.p_fail) == ("fails", 1.0, 0.0)
-    assert v.verdict == "supported"
+    assert (r.p_hold, r.p_fail) == (1.0, 1 / 8) and r.outcome == "undetermined"
+    assert v.verdict == "inconclusive"
     json.dumps(v.to_dict(), allow_nan=False)
 
 
@@ -118,7 +121,7 @@ def test_welch_compare_matches_scipy_ttest_ind():
 
 def test_paired_compare_matches_scipy_ttest_rel_on_common_seeds():
     a = [0.50, 0.55, 0.61, 0.58, 0.52]
-    b = [0.47, 0.50, 0.60, 0.52, 0.50]
+    b = [0.47, 0.50, 0.60, 0.52, 0.505]
     c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher", "test": "paired"}
     # b has an extra seed (9) that a lacks: pairing must drop it
     rs = runs("a", acc=a) + runs("b", seeds=[0, 1, 2, 3, 4, 9], acc=b + [0.99])
@@ -129,7 +132,7 @@ def test_paired_compare_matches_scipy_ttest_rel_on_common_seeds():
 
 
 def test_relative_margin_scales_the_other_term():
-    m8 = [0.30, 0.34, 0.28, 0.33]
+    m8 = [0.30, 0.34, 0.28, 0.33, 0.31]  # every arm has every seed (a missing one would be a lost run)
     single = [0.61, 0.58, 0.66, 0.63, 0.60]
     c = {"kind": "compare", "arm": "m8", "metric": "closure_error", "other": "single_key",
          "direction": "lower", "relative_margin": 0.3}
@@ -165,7 +168,7 @@ def test_trend_over_arms_intersection_union_and_bonferroni():
 
 
 def test_trend_over_metrics_in_one_arm_paired():
-    m = {"l1": [1.0, 1.2, 1.1, 1.3, 1.15], "l2": [1.4, 1.5, 1.45, 1.62, 1.5], "l3": [1.9, 2.1, 1.95, 2.2, 2.0]}
+    m = {"l1": [1.0, 1.2, 1.1, 1.3, 1.15], "l2": [1.4, 1.5, 1.45, 1.62, 1.53], "l3": [1.9, 2.1, 1.96, 2.2, 2.0]}
     t = {"kind": "trend", "direction": "higher", "arm": "a", "metrics": ["l1", "l2", "l3"], "test": "paired"}
     r = cond(decide(decision([t]), runs("a", **m)), "supported_if[0]")
     assert r.test == "paired t" and r.description == "trend higher: a.l1 < a.l2 < a.l3"
@@ -178,7 +181,9 @@ def test_trend_over_metrics_in_one_arm_paired():
 def test_trend_tie_at_zero_spread_is_not_a_strict_trend():
     t = {"kind": "trend", "direction": "lower", "metric": "err", "arms": ["a", "b"]}
     v = decide(decision([t]), runs("a", err=[0.5] * 3) + runs("b", err=[0.5] * 3))
-    assert cond(v, "supported_if[0]").outcome == "fails" and v.verdict == "refuted"
+    c = cond(v, "supported_if[0]")
+    assert c.test == "permutation (exact)" and (c.p_hold, c.p_fail) == (1.0, 1.0)
+    assert c.outcome == "undetermined" and v.verdict == "inconclusive"
 
 
 # ---------------------------------------------------------------------------------- Holm
@@ -208,13 +213,10 @@ def test_holm_across_conditions_drops_the_largest_raw_pass():
     assert any(line.startswith("supported_if[2]") for line in v.settle)
 
 
-def test_per_condition_alpha_is_used():
-    x = [0.88, 0.93, 0.90, 0.95, 0.91]
-    strict = thr("a", "acc", "higher", 0.85, alpha=1e-6)
-    v = decide(decision([strict]), runs("a", acc=x))
-    c = cond(v, "supported_if[0]")
-    assert c.p_hold_adj < 0.05 and c.outcome == "undetermined"
-    assert c.ci_level == pytest.approx(1 - 2e-6)
+def test_a_condition_cannot_carry_its_own_alpha():
+    """Holm p-values are computed at the family's alpha; a per-condition alpha compared with them is no test."""
+    with pytest.raises(Exception, match="alpha"):
+        decision([thr("a", "acc", "higher", 0.85, alpha=0.9)])
 
 
 # ---------------------------------------------------------------------------------- incomplete runs
@@ -271,8 +273,10 @@ def test_bootstrap_is_deterministic_and_order_free():
     first, second = decide(d, rs).to_dict(), decide(d, list(reversed(rs))).to_dict()
     assert first == second
     r = first["conditions"][0]
-    assert r["test"] == "bootstrap percentile"
-    assert 1 / (BOOTSTRAP_RESAMPLES + 1) <= r["p_hold"] < 0.05 and r["ci_low"] < r["estimate"] < r["ci_high"]
+    # p from the exact permutation test (5 + 6 seeds: 462 splits), the interval from the bootstrap
+    assert r["test"] == "permutation (exact)" and "bootstrap" in r["test_reason"]
+    assert 1 / 462 <= r["p_hold"] < 0.05 and r["ci_low"] < r["estimate"] < r["ci_high"]
+    assert r["ci_level"] == pytest.approx(0.9) and BOOTSTRAP_RESAMPLES == 10_000
     assert "bootstrap" in decide(d, rs).signature()
 
 
@@ -288,7 +292,7 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
 
 def test_signature_names_the_settings():
     v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
-    assert v.signature() == "alpha=0.05|eval=interval|correction=holm|tests=one-sample t"
+    assert v.signature() == "engine=2|alpha=0.05|eval=interval|correction=holm|tests=one-sample t"
 
 
 def test_verdict_module_never_imports_torch():
