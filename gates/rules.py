@@ -8,21 +8,24 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Mapping
 
 from gates.contract import FutilityRule, StopRules
-from gates.study import Direction, Halt
+from gates.study import Direction, Halt, Metric
 
 
 class StopRuleEngine:
     """Asks a contract's stop rules about one arm x seed run after each report."""
 
-    def __init__(self, rules: StopRules, arm: str, directions: dict[str, Direction], clock=time.monotonic,
+    def __init__(self, rules: StopRules, arm: str, metrics: Mapping[str, Metric | Direction], clock=time.monotonic,
                  others: dict[str, dict[str, list[tuple[int, float]]]] | None = None):
-        """`others`: the histories (arm -> metric -> [(step, value)]) of the other arms already run on
-        this seed, the reference for `behind_best_other_by` rules."""
+        """`metrics`: the study's metrics (`Study.metrics`) or plain better directions by name; stop
+        rules may read a metric of any role. `others`: the histories (arm -> metric -> [(step, value)])
+        of the other arms already run on this seed, the reference for `behind_best_other_by` rules."""
         self.rules = rules
         self.others = others or {}
-        self.directions = directions
+        self.directions: dict[str, Direction] = {
+            name: m.direction if isinstance(m, Metric) else m for name, m in metrics.items()}
         self.futility = [r for r in rules.futility if r.arms is None or arm in r.arms]
         self.looked: set[int] = set()  # futility rules look once, at the first report at/after at_step
         self.clock = clock

@@ -102,7 +102,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import Direction, Reporter, Study, StudyConfig
+from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative
 from gates.data import cache_root
 from models.common import count_parameters, seed_everything, split_lines, train_loop
 from models.tokenizer import encode_stream, train_sentencepiece
@@ -493,7 +493,12 @@ class BifLMStudy(Study):
 
     name: ClassVar[str] = "bif_lm"
     Config: ClassVar[type[StudyConfig]] = BifLMConfig
-    metrics: ClassVar[dict[str, Direction]] = {"train_loss": "lower", "val_loss": "lower", "val_ppl": "lower"}
+    # val_*: the fixed windows of the held-out slice, also what tuning selects on: validation, not test
+    metrics: ClassVar[dict[str, Metric]] = {
+        "train_loss": nonnegative("lower", "train"),
+        "val_loss": nonnegative("lower", "validation"),
+        "val_ppl": Metric("lower", "validation", 1.0, None),
+    }
     deterministic: ClassVar[bool] = False  # initialisation and batches depend on the seed
 
     def param_count(self, config: BifLMConfig) -> int:

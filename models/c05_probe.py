@@ -47,7 +47,7 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
-from gates.study import Direction, Reporter, Study, StudyConfig
+from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
 from models.common import count_parameters, seed_everything, train_loop
 
 Depth = Annotated[int, Field(ge=1, le=12)]  # 12: an 8191-address space, still quick on CPU
@@ -273,16 +273,17 @@ class C05ProbeStudy(Study):
 
     name: ClassVar[str] = "c05_probe"
     Config: ClassVar[type[StudyConfig]] = C05ProbeConfig
-    metrics: ClassVar[dict[str, Direction]] = {
-        "train_loss": "lower",
-        "train_acc": "higher",
-        "test_acc": "higher",
-        "hit_at_3": "higher",
-        "mean_rank": "lower",
-        "route_valid_rate": "higher",
-        "test_loss": "lower",
-        "val_loss": "lower",
-        "val_acc": "higher",
+    metrics: ClassVar[dict[str, Metric]] = {
+        "train_loss": nonnegative("lower", "train"),
+        "train_acc": proportion("higher", "train"),
+        "test_acc": proportion("higher", "test"),
+        "hit_at_3": proportion("higher", "test"),
+        "mean_rank": Metric("lower", "test", 1.0, None),  # 1-based: rank 1 is a hit
+        # on the test trees' predictions, but a property of the predicted route, not of finding the target
+        "route_valid_rate": proportion("higher", "diagnostic"),
+        "test_loss": nonnegative("lower", "test"),
+        "val_loss": nonnegative("lower", "validation"),
+        "val_acc": proportion("higher", "validation"),
     }
     deterministic: ClassVar[bool] = False  # metrics depend on the seed's trees and init
 

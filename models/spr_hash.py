@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from gates.study import Direction, Reporter, Study, StudyConfig
+from gates.study import Metric, Reporter, Study, StudyConfig
 
 Merge = Literal["ordered", "roll_only", "mean"]
 
@@ -233,10 +233,12 @@ class SprHashStudy(Study):
 
     name: ClassVar[str] = "spr_hash"
     Config: ClassVar[type[StudyConfig]] = SprHashConfig
-    metrics: ClassVar[dict[str, Direction]] = {
-        "mean_pairwise_cos": "lower",
-        "max_pairwise_cos": "lower",
-        "shuffled_cos": "lower",
+    # test: the hash has no trained parameters and nothing is selected on these sentences; the SVD
+    # embeddings are fitted (without labels, the same for every arm) on the corpus they are drawn from
+    metrics: ClassVar[dict[str, Metric]] = {
+        "mean_pairwise_cos": Metric("lower", "test", -1.0, 1.0),
+        "max_pairwise_cos": Metric("lower", "test", -1.0, 1.0),
+        "shuffled_cos": Metric("lower", "test", -1.0, 1.0),
     }
     deterministic: ClassVar[bool] = False  # the sentences are drawn by the seed
 

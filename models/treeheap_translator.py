@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import Direction, Reporter, Study, StudyConfig
+from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
 from models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
 from models.translation_data import EOS, PAD, Example, TranslationData, collate, directions_of, load_translation_data
 from models.treeheap import Butterfly, Fold, Read, fold_levels, mlp, random_pairing, unfold_levels
@@ -341,15 +341,17 @@ class TranslatorStudy(Study):
 
     name = "treeheap_translator"
     Config = TranslatorConfig
-    metrics: ClassVar[dict[str, Direction]] = {
-        "train_loss": "lower", "val_nll": "lower", "test_nll": "lower", "test_ppl": "lower",
-        **{f"test_nll_{d}": "lower" for d in ("zh2en", "en2zh")},
-        "bleu": "higher", "chrf": "higher",
-        **{f"{m}_{d}": "higher" for m in ("bleu", "chrf") for d in ("zh2en", "en2zh")},
-        **{f"damage_{i}": "higher" for i in INTERVENTIONS},
-        "unfold_mse": "lower",
-        **{f"stop_mass_depth_{k}": "higher" for k in range(11)},
-        "train_tokens_per_s": "higher", "peak_mem_mb": "lower",
+    metrics: ClassVar[dict[str, Metric]] = {
+        "train_loss": nonnegative("lower", "train"), "val_nll": nonnegative("lower", "validation"),
+        "test_nll": nonnegative("lower", "test"), "test_ppl": Metric("lower", "test", 1.0, None),
+        **{f"test_nll_{d}": nonnegative("lower", "test") for d in ("zh2en", "en2zh")},
+        "bleu": Metric("higher", "test", 0.0, 100.0), "chrf": Metric("higher", "test", 0.0, 100.0),
+        **{f"{m}_{d}": Metric("higher", "test", 0.0, 100.0) for m in ("bleu", "chrf") for d in ("zh2en", "en2zh")},
+        # NLL differences on the test split: no range (an intervention can lower the NLL)
+        **{f"damage_{i}": Metric("higher", "test") for i in INTERVENTIONS},
+        "unfold_mse": nonnegative("lower", "diagnostic"),
+        **{f"stop_mass_depth_{k}": proportion("higher", "diagnostic") for k in range(11)},
+        "train_tokens_per_s": nonnegative("higher", "cost"), "peak_mem_mb": nonnegative("lower", "cost"),
     }
     machine_metrics = frozenset({"train_tokens_per_s", "peak_mem_mb"})
 

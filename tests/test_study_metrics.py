@@ -1,0 +1,50 @@
+"""Every registered study declares each metric's direction, role and range (gates.study.Metric)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from gates.cli import app
+from gates.registry import get_study, study_names
+from gates.study import ROLES, Metric
+
+STUDIES = study_names()
+
+
+def test_studies_are_registered():
+    assert {"c05_probe", "relation_closure", "bif_lm", "spr_hash", "twin_tree", "treeheap_translator"} <= set(STUDIES)
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_every_metric_is_a_metric_with_a_valid_role(name):
+    study = get_study(name)
+    assert study.metrics, f"{name} declares no metrics"
+    for metric, spec in study.metrics.items():
+        assert isinstance(spec, Metric), f"{name}.{metric} is {spec!r}, not a Metric"
+        assert spec.role in ROLES
+        assert spec.direction in ("higher", "lower")
+    assert set(getattr(study, "machine_metrics", ())) <= set(study.metrics)
+
+
+@pytest.mark.parametrize("name", STUDIES)
+def test_named_roles_follow_the_metric_names(name):
+    """The naming convention and the declared role never contradict each other."""
+    for metric, spec in get_study(name).metrics.items():
+        if metric.startswith(("val_", "valid_", "validation_")):
+            assert spec.role == "validation", metric
+        if metric.startswith(("train_loss", "train_acc", "fit_loss")):
+            assert spec.role == "train", metric
+        if metric.startswith("test_"):
+            assert spec.role == "test", metric
+
+
+def test_gates_studies_shows_direction_role_and_range():
+    result = CliRunner().invoke(app, ["studies"])
+    assert result.exit_code == 0, result.output
+    for name in STUDIES:
+        assert f"{name}:" in result.output
+        for metric, spec in get_study(name).metrics.items():
+            assert f"{metric}: {spec.describe()}" in result.output
+    assert "test_acc: higher, test, range [0, 1]" in result.output
+    assert "val_loss: lower, validation, range [0, inf]" in result.output
