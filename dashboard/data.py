@@ -26,6 +26,8 @@ _STRUCTURAL = (  # gates.verify's early-return problems, which mean the hash was
     ("now has id", "contract id changed"),
     ("records contract", "evidence of another contract"),
     ("unreadable evidence", "evidence unreadable"),
+    ("malformed evidence", "evidence unreadable"),
+    ("all have id", "contract ambiguous"),
     ("evidence lacks", "evidence unreadable"),
     ("evidence is not a JSON", "evidence unreadable"),
     ("unknown verdict", "evidence unreadable"),
@@ -48,13 +50,15 @@ class Claim:
 def hash_status(check: ClaimCheck) -> str:
     if check.status == "pending":
         return HASH_NO_EVIDENCE
+    hash_ok = getattr(check, "hash_ok", None)
+    if hash_ok is not None:  # compared: the record may still be lost for other reasons (see problems)
+        return HASH_OK if hash_ok else HASH_EDITED
     if check.status == "ok":
         return HASH_OK
-    if len(check.problems) == 1:  # verify returns early, with one problem, before or at the hash check
-        for needle, label in _STRUCTURAL:
-            if needle in check.problems[0]:
-                return label
-    return HASH_OK  # the hash matched; the verdict no longer re-derives or replays (see problems)
+    for needle, label in _STRUCTURAL:  # verify stopped before the hash check: say why
+        if check.problems and needle in check.problems[0]:
+            return label
+    return "not compared"
 
 
 @dataclass
@@ -154,11 +158,10 @@ class Claims:
             return None
 
     def contract(self, contract_id: str, evidence: dict | None = None):
-        """The LoadedContract for this id (the path the evidence recorded, else contracts_dir), or None."""
+        """The LoadedContract with this id in contracts_dir (never at a path the evidence names), or None."""
         from gates.contract import load_contract
 
-        candidates = [Path(evidence["contract_path"])] if evidence and evidence.get("contract_path") else []
-        candidates += [self.contracts_dir / f"{contract_id}.yaml", self.contracts_dir / f"{contract_id}.yml"]
+        candidates = [self.contracts_dir / f"{contract_id}.yaml", self.contracts_dir / f"{contract_id}.yml"]
         candidates += sorted(self.contracts_dir.glob("*.y*ml"))
         for path in candidates:
             try:

@@ -255,10 +255,35 @@ def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR):
 
     table = Table("contract", "verdict", "recorded", "hash ok", "problems")
     for c in verify_claims(runs_dir, contracts_dir):
-        hash_ok = {"ok": "yes", "pending": "-"}.get(c.status, "no" if any("edited" in p for p in c.problems) else "yes")
-        table.add_row(c.contract_id, c.verdict or "pending", (c.created_at or "-")[:10], hash_ok,
-                      "; ".join(c.problems)[:80])
+        hash_ok = {True: "yes", False: "no", None: "-"}[c.hash_ok]  # None: not compared (no or unreadable evidence)
+        shown = c.verdict or c.status  # evidence that cannot be read is "lost", never "pending"
+        table.add_row(c.contract_id, shown, (c.created_at or "-")[:10], hash_ok, "; ".join(c.problems)[:80])
     out.print(table)
+
+
+@app.command()
+def render(ids: Optional[List[str]] = typer.Argument(None, help="Contract ids (default: every runs/*/evidence.json)."),
+           runs_dir: Path = RUNS_DIR):
+    """Rewrite runs/<id>/verdict.md from runs/<id>/evidence.json (after a change of the report renderer;
+    `gates verify` requires verdict.md to be exactly the rendering of the evidence). The evidence is
+    not changed."""
+    import re
+
+    from gates import ledger
+    from gates.contract import SLUG
+
+    for i in ids or []:
+        if not re.fullmatch(SLUG.strip("^$"), i):
+            raise UserError(f"{i!r} is not a contract id; expected an id like c05-structural-probe", field="ids")
+    folders = ([ledger.evidence_dir(runs_dir, i) for i in ids] if ids else
+               sorted(p.parent for p in runs_dir.glob(f"*/{ledger.EVIDENCE}")))
+    for folder in folders:
+        try:
+            written = ledger.write_report(folder)
+        except ValueError as e:
+            raise UserError(f"{e}; expected valid evidence (restore it from git, or run the contract again)",
+                            file=str(folder / ledger.EVIDENCE)) from None
+        out.print(f"rendered {written}", markup=False, highlight=False)
 
 
 TRACKING_URI = typer.Option(None, "--tracking-uri", help="MLflow store for the learning curves (default: "

@@ -1,7 +1,11 @@
 """The evidence ledger: `runs/<id>/evidence.json` and its human-readable `verdict.md`.
 
 Files are written atomically (temporary file in the same folder, fsync, rename), so a crash or a
-kill leaves either the old evidence or the new one, never a half-written file.
+kill leaves either the old evidence or the new one, never a half-written file. evidence.json is the
+record and is written first; verdict.md is derived from it (`render_report`) and written second, so
+a kill between the two leaves new evidence beside an old verdict.md, which `gates verify` detects
+and `gates render` (or the next `gates run`) repairs. Evidence is read through a schema (`Evidence`)
+that checks the shapes every reader relies on.
 """
 
 from __future__ import annotations
@@ -11,8 +15,12 @@ import json
 import os
 import tempfile
 from pathlib import Path
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 import gates
+from gates.errors import UserError
 
 EVIDENCE = "evidence.json"
 REPORT = "verdict.md"
@@ -75,22 +83,251 @@ def evidence_dir(runs_root: Path, contract_id: str) -> Path:
 
 
 def write_evidence(runs_root: Path, evidence: dict) -> Path:
-    """Write verdict.md, then evidence.json (the commit point) for one contract."""
+    """Write evidence.json (the record, the commit point), then verdict.md rendered from it, for one
+    contract. Both are written and synced as temporary files before either replaces anything, so a
+    full disk or a read-only folder changes nothing (a UserError naming the folder); a kill between
+    the two renames leaves new evidence beside an old verdict.md, which `gates verify` reports and
+    `gates render` repairs. Temporary files left by an earlier kill are removed first."""
     folder = evidence_dir(runs_root, evidence["contract_id"])
-    atomic_write_text(folder / REPORT, render_report(evidence))
-    atomic_write_text(folder / EVIDENCE, json.dumps(evidence, indent=2, sort_keys=False, allow_nan=False) + "\n")
+    evidence_text = json.dumps(evidence, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    report_text = render_report(evidence)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        clean_temporaries(folder)
+        with atomic_writer(folder / REPORT) as report:
+            report.write(report_text)
+            report.flush()
+            os.fsync(report.fileno())  # on disk before the evidence moves: only renames remain after it
+            with atomic_writer(folder / EVIDENCE) as record:
+                record.write(evidence_text)
+            # evidence.json is in place here; verdict.md replaces the old one as this block ends
+    except OSError as e:
+        raise UserError(f"cannot write {EVIDENCE} and {REPORT} here: {e.strerror or e}; expected a writable "
+                        f"folder with free space (the finished runs stay in MLflow: run `gates run` again once "
+                        f"it is fixed and it writes the evidence without training them again)",
+                        file=str(folder)) from None
     return folder / EVIDENCE
 
 
-REQUIRED = ("contract_id", "contract_sha256", "verdict", "git_commit", "created_at", "runs", "conditions", "settings")
+def write_report(folder: Path) -> Path:
+    """Rewrite folder/verdict.md from folder/evidence.json (after a change of `render_report`)."""
+    evidence = read_evidence(folder / EVIDENCE)  # ValueError when it is not valid evidence
+    try:
+        clean_temporaries(folder)
+        atomic_write_text(folder / REPORT, render_report(evidence))
+    except OSError as e:
+        raise UserError(f"cannot write {REPORT} here: {e.strerror or e}; expected a writable folder with free space",
+                        file=str(folder)) from None
+    return folder / REPORT
+
+
+def clean_temporaries(folder: Path) -> list[Path]:
+    """Remove the temporary files a killed write left in a runs/<id>/ folder (`.evidence.json.*.tmp`,
+    `.verdict.md.*.tmp`); the files removed."""
+    removed = []
+    for name in (EVIDENCE, REPORT):
+        for stray in folder.glob(f".{name}.*.tmp"):
+            with contextlib.suppress(FileNotFoundError):
+                stray.unlink()
+                removed.append(stray)
+    return removed
+
+
+# ---------------------------------------------------------------------------------- the schema
+# The shapes that `gates verify`, `gates status`, `render_report`, the dashboard and `gates report`
+# rely on. Extra keys are allowed everywhere (the verdict engine adds fields: a condition's
+# `test_reason`, the evidence's `lost_runs`, `predictions`, ...); types are strict (a metric is a
+# JSON number or null, never "0.9" or true; a seed is an integer, never 1.0).
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+Number = Optional[float]  # a JSON number (an int is fine); null for a value that was not finite
+
+
+class FirstSignalShape(_Shape):
+    step: Optional[int] = None
+    value: Number = None
+    met: bool
+
+
+class RunShape(_Shape):
+    arm: str
+    seed: int
+    status: str
+    halt_reason: Optional[str] = None
+    halt_detail: Optional[str] = None
+    metrics: dict[str, Number]
+    seconds: Number = None
+    first_signal: Optional[FirstSignalShape] = None
+    mlflow_run_id: Optional[str] = None
+
+
+class ConditionShape(_Shape):
+    list_name: Literal["supported_if", "refuted_if"]
+    index: int
+    kind: Optional[str] = None
+    description: str
+    estimate: Number = None
+    ci_low: Number = None
+    ci_high: Number = None
+    ci_level: Number = None
+    p_hold: Number = None
+    p_fail: Number = None
+    p_hold_adj: Number = None
+    p_fail_adj: Number = None
+    test: str
+    n: dict[str, int] = {}
+    values: dict[str, list[Number]] = {}
+    outcome: Literal["holds", "fails", "undetermined"]
+    note: Optional[str] = None
+    seeds_needed: Optional[int] = None
+    test_reason: Optional[str] = None
+
+
+class BudgetShape(_Shape):
+    steps: int
+    eval_every: int
+
+
+class SettingsShape(_Shape):
+    alpha: float
+    evaluation: str
+    correction: str
+    seeds: list[int]
+    budget: BudgetShape
+    arm_configs: dict[str, dict]
+
+
+class SignalShape(_Shape):
+    seed: int
+    step: Optional[int] = None
+    value: Number = None
+    met: bool
+
+
+class FalsifiablePointShape(_Shape):
+    metric: str
+    arm: str
+    direction: str
+    threshold: float
+    by_step: int
+    runs: list[SignalShape] = []
+
+
+class PreflightArmShape(_Shape):
+    params: float
+    params_ratio: float
+    flops_ratio: Number = None
+
+
+class PreflightShape(_Shape):
+    arms: dict[str, PreflightArmShape] = {}
+    notes: list[str] = []
+
+
+class MlflowShape(_Shape):
+    tracking_uri: Optional[str] = None
+    experiment_id: Optional[str] = None
+    parent_run_id: Optional[str] = None
+
+
+class TrialShape(_Shape):
+    number: int
+    params: dict
+    state: str
+    value: Number = None
+
+
+class BestTrialShape(_Shape):
+    number: int
+    params: dict
+
+
+class TunedArmShape(_Shape):
+    trials: list[TrialShape]
+    best: Optional[BestTrialShape] = None
+
+
+class TuningShape(_Shape):
+    arms: dict[str, TunedArmShape] = {}
+
+
+class LostValueShape(_Shape):
+    arm: str
+    metric: str
+    seed: int
+    why: str
+
+
+class PredictedAblationShape(_Shape):
+    arm: str
+    metric: str
+    versus: str
+    direction: str
+    predicted_size: Number = None
+    measured_size: Number = None
+    came_true: Optional[bool] = None
+    sd: Number = None
+    seeds_for_80pct_power: Optional[int] = None
+
+
+class PredictedPointShape(_Shape):
+    met_on: int
+    of: int
+    came_true: Optional[bool] = None
+
+
+class PredictionsShape(_Shape):
+    predicted_ablation: Optional[PredictedAblationShape] = None
+    falsifiable_point: Optional[PredictedPointShape] = None
+
+
+class Evidence(_Shape):
+    """runs/<id>/evidence.json, as far as its readers rely on it."""
+
+    format: Optional[int] = None
+    contract_id: str
+    contract_path: Optional[str] = None
+    contract_sha256: str
+    claim: Optional[str] = None
+    source: Optional[str] = None
+    study: Optional[str] = None
+    verdict: Literal["supported", "refuted", "inconclusive"]
+    reasons: list[str] = []
+    settle: list[str] = []
+    git_commit: str
+    git_dirty: str
+    code_sha256: str
+    gates_version: Optional[str] = None
+    created_at: str
+    settings: SettingsShape
+    mlflow: Optional[MlflowShape] = None
+    preflight: Optional[PreflightShape] = None
+    falsifiable_point: Optional[FalsifiablePointShape] = None
+    runs: list[RunShape]
+    conditions: list[ConditionShape]
+    halts: list[dict] = []
+    tuning: Optional[TuningShape] = None
+    lost: list[LostValueShape] = []
+    predictions: Optional[PredictionsShape] = None
+    rule_flags: list[str] = []
+    supersedes: Optional[str] = None
+
+
+REQUIRED = tuple(name for name, f in Evidence.model_fields.items() if f.is_required())
+MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
 
 
 def read_evidence(path: Path) -> dict:
-    """Parse an evidence file; ValueError naming what is wrong if it is not valid evidence."""
+    """Parse and check an evidence file: its data (a dict, extra keys kept), or ValueError saying in
+    one line what is wrong (unreadable, not JSON, or the wrong shape, naming the first bad fields)."""
+    from gates.yamlsafe import read_capped
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"unreadable evidence: {e}") from None
+        data = json.loads(read_capped(Path(path), MAX_EVIDENCE_BYTES).decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
+        raise ValueError(f"unreadable evidence: {_one_line(e)}") from None
     if not isinstance(data, dict):
         raise ValueError("evidence is not a JSON object")
     missing = [k for k in REQUIRED if k not in data]
@@ -98,7 +335,26 @@ def read_evidence(path: Path) -> dict:
         raise ValueError(f"evidence lacks {', '.join(missing)}")
     if data["verdict"] not in ("supported", "refuted", "inconclusive"):
         raise ValueError(f"evidence has an unknown verdict {data['verdict']!r}")
+    try:
+        Evidence.model_validate(data)
+    except ValidationError as e:
+        raise ValueError(f"malformed evidence: {_shape_errors(e)}") from None
     return data
+
+
+def _shape_errors(e: ValidationError, shown: int = 3) -> str:
+    parts = []
+    for x in e.errors()[:shown]:
+        where = ".".join(str(p) for p in x["loc"]) or "(top level)"
+        got = x.get("input")
+        got = type(got).__name__ if isinstance(got, (dict, list)) else repr(got)[:60]
+        parts.append(f"{where}: {x['msg'][0].lower() + x['msg'][1:]}, got {got}")
+    more = e.error_count() - shown
+    return "; ".join(parts) + (f" (and {more} more)" if more > 0 else "")
+
+
+def _one_line(what) -> str:
+    return "; ".join(part.strip() for part in str(what).splitlines() if part.strip())
 
 
 def _fmt(x, digits=4) -> str:

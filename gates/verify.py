@@ -1,9 +1,17 @@
 """`gates verify`: does every claim in runs/ still hold its evidence?
 
-For each `runs/<id>/evidence.json`: the contract still exists and hashes to what the evidence
-recorded; the verdict re-derived from the recorded per-seed metrics by today's code equals the
-recorded one; with replay, contracts marked `replay: {ci: true}` are re-run and must give the same
-verdict and metrics within their tolerance.
+For each `runs/<id>/evidence.json` (`check_claim`): the evidence has the shape its readers rely on;
+the repository's contract with that id (found by scanning the contracts folder, never at a path the
+evidence names) exists, is the only one with that id, and hashes to what the evidence recorded; the
+runs are exactly the contract's arms x seeds, each once; the settings, claim text and gate-5 point
+are the contract's; the verdict, every condition's values, estimate, interval and p-values, the
+reasons and what would settle it equal what today's code derives from the recorded per-seed metrics;
+verdict.md is exactly the rendering of the evidence; with replay, contracts marked
+`replay: {ci: true}` are re-run and must give the same verdict and metrics within their tolerance.
+
+What verify cannot know from the files alone: per-seed values edited consistently with everything
+derived from them, the git commit, code hash, timings and preflight measurements recorded (see the
+README's "Reliability" section).
 """
 
 from __future__ import annotations
@@ -110,7 +118,7 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
         from gates.tuning import check_evidence as check_tuning  # imports Optuna: only when it matters
 
         check.problems += check_tuning(loaded, ev)
-    if replay and loaded.contract.replay and loaded.contract.replay.ci and not check.problems:
+    if replay and loaded.contract.replay and loaded.contract.replay.ci:
         check.replayed = True
         check.problems += _replay(loaded, ev)
     if check.problems:
@@ -144,6 +152,186 @@ def _rederive(loaded: LoadedContract, ev: dict) -> list[str]:
         if was != c.outcome:
             problems.append(f"{c.list_name}[{c.index}] `{c.description}`: recorded {was!r}, re-derived {c.outcome!r}")
     return problems
+
+
+# ---------------------------------------------------------------------------------- record checks
+REL_TOL, ABS_TOL = 1e-9, 1e-12  # recorded vs re-derived floats: the same computation, up to rounding
+SHOWN = 4  # arm x seeds named per problem line
+# condition fields that verdict.md and the dashboard show: a record without one hides it. Other fields
+# that today's code derives may be absent (evidence recorded before the field existed), never different.
+SHOWN_CONDITION_FIELDS = ("description", "outcome", "estimate", "ci_low", "ci_high", "p_hold_adj", "p_fail_adj",
+                          "test", "values")
+DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost")  # the verdict's own fields, where recorded
+
+
+def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
+    """The runs are exactly the contract's arms x seeds, each once."""
+    from collections import Counter
+
+    arms, seeds = list(loaded.contract.arms), list(loaded.contract.seeds)
+    expected = [(a, s) for a in arms for s in seeds]
+    counts = Counter((r["arm"], r["seed"]) for r in ev["runs"])
+    problems = []
+
+    def names(keys):
+        shown = ", ".join(f"{a}/seed {s}" for a, s in keys[:SHOWN])
+        return shown + (f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
+
+    missing = [k for k in expected if not counts[k]]
+    extra = [k for k in counts if k not in set(expected)]
+    twice = [k for k, n in counts.items() if n > 1 and k in set(expected)]
+    if missing:
+        problems.append(f"runs lack {names(missing)}: the evidence has {len(ev['runs'])} runs, the contract's "
+                        f"{len(arms)} arms x {len(seeds)} seeds are {len(expected)} (each arm runs on every seed)")
+    if extra:
+        problems.append(f"runs include {names(extra)}, which the contract does not list (arms {', '.join(arms)}; "
+                        f"seeds {seeds})")
+    if twice:
+        problems.append(f"runs list {names(twice)} more than once; expected each arm x seed once")
+    return problems
+
+
+def _check_settings(loaded: LoadedContract, ev: dict) -> list[str]:
+    """The settings, claim and gate-5 point recorded are the contract's (a tuned arm's config is checked
+    by gates.tuning against the declared one with the best trial's params)."""
+    c = loaded.contract
+    s = ev["settings"]
+    problems = []
+    for key, want in (("claim", c.claim), ("source", c.source), ("study", c.study)):
+        if ev.get(key) != want:
+            problems.append(f"the recorded {key} is not the contract's: {_short(ev.get(key))} != {_short(want)}")
+    for key, got, want in (("alpha", s["alpha"], c.decision.alpha), ("evaluation", s["evaluation"], c.decision.evaluation),
+                           ("seeds", s["seeds"], list(c.seeds))):
+        if not _same(got, want):
+            problems.append(f"settings.{key} {_short(got)} is not the contract's {_short(want)}")
+    problems += _stated_problems("settings.budget", s["budget"], c.budget, "the contract's budget")
+    recorded = s["arm_configs"]
+    if sorted(recorded) != sorted(loaded.arm_configs):
+        problems.append(f"settings.arm_configs covers arms {sorted(recorded)}, the contract has {sorted(loaded.arm_configs)}")
+    tuned = set(c.tuning.tuned_arms(c.arms)) if c.tuning is not None else set()
+    for arm, cfg in loaded.arm_configs.items():
+        if arm in recorded and arm not in tuned:
+            problems += _stated_problems(f"settings.arm_configs.{arm}", recorded[arm], cfg, "the study's config")
+    point = ev.get("falsifiable_point")
+    if point is not None:
+        want = c.preflight.falsifiable_point.model_dump(exclude={"statement"})
+        for key, value in want.items():
+            if not _same(point.get(key), value):
+                problems.append(f"falsifiable_point.{key} {_short(point.get(key))} is not the contract's {_short(value)}")
+        signals = [{"seed": r["seed"], **r["first_signal"]} for r in ev["runs"] if isinstance(r.get("first_signal"), dict)]
+        if not _same(point.get("runs", []), signals):
+            problems.append("falsifiable_point.runs is not what the runs' first signals record")
+    return problems
+
+
+def _stated_problems(where: str, recorded: dict, model, what: str) -> list[str]:
+    """A recorded config (arm config, budget) against the contract's (validated, defaults filled in).
+    A field that the model gained since (absent from the record, not set by the contract) is no
+    difference; any other field must be recorded with the contract's value."""
+    want = model.model_dump(mode="json")
+    stated = model.model_dump(mode="json", exclude_unset=True)
+    problems = []
+    for key in sorted(set(want) | set(recorded)):
+        if key not in recorded and key not in stated:
+            continue
+        if key not in want:
+            problems.append(f"{where}.{key} is recorded but is no field of {what}")
+        elif key not in recorded or not _same(recorded[key], want[key]):
+            problems.append(f"{where}.{key} {_short(recorded.get(key, '(absent)'))} is not the contract's "
+                            f"{_short(want[key])}")
+    return problems
+
+
+def _check_derived(loaded: LoadedContract, ev: dict) -> list[str]:
+    """Everything the verdict engine derives from the per-seed values (each condition's values, n,
+    estimate, interval and p-values; the reasons, what would settle it, the halts; the correction)
+    equals what today's code derives from the recorded runs, floats within a relative 1e-9. Verdict
+    and outcomes are `_rederive`'s."""
+    again = verdict.decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
+    problems = []
+    if ev["settings"]["correction"] != again.correction:
+        problems.append(f"settings.correction {ev['settings']['correction']!r} is not today's {again.correction!r}")
+    derived = again.to_dict()
+    for key in DERIVED_TOP_LEVEL:
+        if key in ev and key in derived and not _same(ev[key], derived[key]):
+            problems.append(f"the recorded {key} are not what the runs give: {_diff(ev[key], derived[key])}")
+    recorded = {}
+    for c in ev["conditions"]:
+        label = f"{c['list_name']}[{c['index']}]"
+        if label in recorded:
+            problems.append(f"conditions list {label} twice")
+        recorded[label] = c
+    fresh = {f"{c.list_name}[{c.index}]": c.to_dict() for c in again.conditions}
+    for label in recorded.keys() - fresh.keys():
+        problems.append(f"conditions include {label}, which the contract's decision does not have")
+    for label, want in fresh.items():
+        got = recorded.get(label)
+        if got is None:
+            continue  # `_rederive` names a missing condition
+        for key, value in want.items():
+            if key == "outcome":
+                continue  # `_rederive` compares outcomes
+            if key not in got:
+                if key in SHOWN_CONDITION_FIELDS:
+                    problems.append(f"{label}: the record lacks {key} (the runs give {_short(value)})")
+                continue
+            if not _same(got[key], value):
+                problems.append(f"{label} `{want['description']}`: recorded {key} {_short(got[key])}, the recorded "
+                                f"runs give {_short(value)}")
+    return problems
+
+
+MAX_REPORT_BYTES = 16 * 1024 * 1024
+
+
+def _check_report(folder: Path, ev: dict) -> list[str]:
+    """verdict.md is exactly the rendering of evidence.json."""
+    from gates.yamlsafe import read_capped
+
+    path = folder / ledger.REPORT
+    fix = f"`gates render {folder.name}` rewrites it from the evidence"
+    try:
+        text = read_capped(path, MAX_REPORT_BYTES).decode("utf-8")
+    except (ValueError, UnicodeDecodeError) as e:
+        return [f"{path} cannot be read ({str(e).splitlines()[0]}); {fix}"]
+    try:
+        rendered = ledger.render_report(ev)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a shape the schema lets through
+        return [f"{folder / ledger.EVIDENCE} cannot be rendered ({type(e).__name__}: {str(e)[:100]}); expected "
+                f"evidence as `gates run` writes it"]
+    if text != rendered:
+        return [f"{path} is not the rendering of its evidence.json (edited, or left by an interrupted write or an "
+                f"older renderer); {fix}"]
+    return []
+
+
+def _same(a, b) -> bool:
+    """Equal as JSON data, floats within REL_TOL (ints and floats compare as numbers, bools do not)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b or math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _diff(got, want) -> str:
+    if isinstance(got, list) and isinstance(want, list):
+        for i, (x, y) in enumerate(zip(got, want)):
+            if not _same(x, y):
+                return f"item {i}: recorded {_short(x)}, the runs give {_short(y)}"
+        return f"{len(got)} recorded, the runs give {len(want)}"
+    return f"recorded {_short(got)}, the runs give {_short(want)}"
+
+
+def _short(x, limit: int = 100) -> str:
+    text = repr(x)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _replay(loaded: LoadedContract, ev: dict) -> list[str]:

@@ -1,12 +1,16 @@
 """Safe YAML loading that remembers the line of every field.
 
 Only plain data is built: any tag that would construct an object (`!!python/object`, custom `!tags`)
-is refused, duplicate keys are refused, the file size is capped and aliases are bounded (a
-"billion laughs" file cannot blow up memory). Returns the data and a map from field path to line.
+is refused, duplicate keys are refused, the size is capped by the bytes actually read (and only a
+regular file is read: never a device, FIFO or folder), a control character is refused at its line,
+and aliases are bounded (a "billion laughs" file cannot blow up memory). Returns the data and a map
+from field path to line.
 """
 
 from __future__ import annotations
 
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -26,35 +30,79 @@ MAX_NODES = 100_000
 MAX_DEPTH = 40
 
 
+def read_capped(path: Path, max_bytes: int) -> bytes:
+    """The bytes of a regular file, at most `max_bytes` of them: ValueError (what is wrong, one line)
+    otherwise. The cap is real (max_bytes + 1 bytes are read, whatever size the file reports: /dev/zero
+    and /proc files report none), and a FIFO, device or folder is refused before any read (opened
+    without blocking, so a FIFO with no writer cannot hang the reader)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except OSError as e:
+        raise ValueError(f"cannot read file: {e.strerror or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+                    "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a special file")
+            raise ValueError(f"{kind}, not a regular file; expected a regular file")
+        chunks, left = [], max_bytes + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError as e:
+        raise ValueError(f"cannot read file: {e.strerror or e}") from None
+    finally:
+        os.close(fd)
+    data = b"".join(chunks)
+    if len(data) > max_bytes:
+        raise ValueError(f"file is larger than {max_bytes} bytes; expected at most {max_bytes}")
+    return data
+
+
 def load_yaml(path: Path, max_bytes: int) -> tuple[Any, dict[tuple, int]]:
     shown = str(path)
     try:
-        size = path.stat().st_size
-    except OSError as e:
-        raise UserError(f"cannot read file: {e.strerror or e}", file=shown) from None
-    if size > max_bytes:
-        raise UserError(f"file is {size} bytes; expected at most {max_bytes}", file=shown)
+        raw = read_capped(Path(path), max_bytes)
+    except ValueError as e:
+        raise UserError(str(e), file=shown) from None
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise UserError(f"cannot read file as UTF-8 text: {e}", file=shown) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise UserError(f"cannot read file as UTF-8 text: byte 0x{raw[e.start]:02x} is not UTF-8; expected "
+                        f"UTF-8 text", file=shown, line=line) from None
     return parse_yaml(text, shown)
 
 
 def parse_yaml(text: str, shown: str = "<string>") -> tuple[Any, dict[tuple, int]]:
     try:
         root = yaml.compose(text, Loader=_COMPOSER)
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow: no mark, only a position
+        position = e.position if isinstance(e.position, int) else 0
+        line = text.count("\n", 0, position) + 1
+        char = e.character if isinstance(e.character, str) else chr(e.character) if isinstance(e.character, int) else "?"
+        raise UserError(f"invalid YAML: character U+{ord(char):04X} is not allowed (a control character); "
+                        f"expected printable text (write it as an escape in a double-quoted string)",
+                        file=shown, line=line) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
-        raise UserError(f"invalid YAML: {e.problem or e}", file=shown, line=line) from None
+        raise UserError(f"invalid YAML: {_one_line(e.problem or e)}", file=shown, line=line) from None
     except yaml.YAMLError as e:
-        raise UserError(f"invalid YAML: {e}", file=shown) from None
+        raise UserError(f"invalid YAML: {_one_line(e)}", file=shown) from None
     if root is None:
         raise UserError("file is empty; expected a contract mapping", file=shown, line=1)
     builder = _Builder(shown)
     data = builder.build(root, ())
     return data, builder.lines
+
+
+def _one_line(what) -> str:
+    return "; ".join(part.strip() for part in str(what).splitlines() if part.strip())
 
 
 class _Builder:
