@@ -522,7 +522,7 @@ def _check_rules(contract: Contract, study: Study, err) -> list[UserError]:
                 errors.append(err(base + loc, f"the decision reads {metric!r}, a {spec.role} metric of study "
                                               f"{study.name!r}; expected a held-out test or cost metric "
                                               f"(rule: decisions read only test and cost metrics)"))
-        errors += [err(base + loc, msg) for loc, msg in _vacuous(c, study)]
+        errors += [err(base + loc, msg) for loc, msg in _vacuous(c, study, decision.evaluation == "exact")]
         if isinstance(c, Compare) and c.relative_margin is not None:
             for loc, metric in _condition_metric_locs(c):
                 spec = study.metrics.get(metric)
@@ -547,8 +547,13 @@ def _check_rules(contract: Contract, study: Study, err) -> list[UserError]:
     return errors
 
 
-def _vacuous(c, study: Study) -> list[tuple[tuple, str]]:
-    """(field, why) when a condition holds, or cannot hold, for every value its metrics can take."""
+def _vacuous(c, study: Study, inclusive: bool) -> list[tuple[tuple, str]]:
+    """(field, why) when a condition holds, or cannot hold, for every value its metrics can take.
+    A statistical test needs the bar strictly inside the range (theta = 0 is no evidence); exact
+    evaluation (`inclusive`) holds at the bar itself, so there a bar at the range's end can hold."""
+    def beyond(x, end):  # the bar leaves no value on the condition's side
+        return end is not None and (x > end if inclusive else x >= end)
+
     def span(metric):
         spec = study.metrics.get(metric)
         return (spec.low, spec.high) if spec is not None else (None, None)
@@ -556,9 +561,9 @@ def _vacuous(c, study: Study) -> list[tuple[tuple, str]]:
     if isinstance(c, Threshold):
         low, high = span(c.metric)
         if c.direction == "lower":  # metric <= value
-            always, never = high is not None and c.value >= high, low is not None and c.value <= low
+            always, never = high is not None and c.value >= high, beyond(-c.value, None if low is None else -low)
         else:
-            always, never = low is not None and c.value <= low, high is not None and c.value >= high
+            always, never = low is not None and c.value <= low, beyond(c.value, high)
         what = f"{c.metric} {'<=' if c.direction == 'lower' else '>='} {c.value:g}"
     elif isinstance(c, Compare) and c.relative_margin is None:
         (low_a, high_a), (low_b, high_b) = span(c.metric), span(c.other_metric or c.metric)
@@ -567,7 +572,7 @@ def _vacuous(c, study: Study) -> list[tuple[tuple, str]]:
             lo, hi = _diff_span(low_a, high_a, low_b, high_b)
         else:  # other - arm - m >= 0
             lo, hi = _diff_span(low_b, high_b, low_a, high_a)
-        always, never = lo is not None and lo - m >= 0, hi is not None and hi - m <= 0
+        always, never = lo is not None and lo - m >= 0, beyond(m, hi)
         what = f"margin {m:g}"
     else:
         return []
@@ -743,7 +748,9 @@ def _condition_metric_locs(c) -> list[tuple[tuple, str]]:
 
 # ---------------------------------------------------------------------------------- error helpers
 def _dotted(loc: tuple) -> str:
-    return ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "tagged-union")))
+    # pydantic's validator and union-tag steps are not fields of the YAML
+    return ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "tagged-union"))
+                    and (not isinstance(p, str) or _keep(p)))
 
 
 def _line_for(lines: dict[tuple, int], loc: tuple) -> int | None:

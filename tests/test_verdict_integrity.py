@@ -1,0 +1,258 @@
+"""Verdict integrity (issue #10): each hole a careful statistician found, shown closed.
+
+Level claims are simulations through `decide` itself: the true mean sits exactly at the bar, so
+every "supported" is a false one, and its rate must stay at or under alpha (plus Monte Carlo slack:
+2,000 draws give a standard error of about 0.005 at 0.05).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from gates.cli import app, check
+from gates.contract import Decision, load_contract
+from gates.errors import UserError
+from gates.study import Metric, proportion
+from gates.verdict import decide, smallest_p, unreachable
+from tests.conftest import C05, small_c05, write_contract
+
+DRAWS = 2000
+SLACK = 3 * np.sqrt(0.05 * 0.95 / DRAWS)
+ACC = {"acc": proportion("higher", "test")}
+NEVER = {"kind": "threshold", "arm": "a", "metric": "acc", "direction": "lower", "value": -1e9}
+
+
+def decision(supported, refuted=None, **kw) -> Decision:
+    return Decision.model_validate({"supported_if": supported, "refuted_if": refuted or [NEVER], **kw})
+
+
+def runs(arm, status="completed", halt_reason=None, seeds=None, **metrics):
+    n = len(next(iter(metrics.values()))) if metrics else len(seeds)
+    seeds = list(range(n)) if seeds is None else seeds
+    return [{"arm": arm, "seed": s, "status": status, "halt_reason": halt_reason,
+             "metrics": {m: v[i] for m, v in metrics.items()} if status == "completed" else {}}
+            for i, s in enumerate(seeds)]
+
+
+def thr(arm, metric, direction, value, **kw):
+    return {"kind": "threshold", "arm": arm, "metric": metric, "direction": direction, "value": value, **kw}
+
+
+def compare(arm, other, direction="higher", **kw):
+    return {"kind": "compare", "arm": arm, "metric": "acc", "other": other, "direction": direction, **kw}
+
+
+# ---------------------------------------------------------------------------------- 1. zero spread
+def test_agreeing_seeds_get_the_p_their_number_can_give():
+    v = decide(decision([thr("a", "acc", "higher", 0.95)]), runs("a", acc=[1.0, 1.0, 1.0]), ACC)
+    c = v.conditions[0]
+    assert c.p_hold == 1 / 8 and c.test == "sign-flip (exact)" and v.verdict != "supported"
+
+
+def test_two_paired_seeds_cannot_support():
+    d = decision([compare("a", "b", test="paired")])
+    v = decide(d, runs("a", acc=[0.75, 0.5]) + runs("b", acc=[0.5, 0.25]), ACC)
+    assert v.conditions[0].p_hold == 0.25 and v.verdict == "inconclusive"
+    unpaired = decide(decision([compare("a", "b")]), runs("a", acc=[0.75, 0.5]) + runs("b", acc=[0.5, 0.25]), ACC)
+    assert unpaired.verdict == "inconclusive"
+
+
+def test_a_value_at_the_bound_is_tested_like_no_spread():
+    """[1, 1] and [1, 1 - 1e-12] must not differ: both sit at accuracy's bound."""
+    d = decision([thr("a", "acc", "higher", 0.95)])
+    flat, nudged = (decide(d, runs("a", acc=x), ACC).conditions[0] for x in ([1.0, 1.0], [1.0, 1 - 1e-12]))
+    assert flat.p_hold == nudged.p_hold == 0.25
+    assert "bound" in nudged.test_reason and nudged.outcome == flat.outcome == "undetermined"
+
+
+def test_t_test_is_used_and_says_so_where_nothing_contradicts_it():
+    c = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.81, 0.86, 0.83]), ACC).conditions[0]
+    assert c.test == "one-sample t" and "roughly normal" in c.test_reason
+
+
+def test_exact_test_holds_its_level_on_discrete_accuracies():
+    """Accuracies over 8 test items (a few discrete values, often 1.0) with true mean at the bar."""
+    rng = np.random.default_rng(1)
+    d = decision([thr("a", "acc", "higher", 0.875)])
+    false_support = sum(decide(d, runs("a", acc=list(rng.binomial(8, 0.875, size=5) / 8)), ACC).verdict
+                        == "supported" for _ in range(DRAWS))
+    assert false_support / DRAWS <= 0.05 + SLACK
+
+
+def test_t_test_holds_its_level_at_three_seeds():
+    rng = np.random.default_rng(2)
+    d = decision([thr("a", "nll", "lower", 3.0)])
+    false_support = sum(decide(d, runs("a", nll=list(rng.normal(3.0, 0.05, size=3)))).verdict == "supported"
+                        for _ in range(DRAWS))
+    assert false_support / DRAWS <= 0.05 + SLACK
+
+
+# ---------------------------------------------------------------------------------- 2. bootstrap
+@pytest.mark.parametrize("n", [2, 3, 5])
+def test_bootstrap_conditions_hold_their_level_at_few_seeds(n):
+    """The percentile bootstrap's own p gave 24% false support at 2 seeds, 13% at 3."""
+    rng = np.random.default_rng(n)
+    d = decision([thr("a", "nll", "lower", 3.0, interval="bootstrap")])
+    false_support = sum(decide(d, runs("a", nll=list(rng.normal(3.0, 0.05, size=n)))).verdict == "supported"
+                        for _ in range(DRAWS))
+    assert false_support / DRAWS <= 0.05 + SLACK
+
+
+# ---------------------------------------------------------------------------------- 3-5. the contract
+def c05_with(tmp_path, mutate) -> str:
+    data = yaml.safe_load(C05.read_text())
+    data["id"] = "c05-loophole"
+    mutate(data)
+    path = write_contract(tmp_path, data)
+    with pytest.raises(UserError) as info:  # `gates` prints it as one line per error and exits 2
+        check(path, runs_dir=tmp_path / "runs")
+    return info.value.render()
+
+
+def test_a_per_condition_alpha_is_refused(tmp_path):
+    out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"][0].update(alpha=0.9))
+    assert "contract.yaml:" in out and "supported_if.0.alpha" in out and "unknown field" in out
+
+
+@pytest.mark.parametrize("alpha", [0.9, 0.999, 0.5, 0.11])
+def test_a_decision_alpha_above_0_1_is_refused(tmp_path, alpha):
+    out = c05_with(tmp_path, lambda d: d["decision"].update(alpha=alpha))
+    assert "decision.alpha" in out and "0.1" in out
+
+
+@pytest.mark.parametrize("field,value", [("value", float("nan")), ("value", float("inf"))])
+def test_non_finite_numbers_are_refused(tmp_path, field, value):
+    out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"][0].update({field: value}))
+    assert "supported_if.0.value" in out and "finite" in out
+
+
+@pytest.mark.parametrize("value,word", [(-1.0, "holds for every value"), (0.0, "holds for every value"),
+                                        (2.0, "cannot hold"), (1.0, "cannot hold")])
+def test_vacuous_thresholds_are_refused(tmp_path, value, word):
+    out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"][0].update(value=value))
+    assert "supported_if.0.value" in out and word in out
+
+
+def test_a_margin_wider_than_the_range_is_refused(tmp_path):
+    wide = {"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc", "other": "flat_address",
+            "direction": "lower", "margin": -1e9}
+    out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"].append(wide))
+    assert "supported_if.4.margin" in out and "holds for every value" in out
+
+
+def test_decisions_read_only_test_and_cost_metrics(tmp_path):
+    out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"][0].update(metric="val_acc"))
+    assert "supported_if.0.metric" in out and "validation metric" in out
+    out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"][0].update(metric="train_acc"))
+    assert "a train metric" in out
+
+
+def test_a_relative_margin_on_a_metric_that_can_be_negative_is_refused():
+    from gates.contract import _check_rules, Compare
+    from gates.study import Study
+
+    class Signed(Study):
+        name = "signed"
+        metrics = {"gain": Metric("higher", "test"), "loss": Metric("lower", "test", 0.0)}
+
+    def err(loc, msg):
+        return UserError(msg, field=".".join(map(str, loc)))
+
+    data = yaml.safe_load(C05.read_text())
+    data["decision"]["supported_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "gain",
+                                        "other": "flat_address", "direction": "higher", "relative_margin": 0.1}]
+    data["decision"]["refuted_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "loss",
+                                      "other": "flat_address", "direction": "higher", "relative_margin": 0.1}]
+    data["stop_rules"]["futility"] = []
+    from gates.contract import Contract
+
+    errors = _check_rules(Contract.model_validate(data), Signed(), err)
+    assert [e.field for e in errors] == ["decision.supported_if.0.relative_margin"]
+    assert "non-negative" in errors[0].message
+    # with negative values a clearly worse arm "held": -1.1 >= -1 * (1 + 0.1)
+    assert isinstance(Contract.model_validate(data).decision.supported_if[0], Compare)
+
+
+# ---------------------------------------------------------------------------------- 8. survivorship
+def test_survivors_alone_cannot_support():
+    """2 of 5 seeds diverge, the other 3 pass: not supported, and the lost seeds are named."""
+    d = decision([thr("a", "nll", "lower", 3.0)])
+    rs = runs("a", nll=[2.51, 2.49, 2.53]) + runs("a", seeds=[3, 4], status="halted", halt_reason="divergence")
+    v = decide(d, rs)
+    assert v.verdict == "inconclusive" and v.conditions[0].outcome == "undetermined"
+    assert "cannot hold while runs it reads are lost" in v.conditions[0].note
+    lost = [(x["seed"], x["why"]) for x in v.lost if x["metric"] == "nll"]
+    assert lost == [(3, "halted: divergence"), (4, "halted: divergence")]
+    # a non-finite value of a completed run is lost the same way
+    nan = runs("a", nll=[2.51, 2.49, 2.53, float("nan")])
+    assert decide(d, nan).verdict == "inconclusive"
+
+
+def test_survivors_can_still_refute():
+    d = decision([thr("a", "nll", "lower", 3.0)])
+    rs = runs("a", nll=[3.51, 3.49, 3.53]) + runs("a", seeds=[3], status="failed")
+    assert decide(d, rs).verdict == "refuted"
+
+
+# ---------------------------------------------------------------------------------- 9. futility
+def test_a_futility_halt_on_a_comparator_does_not_refute():
+    d = decision([compare("a", "b")])
+    rs = (runs("a", acc=[0.91, 0.93, 0.92]) + runs("b", acc=[0.51, 0.53])
+          + runs("b", seeds=[2], status="halted", halt_reason="futility: hopeless"))
+    v = decide(d, rs, ACC)
+    assert v.verdict == "inconclusive" and "did not complete (halted" in " ".join(v.reasons)
+    # on the arm under test it refutes, as pre-registered
+    rs_a = runs("a", acc=[0.91, 0.93]) + runs("a", seeds=[2], status="halted", halt_reason="futility") \
+        + runs("b", acc=[0.51, 0.53, 0.52])
+    assert decide(d, rs_a, ACC).verdict == "refuted"
+
+
+def test_futility_rules_on_comparators_are_refused(tmp_path):
+    def mutate(d):
+        d["decision"]["supported_if"].append({"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
+                                              "other": "flat_address", "direction": "higher"})
+        d["decision"]["supported_if"] = [c for c in d["decision"]["supported_if"]
+                                         if c.get("arm") not in ("flat_address", "path_only")]
+        d["decision"]["refuted_if"] = [c for c in d["decision"]["refuted_if"] if c.get("arm") != "flat_address"]
+        d["stop_rules"]["futility"][0]["arms"] = ["subheap_kernel", "flat_address"]
+    out = c05_with(tmp_path, mutate)
+    assert "stop_rules.futility.0.arms" in out and "comparator" in out and "flat_address" in out
+
+
+# ---------------------------------------------------------------------------------- preflight
+def test_smallest_attainable_p():
+    assert smallest_p(True, [3]) == 1 / 8 and smallest_p(False, [3, 3]) == pytest.approx(1 / 20)
+
+
+def test_a_condition_that_can_never_hold_is_refused_before_any_run(tmp_path):
+    def mutate(d):
+        for c in d["decision"]["supported_if"] + d["decision"]["refuted_if"]:
+            c["interval"] = "bootstrap"
+    out = c05_with(tmp_path, mutate)
+    first = out.splitlines()[0]
+    assert "contract.yaml:" in first and "decision.supported_if.0.interval:" in first
+    assert "with 3 seeds and 8 conditions under Holm, supported_if[0] cannot hold at alpha 0.05" in first
+    assert "smallest p its exact randomization test can give is 0.125" in first and "at least 8 seeds" in first
+    d = Decision.model_validate({**yaml.safe_load(C05.read_text())["decision"]})
+    assert unreachable(d, 3) == []  # t-tests can reach any p where their assumption holds
+
+
+def test_check_prints_seeds_for_power_and_the_exact_fallback(tmp_path):
+    data = small_c05(seeds=[0, 1, 2])
+    data["preflight"]["predicted_ablation"]["sd"] = 0.2
+    result = CliRunner().invoke(app, ["check", str(write_contract(tmp_path, data)), "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "with sd 0.2 per seed:" in result.output and "80% power" in result.output
+    assert "the exact randomization test replaces the t-test" in result.output and "8 seeds could" in result.output
+
+
+def test_a_recorded_contract_under_older_rules_loads_and_is_flagged(tmp_path):
+    """bif-fam's decision reads a validation metric: recorded before the rule, flagged, not refused."""
+    loaded = load_contract(C05.parent / "bif-fam.yaml")
+    assert any("validation metric" in f for f in loaded.rule_flags)
+    loaded.require_current_rules(C05.parent.parent / "runs")  # recorded: passes
+    with pytest.raises(UserError, match="validation metric"):
+        loaded.require_current_rules(tmp_path)  # no evidence here: a new contract must follow the rule
