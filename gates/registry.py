@@ -32,3 +32,10 @@ def get_study(name: str) -> Study:
     if not (isinstance(study_cls, type) and issubclass(study_cls, Study)):
         raise TypeError(f"entry point {name!r} in group {GROUP!r} is not a gates.study.Study subclass")
     return study_cls()
+
+
+def study_module(name: str) -> str | None:
+    """The module a registered study lives in (e.g. `models.c05_probe`), without importing it; None if
+    no study has that name."""
+    ep = _entry_points().get(name)
+    return ep.value.split(":", 1)[0].strip() if ep is not None else None
