@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 import gates
-from gates import ledger, plots, provenance, verdict
+from gates import history, ledger, plots, provenance, verdict
 from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors
 from gates.reporter import PlatformReporter
@@ -249,6 +249,9 @@ def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
     if parent.tuning is not None:
         evidence["tuning"] = parent.tuning
     path = ledger.write_evidence(runs_root, evidence)
+    # the claims index vouches for these exact bytes; a kill before this line leaves evidence that
+    # `gates verify` reports as unindexed, and running the contract again writes and indexes it anew
+    history.record(runs_root, path, "recorded")
     outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome for r in result.conditions}
     outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions
                        for k in ("estimate", "p_hold_adj", "p_fail_adj")
@@ -343,12 +346,14 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
         "claim": c.claim,
         "source": c.source,
         "study": c.study,
+        "supersedes": c.supersedes,
         "verdict": result.verdict,
         "reasons": v["reasons"],
         "settle": v["settle"],
         "git_commit": prov.git_commit,
         "git_dirty": prov.git_dirty,
         "code_sha256": prov.code_sha256,
+        "code_files": prov.code_files,
         "gates_version": gates.__version__,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": {
