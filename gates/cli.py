@@ -226,39 +226,160 @@ def verify(
     runs_dir: Path = RUNS_DIR,
     contracts_dir: Path = CONTRACTS_DIR,
     as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+    strict_code: bool = typer.Option(False, "--strict-code", help="Also fail on stale claims: the code their "
+                                     "evidence was computed with (gates/ and the study's models/ modules) changed "
+                                     "since (without it, stale claims are only reported)."),
+    audit_seconds: Optional[float] = typer.Option(None, "--audit-seconds", min=0, help="Spot-check audit: re-run "
+                                                  "randomly chosen completed arm x seed runs of the contracts not "
+                                                  "replayed in CI, as many as their recorded seconds fit in this "
+                                                  "budget; a run whose metrics do not reproduce within the contract's "
+                                                  "replay tolerance loses its claim. The choice is seeded from the "
+                                                  "git commit and printed."),
+    audit_seed: Optional[int] = typer.Option(None, "--audit-seed", help="Seed of the audit's choice (default: "
+                                             "from the current git commit), e.g. to repeat a CI run's audit."),
 ):
     """Fail (exit 1) when a claim lost its evidence: contract edited after the fact, evidence missing or
-    malformed, or a verdict that no longer reproduces (from its metrics, or by replay)."""
+    malformed, a verdict that no longer reproduces (from its metrics, by replay or by audit), or a claims
+    history (runs/INDEX.jsonl) that was rewritten or does not vouch for the evidence (changed or gone
+    without an entry). Withdrawn claims pass as withdrawn; stale claims are reported (--strict-code: fail)."""
+    from gates.verify import describe_stale
     from gates.verify import verify as verify_claims
 
-    checks = verify_claims(runs_dir, contracts_dir, contracts or None, replay=replay)
+    def log(line: str) -> None:  # the audit's plan and results, as they happen (stderr under --json)
+        (err if as_json else out).print(line, markup=False, highlight=False)
+
+    checks = verify_claims(runs_dir, contracts_dir, contracts or None, replay=replay, strict_code=strict_code,
+                           audit_seconds=audit_seconds, audit_seed=audit_seed, log=log)
     lost = [c for c in checks if c.status == "lost"]
+    withdrawn = [c for c in checks if c.status == "withdrawn"]
     if as_json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
         for c in checks:
-            mark = {"ok": "[green]ok[/]", "lost": "[red]LOST[/]", "pending": "[yellow]pending[/]"}[c.status]
-            extra = " (replayed)" if c.replayed else ""
+            mark = {"ok": "[green]ok[/]", "lost": "[red]LOST[/]", "pending": "[yellow]pending[/]",
+                    "withdrawn": "[magenta]withdrawn[/]"}[c.status]
+            extra = (" (replayed)" if c.replayed else "") + (f" (audited {len(c.audited)} runs)" if c.audited else "")
             out.print(f"{mark} {c.contract_id}: {c.verdict or '-'}{extra}")
             for p in c.problems:
                 out.print(f"    {p}", markup=False, highlight=False)
-        out.print(f"{len(checks) - len(lost)} of {len(checks)} claims hold their evidence"
+            notes = _claim_notes(c, describe_stale)
+            for note in notes if not strict_code else [n for n in notes if not n.startswith("stale")]:
+                out.print(f"    note: {note}", markup=False, highlight=False)
+        held = len(checks) - len(lost) - len(withdrawn)
+        out.print(f"{held} of {len(checks) - len(withdrawn)} claims hold their evidence"
+                  + (f"; {len(withdrawn)} withdrawn" if withdrawn else "")
                   + (f"; lost: {', '.join(c.contract_id for c in lost)}" if lost else ""))
     if lost:
         raise typer.Exit(1)
 
 
+def _claim_notes(c, describe_stale, short: bool = False) -> list[str]:
+    """What a reader of a claim should know beyond pass/fail: withdrawal, supersedes chain, stale
+    code, rules the recorded contract predates (`short`: each rule by its name only)."""
+    notes = []
+    if c.withdrawn:
+        notes.append(f"withdrawn: {c.withdrawal}")
+    if c.superseded_by:
+        notes.append(f"superseded by {', '.join(c.superseded_by)}")
+    if c.supersedes:
+        notes.append(f"supersedes {c.supersedes}")
+    if c.stale:
+        notes.append(f"stale: code changed since its evidence: {describe_stale(c.stale_files)}"
+                     + (f" ({c.stale_note})" if c.stale_note else ""))
+    if c.rule_flags:
+        import re
+
+        flags = ([m.group(1) if (m := re.search(r"\(rule: ([^)]*)\)", f)) else f[:80] for f in c.rule_flags]
+                 if short else c.rule_flags)
+        notes.append(f"recorded under older rules: {'; '.join(dict.fromkeys(flags))}")
+    return notes
+
+
 @app.command()
-def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR):
-    """A table of every contract: verdict, date, whether its hash still matches its evidence."""
+def rederive(contracts: List[Path] = typer.Argument(..., help="Contract YAML files whose evidence to re-derive."),
+             reason: str = typer.Option(..., "--reason", help="Why (recorded in runs/INDEX.jsonl)."),
+             runs_dir: Path = RUNS_DIR):
+    """Re-derive recorded verdicts with today's verdict engine from their recorded per-seed values (no
+    training), after a correction of the statistics: rewrites evidence.json and verdict.md where anything
+    changed and appends a `rederived` entry with the reason to the claims index."""
+    from gates.contract import load_contract
+    from gates.runner import rederive as rederive_claim
+
+    if not reason.strip():
+        raise UserError("give a reason: it is recorded in the claims index", field="--reason")
+    for path in contracts:
+        loaded = load_contract(path)
+        changed = rederive_claim(loaded, runs_dir, reason.strip())
+        if changed is None:
+            out.print(f"{loaded.id}: unchanged", markup=False)
+        else:
+            old, new = changed
+            moved = [f"{c['list_name']}[{c['index']}] {o['outcome']} -> {c['outcome']}"
+                     for o, c in zip(old["conditions"], new["conditions"]) if o["outcome"] != c["outcome"]]
+            out.print(f"{loaded.id}: {old['verdict']} -> {new['verdict']}"
+                      + (f" ({'; '.join(moved)})" if moved else ""), markup=False)
+
+
+@app.command()
+def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
+           as_json: bool = typer.Option(False, "--json", help="Print a JSON list, per claim: id, verdict, status, "
+                                        "hash_ok, stale, stale_files, withdrawn, superseded_by, supersedes, "
+                                        "rule_flags, problems.")):
+    """A table of every contract: verdict (withdrawn, superseded), date, whether its hash still matches its
+    evidence, whether its code changed since (stale, naming the files), rules it predates, problems."""
+    from gates.verify import describe_stale
     from gates.verify import verify as verify_claims
 
-    table = Table("contract", "verdict", "recorded", "hash ok", "problems")
-    for c in verify_claims(runs_dir, contracts_dir):
+    checks = verify_claims(runs_dir, contracts_dir)
+    if as_json:
+        print(json.dumps([{"id": c.contract_id, "verdict": c.verdict, "status": c.status, "hash_ok": c.hash_ok,
+                           "stale": c.stale, "stale_files": c.stale_files, "stale_note": c.stale_note,
+                           "withdrawn": c.withdrawn, "withdrawal": c.withdrawal, "superseded_by": c.superseded_by,
+                           "supersedes": c.supersedes, "rule_flags": c.rule_flags, "recorded": c.created_at,
+                           "problems": c.problems} for c in checks], indent=2))
+        return
+    table = Table("contract", "verdict", "recorded", "hash ok", "code", "notes and problems")
+    for c in checks:
         hash_ok = {True: "yes", False: "no", None: "-"}[c.hash_ok]  # None: not compared (no or unreadable evidence)
         shown = c.verdict or c.status  # evidence that cannot be read is "lost", never "pending"
-        table.add_row(c.contract_id, shown, (c.created_at or "-")[:10], hash_ok, "; ".join(c.problems)[:80])
+        if c.withdrawn:
+            shown = f"withdrawn ({c.verdict or '-'})"
+        elif c.superseded_by:
+            shown = f"{shown} (superseded)"
+        code = f"stale: {describe_stale(c.stale_files, shown=0)}" if c.stale else ("current" if c.created_at else "-")
+        notes = [n for n in _claim_notes(c, describe_stale, short=True) if not n.startswith("stale")]
+        if c.problems:
+            more = f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
+            notes.append(c.problems[0][:100] + ("..." if len(c.problems[0]) > 100 else "") + more)
+        table.add_row(c.contract_id, shown, (c.created_at or "-")[:10], hash_ok, code, "; ".join(notes))
     out.print(table)
+
+
+@app.command()
+def withdraw(contract_id: str = typer.Argument(..., help="Id of the recorded claim to withdraw."),
+             reason: str = typer.Option(..., "--reason", help="Why it is withdrawn (recorded in the index)."),
+             runs_dir: Path = RUNS_DIR):
+    """Withdraw a recorded claim: append a `withdrawn` entry with the reason to runs/INDEX.jsonl. Its
+    evidence and contract stay (they may be removed afterwards); status, the dashboard and verify show
+    it as withdrawn, never as lost. Running the contract again records it anew."""
+    from gates import history, ledger
+
+    if not reason.strip():
+        raise UserError("--reason is empty; expected why the claim is withdrawn", field="--reason")
+    latest = history.latest(runs_dir).get(contract_id)
+    evidence = ledger.evidence_dir(runs_dir, contract_id) / ledger.EVIDENCE
+    if latest is None and not evidence.is_file():
+        raise UserError(f"no recorded claim {contract_id!r} in {runs_dir} (no evidence, no index entry); "
+                        f"expected the id of a claim with evidence", field="contract_id")
+    if history.is_withdrawn(latest):
+        raise UserError(f"{contract_id} is already withdrawn ({history.INDEX} line {latest['_line']}, "
+                        f"{latest.get('time')}: {latest.get('reason')})", field="contract_id")
+    try:
+        history.record(runs_dir, evidence, "withdrawn", reason.strip())
+    except (OSError, ValueError) as e:
+        raise UserError(f"cannot append to {history.index_path(runs_dir)}: {e}", field="--runs-dir") from None
+    out.print(f"withdrawn {contract_id}: {reason.strip()} ({history.index_path(runs_dir)})", markup=False,
+              highlight=False)
 
 
 @app.command()

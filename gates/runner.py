@@ -20,6 +20,7 @@ import gates
 from gates import history, ledger, plots, provenance, verdict
 from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors
+from gates.locks import contract_lock
 from gates.reporter import PlatformReporter
 from gates.rules import StopRuleEngine
 from gates.study import Budget, Halt
@@ -199,7 +200,17 @@ def run_job(parent: ParentRun, arm: str, seed: int, progress: Progress | None = 
 
 def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
                  progress: Progress | None = None, optuna_storage: str | None = None) -> dict:
-    """Run everything the contract asks for and return its evidence (also written to runs/<id>/)."""
+    """Run everything the contract asks for and return its evidence (also written to runs/<id>/).
+    One process at a time per contract (runs/.<id>.lock): a second is a UserError naming the first's
+    pid, before it opens the store, so it neither trains the same runs again nor closes the first's
+    running runs as killed. Runs a killed process left RUNNING are closed (KILLED) and redone."""
+    with contract_lock(runs_root, loaded.id):
+        return _run_contract(loaded, tracking_uri, runs_root, fresh=fresh, progress=progress,
+                             optuna_storage=optuna_storage)
+
+
+def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
+                  progress: Progress | None = None, optuna_storage: str | None = None) -> dict:
     progress = progress or SilentProgress()
     c = loaded.contract
     parent = prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
@@ -329,6 +340,29 @@ def verdict_fields(loaded, evidence: dict, result) -> dict:
             "predictions": verdict.predictions(loaded.contract, evidence["runs"],
                                                evidence["falsifiable_point"]["runs"]),
             "rule_flags": list(loaded.rule_flags)}
+
+
+def rederive(loaded: LoadedContract, runs_root: Path, reason: str) -> tuple[dict, dict] | None:
+    """Re-derive a recorded claim's verdict with today's engine from its recorded per-seed values (no
+    training): rewrite evidence.json and verdict.md and index the change with `reason`. Returns (old,
+    new) evidence when anything changed, None when today's engine derives the same record."""
+    from gates import history
+
+    path = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
+    try:
+        old = ledger.read_evidence(path)
+    except ValueError as e:
+        raise UserError(f"cannot re-derive from {path}: {e}", file=str(loaded.path)) from None
+    if old["contract_sha256"] != loaded.sha256:
+        raise UserError(f"{path} was recorded for another version of this contract (sha256 "
+                        f"{old['contract_sha256'][:16]} != {loaded.sha256[:16]}); re-deriving needs the contract "
+                        f"it was recorded under", file=str(loaded.path))
+    new = verdict_fields(loaded, old, verdict.decide(loaded.contract.decision, old["runs"], loaded.study.metrics))
+    if new == old:
+        return None
+    written = ledger.write_evidence(runs_root, new)
+    history.record(runs_root, written, "rederived", reason)
+    return old, new
 
 
 def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
