@@ -227,6 +227,11 @@ class Decision(Strict):
     supported_if: list[Condition] = Field(min_length=1)
     refuted_if: list[Condition] = Field(min_length=1, description="a contract must be refutable")
 
+    def conditions(self) -> list[tuple[str, int, Any]]:
+        """Every condition as (list name, index, condition): the Holm family, in order."""
+        return ([("supported_if", i, c) for i, c in enumerate(self.supported_if)]
+                + [("refuted_if", i, c) for i, c in enumerate(self.refuted_if)])
+
 
 class Replay(Strict):
     ci: bool = False
@@ -388,8 +393,7 @@ class Contract(Strict):
 
     def conditions(self) -> list[tuple[str, int, Any]]:
         """Every decision condition as (list name, index, condition)."""
-        return ([("supported_if", i, c) for i, c in enumerate(self.decision.supported_if)]
-                + [("refuted_if", i, c) for i, c in enumerate(self.decision.refuted_if)])
+        return self.decision.conditions()
 
     def arms_named_by_decision(self) -> set[str]:
         named = set()
@@ -402,7 +406,7 @@ def arms_under_test(decision: Decision) -> set[str]:
     """Arms a claim is about: a threshold's arm, a compare's `arm`, every arm of a trend. The other
     arms a decision names (a compare's `other` only) are comparators."""
     under = set()
-    for c in list(decision.supported_if) + list(decision.refuted_if):
+    for _, _, c in decision.conditions():
         under |= {c.arm} if isinstance(c, (Threshold, Compare)) else {a for a, _ in c.items()}
     return under
 

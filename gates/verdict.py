@@ -205,12 +205,18 @@ class _Stat:
     ci_high: float | None = None
     p_hold: float = 1.0
     p_fail: float = 1.0
-    seeds_needed: int | None = None
     outcome: str = "undetermined"  # exact evaluation only
     note: str = ""
     test: str = ""
     test_reason: str = ""
     ci_level: float | None = None
+    plan: tuple | None = None  # (spread_parts, one_sample, sizes): seeds_needed, computed when asked
+
+    def needed(self, level: float) -> int | None:
+        if self.plan is None or self.theta is None:
+            return None
+        spread_parts, one_sample, sizes = self.plan
+        return _seeds_needed(self.theta, spread_parts, level, one_sample, sizes)
 
 
 def _mean(x: np.ndarray) -> float:
@@ -248,8 +254,8 @@ def _t_unfit(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None,
     return ""
 
 
-def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: float, level: float,
-              bootstrap: bool, metrics: Mapping[str, Metric]) -> _Stat:
+def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: float, bootstrap: bool,
+              metrics: Mapping[str, Metric]) -> _Stat:
     note = _lacking(effect, columns, 2, paired)
     if note:
         return _Stat(theta=None, note=note)
@@ -269,8 +275,7 @@ def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: f
             draws = _bootstrap(effect, columns, d)
             stat.ci_low, stat.ci_high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
             stat.ci_level = 1 - 2 * alpha
-        sizes = [len(d)] if one_sample else [len(c) for c in columns]
-        stat.seeds_needed = _seeds_needed(theta, spread_parts, level, one_sample, sizes)
+        stat.plan = (spread_parts, one_sample, [len(d)] if one_sample else [len(c) for c in columns])
         return stat
     if one_sample:
         se, df = math.sqrt(spread_parts[0] / n), n - 1.0
@@ -283,8 +288,8 @@ def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: f
     test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
     sizes = [len(d)] if one_sample else [len(c) for c in columns]
     return _Stat(theta, theta - half, theta + half, float(stats.t.sf(t_obs, df)), float(stats.t.cdf(t_obs, df)),
-                 _seeds_needed(theta, spread_parts, level, one_sample, sizes), test=test,
-                 test_reason=T_TEST_REASON, ci_level=1 - 2 * alpha)
+                 test=test, test_reason=T_TEST_REASON, ci_level=1 - 2 * alpha,
+                 plan=(spread_parts, one_sample, sizes))
 
 
 def _randomization(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> _Stat:
@@ -368,17 +373,23 @@ def _seeds_needed(theta: float, spread_parts: list[float], level: float, one_sam
     seed agrees). None when the observed effect is 0 or more than MAX_SEEDS_SEARCHED would be needed."""
     if theta == 0 or not math.isfinite(theta):
         return None
-    n = np.arange(2, MAX_SEEDS_SEARCHED + 1)
-    floor_ok = np.array([smallest_p(one_sample, [k] * len(sizes)) <= level for k in n])
+    floor = next(k for k in range(2, MAX_SEEDS_SEARCHED + 1) if smallest_p(one_sample, [k] * len(sizes)) <= level)
     s2 = sum(spread_parts)
     if s2 <= 0:
-        ok = floor_ok
-    else:
+        return floor
+
+    def powered(n: int) -> bool:
         # Welch df with n per term: (n-1) (sum a)^2 / sum a^2; one term or paired: n - 1
         df = (n - 1.0) if one_sample else (n - 1.0) * s2 ** 2 / sum(a ** 2 for a in spread_parts)
-        power = stats.nct.sf(stats.t.ppf(1 - level, df), df, abs(theta) / np.sqrt(s2 / n))
-        ok = (power >= POWER) & floor_ok
-    return int(n[np.argmax(ok)]) if ok.any() else None
+        return stats.nct.sf(stats.t.ppf(1 - level, df), df, abs(theta) / math.sqrt(s2 / n)) >= POWER
+
+    if not powered(MAX_SEEDS_SEARCHED):
+        return None
+    low, high = 1, MAX_SEEDS_SEARCHED  # power grows with n: bisect for the smallest powered n
+    while high - low > 1:
+        mid = (low + high) // 2
+        low, high = (low, mid) if powered(mid) else (mid, high)
+    return max(high, floor)
 
 
 def seeds_for_power(size: float, sd: float, level: float) -> int | None:
@@ -429,7 +440,7 @@ def _samples(runs: list[dict]) -> tuple[dict[tuple[str, str], dict[int, float]],
     return samples, dropped
 
 
-def _evaluate(list_name: str, index: int, c, samples, alpha: float, level: float, exact: bool,
+def _evaluate(list_name: str, index: int, c, samples, alpha: float, exact: bool,
               metrics: Mapping[str, Metric]) -> tuple[ConditionResult, list[_Stat]]:
     """One condition's result (outcome still open under interval evaluation) and its effects' stats."""
     terms = list(dict.fromkeys(condition_terms(c)))
@@ -445,7 +456,7 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float, level: float
     for effect in _effects(c):
         cols = [columns[(t.arm, t.metric)] for t in effect.terms]
         pair_stats.append(_exact(effect, cols, by_seed) if exact
-                          else _interval(effect, cols, by_seed, alpha, level, bootstrap, metrics))
+                          else _interval(effect, cols, by_seed, alpha, bootstrap, metrics))
     known = [s for s in pair_stats if s.theta is not None]
     weakest = min(known, key=lambda s: s.theta) if known else _Stat(theta=None)
     notes = list(dict.fromkeys(s.note for s in pair_stats if s.note))
@@ -474,14 +485,14 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float, level: float
     return result, pair_stats
 
 
-def _trend_seeds_needed(stats_: list[_Stat]) -> int | None:
+def _trend_seeds_needed(stats_: list[_Stat], level: float) -> int | None:
     # all pairs must hold for the trend to hold; one failing pair is enough for it to fail
     if any(s.theta is None for s in stats_):
         return None
     weakest = min(stats_, key=lambda s: s.theta)
     if weakest.theta <= 0:
-        return weakest.seeds_needed
-    needed = [s.seeds_needed for s in stats_ if s.p_hold > 0]
+        return weakest.needed(level)
+    needed = [s.needed(level) for s in stats_ if s.p_hold > 0]
     return None if any(n is None for n in needed) else max(needed, default=None)
 
 
@@ -494,16 +505,16 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
     metrics = metrics or {}
     exact = decision.evaluation == "exact"
     samples, dropped = _samples(runs)
-    listed = _listed(decision)
+    listed = decision.conditions()
     level = decision.alpha / len(listed)  # Holm's strictest step, for planning seeds
-    evaluated = [_evaluate(name, i, c, samples, decision.alpha, level, exact, metrics) for name, i, c in listed]
+    evaluated = [_evaluate(name, i, c, samples, decision.alpha, exact, metrics) for name, i, c in listed]
     results = [r for r, _ in evaluated]
     if not exact:
         _apply_holm(results, decision.alpha)
         for (r, pair_stats), (_, _, c) in zip(evaluated, listed):
             if r.outcome == "undetermined":
-                r.seeds_needed = (_trend_seeds_needed(pair_stats) if isinstance(c, Trend)
-                                  else pair_stats[0].seeds_needed)
+                r.seeds_needed = (_trend_seeds_needed(pair_stats, level) if isinstance(c, Trend)
+                                  else pair_stats[0].needed(level))
 
     under_test = arms_under_test(decision)
     halts = [{"arm": r["arm"], "seed": r["seed"], "reason": r.get("halt_reason")}
@@ -557,7 +568,7 @@ def _lost_values(decision: Decision, runs: list[dict], samples) -> list[dict]:
     seeds = sorted({r["seed"] for r in runs})
     by_key = {(r["arm"], r["seed"]): r for r in runs}
     lost = []
-    read = dict.fromkeys(t for _, _, c in _listed(decision) for t in condition_terms(c))
+    read = dict.fromkeys(t for _, _, c in decision.conditions() for t in condition_terms(c))
     for arm, metric in read:
         for seed in seeds:
             if seed in samples.get((arm, metric), {}):
@@ -571,11 +582,6 @@ def _lost_values(decision: Decision, runs: list[dict], samples) -> list[dict]:
                 why = "no finite value"
             lost.append({"arm": arm, "metric": metric, "seed": seed, "why": why})
     return lost
-
-
-def _listed(decision: Decision):
-    return ([("supported_if", i, c) for i, c in enumerate(decision.supported_if)]
-            + [("refuted_if", i, c) for i, c in enumerate(decision.refuted_if)])
 
 
 def _apply_holm(results: list[ConditionResult], alpha: float) -> None:
@@ -656,7 +662,7 @@ def _holm_offenders(floors: list[float], m: int, alpha: float) -> list[tuple[int
 
 
 def _unreachable_at(decision: Decision, n_seeds: int, exact_everywhere: bool) -> list[tuple[str, int, float, int]]:
-    listed = _listed(decision)
+    listed = decision.conditions()
     m, out = len(listed), []
     for name in ("supported_if", "refuted_if"):
         conds = [(i, c) for lname, i, c in listed if lname == name]
@@ -679,7 +685,7 @@ def _seeds_to_reach(decision: Decision, exact_everywhere: bool, start: int) -> i
 def unreachable(decision: Decision, n_seeds: int) -> list[tuple[str, int, str]]:
     """(list, index, why) for each condition that can never hold at the decision's alpha with
     `n_seeds` seeds, because its test cannot give a small enough p-value after Holm."""
-    m, out = len(_listed(decision)), []
+    m, out = len(decision.conditions()), []
     enough = _seeds_to_reach(decision, False, n_seeds)
     for name, i, q, mult in _unreachable_at(decision, n_seeds, False):
         out.append((name, i, f"with {n_seeds} seeds and {m} conditions under Holm, {name}[{i}] cannot hold at "
