@@ -29,12 +29,22 @@ from gates.errors import UserError
 @dataclass
 class ClaimCheck:
     contract_id: str
-    status: str  # "ok" | "lost" | "pending"
+    status: str  # "ok" | "lost" | "pending" | "withdrawn"
     verdict: str | None = None
     created_at: str | None = None
     problems: list[str] = field(default_factory=list)
     replayed: bool = False
     hash_ok: bool | None = None  # the contract's sha256 against the recorded one; None: not compared
+    # the claims history and the code, filled in by verify() (gates.history, gates.provenance, gates.audit)
+    withdrawn: bool = False  # the index's latest entry for this id is a withdrawal (status "withdrawn")
+    withdrawal: str | None = None  # its reason and time
+    supersedes: str | None = None  # the id this contract replaces
+    superseded_by: list[str] = field(default_factory=list)  # ids of the contracts that replace this one
+    stale: bool = False  # the code the evidence was computed with has changed since
+    stale_files: list[str] = field(default_factory=list)  # which files ("unknown files" when not nameable)
+    stale_note: str = ""
+    rule_flags: list[str] = field(default_factory=list)  # rules the recorded contract predates
+    audited: list[str] = field(default_factory=list)  # runs re-run by a spot-check audit, with their outcome
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -371,25 +381,158 @@ def _close(a, b, abs_tol: float, rel_tol: float) -> bool:
 
 
 def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None, *,
-           replay: bool = False) -> list[ClaimCheck]:
+           replay: bool = False, strict_code: bool = False, audit_seconds: float | None = None,
+           audit_seed: int | None = None, log=None) -> list[ClaimCheck]:
     """Check every claim in `runs_root` (or only the contracts named); contracts without evidence
-    are reported as pending when found by scanning, and as lost when named explicitly."""
+    are reported as pending when found by scanning, and as lost when named explicitly.
+
+    Then the claims history (runs/INDEX.jsonl, gates.history): a broken chain, evidence changed or gone
+    without an entry that says so, loses the claims concerned; a withdrawn claim is not checked and
+    is reported as withdrawn. Each claim is annotated with its supersedes chain, the rules its
+    recorded contract predates and whether its code changed since its evidence (`strict_code`: a
+    stale claim is lost). `audit_seconds`: re-run randomly chosen completed runs of the contracts not
+    replayed in CI within about that many seconds (gates.audit; `audit_seed` fixes the choice, else
+    it comes from the git commit); `log` receives the audit's plan and results line by line."""
+    from gates import history
+
+    runs_root, contracts_root = Path(runs_root), Path(contracts_root)
     contracts = find_contracts(contracts_root)
+    index = history.latest(runs_root)
     checks = []
     if only:
         for path in only:
             loaded = load_contract(path)  # a contract named on the command line must load: else exit 2
             contracts[loaded.id] = path
             evidence = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
-            if evidence.exists():
+            if history.is_withdrawn(index.get(loaded.id)):
+                checks.append(_withdrawn(loaded.id, index[loaded.id], evidence))
+            elif evidence.exists():
                 checks.append(check_claim(evidence, contracts, replay=replay))
             else:
                 checks.append(ClaimCheck(loaded.id, "lost", problems=[f"evidence missing: {evidence}"]))
-        return checks
-    with_evidence = set()
-    for evidence in sorted(runs_root.glob(f"*/{ledger.EVIDENCE}")):
-        checks.append(check_claim(evidence, contracts, replay=replay))
-        with_evidence.add(evidence.parent.name)
-    for contract_id in sorted(set(contracts) - with_evidence):
-        checks.append(ClaimCheck(contract_id, "pending", problems=["no evidence yet (not run)"]))
+    else:
+        with_evidence = set()
+        for evidence in sorted(runs_root.glob(f"*/{ledger.EVIDENCE}")):
+            contract_id = evidence.parent.name
+            if history.is_withdrawn(index.get(contract_id)):
+                checks.append(_withdrawn(contract_id, index[contract_id], evidence))
+            else:
+                checks.append(check_claim(evidence, contracts, replay=replay))
+            with_evidence.add(contract_id)
+        for contract_id in sorted((set(contracts) | set(index)) - with_evidence):
+            if history.is_withdrawn(index.get(contract_id)):
+                checks.append(_withdrawn(contract_id, index[contract_id], None))
+            elif contract_id in contracts:
+                checks.append(ClaimCheck(contract_id, "pending", problems=["no evidence yet (not run)"]))
+            else:  # indexed, neither evidence nor contract: history.check says what disappeared
+                checks.append(ClaimCheck(contract_id, "lost"))
+    _check_history(checks, runs_root, contracts, named=bool(only))
+    _annotate(checks, runs_root, contracts_root, strict_code=strict_code)
+    if audit_seconds:
+        from gates import audit
+
+        audit.audit(checks, runs_root, contracts, audit_seconds, seed=audit_seed, log=log)
     return checks
+
+
+def _withdrawn(contract_id: str, entry: dict, evidence: Path | None) -> ClaimCheck:
+    """A withdrawn claim: shown with its last verdict, not checked (it is no longer made)."""
+    check = ClaimCheck(contract_id, "withdrawn", withdrawn=True,
+                       withdrawal=f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})")
+    ev = _raw_evidence(evidence) if evidence is not None else None
+    if ev is not None:
+        check.verdict, check.created_at = ev.get("verdict"), ev.get("created_at")
+    return check
+
+
+def _raw_evidence(path: Path) -> dict | None:
+    import json
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _check_history(checks: list[ClaimCheck], runs_root: Path, contracts: dict[str, Path], *, named: bool) -> None:
+    """Lose the claims whose history (runs/INDEX.jsonl) is broken or does not vouch for their evidence."""
+    from gates import history
+
+    problems = history.check(runs_root, contracts)
+    by_id = {c.contract_id: c for c in checks}
+    for contract_id, found in problems.items():
+        check = by_id.get(contract_id)
+        if check is None:
+            if named:
+                continue  # `gates verify CONTRACT...`: only the claims named
+            check = ClaimCheck(contract_id, "lost")
+            checks.append(check)
+            by_id[contract_id] = check
+        if check.status == "pending":
+            check.problems = []
+        check.status = "lost"
+        check.problems += found
+
+
+_LOADED: dict[tuple, LoadedContract | None] = {}  # (path, mtime, size) -> the contract it loaded to
+
+
+def _load_memo(path: Path) -> LoadedContract | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _LOADED:
+        try:
+            _LOADED[key] = load_contract(path)
+        except UserError:
+            _LOADED[key] = None
+    return _LOADED[key]
+
+
+def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *, strict_code: bool) -> None:
+    """Supersedes chain, rules the recorded contract predates, and staleness (the code changed since
+    the evidence; with `strict_code` a stale claim is lost)."""
+    from gates import provenance
+    from gates.registry import study_module
+
+    loaded = {}
+    for path in sorted(list(contracts_root.glob("*.yaml")) + list(contracts_root.glob("*.yml"))):
+        contract = _load_memo(path)
+        if contract is not None:
+            loaded.setdefault(contract.id, contract)
+    evidence = {c.contract_id: _raw_evidence(ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE)
+                for c in checks}
+    supersedes = {cid: lc.contract.supersedes for cid, lc in loaded.items() if lc.contract.supersedes}
+    for cid, ev in evidence.items():
+        if ev is not None and isinstance(ev.get("supersedes"), str):
+            supersedes.setdefault(cid, ev["supersedes"])
+    for check in checks:
+        cid = check.contract_id
+        check.supersedes = supersedes.get(cid)
+        check.superseded_by = sorted(new for new, old in supersedes.items() if old == cid)
+        if cid in loaded:
+            check.rule_flags = list(getattr(loaded[cid], "rule_flags", []) or [])
+        ev = evidence.get(cid)
+        if ev is None or not isinstance(ev.get("study"), str):
+            continue
+        found = provenance.staleness(ev, study_module(ev["study"]))
+        check.stale, check.stale_files, check.stale_note = found.stale, list(found.files), found.note
+        if strict_code and found.stale and check.status in ("ok", "lost"):
+            check.status = "lost"
+            check.problems.append(f"stale (--strict-code): the code changed since its evidence: "
+                                  f"{describe_stale(check.stale_files)}"
+                                  + (f" ({found.note})" if found.note else ""))
+
+
+def describe_stale(files: list[str], shown: int = 6) -> str:
+    """The changed files, the study's own (models/) first, the platform's (gates/) counted beyond `shown`."""
+    study = [f for f in files if not f.startswith("gates/")]
+    platform = [f for f in files if f.startswith("gates/")]
+    parts = study[:]
+    if platform:
+        rest = len(platform) - shown
+        parts += platform[:shown] + ([f"{rest} {'more ' if shown else ''}in gates/"] if rest > 0 else [])
+    return ", ".join(parts) or "unknown files"

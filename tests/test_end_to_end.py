@@ -134,8 +134,9 @@ def test_verify_accepts_comment_edit_and_catches_threshold_edit_and_forgery(fini
     evidence_path.write_text(json.dumps(forged))
     assert check().status == "lost"
 
-    evidence_path.unlink()
-    assert check().status == "pending"
+    evidence_path.unlink()  # indexed evidence gone without a withdrawal (runs/INDEX.jsonl) is lost, not pending
+    result = check()
+    assert result.status == "lost" and "disappeared without a withdrawal" in result.problems[0]
 
 
 def test_verify_cli_exit_codes(finished, tmp_path):

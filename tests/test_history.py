@@ -1,0 +1,329 @@
+"""The claims history (runs/INDEX.jsonl): backfill, the hash chain, every kind of quiet rewrite named by
+`gates verify`, withdrawals, a kill between evidence and index, supersedes, concurrent appends."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gates import history
+from gates.contract import load_contract
+from gates.runner import run_contract
+from gates.verify import verify
+from tests.conftest import small_c05, write_contract
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def copy_evidence(tmp_path: Path, ids: list[str] | None = None) -> Path:
+    """The committed claims' evidence (no index) in tmp_path/runs."""
+    runs = tmp_path / "runs"
+    for evidence in sorted((ROOT / "runs").glob("*/evidence.json")):
+        if ids is None or evidence.parent.name in ids:
+            (runs / evidence.parent.name).mkdir(parents=True)
+            shutil.copy(evidence, runs / evidence.parent.name / "evidence.json")
+    return runs
+
+
+def lines(runs: Path) -> list[bytes]:
+    return (runs / history.INDEX).read_bytes().splitlines(keepends=True)
+
+
+def ids_of(runs: Path) -> list[str]:
+    return [json.loads(line)["contract_id"] for line in lines(runs)]
+
+
+# ---------------------------------------------------------------------------------- the index alone
+def test_backfill_chains_every_claim_once(tmp_path):
+    runs = copy_evidence(tmp_path)
+    added = history.backfill(runs)
+    n = len(list(runs.glob("*/evidence.json")))
+    assert len(added) == n >= 17
+    assert history.backfill(runs) == []  # idempotent
+    entries = history.read(runs)
+    assert [e["kind"] for e in entries] == ["backfilled"] * n
+    assert entries[0]["prev"] == history.GENESIS
+    raw = lines(runs)
+    for before, entry in zip(raw, entries[1:]):
+        assert entry["prev"] == history.line_sha256(before.rstrip(b"\n"))
+    for entry in entries:
+        evidence = runs / entry["contract_id"] / "evidence.json"
+        assert entry["evidence_sha256"] == history.sha256_file(evidence)
+        assert entry["verdict"] == json.loads(evidence.read_text())["verdict"]
+        recorded_engine = json.loads(evidence.read_text()).get("engine_version")
+        assert entry["engine_version"] == (recorded_engine or "1")  # "1": from before engines were numbered
+    assert history.check(runs, {}) == {}
+
+
+def test_every_quiet_rewrite_is_named(tmp_path):
+    runs = copy_evidence(tmp_path)
+    history.backfill(runs)
+    index = runs / history.INDEX
+    original = index.read_bytes()
+    ids = ids_of(runs)
+
+    # an entry edited: the next line's prev no longer matches; the edited verdict disagrees with its evidence
+    raw = lines(runs)
+    edited = json.loads(raw[5])
+    edited["verdict"] = "supported" if edited["verdict"] != "supported" else "refuted"
+    raw[5] = json.dumps(edited, separators=(", ", ": ")).encode() + b"\n"
+    index.write_bytes(b"".join(raw))
+    problems = history.check(runs, {})
+    assert any("chain broken at line 7" in p for p in problems[ids[6]])
+    assert any("chain broken at line 7" in p for p in problems[ids[5]])
+    assert any("the entry was edited" in p for p in problems[ids[5]])
+
+    # an entry removed: the chain breaks where it was, and its evidence has no entry any more
+    raw = original.splitlines(keepends=True)
+    index.write_bytes(b"".join(raw[:2] + raw[3:]))
+    problems = history.check(runs, {})
+    assert any("chain broken at line 3" in p for p in problems[ids[3]])
+    assert any("has no entry" in p for p in problems[ids[2]])
+
+    # entries reordered
+    raw = original.splitlines(keepends=True)
+    raw[1], raw[2] = raw[2], raw[1]
+    index.write_bytes(b"".join(raw))
+    problems = history.check(runs, {})
+    assert any("chain broken at line 2" in p for p in problems[ids[2]])
+
+    # the last entry edited: no line follows it, but its evidence no longer matches it
+    raw = original.splitlines(keepends=True)
+    last = json.loads(raw[-1])
+    last["evidence_sha256"] = "0" * 64
+    raw[-1] = json.dumps(last, separators=(", ", ": ")).encode() + b"\n"
+    index.write_bytes(b"".join(raw))
+    assert any("changed without an index entry" in p for p in history.check(runs, {})[ids[-1]])
+    index.write_bytes(original)
+    assert history.check(runs, {}) == {}
+
+    # evidence changed without an entry, then an entry that says why
+    evidence = runs / ids[0] / "evidence.json"
+    evidence.write_text(evidence.read_text() + " ")
+    (problem,) = history.check(runs, {})[ids[0]]
+    assert "changed without an index entry" in problem and ids[0] in problem
+    history.record(runs, evidence, "rederived", reason="re-derived by verdict engine 2")
+    assert history.check(runs, {}) == {}
+    assert history.latest(runs)[ids[0]]["reason"] == "re-derived by verdict engine 2"
+
+    # evidence gone without a withdrawal; then withdrawn: nothing to say
+    evidence.unlink()
+    (problem,) = history.check(runs, {})[ids[0]]
+    assert "disappeared without a withdrawal" in problem and "contract is gone too" in problem
+    history.withdraw(runs, ids[0], "the corpus it was measured on was wrong")
+    assert history.check(runs, {}) == {}
+    assert history.latest(runs)[ids[0]]["evidence_sha256"] is None
+
+    # evidence that was never indexed
+    (runs / "new-claim").mkdir()
+    shutil.copy(runs / ids[1] / "evidence.json", runs / "new-claim" / "evidence.json")
+    assert "has no entry" in history.check(runs, {})["new-claim"][0]
+
+
+def test_torn_append_is_named_and_the_next_append_repairs_it(tmp_path):
+    runs = copy_evidence(tmp_path, ["c05-structural-probe", "twin-tree-toy"])
+    history.backfill(runs)
+    with open(runs / history.INDEX, "ab") as f:
+        f.write(b'{"kind": "recorded", "contract_id": "c05-str')  # power lost mid-append
+    problems = history.check(runs, {})
+    assert all(any("is not a JSON object" in p for p in found) for found in problems.values())
+    with pytest.raises(ValueError, match="line 3 is not a JSON object"):
+        history.read(runs)
+    entry = history.record(runs, runs / "twin-tree-toy" / "evidence.json", "rederived", "test")
+    assert len(history.read(runs)) == 3 and entry["prev"] == history.line_sha256(lines(runs)[1].rstrip(b"\n"))
+    assert history.check(runs, {}) == {}
+
+
+def _append_many(runs: str, evidence: str, n: int) -> None:
+    for i in range(n):
+        history.record(Path(runs), Path(evidence), "rederived", f"writer {os.getpid()} entry {i}")
+
+
+def test_concurrent_appends_keep_one_chain(tmp_path):
+    runs = copy_evidence(tmp_path, ["c05-structural-probe"])
+    evidence = runs / "c05-structural-probe" / "evidence.json"
+    ctx = multiprocessing.get_context("fork")
+    writers = [ctx.Process(target=_append_many, args=(str(runs), str(evidence), 25)) for _ in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    assert [w.exitcode for w in writers] == [0, 0, 0, 0]
+    assert len(history.read(runs)) == 100
+    assert history.check(runs, {}) == {}
+
+
+def test_record_refuses_unknown_kinds_and_missing_evidence(tmp_path):
+    runs = copy_evidence(tmp_path, ["c05-structural-probe"])
+    with pytest.raises(ValueError, match="unknown index entry kind"):
+        history.record(runs, runs / "c05-structural-probe" / "evidence.json", "edited")
+    with pytest.raises(ValueError, match="only a withdrawal may name missing evidence"):
+        history.record(runs, runs / "nothing" / "evidence.json", "recorded")
+
+
+# ---------------------------------------------------------------------------------- with gates run
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """One small C05 contract run into a temp project (its evidence indexed by the runner)."""
+    root = tmp_path_factory.mktemp("project")
+    (root / "contracts").mkdir()
+    write_contract(root / "contracts", small_c05(), "c05-small.yaml")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        run_contract(load_contract("contracts/c05-small.yaml"), uri, root / "runs")
+    finally:
+        os.chdir(cwd)
+    return root, uri
+
+
+@pytest.fixture
+def project(recorded, tmp_path):
+    """A copy of the recorded project (contracts/, runs/, mlflow.db) to tamper with."""
+    root, _ = recorded
+    copy = tmp_path / "p"
+    shutil.copytree(root, copy)
+    return copy, f"sqlite:///{copy / 'mlflow.db'}"
+
+
+def gates(project: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250"}  # tables unwrapped
+    return subprocess.run([sys.executable, "-m", "gates", *args], cwd=project, capture_output=True, text=True, env=env)
+
+
+def status_json(project: Path) -> dict[str, dict]:
+    result = gates(project, "status", "--json")
+    assert result.returncode == 0, result.stderr
+    return {row["id"]: row for row in json.loads(result.stdout)}
+
+
+def test_runner_indexes_its_evidence(project):
+    root, _ = project
+    (entry,) = history.read(root / "runs")
+    evidence = root / "runs" / "c05-small" / "evidence.json"
+    assert entry["kind"] == "recorded" and entry["evidence_sha256"] == history.sha256_file(evidence)
+    ev = json.loads(evidence.read_text())
+    assert entry["contract_sha256"] == ev["contract_sha256"] and entry["verdict"] == ev["verdict"]
+    assert entry["engine_version"] == ev.get("engine_version", entry["engine_version"])
+    assert ev["supersedes"] is None and "models/c05_probe.py" in ev["code_files"]
+
+
+def test_verify_fails_on_rewrites_and_passes_a_withdrawn_claim(project):
+    root, _ = project
+    assert gates(root, "verify").returncode == 0
+    row = status_json(root)["c05-small"]
+    assert row["hash_ok"] is True and row["withdrawn"] is False and row["stale"] is False
+    assert row["stale_files"] == [] and row["superseded_by"] == [] and row["supersedes"] is None
+    assert isinstance(row["rule_flags"], list)
+
+    evidence = root / "runs" / "c05-small" / "evidence.json"
+    original = evidence.read_bytes()
+    evidence.write_bytes(original.replace(b'"created_at": "', b'"created_at": "1', 1))
+    result = gates(root, "verify")
+    assert result.returncode == 1 and "changed without an index entry" in result.stdout
+
+    evidence.write_bytes(original)
+    history.record(root / "runs", evidence, "rederived", "a second entry, so that one follows the first")
+    index = root / "runs" / history.INDEX
+    honest = index.read_bytes()
+    index.write_bytes(honest.replace(b'"recorded"', b'"backfilled"', 1))  # history rewritten
+    result = gates(root, "verify")
+    assert result.returncode == 1 and "chain broken at line 2" in result.stdout
+    index.write_bytes(honest)
+    assert gates(root, "verify").returncode == 0
+
+    evidence.unlink()
+    result = gates(root, "verify")
+    assert result.returncode == 1 and "disappeared without a withdrawal" in result.stdout
+
+    result = gates(root, "withdraw", "c05-small", "--reason", "probe data had a leak")
+    assert result.returncode == 0, result.stderr
+    result = gates(root, "verify")
+    assert result.returncode == 0, result.stdout
+    assert "withdrawn c05-small" in result.stdout and "probe data had a leak" in result.stdout
+    assert "0 of 0 claims hold their evidence; 1 withdrawn" in result.stdout
+    row = status_json(root)["c05-small"]
+    assert row["withdrawn"] is True and row["status"] == "withdrawn" and "probe data had a leak" in row["withdrawal"]
+    (root / "contracts" / "c05-small.yaml").unlink()  # a withdrawn claim may lose its files
+    assert gates(root, "verify").returncode == 0
+    again = gates(root, "withdraw", "c05-small", "--reason", "twice")
+    assert again.returncode == 2 and "already withdrawn" in again.stderr and "Traceback" not in again.stderr
+    unknown = gates(root, "withdraw", "no-such-claim", "--reason", "x")
+    assert unknown.returncode == 2 and "no recorded claim" in unknown.stderr
+
+
+def test_a_contract_gone_with_its_evidence_is_named(project):
+    root, _ = project
+    (root / "runs" / "c05-small" / "evidence.json").unlink()
+    (root / "runs" / "c05-small" / "verdict.md").unlink()
+    (root / "contracts" / "c05-small.yaml").unlink()
+    result = gates(root, "verify")
+    assert result.returncode == 1
+    assert "LOST c05-small" in result.stdout and "its contract is gone too" in result.stdout
+
+
+def test_running_again_after_a_withdrawal_records_the_claim_anew(project, monkeypatch):
+    root, uri = project
+    history.withdraw(root / "runs", "c05-small", "checking")
+    (check,) = verify(root / "runs", root / "contracts")
+    assert check.status == "withdrawn"
+    monkeypatch.chdir(root)
+    run_contract(load_contract("contracts/c05-small.yaml"), uri, root / "runs")  # reuses the finished runs
+    assert [e["kind"] for e in history.read(root / "runs")] == ["recorded", "withdrawn", "recorded"]
+    (check,) = verify(root / "runs", root / "contracts")
+    assert check.status == "ok" and not check.withdrawn
+
+
+def test_kill_between_evidence_and_index_is_named_and_the_next_run_repairs_it(project):
+    """SIGKILL `gates run` right after evidence.json is in place and before its index entry: verify
+    names the unindexed evidence; running the contract again writes and indexes it."""
+    root, uri = project
+    killer = ("import os, signal, sys\n"
+              "import gates.history\n"
+              "gates.history.record = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+              "from gates.cli import main\n"
+              f"sys.argv = ['gates', 'run', 'contracts/c05-small.yaml', '--tracking-uri', {uri!r}]\n"
+              "main()\n")
+    before = history.sha256_file(root / "runs" / "c05-small" / "evidence.json")
+    killed = subprocess.run([sys.executable, "-c", killer], cwd=root, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    assert history.sha256_file(root / "runs" / "c05-small" / "evidence.json") != before  # new evidence, unindexed
+    result = gates(root, "verify")
+    assert result.returncode == 1
+    assert "c05-small/evidence.json changed without an index entry" in result.stdout
+    assert "re-running an interrupted one repairs this" in result.stdout
+    rerun = gates(root, "run", "contracts/c05-small.yaml", "--tracking-uri", uri)
+    assert rerun.returncode == 0, rerun.stderr
+    assert gates(root, "verify").returncode == 0
+    assert [e["kind"] for e in history.read(root / "runs")] == ["recorded", "recorded"]
+
+
+def test_supersedes_chain_in_evidence_report_and_status(project, monkeypatch):
+    root, uri = project
+    data = small_c05(id="c05-small-v2", supersedes="c05-small")
+    data["seeds"] = [0, 1, 2]
+    write_contract(root / "contracts", data, "c05-small-v2.yaml")
+    rows = status_json(root)
+    assert rows["c05-small"]["superseded_by"] == ["c05-small-v2"]  # the repository says so before any run
+    assert rows["c05-small-v2"]["supersedes"] == "c05-small" and rows["c05-small-v2"]["status"] == "pending"
+    monkeypatch.chdir(root)
+    evidence = run_contract(load_contract("contracts/c05-small-v2.yaml"), uri, root / "runs")
+    assert evidence["supersedes"] == "c05-small"
+    assert "Supersedes `c05-small`" in (root / "runs" / "c05-small-v2" / "verdict.md").read_text()
+    assert "superseded" not in (root / "runs" / "c05-small" / "verdict.md").read_text()  # the old record is untouched
+    rows = status_json(root)
+    assert rows["c05-small"]["superseded_by"] == ["c05-small-v2"] and rows["c05-small"]["verdict"] is not None
+    table = gates(root, "status")
+    assert "superseded by c05-small-v2" in table.stdout and "supersedes c05-small" in table.stdout
+    result = gates(root, "verify")
+    assert result.returncode == 0, result.stdout
+    assert "note: superseded by c05-small-v2" in result.stdout
