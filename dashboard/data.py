@@ -96,9 +96,11 @@ class Store:
                 try:
                     from gates.tracking import _client
 
-                    client = _client(self.uri)
+                    client = _client(self.uri, create=False)  # read-only: never builds or upgrades a store
                     client.search_experiments(max_results=1)  # reachable and readable?
                     self._client = client
+                except UserError as e:  # gates.store: a half-built or damaged SQLite store, one line with the fix
+                    return None, e.render()
                 except Exception as e:  # an unreachable server, a foreign schema: say so, never crash
                     return None, f"MLflow store {self.uri} cannot be read ({type(e).__name__}: {str(e)[:200]})"
             return self._client, None
@@ -122,6 +124,7 @@ class Claims:
         self._key = None
         self._claims: dict[str, Claim] = {}
         self._loaded: dict[tuple, object] = {}  # (path, mtime, size) -> LoadedContract or None
+        self._load_lock = threading.Lock()  # request threads fill _loaded: each contract is parsed once
 
     def _fingerprint(self) -> tuple:
         files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(self.contracts_dir.glob("*.y*ml"))
@@ -169,12 +172,13 @@ class Claims:
             except OSError:
                 continue
             key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-            if key not in self._loaded:  # parsing a contract takes tens of milliseconds
-                try:
-                    self._loaded[key] = load_contract(path)
-                except UserError:
-                    self._loaded[key] = None
-            loaded = self._loaded[key]
+            with self._load_lock:
+                if key not in self._loaded:  # parsing a contract takes tens of milliseconds
+                    try:
+                        self._loaded[key] = load_contract(path)
+                    except UserError:
+                        self._loaded[key] = None
+                loaded = self._loaded[key]
             if loaded is not None and loaded.id == contract_id:
                 return loaded
         return None

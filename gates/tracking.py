@@ -22,7 +22,10 @@ def resolve_uri(uri: str | None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
 
 
-def _client(uri: str):
+def _client(uri: str, *, create: bool = True):
+    """An MlflowClient for `uri`. A SQLite store is checked first (gates/store.py): a missing one is
+    built all-or-nothing (unless not `create`: the read-only dashboard), a damaged one is a one-line
+    StoreError naming the file and the fix."""
     # MLflow is imported lazily: `gates check` and `gates verify` need no tracking store.
     # a tracking server makes MLflow print "View run ... at: URL" on stdout for every closed run (after
     # one more request per run): that would break `--json` output and slow many workers down
@@ -33,6 +36,9 @@ def _client(uri: str):
     for name in ("mlflow", "alembic"):
         logging.getLogger(name).setLevel(logging.WARNING)
 
+    from gates import store
+
+    store.ensure(uri, create=create)
     return MlflowClient(tracking_uri=uri)
 
 
