@@ -102,7 +102,8 @@ def write_evidence(runs_root: Path, evidence: dict) -> Path:
                 record.write(evidence_text)
             # evidence.json is in place here; verdict.md replaces the old one as this block ends
     except OSError as e:
-        raise UserError(f"cannot write {EVIDENCE} and {REPORT} here: {e.strerror or e}; expected a writable "
+        why = "it is not a folder" if isinstance(e, (FileExistsError, NotADirectoryError)) else (e.strerror or e)
+        raise UserError(f"cannot write {EVIDENCE} and {REPORT} here: {why}; expected a writable "
                         f"folder with free space (the finished runs stay in MLflow: run `gates run` again once "
                         f"it is fixed and it writes the evidence without training them again)",
                         file=str(folder)) from None

@@ -95,6 +95,13 @@ def test_evidence_is_checked_against_the_repositorys_contract_not_the_path_it_na
     assert str(forged) in problem and str(project / "contracts" / f"{C05}.yaml") in problem
     assert check(project).hash_ok is False
 
+    # the dashboard shows the same: the repository's contract, edited after the evidence
+    from dashboard.data import HASH_EDITED, Claims, Store
+
+    claims = Claims(project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}"))
+    assert claims.all()[C05].hash_status == HASH_EDITED
+    assert claims.view(C05).contract is None  # thresholds are not drawn from either file
+
     # the same file inside contracts/: two contracts claim the id, and neither is taken on trust
     shutil.copy(forged, project / "contracts" / "zz-other.yaml")
     ev["contract_path"] = str(project / "contracts" / "zz-other.yaml")
