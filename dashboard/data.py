@@ -18,6 +18,7 @@ from gates.verify import ClaimCheck, verify
 
 # hash status of a claim: its contract file's sha256 against the sha256 its evidence recorded
 HASH_OK, HASH_EDITED, HASH_NO_EVIDENCE = "ok", "edited after evidence", "evidence missing"
+HASH_WITHDRAWN = "not checked (withdrawn)"
 _STRUCTURAL = (  # gates.verify's early-return problems, which mean the hash was not (or could not be) compared
     ("edited after its evidence", HASH_EDITED),
     ("evidence missing", HASH_NO_EVIDENCE),
@@ -42,14 +43,25 @@ class Claim:
     claim: str
     verdict: str | None  # None: pending (no evidence)
     created_at: str | None
-    check: str  # gates.verify status: ok | lost | pending
+    check: str  # gates.verify status: ok | lost | pending | withdrawn
     hash_status: str
     problems: list[str] = field(default_factory=list)
+    # the claims history and the code (gates.verify's annotations)
+    withdrawn: bool = False
+    withdrawal: str | None = None  # reason and time
+    supersedes: str | None = None
+    superseded_by: list[str] = field(default_factory=list)
+    stale: bool = False  # the code changed since the evidence
+    stale_files: list[str] = field(default_factory=list)
+    stale_note: str = ""
+    rule_flags: list[str] = field(default_factory=list)  # rules the recorded contract predates
 
 
 def hash_status(check: ClaimCheck) -> str:
     if check.status == "pending":
         return HASH_NO_EVIDENCE
+    if check.status == "withdrawn":
+        return HASH_WITHDRAWN
     hash_ok = getattr(check, "hash_ok", None)
     if hash_ok is not None:  # compared: the record may still be lost for other reasons (see problems)
         return HASH_OK if hash_ok else HASH_EDITED
@@ -128,6 +140,8 @@ class Claims:
 
     def _fingerprint(self) -> tuple:
         files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(self.contracts_dir.glob("*.y*ml"))
+        files.append(self.runs_dir / "INDEX.jsonl")  # the claims history: withdrawals, entries
+        files += _code_files()  # staleness: the code the evidence was computed with
         stats = []
         for f in sorted(files):
             try:
@@ -152,7 +166,9 @@ class Claims:
             loaded = self.contract(check.contract_id)
             text = loaded.contract.claim if loaded else ""
         return Claim(check.contract_id, text, check.verdict, check.created_at, check.status, hash_status(check),
-                     list(check.problems))
+                     list(check.problems), check.withdrawn, check.withdrawal, check.supersedes,
+                     list(check.superseded_by), check.stale, list(check.stale_files), check.stale_note,
+                     list(check.rule_flags))
 
     def evidence(self, contract_id: str) -> dict | None:
         try:
@@ -236,6 +252,12 @@ def _plotted_metrics(contract, ev: dict | None) -> list[str]:
             arm = next((a for a in arms if term.startswith(a + ".")), None)
             names.append(term[len(arm) + 1:] if arm else term.split(".", 1)[-1])
     return list(dict.fromkeys(names))
+
+
+def _code_files() -> list[Path]:
+    from gates.provenance import PROJECT_ROOT
+
+    return list((PROJECT_ROOT / "gates").rglob("*.py")) + list((PROJECT_ROOT / "models").rglob("*.py"))
 
 
 def finite(x) -> bool:

@@ -40,7 +40,7 @@ table{border-collapse:collapse;background:#fff;margin:6px 0}td,th{border:1px sol
 vertical-align:top;text-align:left}th{background:#eceff1}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;color:#fff;white-space:nowrap}
 .v-supported{background:#2e7d32}.v-refuted{background:#c62828}.v-inconclusive{background:#ef8f00}
-.v-pending{background:#90a4ae}.o-holds{color:#2e7d32;font-weight:600}.o-fails{color:#c62828;font-weight:600}
+.v-pending{background:#90a4ae}.v-withdrawn{background:#6a1b9a}.o-holds{color:#2e7d32;font-weight:600}.o-fails{color:#c62828;font-weight:600}
 .o-undetermined{color:#b26a00;font-weight:600}.h-ok{color:#2e7d32}.h-bad{color:#c62828;font-weight:600}
 .h-none{color:#78909c}.note{background:#fff8e1;border-left:4px solid #ffb300;padding:6px 10px;margin:8px 0}
 .lost{background:#ffebee;border-left:4px solid #c62828;padding:6px 10px;margin:8px 0}
@@ -83,15 +83,63 @@ def check_cell(c: Claim) -> str:
     return f'<span class="{"h-ok" if c.check == "ok" else "h-none"}">{e(c.check)}</span>'
 
 
+def verdict_cell(c: Claim, links: Links) -> str:
+    """The verdict badge (a withdrawn claim: "withdrawn" and its last verdict struck through), with the
+    supersedes chain, stale code and older rules in brief."""
+    if c.withdrawn:
+        out = f'<span class="v v-withdrawn">withdrawn</span> <s class="small">{e(c.verdict or "-")}</s>'
+    else:
+        out = verdict_badge(c.verdict)
+    notes = []
+    if c.superseded_by:
+        notes.append("superseded by " + ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in c.superseded_by))
+    if c.supersedes:
+        notes.append(f'supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>')
+    if c.stale:
+        study = [f for f in c.stale_files if not f.startswith("gates/")]
+        platform = len(c.stale_files) - len(study)
+        notes.append(f'<span class="stale">stale: {e(", ".join(study) or "")}'
+                     f'{e(", " if study and platform else "")}{e(f"{platform} in gates/" if platform else "")}</span>')
+    if c.rule_flags:
+        notes.append(f'<span class="older">recorded under older rules ({len(c.rule_flags)})</span>')
+    return out + "".join(f'<br><span class="small">{n}</span>' for n in notes)
+
+
+def history_notes(c: Claim, links: Links) -> str:
+    """A contract page's notes on its history and code: withdrawal, supersedes chain, stale code with
+    the files, rules the recorded contract predates."""
+    out = []
+    if c.withdrawn:
+        out.append(f'<p class="lost">Withdrawn: {e(c.withdrawal or "")}. The claim is no longer made; its record '
+                   f'stays in runs/INDEX.jsonl (and its evidence, where kept, below).</p>')
+    if c.superseded_by:
+        links_ = ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in c.superseded_by)
+        out.append(f'<p class="note">Superseded by {links_}: a newer version of this contract. This claim stays '
+                   f'recorded as it was.</p>')
+    if c.supersedes:
+        out.append(f'<p class="small">Supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>.</p>')
+    if c.stale:
+        items = "".join(f"<li><code>{e(f)}</code></li>" for f in c.stale_files)
+        how = f" ({e(c.stale_note)})" if c.stale_note else ""
+        out.append(f'<div class="note stale">Stale: the code this evidence was computed with has changed since{how}; '
+                   f'<code>gates verify --strict-code</code> fails on it. Changed files:<ul class="small">{items}</ul></div>')
+    if c.rule_flags:
+        items = "".join(f"<li>{e(f)}</li>" for f in c.rule_flags)
+        out.append(f'<div class="note older">Recorded under older rules (a new version that follows them is how '
+                   f'this claim is brought up to date):<ul class="small">{items}</ul></div>')
+    return "".join(out)
+
+
 def index_page(claims: list[Claim], links: Links, footer: str) -> str:
     counts = {}
     for c in claims:
-        counts[c.verdict or "pending"] = counts.get(c.verdict or "pending", 0) + 1
+        shown = "withdrawn" if c.withdrawn else (c.verdict or "pending")
+        counts[shown] = counts.get(shown, 0) + 1
     lost = sum(c.check == "lost" for c in claims)
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     rows = "".join(
         f'<tr id="row-{e(c.contract_id)}"><td class="id"><a href="{e(links.contract(c.contract_id))}">{e(c.contract_id)}</a></td>'
-        f'<td>{e(c.claim)}</td><td class="verdict">{verdict_badge(c.verdict)}</td>'
+        f'<td>{e(c.claim)}</td><td class="verdict">{verdict_cell(c, links)}</td>'
         f'<td class="date">{e((c.created_at or "-")[:10])}</td><td>{hash_cell(c.hash_status)}</td><td>{check_cell(c)}</td></tr>'
         for c in claims)
     lost_note = (f'<p class="lost">{lost} claim{"s" if lost != 1 else ""} lost {"their" if lost != 1 else "its"} '
@@ -120,10 +168,11 @@ def mlflow_run_url(ui: str, experiment_id, run_id) -> str:
 def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str) -> str:
     c, ev = view.claim, view.evidence
     parts = [f'<p class="small"><a href="{e(links.index)}">All claims</a></p>',
-             f"<h1>{e(c.contract_id)} {verdict_badge(c.verdict)}</h1>", f"<blockquote>{e(c.claim)}</blockquote>",
-             f"<p>Contract hash: {hash_cell(c.hash_status)}; verify: {check_cell(c)}</p>"]
+             f"<h1>{e(c.contract_id)} {verdict_badge('withdrawn' if c.withdrawn else c.verdict)}</h1>", f"<blockquote>{e(c.claim)}</blockquote>",
+             f"<p>Contract hash: {hash_cell(c.hash_status)}; verify: {check_cell(c)}</p>", history_notes(c, links)]
     if ev is None:
-        parts.append(f'<p class="note">No evidence yet: run <code>gates run contracts/{e(c.contract_id)}.yaml</code>.</p>')
+        if not c.withdrawn:
+            parts.append(f'<p class="note">No evidence yet: run <code>gates run contracts/{e(c.contract_id)}.yaml</code>.</p>')
         return page(c.contract_id, "".join(parts), links, footer)
     parts.append(f'<p class="small">Source: {e(ev.get("source", "-"))}<br>Study <code>{e(ev.get("study", "-"))}</code>, '
                  f'recorded {e(ev["created_at"])}</p>')

@@ -88,13 +88,24 @@ def _config(loaded, evidence: dict, arm: str):
     return loaded.arm_configs[arm]
 
 
-def compare(loaded, recorded: dict, metrics: dict) -> list[str]:
-    """Problems: each recorded metric (machine metrics aside) that the re-run does not reproduce
-    within the contract's replay tolerance."""
+def tolerance(loaded, default: tuple[float, float] | None = None):
+    """The contract's replay tolerance; for a contract without a `replay` section, `default`
+    (abs, rel) when given, else `Replay()`'s."""
     from gates.contract import Replay
+
+    if loaded.contract.replay is not None:
+        return loaded.contract.replay
+    if default is not None:
+        return Replay(abs_tolerance=default[0], rel_tolerance=default[1])
+    return Replay()
+
+
+def compare(loaded, recorded: dict, metrics: dict, default: tuple[float, float] | None = None) -> list[str]:
+    """Problems: each recorded metric (machine metrics aside) that the re-run does not reproduce
+    within the contract's replay tolerance (see `tolerance`)."""
     from gates.verify import _close
 
-    tol = loaded.contract.replay or Replay()
+    tol = tolerance(loaded, default)
     problems = []
     for name, value in recorded["metrics"].items():
         if name in loaded.study.machine_metrics:
@@ -107,10 +118,13 @@ def compare(loaded, recorded: dict, metrics: dict) -> list[str]:
 
 
 def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: float, *,
-          seed: int | None = None, log: Callable[[str], None] | None = None) -> list[Candidate]:
+          seed: int | None = None, log: Callable[[str], None] | None = None,
+          default_tolerance: tuple[float, float] | None = None) -> list[Candidate]:
     """Choose and re-run runs of the claims in `checks` (gates.verify.ClaimCheck) that hold their
-    evidence and are not replayed in CI; a run that does not reproduce loses its claim. Returns the
-    runs chosen."""
+    evidence and are not replayed in CI; a run that does not reproduce loses its claim. Runs are
+    chosen by their recorded seconds; on a slower machine, no run starts once `seconds` have passed
+    (the ones left are named). `default_tolerance`: (abs, rel) for contracts without a `replay`
+    section (default: `Replay()`'s). Returns the runs re-run."""
     from gates import ledger
     from gates.verify import _load_memo, _raw_evidence
 
@@ -147,12 +161,19 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
     for c in chosen:
         say(f"audit: chose {c.name} (recorded {c.seconds:.1f} s)")
     started = time.perf_counter()
-    for c in chosen:
+    done = []
+    for i, c in enumerate(chosen):
+        if time.perf_counter() - started >= seconds:
+            left = chosen[i:]
+            say(f"audit: budget spent ({time.perf_counter() - started:.1f} s, this machine runs slower than the "
+                f"recording one): {len(left)} chosen runs not started: {', '.join(x.name for x in left)}")
+            break
+        done.append(c)
         loaded, ev = sources[c.contract_id]
         recorded = next(r for r in ev["runs"] if r["arm"] == c.arm and r["seed"] == c.seed)
         t0 = time.perf_counter()
         try:
-            problems = compare(loaded, recorded, rerun(loaded, ev, c.arm, c.seed))
+            problems = compare(loaded, recorded, rerun(loaded, ev, c.arm, c.seed), default_tolerance)
         except Exception as e:  # a study that crashes on re-run does not reproduce its record either
             problems = [f"audit: {c.arm}/seed {c.seed}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"]
         took = time.perf_counter() - t0
@@ -161,15 +182,17 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
         check.audited.append(f"{c.arm}/seed {c.seed}: {outcome} ({took:.1f} s, recorded {c.seconds:.1f} s)")
         say(f"audit: {c.name}: {outcome} ({took:.1f} s)")
         if problems:
-            if check.stale:
-                from gates.verify import describe_stale
-
-                problems = [p + f" (its code changed since the evidence: {describe_stale(check.stale_files)})"
-                            for p in problems]
             check.status = "lost"
             check.problems += problems
-    say(f"audit: {len(chosen)} runs re-run in {time.perf_counter() - started:.1f} s")
-    return chosen
+    for check in checks:
+        if check.stale and any(p.startswith("audit: ") for p in check.problems):
+            from gates.verify import describe_stale
+
+            check.problems.append(f"audit: note that its code changed since the evidence "
+                                  f"({describe_stale(check.stale_files, shown=3)}): a difference may come from "
+                                  f"the code rather than the record")
+    say(f"audit: {len(done)} runs re-run in {time.perf_counter() - started:.1f} s")
+    return done
 
 
 def _not_ready(loaded, ev: dict, arm: str) -> str | None:

@@ -237,6 +237,10 @@ def verify(
                                                   "git commit and printed."),
     audit_seed: Optional[int] = typer.Option(None, "--audit-seed", help="Seed of the audit's choice (default: "
                                              "from the current git commit), e.g. to repeat a CI run's audit."),
+    audit_tolerance: Optional[str] = typer.Option(None, "--audit-tolerance", metavar="ABS,REL", help="Tolerance "
+                                                  "of the audit for contracts without a `replay` section (default: "
+                                                  "replay's defaults, 1e-6,1e-6: the same machine); a declared one "
+                                                  "is always used as declared."),
 ):
     """Fail (exit 1) when a claim lost its evidence: contract edited after the fact, evidence missing or
     malformed, a verdict that no longer reproduces (from its metrics, by replay or by audit), or a claims
@@ -248,8 +252,17 @@ def verify(
     def log(line: str) -> None:  # the audit's plan and results, as they happen (stderr under --json)
         (err if as_json else out).print(line, markup=False, highlight=False)
 
+    tolerance = None
+    if audit_tolerance is not None:
+        try:
+            tolerance = tuple(float(x) for x in audit_tolerance.split(","))
+        except ValueError:
+            tolerance = ()
+        if len(tolerance) != 2 or not all(0 <= x < float("inf") for x in tolerance):
+            raise UserError(f"{audit_tolerance!r} is not ABS,REL: expected two finite numbers >= 0 "
+                            f"(e.g. 0.01,0.01)", field="--audit-tolerance")
     checks = verify_claims(runs_dir, contracts_dir, contracts or None, replay=replay, strict_code=strict_code,
-                           audit_seconds=audit_seconds, audit_seed=audit_seed, log=log)
+                           audit_seconds=audit_seconds, audit_seed=audit_seed, audit_tolerance=tolerance, log=log)
     lost = [c for c in checks if c.status == "lost"]
     withdrawn = [c for c in checks if c.status == "withdrawn"]
     if as_json:
@@ -262,7 +275,7 @@ def verify(
             out.print(f"{mark} {c.contract_id}: {c.verdict or '-'}{extra}")
             for p in c.problems:
                 out.print(f"    {p}", markup=False, highlight=False)
-            notes = _claim_notes(c, describe_stale)
+            notes = _claim_notes(c, lambda files: describe_stale(files, shown=3), short=True)
             for note in notes if not strict_code else [n for n in notes if not n.startswith("stale")]:
                 out.print(f"    note: {note}", markup=False, highlight=False)
         held = len(checks) - len(lost) - len(withdrawn)

@@ -382,7 +382,8 @@ def _close(a, b, abs_tol: float, rel_tol: float) -> bool:
 
 def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None, *,
            replay: bool = False, strict_code: bool = False, audit_seconds: float | None = None,
-           audit_seed: int | None = None, log=None) -> list[ClaimCheck]:
+           audit_seed: int | None = None, audit_tolerance: tuple[float, float] | None = None,
+           log=None) -> list[ClaimCheck]:
     """Check every claim in `runs_root` (or only the contracts named); contracts without evidence
     are reported as pending when found by scanning, and as lost when named explicitly.
 
@@ -392,7 +393,8 @@ def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None
     recorded contract predates and whether its code changed since its evidence (`strict_code`: a
     stale claim is lost). `audit_seconds`: re-run randomly chosen completed runs of the contracts not
     replayed in CI within about that many seconds (gates.audit; `audit_seed` fixes the choice, else
-    it comes from the git commit); `log` receives the audit's plan and results line by line."""
+    it comes from the git commit; `audit_tolerance` (abs, rel) for contracts without a `replay`
+    section, else `Replay()`'s); `log` receives the audit's plan and results line by line."""
     from gates import history
 
     runs_root, contracts_root = Path(runs_root), Path(contracts_root)
@@ -431,7 +433,8 @@ def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None
     if audit_seconds:
         from gates import audit
 
-        audit.audit(checks, runs_root, contracts, audit_seconds, seed=audit_seed, log=log)
+        audit.audit(checks, runs_root, contracts, audit_seconds, seed=audit_seed, log=log,
+                    default_tolerance=audit_tolerance)
     return checks
 
 

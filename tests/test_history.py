@@ -327,3 +327,66 @@ def test_supersedes_chain_in_evidence_report_and_status(project, monkeypatch):
     result = gates(root, "verify")
     assert result.returncode == 0, result.stdout
     assert "note: superseded by c05-small-v2" in result.stdout
+
+
+def test_status_and_verify_name_stale_files(project):
+    """Evidence whose recorded per-file hash of the study module differs from today's file is stale,
+    naming that file; `verify` notes it, `verify --strict-code` fails on it."""
+    root, _ = project
+    evidence = root / "runs" / "c05-small" / "evidence.json"
+    ev = json.loads(evidence.read_text())
+    ev["code_files"]["models/c05_probe.py"] = "0" * 64  # as if it had been computed with another c05_probe.py
+    ev["code_sha256"] = "1" * 64
+    evidence.write_text(json.dumps(ev, indent=2) + "\n")
+    from gates import ledger
+
+    (root / "runs" / "c05-small" / "verdict.md").write_text(ledger.render_report(ev))
+    history.record(root / "runs", evidence, "rederived", "test: code fingerprint of another checkout")
+    row = status_json(root)["c05-small"]
+    assert row["stale"] is True and row["stale_files"] == ["models/c05_probe.py"]
+    table = gates(root, "status")
+    assert "stale: models/c05_probe.py" in table.stdout
+    result = gates(root, "verify")
+    assert result.returncode == 0 and "note: stale: code changed since its evidence: models/c05_probe.py" in result.stdout
+    strict = gates(root, "verify", "--strict-code")
+    assert strict.returncode == 1
+    assert "LOST c05-small" in strict.stdout and "stale (--strict-code)" in strict.stdout
+    assert "models/c05_probe.py" in strict.stdout
+
+
+def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
+    """The dashboard's index and contract pages: a withdrawn claim as withdrawn (its record kept), the
+    supersedes chain both ways with links, stale code naming the files."""
+    from dashboard.site import Site
+
+    root, uri = project
+    write_contract(root / "contracts", small_c05(id="c05-small-v2", supersedes="c05-small"), "c05-small-v2.yaml")
+    evidence = root / "runs" / "c05-small" / "evidence.json"
+    ev = json.loads(evidence.read_text())
+    ev["code_files"]["models/c05_probe.py"] = "0" * 64
+    ev["code_sha256"] = "1" * 64
+    evidence.write_text(json.dumps(ev, indent=2) + "\n")
+    from gates import ledger
+
+    (root / "runs" / "c05-small" / "verdict.md").write_text(ledger.render_report(ev))
+    history.record(root / "runs", evidence, "rederived", "test: another checkout's code")
+    site = Site(root / "runs", root / "contracts", uri, "http://127.0.0.1:5000")
+    index = site.index()
+    old_row = index[index.index('<tr id="row-c05-small">'):]
+    old_row = old_row[:old_row.index("</tr>")]
+    assert 'superseded by <a href="/contract/c05-small-v2">c05-small-v2</a>' in old_row
+    assert "stale: models/c05_probe.py" in old_row
+    page = site.contract("c05-small")
+    assert "Superseded by" in page and "Stale: the code this evidence was computed with has changed" in page
+    assert "<code>models/c05_probe.py</code>" in page
+    assert 'Supersedes <a href="/contract/c05-small">c05-small</a>' in site.contract("c05-small-v2")
+
+    history.withdraw(root / "runs", "c05-small", "a leak <found> in the probe data")
+    site = Site(root / "runs", root / "contracts", uri, "http://127.0.0.1:5000")
+    index = site.index()
+    row = index[index.index('<tr id="row-c05-small">'):]
+    row = row[:row.index("</tr>")]
+    assert 'class="v v-withdrawn">withdrawn</span> <s class="small">' in row
+    page = site.contract("c05-small")
+    assert "Withdrawn: a leak &lt;found&gt; in the probe data" in page
+    assert "Runs: final metrics per arm and seed" in page  # the evidence stays visible, never deleted
