@@ -1,5 +1,5 @@
 """The claims dashboard, for real: two small C05 contracts run through the runner into a temp MLflow
-store (one supported, one refuted by futility halts, its claim full of markup), one pending contract;
+store (one inconclusive, one refuted by futility halts, its claim full of markup), one pending contract;
 `gates dashboard` started as a subprocess and read over HTTP and in headless Chromium (Playwright
 driving Debian's /usr/bin/chromium); `gates report --html` read the same way from files."""
 
@@ -93,7 +93,7 @@ def test_index_lists_every_contract_with_verdict_and_hash_status(server):
     status, headers, html = fetch(server)
     assert status == 200 and headers["Content-Type"].startswith("text/html")
     assert "script-src" not in headers["Content-Security-Policy"] and "default-src 'none'" in headers["Content-Security-Policy"]
-    assert "v-supported" in row(html, "c05-small") and ">ok<" in row(html, "c05-small")
+    assert "v-inconclusive" in row(html, "c05-small") and ">ok<" in row(html, "c05-small")
     assert "v-refuted" in row(html, "markup-claim")
     pending = row(html, "c05-pending")
     assert "v-pending" in pending and "evidence missing" in pending
@@ -154,7 +154,7 @@ def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_pat
     html = site.contract("c05-small")
     assert f"MLflow store sqlite:///{clone / 'mlflow.db'} not found" in html
     assert '<svg class="learning-curve"' not in html and html.count('<svg class="condition-interval"') == 8
-    assert "v-supported" in row(site.index(), "c05-small")
+    assert "v-inconclusive" in row(site.index(), "c05-small")
     assert not (clone / "mlflow.db").exists()
 
 
@@ -228,7 +228,7 @@ def open_page(browser):
 
 def check_in_browser(page, dialogs, index_url: str, shots: Path, name: str):
     page.goto(index_url)
-    assert page.locator("#row-c05-small .verdict").inner_text().strip() == "supported"
+    assert page.locator("#row-c05-small .verdict").inner_text().strip() == "inconclusive"
     assert page.locator("#row-markup-claim .verdict").inner_text().strip() == "refuted"
     assert page.locator("#row-c05-pending .verdict").inner_text().strip() == "pending"
     assert MARKUP in page.locator("#row-markup-claim").inner_text()  # shown as text
