@@ -141,6 +141,7 @@ class Claims:
     def _fingerprint(self) -> tuple:
         files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(self.contracts_dir.glob("*.y*ml"))
         files.append(self.runs_dir / "INDEX.jsonl")  # the claims history: withdrawals, entries
+        files += self.runs_dir.glob(f"*/{ledger.REPORT}")  # verify checks verdict.md against the evidence
         files += _code_files()  # staleness: the code the evidence was computed with
         stats = []
         for f in sorted(files):

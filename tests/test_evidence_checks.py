@@ -216,3 +216,13 @@ def test_an_edited_verdict_md_is_lost_and_gates_render_rewrites_it(project):
 def test_a_missing_verdict_md_is_lost(project):
     (project / "runs" / C05 / ledger.REPORT).unlink()
     lost_with(project, "cannot be read")
+
+
+def test_the_dashboard_sees_an_edited_verdict_md(project, tmp_path):
+    from dashboard.data import Claims, Store
+
+    claims = Claims(project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}"))
+    assert all("is not the rendering" not in p for p in claims.all()[C05].problems)
+    report = project / "runs" / C05 / ledger.REPORT
+    report.write_text(report.read_text() + "\nReviewed: beyond doubt.\n")
+    assert any("is not the rendering" in p for p in claims.all()[C05].problems)  # not a stale cached check
