@@ -29,9 +29,19 @@ FORMAT = 1
 
 @contextlib.contextmanager
 def atomic_writer(path: Path):
-    """Yield a text file; on a clean exit it replaces `path` in one rename, else it is discarded."""
+    """Yield a text file; on a clean exit it replaces `path` in one rename, else it is discarded.
+    The file gets ordinary permissions (0666 less the umask: 0644 under umask 022), as `open` would
+    give; mkstemp's 0600 would hide committed evidence from the other users of a shared checkout."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary name for {path}")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
@@ -72,6 +82,7 @@ def signature(evidence: dict) -> str:
         f"test:{tests}",
         f"correction:{s['correction']}",
         f"alpha:{s['alpha']}",
+        f"engine:{evidence.get('engine_version', '1')}",
         f"seeds:{','.join(str(x) for x in s['seeds'])}",
         f"gates:{evidence.get('gates_version', gates.__version__)}",
     ]
@@ -377,9 +388,13 @@ def render_report(ev: dict) -> str:
         f"Study: `{ev.get('study', '-')}`, contract `{ev.get('contract_path', '-')}`, "
         f"recorded {ev['created_at']}",
         "",
-        "## Why",
-        "",
     ]
+    if ev.get("supersedes"):
+        lines += [f"Supersedes `{ev['supersedes']}` (its evidence stays, shown as superseded).", ""]
+    if ev.get("rule_flags"):
+        lines += ["Recorded under older rules (a new version that follows them is how this claim is brought "
+                  "up to date):", ""] + [f"- {f}" for f in ev["rule_flags"]] + [""]
+    lines += ["## Why", ""]
     lines += [f"- {r}" for r in ev.get("reasons", [])]
     if ev.get("settle"):
         lines += ["", "What would settle it:", ""] + [f"- {s}" for s in ev["settle"]]
@@ -387,8 +402,9 @@ def render_report(ev: dict) -> str:
         "",
         "## Conditions",
         "",
-        f"Holm-corrected across all {len(ev['conditions'])} conditions; intervals are two-sided at "
-        f"1 - 2*alpha (their ends are the one-sided bounds at alpha).",
+        f"Holm-corrected across all {len(ev['conditions'])} conditions at alpha {ev['settings']['alpha']}; "
+        f"t intervals are two-sided at 1 - 2*alpha (their ends are the one-sided bounds at alpha), an exact "
+        f"randomization test shows the per-seed range of the effect.",
         "",
         "| condition | outcome | estimate | interval | p(holds) adj | p(fails) adj | test |",
         "|---|---|---|---|---|---|---|",
@@ -399,6 +415,14 @@ def render_report(ev: dict) -> str:
             f"| {c['list_name']}[{c['index']}]: `{c['description']}` | **{c['outcome']}** | "
             f"{_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
             f"{_fmt(c.get('p_fail_adj'), 3)} | {c['test']} |")
+    reasons = [f"- {c['list_name']}[{c['index']}]: {c['test']}: {c['test_reason']}"
+               for c in ev["conditions"] if c.get("test_reason")]
+    if reasons:
+        lines += ["", "Why each test:", ""] + reasons
+    if ev.get("lost"):
+        lines += ["", "## Lost values", "", "Seeds without a finite value of a metric a condition reads; a "
+                  "supported_if condition that reads one cannot hold.", ""]
+        lines += [f"- {x['arm']}.{x['metric']} seed {x['seed']}: {x['why']}" for x in ev["lost"]]
     lines += ["", "## Runs", "", "| arm | seed | status | halt | metrics |", "|---|---|---|---|---|"]
     for r in ev["runs"]:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["metrics"].items()))
@@ -410,6 +434,18 @@ def render_report(ev: dict) -> str:
                   f"`{point['arm']}.{point['metric']} {sign} {point['threshold']}` by step {point['by_step']}:", ""]
         lines += [f"- seed {r['seed']}: {_fmt(r['value'])} at step {r['step']}: {'met' if r['met'] else 'NOT met'}"
                   for r in point["runs"]]
+    pred = (ev.get("predictions") or {}).get("predicted_ablation")
+    if pred:
+        sign = "above" if pred["direction"] == "higher" else "below"
+        came = {True: "came true", False: "did NOT come true", None: "not measured"}[pred["came_true"]]
+        lines += ["", "## Predictions (gates 3 and 5)", "",
+                  f"- gate 3: `{pred['arm']}.{pred['metric']}` {sign} `{pred['versus']}` by at least "
+                  f"{_fmt(pred['predicted_size'])}; measured {_fmt(pred['measured_size'])}: {came}"
+                  + (f"; with sd {_fmt(pred['sd'])}, {pred['seeds_for_80pct_power'] or '> 1000'} seeds per arm "
+                     f"give 80% power" if pred.get("sd") is not None else "")]
+        fpp = ev["predictions"]["falsifiable_point"]
+        lines.append(f"- gate 5: threshold met by its step on {fpp['met_on']} of {fpp['of']} seeds: "
+                     f"{'came true' if fpp['came_true'] else 'did NOT come true'}")
     pre = ev.get("preflight", {})
     if pre:
         lines += ["", "## Preflight", ""]
