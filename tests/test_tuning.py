@@ -236,13 +236,13 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
 
     # verify re-derives the tuning; a tampered best is caught
     evidence_path = workdir / "runs" / "c05-tuned-small" / "evidence.json"
-    assert check_claim(evidence_path, {}, replay=False).status == "ok"
+    assert check_claim(evidence_path, {"c05-tuned-small": loaded.path}, replay=False).status == "ok"
     tampered = json.loads(evidence_path.read_text())
     other = next(t for t in tampered["tuning"]["arms"]["subheap_kernel"]["trials"]
                  if t["number"] != tampered["tuning"]["arms"]["subheap_kernel"]["best"]["number"])
     tampered["tuning"]["arms"]["subheap_kernel"]["best"]["number"] = other["number"]
     evidence_path.write_text(json.dumps(tampered))
-    problems = check_claim(evidence_path, {}, replay=False).problems
+    problems = check_claim(evidence_path, {"c05-tuned-small": loaded.path}, replay=False).problems
     assert any("recorded best trial" in p for p in problems)
 
     # resume: nothing is redone, the same trials and the same verdict
