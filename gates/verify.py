@@ -121,8 +121,9 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
 
     check.problems += _check_runs(loaded, ev)
     check.problems += _check_settings(loaded, ev)
-    check.problems += _rederive(loaded, ev)
-    check.problems += _check_derived(loaded, ev)
+    again = verdict.decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
+    check.problems += _rederive(again, ev)
+    check.problems += _check_derived(loaded, ev, again)
     check.problems += _check_report(evidence_path.parent, ev)
     if loaded.contract.tuning is not None or ev.get("tuning"):
         from gates.tuning import check_evidence as check_tuning  # imports Optuna: only when it matters
@@ -149,9 +150,8 @@ def _lost(check: ClaimCheck, problem: str) -> ClaimCheck:
     return check
 
 
-def _rederive(loaded: LoadedContract, ev: dict) -> list[str]:
-    """The verdict and each condition's outcome, recomputed from the recorded per-seed metrics."""
-    again = verdict.decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
+def _rederive(again: verdict.Verdict, ev: dict) -> list[str]:
+    """The verdict and each condition's outcome against `again`, re-derived from the recorded runs."""
     problems = []
     if again.verdict != ev["verdict"]:
         problems.append(f"recorded verdict {ev['verdict']!r} does not reproduce from its metrics: "
@@ -252,17 +252,19 @@ def _stated_problems(where: str, recorded: dict, model, what: str) -> list[str]:
     return problems
 
 
-def _check_derived(loaded: LoadedContract, ev: dict) -> list[str]:
+def _check_derived(loaded: LoadedContract, ev: dict, again: verdict.Verdict) -> list[str]:
     """Everything the verdict engine derives from the per-seed values (each condition's values, n,
     estimate, interval and p-values; the reasons, what would settle it, the halts; the correction)
     equals what today's code derives from the recorded runs, floats within a relative 1e-9. Verdict
-    and outcomes are `_rederive`'s."""
-    again = verdict.decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
+    and outcomes are `_rederive`'s. Gates 3 and 5 as measured (`predictions`) likewise, where recorded."""
     problems = []
     if ev["settings"]["correction"] != again.correction:
         problems.append(f"settings.correction {ev['settings']['correction']!r} is not today's {again.correction!r}")
     derived = again.to_dict()
-    for key in DERIVED_TOP_LEVEL:
+    if "predictions" in ev:
+        derived["predictions"] = verdict.predictions(loaded.contract, ev["runs"],
+                                                     (ev.get("falsifiable_point") or {}).get("runs", []))
+    for key in DERIVED_TOP_LEVEL + ("predictions",):
         if key in ev and key in derived and not _same(ev[key], derived[key]):
             problems.append(f"the recorded {key} are not what the runs give: {_diff(ev[key], derived[key])}")
     recorded = {}
