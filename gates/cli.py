@@ -271,7 +271,8 @@ def verify(
         for c in checks:
             mark = {"ok": "[green]ok[/]", "lost": "[red]LOST[/]", "pending": "[yellow]pending[/]",
                     "withdrawn": "[magenta]withdrawn[/]"}[c.status]
-            extra = (" (replayed)" if c.replayed else "") + (f" (audited {len(c.audited)} runs)" if c.audited else "")
+            n = len(c.audited)
+            extra = (" (replayed)" if c.replayed else "") + (f" (audited {n} run{'s' * (n != 1)})" if n else "")
             out.print(f"{mark} {c.contract_id}: {c.verdict or '-'}{extra}")
             for p in c.problems:
                 out.print(f"    {p}", markup=False, highlight=False)
