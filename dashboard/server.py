@@ -1,7 +1,16 @@
-"""`gates dashboard`: the pages over HTTP (stdlib ThreadingHTTPServer), read-only: GET and HEAD only."""
+"""`gates dashboard`: the pages over HTTP (stdlib ThreadingHTTPServer), read-only: GET and HEAD only.
+
+One daemon thread per connection, a listen backlog of REQUEST_QUEUE_SIZE (the stdlib's 5 made a burst
+of clients wait for SYN retransmits), a read and write timeout per connection (READ_TIMEOUT: a
+half-sent request ties up one thread for that long, never the server), a client that goes away is one
+log line, and a request whose Host header is not an address this server answers to is refused with
+421 (DNS rebinding: a page on another site must not read the dashboard through a name that resolves
+to 127.0.0.1).
+"""
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import sys
 import threading
@@ -15,9 +24,34 @@ from dashboard.site import Site
 from gates.errors import UserError
 
 
+READ_TIMEOUT = 10.0  # seconds a connection may take to send its request (and to take the answer)
+REQUEST_QUEUE_SIZE = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
+CONNECTION_GONE = (ConnectionError, TimeoutError)  # BrokenPipeError, ConnectionResetError, ...; a timeout
+
+
 class Handler(BaseHTTPRequestHandler):
     site: Site  # set on the subclass made by make_server
     server_version = "gates-dashboard"
+    timeout = READ_TIMEOUT  # the socket timeout StreamRequestHandler sets on each connection
+
+    def handle(self):
+        try:
+            super().handle()
+        except CONNECTION_GONE as err:  # the client went away mid-request or mid-answer: one line, no traceback
+            self.close_connection = True
+            self.log_message("connection closed by the client (%s)", type(err).__name__)
+
+    def parse_request(self) -> bool:
+        if not super().parse_request():
+            return False
+        hosts = self.headers.get_all("Host") or []
+        if len(hosts) > 1 or (hosts and not self.server.host_allowed(hosts[0])):
+            self.close_connection = True
+            self._send(HTTPStatus.MISDIRECTED_REQUEST,
+                       f"<h1>421: this dashboard answers to {render.e(self.server.url_host)} only</h1>",
+                       self.command != "HEAD")
+            return False
+        return True
 
     def do_GET(self):
         self._respond(send_body=True)
@@ -64,18 +98,61 @@ class Handler(BaseHTTPRequestHandler):
         if send_body:
             self.wfile.write(body)
 
-    def log_message(self, format, *args):  # one short line per request on stderr
-        sys.stderr.write(f"{self.address_string()} {format % args}\n")
+    def log_message(self, format, *args):  # one short line per request on stderr, control characters escaped
+        message = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in format % args)
+        sys.stderr.write(f"{self.address_string()} {message}\n")
 
 
-def make_server(site: Site, host: str, port: int) -> ThreadingHTTPServer:
-    handler = type("SiteHandler", (Handler,), {"site": site})
+class Server(ThreadingHTTPServer):
+    daemon_threads = True  # a hanging connection never keeps the process alive
+    request_queue_size = REQUEST_QUEUE_SIZE
+
+    def __init__(self, address, handler, *, host_names: tuple[str, ...] = ()):
+        super().__init__(address, handler)
+        host, port = self.server_address[:2]
+        self.wildcard = host in ("0.0.0.0", "::", "")
+        self.host_names = {"127.0.0.1", "localhost", "::1", str(host).lower(), *(h.lower() for h in host_names if h)}
+        self.url_host = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+
+    def host_allowed(self, value: str) -> bool:
+        """Whether a request's Host header names this server: a loopback name or the bound (or given)
+        host, with the bound port. Bound to every address, any IP literal is accepted (rebinding needs
+        a DNS name)."""
+        value = value.strip().lower()
+        if value.startswith("["):  # [::1]:8765
+            name, _, rest = value[1:].partition("]")
+            port = rest[1:] if rest.startswith(":") else ("" if not rest else None)
+        else:
+            name, _, port = value.rpartition(":") if ":" in value else (value, "", "")
+        bound = str(self.server_address[1])
+        if port is None or port != bound and not (port == "" and bound == "80"):
+            return False
+        name = name.rstrip(".")
+        if name in self.host_names:
+            return True
+        if self.wildcard:
+            try:
+                ipaddress.ip_address(name)
+                return True
+            except ValueError:
+                return False
+        return False
+
+    def handle_error(self, request, client_address):  # an exception that escaped a handler
+        err = sys.exc_info()[1]
+        if isinstance(err, CONNECTION_GONE):
+            sys.stderr.write(f"{client_address[0]} connection closed by the client ({type(err).__name__})\n")
+            return
+        super().handle_error(request, client_address)
+
+
+def make_server(site: Site, host: str, port: int, *, read_timeout: float = READ_TIMEOUT) -> Server:
+    handler = type("SiteHandler", (Handler,), {"site": site, "timeout": read_timeout})
     try:
-        server = ThreadingHTTPServer((host, port), handler)
+        server = Server((host, port), handler, host_names=(host,))
     except (OSError, OverflowError) as err:  # OverflowError: a port outside 0-65535
         raise UserError(f"cannot listen on {host}:{port} ({getattr(err, 'strerror', None) or err}); expected a free port "
                         f"(or --port 0 for any free port) and a local address", field="--port") from None
-    server.daemon_threads = True
     return server
 
 
