@@ -60,7 +60,7 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
     """contracts/, runs/ and mlflow.db under root; (tracking URI, number of runs)."""
     from mlflow.entities import Metric
 
-    from gates import ledger, verdict
+    from gates import history, ledger, verdict
     from gates.contract import load_contract
     from gates.tracking import Tracker
 
@@ -92,7 +92,7 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
                                 "mlflow_run_id": run.info.run_id})
                 n_runs += 1
         result = verdict.decide(loaded.contract.decision, records, loaded.study.metrics).to_dict()
-        ledger.write_evidence(root / "runs", {
+        written = ledger.write_evidence(root / "runs", {
             "format": ledger.FORMAT, "contract_id": loaded.id, "contract_path": f"contracts/{path.name}",
             "contract_sha256": loaded.sha256, "claim": data["claim"], "source": data["source"],
             "study": data["study"], "verdict": result["verdict"], "reasons": result["reasons"],
@@ -103,6 +103,7 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
             "mlflow": {"tracking_uri": uri, "experiment_id": exp, "parent_run_id": parent.info.run_id},
             "preflight": {"arms": {}, "notes": []}, "falsifiable_point": None, "runs": records,
             "conditions": result["conditions"], "halts": result["halts"]})
+        history.record(root / "runs", written, "recorded")  # indexed, as `gates run` does
     return uri, n_runs
 
 
