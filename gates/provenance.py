@@ -159,7 +159,20 @@ def staleness(evidence: dict, study_module: str | None, root: Path | None = None
             note += (" (whose files do not hash to the recorded code sha256: the evidence was computed with "
                      "changes that were never committed)")
     changed = sorted(p for p in set(then) | set(now_files) if then.get(p) != now_files.get(p))
-    return Staleness(True, tuple(changed) or (UNKNOWN_FILES,), note)
+    if not changed:
+        return Staleness(True, (UNKNOWN_FILES,), note)
+    # Stale means the study's code changed: the models it trains and measures. The platform's files
+    # (gates/) change with every feature; `gates verify` re-derives every verdict with today's engine,
+    # and replays and audits re-run training, so a platform change alone is noted, not stale.
+    study = [p for p in changed if not p.startswith("gates/")]
+    platform = len(changed) - len(study)
+    if platform:
+        note = _join(note, f"{platform} platform file{'s' if platform > 1 else ''} in gates/ changed too")
+    return Staleness(bool(study), tuple(study), note)
+
+
+def _join(a: str, b: str) -> str:
+    return f"{a}; {b}" if a else b
 
 
 @lru_cache(maxsize=64)

@@ -61,8 +61,9 @@ def test_old_evidence_names_changed_files_from_its_commit(repo):
     (root / "models" / "common.py").write_text("def layer():\n    return 2\n")  # uncommitted edit
     (root / "gates" / "history.py").write_text("# new, untracked\n")
     found = provenance.staleness(ev, STUDY, root)
-    assert found.stale and found.files == ("gates/history.py", "models/common.py")
-    assert found.note == f"compared with commit {commit[:12]}"
+    # stale is the study's code; the platform file is noted, not counted
+    assert found.stale and found.files == ("models/common.py",)
+    assert found.note == f"compared with commit {commit[:12]}; 1 platform file in gates/ changed too"
 
     (root / "models" / "probe.py").unlink()  # the study module itself gone
     assert "models/probe.py" in provenance.staleness(ev, STUDY, root).files
@@ -91,9 +92,12 @@ def test_new_evidence_names_files_from_its_own_hashes_without_git(repo):
           "git_commit": commit}
     shutil.rmtree(root / ".git")  # per-file hashes need no history
     assert not provenance.staleness(ev, STUDY, root).stale
-    (root / "gates" / "verdict.py").write_text("ENGINE = 2\n")
+    (root / "gates" / "verdict.py").write_text("ENGINE = 2\n")  # the platform alone: noted, not stale
     found = provenance.staleness(ev, STUDY, root)
-    assert found.stale and found.files == ("gates/verdict.py",) and found.note == ""
+    assert not found.stale and found.files == () and found.note == "1 platform file in gates/ changed too"
+    (root / "models" / "probe.py").write_text((root / "models" / "probe.py").read_text() + "# edited\n")
+    found = provenance.staleness(ev, STUDY, root)
+    assert found.stale and found.files == ("models/probe.py",)
 
 
 def test_unregistered_study_is_stale_with_unknown_files(repo):
