@@ -451,10 +451,13 @@ def _withdrawn(contract_id: str, entry: dict, evidence: Path | None) -> ClaimChe
 
 
 def _raw_evidence(path: Path) -> dict | None:
+    """The evidence as plain JSON, or None; never blocks on a FIFO or reads past the evidence cap."""
     import json
 
+    from gates.yamlsafe import read_capped
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_capped(path, ledger.MAX_EVIDENCE_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return data if isinstance(data, dict) else None
