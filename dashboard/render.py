@@ -194,15 +194,17 @@ def _conditions(ev: dict) -> str:
         values = "<br>".join(f"{e(term)}: {', '.join(_num(v) for v in vals)}" for term, vals in cond.get("values", {}).items())
         interval = (f"[{_num(cond.get('ci_low'))}, {_num(cond.get('ci_high'))}]" if cond.get("ci_low") is not None else "-")
         note = f'<br><span class="small">{e(cond["note"])}</span>' if cond.get("note") else ""
+        reason = f'<br><span class="small">{e(cond["test_reason"])}</span>' if cond.get("test_reason") else ""
         rows.append(
             f'<tr><td>{e(cond["list_name"])}[{e(cond["index"])}]: <code>{e(cond["description"])}</code>{note}</td>'
             f'<td class="o-{e(cond["outcome"])}">{e(cond["outcome"])}</td><td>{svg.condition_interval(cond)}</td>'
             f'<td class="num">{_num(cond.get("estimate"))}</td><td class="num">{interval}</td>'
             f'<td class="num">{_num(cond.get("p_hold_adj"))}</td><td class="num">{_num(cond.get("p_fail_adj"))}</td>'
-            f'<td>{e(cond.get("test", "-"))}</td><td class="small">{values}</td></tr>')
+            f'<td>{e(cond.get("test", "-"))}{reason}</td><td class="small">{values}</td></tr>')
     return (f'<h2>Conditions</h2><p class="small">Each condition\'s effect beyond its bar (threshold or margin; '
-            f'&gt; 0 means it holds) with its two-sided interval at 1 &minus; 2&alpha; (&alpha; = {_num(alpha)}), '
-            f'Holm-corrected p-values across all conditions. The black line is the bar; green side: holds.</p>'
+            f'&gt; 0 means it holds) with its two-sided interval at 1 &minus; 2&alpha; (&alpha; = {_num(alpha)}; an exact randomization '
+            f'test shows the per-seed range of the effect), Holm-corrected p-values across all conditions; '
+            f'under each test, why it was used. The black line is the bar; green side: holds.</p>'
             f'<table class="conditions"><thead><tr><th>condition</th><th>outcome</th><th>interval against the bar</th>'
             f'<th>estimate</th><th>interval</th><th>p(holds) adj</th><th>p(fails) adj</th><th>test</th>'
             f'<th>per-seed values</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
@@ -252,7 +254,29 @@ def _gate5(ev: dict) -> str:
     items = "".join(f"<li>seed {e(r['seed'])}: {_num(r.get('value'))} at step {e(r.get('step'))}: "
                     f"{'met' if r.get('met') else 'not met'}</li>" for r in fp.get("runs", []))
     return (f"<h2>Falsifiable point (gate 5)</h2><p><code>{e(fp['arm'])}.{e(fp['metric'])} {op} "
-            f"{_num(fp['threshold'])}</code> by step {e(fp['by_step'])}</p><ul>{items}</ul>")
+            f"{_num(fp['threshold'])}</code> by step {e(fp['by_step'])}</p><ul>{items}</ul>{_predictions(ev)}"
+            f"{_lost(ev)}")
+
+
+def _predictions(ev: dict) -> str:
+    """Gate 3's predicted ablation against what was measured (recorded since verdict engine 2)."""
+    pred = (ev.get("predictions") or {}).get("predicted_ablation")
+    if not pred:
+        return ""
+    came = {True: "came true", False: "did not come true", None: "not measured"}[pred.get("came_true")]
+    side = "above" if pred.get("direction") == "higher" else "below"
+    return (f"<h2>Predicted ablation (gate 3)</h2><p><code>{e(pred['arm'])}.{e(pred['metric'])}</code> {side} "
+            f"<code>{e(pred['versus'])}</code> by at least {_num(pred.get('predicted_size'))}; measured "
+            f"{_num(pred.get('measured_size'))}: <strong>{came}</strong></p>")
+
+
+def _lost(ev: dict) -> str:
+    lost = ev.get("lost") or []
+    if not lost:
+        return ""
+    items = "".join(f"<li>{e(x['arm'])}.{e(x['metric'])} seed {e(x['seed'])}: {e(x['why'])}</li>" for x in lost)
+    return (f'<h2>Lost values</h2><p class="small">A supported_if condition that reads one cannot hold.</p>'
+            f"<ul>{items}</ul>")
 
 
 def _runs(view: ContractView, mlflow_ui: str) -> str:

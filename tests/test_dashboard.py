@@ -123,6 +123,10 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
     for r in halted:
         assert f"{r['arm']} seed {r['seed']} halted at step 40" in html
     assert "decision threshold on subheap_kernel: 0.95" in html
+    # which test each condition got and why; the halted arms' values listed as lost; gate 3 measured
+    assert "sign-flip (exact)" in html and "the t-test&#x27;s normality cannot hold" in html
+    assert "<h2>Lost values</h2>" in html and "flat_address.test_acc seed 0: halted" in html
+    assert "<h2>Predicted ablation (gate 3)</h2>" in html
     exp = ev["mlflow"]["experiment_id"]
     for r in ev["runs"]:
         assert f'href="http://127.0.0.1:5000/#/experiments/{exp}/runs/{r["mlflow_run_id"]}"' in html
