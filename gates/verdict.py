@@ -267,6 +267,7 @@ def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: f
     else:
         theta = effect.const + sum(t.coef * _mean(col) for t, col in zip(effect.terms, columns))
         spread_parts = [t.coef ** 2 * _var(col) for t, col in zip(effect.terms, columns)]
+    plan = (spread_parts, one_sample, [len(d)] if one_sample else [len(c) for c in columns])
     unfit = _t_unfit(effect, columns, d if paired else None, metrics)
     if bootstrap or unfit:
         stat = _randomization(effect, columns, d)
@@ -275,7 +276,7 @@ def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: f
             draws = _bootstrap(effect, columns, d)
             stat.ci_low, stat.ci_high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
             stat.ci_level = 1 - 2 * alpha
-        stat.plan = (spread_parts, one_sample, [len(d)] if one_sample else [len(c) for c in columns])
+        stat.plan = plan
         return stat
     if one_sample:
         se, df = math.sqrt(spread_parts[0] / n), n - 1.0
@@ -286,10 +287,8 @@ def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: f
     t_obs = theta / se
     half = float(stats.t.ppf(1 - alpha, df)) * se
     test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
-    sizes = [len(d)] if one_sample else [len(c) for c in columns]
     return _Stat(theta, theta - half, theta + half, float(stats.t.sf(t_obs, df)), float(stats.t.cdf(t_obs, df)),
-                 test=test, test_reason=T_TEST_REASON, ci_level=1 - 2 * alpha,
-                 plan=(spread_parts, one_sample, sizes))
+                 test=test, test_reason=T_TEST_REASON, ci_level=1 - 2 * alpha, plan=plan)
 
 
 def _randomization(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> _Stat:
