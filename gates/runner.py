@@ -8,6 +8,8 @@ Every arm x seed is one MLflow run nested under the contract's parent run. A fin
 from __future__ import annotations
 
 import math
+import os
+import socket
 import tempfile
 import time
 import traceback
@@ -166,6 +168,47 @@ def finished_runs(parent: ParentRun, *, kill_running: bool = True) -> dict[tuple
     return done
 
 
+OWNER_TAG = "gates.local_owner"  # "host:pid" of the single-process `gates run` that created or reopened a run
+
+
+def local_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def close_abandoned(parent: ParentRun) -> list[str]:
+    """Close (KILLED) the runs of this contract that a `gates run` on this machine left RUNNING when it was
+    killed, under any parent run: after a code change the next run opens a new parent, and the old one's
+    runs would stay RUNNING for good. Only runs whose owner process is gone; runs without an owner (a
+    distributed worker's) are left to `finished_runs` and the workers. Called under the contract's lock."""
+    host = socket.gethostname()
+    found = parent.tracker.client.search_runs(
+        [parent.experiment_id], filter_string=f"attributes.status = 'RUNNING' and tags.`{OWNER_TAG}` LIKE '{host}:%'",
+        max_results=10000)
+    closed = []
+    for run in found:
+        owner_host, _, pid = run.data.tags.get(OWNER_TAG, "").rpartition(":")
+        if run.info.run_id == parent.parent_id or owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            continue
+        if run.data.tags.get("gates.role") == "contract":
+            parent.tracker.client.set_terminated(run.info.run_id, status="KILLED")
+        else:
+            parent.tracker.kill(run.info.run_id)
+        closed.append(run.info.run_id)
+    return closed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
 def judged_arms(loaded: LoadedContract) -> set[str]:
     """Arms that relative futility rules (`behind_best_other_by`) judge against the other arms."""
     return {a for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None for a in r.arms}
@@ -215,6 +258,10 @@ def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *,
     c = loaded.contract
     parent = prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
     tracker = parent.tracker
+    owner = local_owner()
+    parent.base_tags = {**parent.base_tags, OWNER_TAG: owner}  # every run this process creates carries it
+    tracker.client.set_tag(parent.parent_id, OWNER_TAG, owner)
+    close_abandoned(parent)
     done = finished_runs(parent)
     if c.tuning is not None:  # tune first (gates/tuning.py): the seeds run each tuned arm's best config
         from gates.tuning import tune_and_apply

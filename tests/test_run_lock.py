@@ -79,8 +79,10 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
     assert (tmp_path / "runs" / ".c05-lock.lock").exists()  # and its lock file (no longer locked)
 
     monkeypatch.chdir(tmp_path)
-    evidence = run_contract(load_contract(path.name), "sqlite:///mlflow.db", Path("runs"))
-    assert running_children(db) == set()
+    # an absolute URI: MLflow caches engines by URI, and a relative one may still point at another test's folder
+    evidence = run_contract(load_contract(path.name), f"sqlite:///{db}", Path("runs"))
+    with sqlite3.connect(db) as con:  # nothing is left RUNNING: no arm x seed, no parent run
+        assert con.execute("SELECT count(*) FROM runs WHERE status = 'RUNNING'").fetchone()[0] == 0
     client = _client(f"sqlite:///{db}")
     for run_id in left_running:
         run = client.get_run(run_id)
@@ -94,6 +96,40 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
     os.umask(umask)
     for name in (ledger.EVIDENCE, ledger.REPORT):
         assert stat.S_IMODE((tmp_path / "runs" / "c05-lock" / name).stat().st_mode) == 0o666 & ~umask
+
+
+def test_runs_left_running_by_a_dead_gates_run_are_closed_under_any_parent(tmp_path, monkeypatch):
+    """After a code change the next run opens a new parent run; the killed run's RUNNING runs under the old
+    parent are closed too, when their owner process is gone. A live owner's runs and runs without an owner
+    (a distributed worker's) are left alone."""
+    import socket
+
+    data = small_c05(id="c05-owner")
+    data["budget"] = {"steps": 20, "eval_every": 10}
+    data["preflight"]["falsifiable_point"]["by_step"] = 20
+    data["stop_rules"] = {"divergence": {"metrics": ["train_loss"]}}
+    path = write_contract(tmp_path, data, "c05-owner.yaml")
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    evidence = run_contract(load_contract(path.name), uri, Path("runs"))
+    client = _client(uri)
+    experiment = evidence["mlflow"]["experiment_id"]
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    host = socket.gethostname()
+
+    def left(owner: str | None, role: str, parent: str | None = None) -> str:
+        tags = {"gates.role": role, **({"gates.local_owner": owner} if owner else {}),
+                **({"mlflow.parentRunId": parent} if parent else {})}
+        return client.create_run(experiment, tags=tags).info.run_id  # RUNNING
+
+    old_parent = left(f"{host}:{dead.stdout.strip()}", "contract")  # an older code's parent, its process killed
+    abandoned = left(f"{host}:{dead.stdout.strip()}", "run", old_parent)
+    live = left(f"{host}:{os.getppid()}", "run", old_parent)  # a live process (another --runs-dir, say)
+    worker = left(None, "run", old_parent)  # a distributed worker's
+    run_contract(load_contract(path.name), uri, Path("runs"))  # the same code: every arm x seed reused
+    status = {r: client.get_run(r).info.status for r in (old_parent, abandoned, live, worker)}
+    assert status == {old_parent: "KILLED", abandoned: "KILLED", live: "RUNNING", worker: "RUNNING"}
+    assert client.get_run(abandoned).data.tags["gates.status"] == "killed"
 
 
 def test_the_lock_is_per_contract_and_released_on_exit(tmp_path):

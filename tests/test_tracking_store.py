@@ -99,7 +99,7 @@ def test_gates_run_killed_while_mlflow_creates_tables_leaves_no_store_and_the_ne
     assert not (tmp_path / "mlflow.db").exists()  # no store rather than half of one
 
     monkeypatch.chdir(tmp_path)  # the next run (in this process: the imports are paid already)
-    evidence = run_contract(load_contract(contract.name), "sqlite:///mlflow.db", Path("runs"))
+    evidence = run_contract(load_contract(contract.name), f"sqlite:///{tmp_path / 'mlflow.db'}", Path("runs"))
     assert len(evidence["runs"]) == 8 and (tmp_path / "runs" / "c05-tiny" / "evidence.json").is_file()
     assert is_complete(tmp_path / "mlflow.db")
     assert leftovers(tmp_path) == []  # the killed build's temporary store was removed
