@@ -81,9 +81,12 @@ class Handler(BaseHTTPRequestHandler):
                     status, html = HTTPStatus.NOT_FOUND, self.site.not_found(f"no contract {contract_id!r}")
             else:
                 status, html = HTTPStatus.NOT_FOUND, self.site.not_found(f"no page {path!r}")
-        except Exception:  # a page that cannot be rendered says why; the server keeps serving
+        except Exception as err:  # the server keeps serving; the page says what failed, the log says where
             status = HTTPStatus.INTERNAL_SERVER_ERROR
-            html = render.page("Error", f"<h1>500</h1><pre>{render.e(traceback.format_exc())}</pre>", render.SERVER, "")
+            self.log_message("error rendering %s: %s", path, traceback.format_exc().strip().replace("\n", " | "))
+            html = render.page("Error", f"<h1>500</h1><p>This page could not be rendered: "
+                                        f"{render.e(type(err).__name__)}: {render.e(str(err)[:300])}. The server's "
+                                        f"log has the details.</p>", render.SERVER, "")
         self._send(status, html, send_body)
 
     def _send(self, status: HTTPStatus, html: str, send_body: bool, extra: dict | None = None):

@@ -166,3 +166,27 @@ def test_pages_under_concurrent_first_views(site):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_page_that_fails_to_render_is_a_500_without_a_traceback(site, capfd):
+    """Whatever breaks inside a page, the visitor sees what failed in one sentence, never a traceback
+    with the server's file paths; the log keeps the details on one line."""
+
+    class Broken(Site):
+        def index(self):
+            raise RuntimeError("the runs folder vanished")
+
+    broken = Broken(site.claims.runs_dir, site.claims.contracts_dir, site.store.uri, "http://127.0.0.1:5000")
+    server = start(broken)
+    try:
+        answer = request(server.server_address[1], "/")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status(answer) == 500
+    body = answer.decode()
+    assert "RuntimeError: the runs folder vanished" in body
+    assert "Traceback" not in body and "site.py" not in body and ".py&quot;" not in body
+    log = capfd.readouterr().err
+    (line,) = [x for x in log.splitlines() if "error rendering /" in x]  # the details: one log line
+    assert "Traceback" in line and "RuntimeError: the runs folder vanished" in line
