@@ -24,7 +24,6 @@ Appends take an exclusive lock on the index file (flock) and are synced (fsync) 
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -33,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import gates
+from gates.files import fsync_dir
 
 INDEX = "INDEX.jsonl"
 GENESIS = "0" * 64
@@ -150,7 +150,7 @@ def _append(runs_root: Path, entry: dict) -> dict:
     finally:
         os.close(fd)  # releases the lock
     if created:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return entry
 
 
@@ -178,13 +178,6 @@ def _repair_tail(fd: int, data: bytes) -> bytes:
     return data[:keep]
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform can fsync a directory
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 # ---------------------------------------------------------------------------------- reading

@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from gates.errors import UserError
+from gates.files import fsync_dir
 
 HEADER = b"SQLite format 3\x00"
 JOURNALS = ("-journal", "-wal", "-shm")
@@ -247,7 +248,7 @@ def _build(path: Path, uri: str, upgrade: Inspection | None) -> None:
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except BaseException as e:
         if engine is not None:
             engine.dispose()
@@ -265,10 +266,4 @@ def _build(path: Path, uri: str, upgrade: Inspection | None) -> None:
                          f"space (or --tracking-uri elsewhere); nothing was left behind", file=str(path)) from None
 
 
-def _fsync_dir(folder: Path) -> None:
-    with contextlib.suppress(OSError):
-        fd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+

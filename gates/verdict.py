@@ -716,7 +716,7 @@ def predictions(contract, runs: list[dict], first_signals: list[dict]) -> dict:
     Gate 3 came true when the measured mean difference (oriented by its direction) is at least the
     predicted size; gate 5 when the falsifiable threshold was met by `by_step` on every seed. Both are
     reported, never used by the verdict (the decision's conditions are)."""
-    pa, fp = contract.preflight.predicted_ablation, contract.preflight.falsifiable_point
+    pa = contract.preflight.predicted_ablation
     samples, _ = _samples(runs)
     a, b = samples.get((pa.arm, pa.metric), {}), samples.get((pa.versus, pa.metric), {})
     measured = None

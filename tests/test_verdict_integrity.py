@@ -18,29 +18,11 @@ from gates.errors import UserError
 from gates.study import Metric, proportion
 from gates.verdict import decide, smallest_p, unreachable
 from tests.conftest import C05, small_c05, write_contract
+from tests.test_verdict import decision, runs, thr
 
 DRAWS = 2000
 SLACK = 3 * np.sqrt(0.05 * 0.95 / DRAWS)
 ACC = {"acc": proportion("higher", "test")}
-NEVER = {"kind": "threshold", "arm": "a", "metric": "acc", "direction": "lower", "value": -1e9}
-
-
-def decision(supported, refuted=None, **kw) -> Decision:
-    return Decision.model_validate({"supported_if": supported, "refuted_if": refuted or [NEVER], **kw})
-
-
-def runs(arm, status="completed", halt_reason=None, seeds=None, **metrics):
-    n = len(next(iter(metrics.values()))) if metrics else len(seeds)
-    seeds = list(range(n)) if seeds is None else seeds
-    return [{"arm": arm, "seed": s, "status": status, "halt_reason": halt_reason,
-             "metrics": {m: v[i] for m, v in metrics.items()} if status == "completed" else {}}
-            for i, s in enumerate(seeds)]
-
-
-def thr(arm, metric, direction, value, **kw):
-    return {"kind": "threshold", "arm": arm, "metric": metric, "direction": direction, "value": value, **kw}
-
-
 def compare(arm, other, direction="higher", **kw):
     return {"kind": "compare", "arm": arm, "metric": "acc", "other": other, "direction": direction, **kw}
 
