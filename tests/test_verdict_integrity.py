@@ -238,3 +238,22 @@ def test_a_recorded_contract_under_older_rules_loads_and_is_flagged(tmp_path):
     loaded.require_current_rules(C05.parent.parent / "runs")  # recorded: passes
     with pytest.raises(UserError, match="validation metric"):
         loaded.require_current_rules(tmp_path)  # no evidence here: a new contract must follow the rule
+
+
+def test_gates_3_and_5_are_compared_with_what_was_measured():
+    from gates.contract import Contract
+    from gates.verdict import predictions
+
+    data = yaml.safe_load(C05.read_text())
+    data["preflight"]["predicted_ablation"]["sd"] = 0.1
+    contract = Contract.model_validate(data)  # subheap_kernel above flat_address by >= 0.7 on test_acc
+    rs = runs("subheap_kernel", test_acc=[1.0, 0.98, 0.99]) + runs("flat_address", test_acc=[0.02, 0.0, 0.01])
+    met = [{"seed": 0, "met": True}, {"seed": 1, "met": True}, {"seed": 2, "met": False}]
+    got = predictions(contract, rs, met)
+    assert got["predicted_ablation"]["measured_size"] == pytest.approx(0.98)
+    # a 7-sd effect is powered at 3 seeds by the t-test, but at alpha / 8 the exact permutation test (what
+    # decides if the values tie or sit at a bound) needs 1 / C(2n, n) <= 0.00625: n = 5
+    assert got["predicted_ablation"]["came_true"] is True and got["predicted_ablation"]["seeds_for_80pct_power"] == 5
+    assert got["falsifiable_point"] == {"met_on": 2, "of": 3, "came_true": False}
+    short = runs("subheap_kernel", test_acc=[0.6, 0.61, 0.62]) + runs("flat_address", test_acc=[0.02, 0.0, 0.01])
+    assert predictions(contract, short, met)["predicted_ablation"]["came_true"] is False
