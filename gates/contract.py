@@ -233,6 +233,58 @@ class Decision(Strict):
                 + [("refuted_if", i, c) for i, c in enumerate(self.refuted_if)])
 
 
+# ---------------------------------------------------------------------------------- design guards
+ControlRole = Literal["positive", "negative"]
+
+
+class _Control:
+    """A condition that must hold for the experiment to be interpretable. `positive`: the setup can
+    detect an effect (the baseline beats a no-source arm); `negative`: what must not pass does not (a
+    random topology fails the criterion). A control that fails or cannot be settled makes the verdict
+    `invalid`."""
+
+
+class ThresholdControl(Threshold, _Control):
+    control: ControlRole
+
+
+class CompareControl(Compare, _Control):
+    control: ControlRole
+
+
+class TrendControl(Trend, _Control):
+    control: ControlRole
+
+
+Control = Annotated[Union[ThresholdControl, CompareControl, TrendControl], Field(discriminator="kind")]
+
+
+class Convergence(Strict):
+    """An arm still improving at the end of its run is not converged: every condition reading it is
+    undetermined ("still improving: needs more steps"), so no verdict rests on undertrained arms."""
+
+    metric: str = Field(description="a training or validation metric reported at every evaluation")
+    window: int = Field(gt=0, description="steps at the end of the run over which improvement is measured")
+    max_rel_improvement: float = Field(ge=0, description="relative improvement over the window above which "
+                                       "the arm is still learning")
+
+
+class Sequential(Strict):
+    """Group-sequential seeds: decide after the first `looks[0]` seeds, stop at the first look that
+    decides, else continue; alpha is spent across looks (Lan-DeMets)."""
+
+    looks: list[int] = Field(min_length=2, description="cumulative seed counts at which to decide, "
+                             "increasing; the last equals len(seeds)")
+    spending: Literal["obrien-fleming", "pocock"] = "obrien-fleming"
+
+    @field_validator("looks")
+    @classmethod
+    def _increasing(cls, looks):
+        if any(b <= a for a, b in zip(looks, looks[1:])) or looks[0] < 2:
+            raise ValueError(f"looks must increase and start at 2 seeds or more, got {looks}")
+        return looks
+
+
 class Replay(Strict):
     ci: bool = False
     abs_tolerance: float = Field(default=1e-6, ge=0)
@@ -375,6 +427,10 @@ class Contract(Strict):
     decision: Decision
     replay: Replay | None = None
     tuning: Tuning | None = None
+    controls: list[Control] = Field(default_factory=list, description="conditions that must hold for the "
+                                    "experiment to be interpretable; one failing or unsettled: verdict invalid")
+    convergence: Convergence | None = None
+    sequential: Sequential | None = None
     supersedes: str | None = Field(default=None, pattern=SLUG, max_length=80,
                                    description="id of the earlier contract this version replaces (its "
                                    "evidence stays, shown as superseded)")
@@ -643,8 +699,9 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
     for j, m in enumerate(contract.stop_rules.divergence.metrics or []):
         metric_ref(("stop_rules", "divergence", "metrics", j), m)
 
-    for list_name, i, c in contract.conditions():
-        base = ("decision", list_name, i)
+    located = ([(("decision", list_name, i), c) for list_name, i, c in contract.conditions()]
+               + [(("controls", i), c) for i, c in enumerate(contract.controls)])
+    for base, c in located:
         if isinstance(c, Threshold):
             arm_ref(base + ("arm",), c.arm)
             metric_ref(base + ("metric",), c.metric)
@@ -665,6 +722,22 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
                 metric_ref(base + ("metrics", j), m)
             if c.metric is not None:
                 metric_ref(base + ("metric",), c.metric)
+    if contract.convergence is not None:
+        conv = contract.convergence
+        metric_ref(("convergence", "metric"), conv.metric)
+        if conv.window > contract.budget.steps - contract.budget.eval_every:
+            errors.append(err(("convergence", "window"),
+                              f"window {conv.window} cannot be measured: the first evaluation is at step "
+                              f"{contract.budget.eval_every} and the run ends at {contract.budget.steps}; expected "
+                              f"window <= steps - eval_every ({contract.budget.steps - contract.budget.eval_every})"))
+        elif conv.window < contract.budget.eval_every:
+            errors.append(err(("convergence", "window"),
+                              f"window {conv.window} is shorter than eval_every {contract.budget.eval_every}: it "
+                              f"would hold no two evaluations; expected window >= budget.eval_every"))
+    if contract.sequential is not None and contract.sequential.looks[-1] != len(contract.seeds):
+        errors.append(err(("sequential", "looks"),
+                          f"the last look ({contract.sequential.looks[-1]} seeds) must use every seed listed "
+                          f"({len(contract.seeds)}); expected looks ending at len(seeds)"))
     if contract.decision.evaluation == "exact" and not study.deterministic:
         errors.append(err(("decision", "evaluation"),
                           f"study {study.name!r} is not deterministic across seeds; expected 'interval'"))
