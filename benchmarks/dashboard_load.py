@@ -91,7 +91,7 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
                                 "halt_detail": None, "metrics": final, "seconds": 1.0, "first_signal": None,
                                 "mlflow_run_id": run.info.run_id})
                 n_runs += 1
-        result = verdict.decide(loaded.contract.decision, records, loaded.study.metrics).to_dict()
+        result = verdict.judge(loaded.contract, records, loaded.study.metrics).to_dict()
         written = ledger.write_evidence(root / "runs", {
             "format": ledger.FORMAT, "contract_id": loaded.id, "contract_path": f"contracts/{path.name}",
             "contract_sha256": loaded.sha256, "claim": data["claim"], "source": data["source"],

@@ -39,7 +39,7 @@ main{padding:16px 24px;max-width:1400px}h1{font-size:22px;margin:8px 0}h2{font-s
 table{border-collapse:collapse;background:#fff;margin:6px 0}td,th{border:1px solid #ddd;padding:4px 8px;
 vertical-align:top;text-align:left}th{background:#eceff1}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .v{display:inline-block;padding:1px 8px;border-radius:10px;font-weight:600;color:#fff;white-space:nowrap}
-.v-supported{background:#2e7d32}.v-refuted{background:#c62828}.v-inconclusive{background:#ef8f00}
+.v-supported{background:#2e7d32}.v-refuted{background:#c62828}.v-inconclusive{background:#ef8f00}.v-invalid{background:#4e342e}
 .v-pending{background:#90a4ae}.v-withdrawn{background:#6a1b9a}.o-holds{color:#2e7d32;font-weight:600}.o-fails{color:#c62828;font-weight:600}
 .o-undetermined{color:#b26a00;font-weight:600}.h-ok{color:#2e7d32}.h-bad{color:#c62828;font-weight:600}
 .h-none{color:#78909c}.note{background:#fff8e1;border-left:4px solid #ffb300;padding:6px 10px;margin:8px 0}

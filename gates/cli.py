@@ -492,7 +492,7 @@ def studies():
 def _print_verdict(ev: dict, runs_dir: Path) -> None:
     from gates.ledger import signature
 
-    colour = {"supported": "green", "refuted": "red", "inconclusive": "yellow"}[ev["verdict"]]
+    colour = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "invalid": "magenta"}[ev["verdict"]]
     out.print(f"\n[bold {colour}]{ev['verdict'].upper()}[/]  {ev['contract_id']}", highlight=False)
     out.print(ev["claim"], markup=False, highlight=False)
     for c in ev["conditions"]:

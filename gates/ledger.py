@@ -169,7 +169,7 @@ class RunShape(_Shape):
 
 
 class ConditionShape(_Shape):
-    list_name: Literal["supported_if", "refuted_if"]
+    list_name: Literal["supported_if", "refuted_if", "controls"]
     index: int
     kind: Optional[str] = None
     description: str
@@ -298,7 +298,7 @@ class Evidence(_Shape):
     claim: Optional[str] = None
     source: Optional[str] = None
     study: Optional[str] = None
-    verdict: Literal["supported", "refuted", "inconclusive"]
+    verdict: Literal["supported", "refuted", "inconclusive", "invalid"]
     reasons: list[str] = []
     settle: list[str] = []
     git_commit: str
@@ -315,6 +315,8 @@ class Evidence(_Shape):
     halts: list[dict] = []
     tuning: Optional[TuningShape] = None
     lost: list[LostValueShape] = []
+    controls: list[ConditionShape] = []
+    looks: list[dict] = []
     predictions: Optional[PredictionsShape] = None
     rule_flags: list[str] = []
     supersedes: Optional[str] = None
@@ -338,7 +340,7 @@ def read_evidence(path: Path) -> dict:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ValueError(f"evidence lacks {', '.join(missing)}")
-    if data["verdict"] not in ("supported", "refuted", "inconclusive"):
+    if data["verdict"] not in ("supported", "refuted", "inconclusive", "invalid"):
         raise ValueError(f"evidence has an unknown verdict {data['verdict']!r}")
     try:
         Evidence.model_validate(data)
@@ -412,6 +414,16 @@ def render_report(ev: dict) -> str:
                for c in ev["conditions"] if c.get("test_reason")]
     if reasons:
         lines += ["", "Why each test:", ""] + reasons
+    if ev.get("controls"):
+        lines += ["", "## Controls", "", "Each must hold for the experiment to be interpretable (Holm within the "
+                  "controls' own family at the same alpha); one that fails or cannot be settled makes the verdict "
+                  "invalid.", "", "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in ev["controls"]:
+            ci = f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]" if c.get("ci_low") is not None else "-"
+            lines.append(f"| controls[{c['index']}]: `{c['description']}` | {c.get('control') or '-'} | "
+                         f"**{c['outcome']}** | {_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
+                         f"{c['test']} |")
     if ev.get("lost"):
         lines += ["", "## Lost values", "", "Seeds without a finite value of a metric a condition reads; a "
                   "supported_if condition that reads one cannot hold.", ""]

@@ -301,7 +301,7 @@ def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
     atomically to runs/<id>/, and the parent run's outcome tags, metrics, plots and artifacts."""
     loaded, tracker = parent.loaded, parent.tracker
     c = loaded.contract
-    result = verdict.decide(c.decision, records, parent.loaded.study.metrics)
+    result = verdict.judge(c, records, parent.loaded.study.metrics)
     evidence = _evidence(loaded, parent.prov, records, result, parent.pre, parent.tracking_uri,
                          parent.experiment_id, parent.parent_id)
     if parent.tuning is not None:
@@ -382,6 +382,8 @@ def verdict_fields(loaded, evidence: dict, result) -> dict:
     v = result.to_dict()
     return {**evidence, "verdict": result.verdict, "reasons": v["reasons"], "settle": v["settle"],
             "conditions": v["conditions"], "halts": v["halts"], "lost": v["lost"],
+            **({"controls": v["controls"]} if loaded.contract.controls else {}),
+            **({"looks": v["looks"]} if loaded.contract.sequential is not None else {}),
             "engine_version": v["engine_version"],
             "settings": {**evidence["settings"], "correction": v["correction"]},
             "predictions": verdict.predictions(loaded.contract, evidence["runs"],
@@ -404,7 +406,7 @@ def rederive(loaded: LoadedContract, runs_root: Path, reason: str) -> tuple[dict
         raise UserError(f"{path} was recorded for another version of this contract (sha256 "
                         f"{old['contract_sha256'][:16]} != {loaded.sha256[:16]}); re-deriving needs the contract "
                         f"it was recorded under", file=str(loaded.path))
-    new = verdict_fields(loaded, old, verdict.decide(loaded.contract.decision, old["runs"], loaded.study.metrics))
+    new = verdict_fields(loaded, old, verdict.judge(loaded.contract, old["runs"], loaded.study.metrics))
     if new == old:
         return None
     written = ledger.write_evidence(runs_root, new)

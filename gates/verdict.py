@@ -92,6 +92,7 @@ class ConditionResult:
     note: str = ""
     seeds_needed: int | None = None
     test_reason: str = ""  # why this test: the t-test's assumption, or what in the data rules it out
+    control: str | None = None  # "positive" | "negative" for a control
 
     @property
     def label(self) -> str:
@@ -103,7 +104,7 @@ class ConditionResult:
 
 @dataclass
 class Verdict:
-    verdict: str  # "supported" | "refuted" | "inconclusive"
+    verdict: str  # "supported" | "refuted" | "inconclusive" | "invalid" (a control does not hold)
     reasons: list[str]
     conditions: list[ConditionResult]
     alpha: float
@@ -113,6 +114,8 @@ class Verdict:
     halts: list[dict] = field(default_factory=list)
     lost: list[dict] = field(default_factory=list)  # (arm, metric, seed, why) a condition reads but lacks
     engine_version: str = ENGINE_VERSION
+    controls: list[ConditionResult] = field(default_factory=list)
+    looks: list[dict] = field(default_factory=list)  # a sequential contract's looks (gates.sequential)
 
     def signature(self) -> str:
         """The statistical settings the verdict was reached under, compact, for comparing records."""
@@ -496,20 +499,35 @@ def _trend_seeds_needed(stats_: list[_Stat], level: float) -> int | None:
 
 
 # ---------------------------------------------------------------------------------- the verdict
-def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] | None = None) -> Verdict:
+def judge(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None) -> Verdict:
+    """A contract's verdict on its runs: its decision with its controls, and for a sequential contract
+    look by look (gates.sequential). Every caller (a run, verify, rederive) goes through here."""
+    if getattr(contract, "sequential", None) is not None:
+        from gates.sequential import judge_sequential
+
+        return judge_sequential(contract, runs, metrics)
+    return decide(contract.decision, runs, metrics, controls=contract.controls)
+
+
+def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *,
+           alpha: float | None = None, controls=()) -> Verdict:
     """The verdict the decision rules give on these runs (plain dicts, as stored in evidence.json).
 
     `metrics` is the study's metric declarations (ranges show values at a bound); without it no
-    value counts as being at a bound."""
+    value counts as being at a bound. `alpha` replaces the decision's (a sequential look spends part
+    of it). `controls` must all hold, in their own Holm family at the same alpha, else the verdict is
+    invalid. A completed run recorded with `converged: false` leaves every decision condition that
+    reads its arm undetermined."""
     metrics = metrics or {}
+    alpha = decision.alpha if alpha is None else alpha
     exact = decision.evaluation == "exact"
     samples, dropped = _samples(runs)
     listed = decision.conditions()
-    level = decision.alpha / len(listed)  # Holm's strictest step, for planning seeds
-    evaluated = [_evaluate(name, i, c, samples, decision.alpha, exact, metrics) for name, i, c in listed]
+    level = alpha / len(listed)  # Holm's strictest step, for planning seeds
+    evaluated = [_evaluate(name, i, c, samples, alpha, exact, metrics) for name, i, c in listed]
     results = [r for r, _ in evaluated]
     if not exact:
-        _apply_holm(results, decision.alpha)
+        _apply_holm(results, alpha)
         for (r, pair_stats), (_, _, c) in zip(evaluated, listed):
             if r.outcome == "undetermined":
                 r.seeds_needed = (_trend_seeds_needed(pair_stats, level) if isinstance(c, Trend)
@@ -519,19 +537,36 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
     halts = [{"arm": r["arm"], "seed": r["seed"], "reason": r.get("halt_reason")}
              for r in runs if r.get("status") == "halted"]
     futile = [h for h in halts if h["arm"] in under_test and _is_futility(h["reason"])]
-    lost = _lost_values(decision, runs, samples)
-    for r, (_, _, c) in zip(results, listed):
+    checked = _evaluate_controls(controls, samples, alpha, exact, metrics)
+    read = [t for _, _, c in listed for t in condition_terms(c)] + [t for c in controls for t in condition_terms(c)]
+    lost = _lost_values(read, runs, samples)
+    for r, c in zip(results + checked, [c for _, _, c in listed] + list(controls)):
         missing = [x for x in lost if (x["arm"], x["metric"]) in condition_terms(c)]
-        if r.list_name == "supported_if" and missing and r.outcome == "holds":
+        if r.list_name in ("supported_if", "controls") and missing and r.outcome == "holds":
             r.outcome = "undetermined"
             r.note = _join(r.note, "cannot hold while runs it reads are lost: "
                                    + ", ".join(f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})"
                                                for x in missing))
+    unconverged = _unconverged(runs)
+    for r, (_, _, c) in zip(results, listed):
+        still = {a: unconverged[a] for a, _ in condition_terms(c) if a in unconverged}
+        if still:
+            r.outcome = "undetermined"
+            r.note = _join(r.note, "still improving at the end of training: "
+                                   + "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                                               for a, v in still.items()) + "; needs more steps")
 
     supported = [r for r in results if r.list_name == "supported_if"]
     refuted = [r for r in results if r.list_name == "refuted_if"]
     reasons: list[str] = []
-    if (any(r.outcome == "holds" for r in refuted) or any(r.outcome == "fails" for r in supported)
+    broken = [r for r in checked if r.outcome != "holds"]
+    if broken:
+        verdict = "invalid"
+        reasons += [f"{r.label} ({r.control} control) {'fails' if r.outcome == 'fails' else 'cannot be settled'}: "
+                    f"{_line(r)}" for r in broken]
+        reasons.append("a control that does not hold means the setup cannot be trusted to show the effect or its "
+                       "absence: the claim is neither supported nor refuted")
+    elif (any(r.outcome == "holds" for r in refuted) or any(r.outcome == "fails" for r in supported)
             or futile):
         verdict = "refuted"
         reasons += [f"{r.label} holds: {_line(r)}" for r in refuted if r.outcome == "holds"]
@@ -554,21 +589,41 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
                 for r in lost_runs if not (r["arm"] in under_test and _is_futility(r.get("halt_reason")))]
     if dropped:
         reasons.append("non-finite values dropped: " + ", ".join(dropped))
-    settle = ([_settle_line(r) for r in results if r.outcome == "undetermined"]
-              if verdict == "inconclusive" else [])
-    return Verdict(verdict=verdict, reasons=reasons, conditions=results, alpha=decision.alpha,
+    settle = ([_settle_line(r) for r in results if r.outcome == "undetermined"] if verdict == "inconclusive"
+              else [_settle_line(r) for r in broken if r.outcome == "undetermined"] if verdict == "invalid" else [])
+    return Verdict(verdict=verdict, reasons=reasons, conditions=results, alpha=alpha,
                    evaluation=decision.evaluation, correction="none" if exact else "holm",
-                   settle=settle, halts=halts, lost=lost)
+                   settle=settle, halts=halts, lost=lost, controls=checked)
 
 
-def _lost_values(decision: Decision, runs: list[dict], samples) -> list[dict]:
-    """Every (arm, metric, seed) that a condition reads and the runs do not give a finite value for:
-    the seeds are those any run was recorded with."""
+def _evaluate_controls(controls, samples, alpha: float, exact: bool, metrics) -> list[ConditionResult]:
+    """Each control as a condition that must hold; Holm within the controls' own family."""
+    out = []
+    for i, c in enumerate(controls):
+        result, _ = _evaluate("controls", i, c, samples, alpha, exact, metrics)
+        result.control = c.control
+        out.append(result)
+    if out and not exact:
+        _apply_holm(out, alpha)
+    return out
+
+
+def _unconverged(runs: list[dict]) -> dict[str, list[int]]:
+    """arm -> seeds of completed runs recorded as still improving at their end."""
+    still: dict[str, list[int]] = {}
+    for r in runs:
+        if r.get("status") == "completed" and r.get("converged") is False:
+            still.setdefault(r["arm"], []).append(r["seed"])
+    return still
+
+
+def _lost_values(read: list[tuple[str, str]], runs: list[dict], samples) -> list[dict]:
+    """Every (arm, metric, seed) among `read` that the runs do not give a finite value for: the
+    seeds are those any run was recorded with."""
     seeds = sorted({r["seed"] for r in runs})
     by_key = {(r["arm"], r["seed"]): r for r in runs}
     lost = []
-    read = dict.fromkeys(t for _, _, c in decision.conditions() for t in condition_terms(c))
-    for arm, metric in read:
+    for arm, metric in dict.fromkeys(read):
         for seed in seeds:
             if seed in samples.get((arm, metric), {}):
                 continue

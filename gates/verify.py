@@ -121,7 +121,7 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
 
     check.problems += _check_runs(loaded, ev)
     check.problems += _check_settings(loaded, ev)
-    again = verdict.decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
+    again = verdict.judge(loaded.contract, ev["runs"], loaded.study.metrics)
     check.problems += _rederive(again, ev)
     check.problems += _check_derived(loaded, ev, again)
     check.problems += _check_report(evidence_path.parent, ev)
@@ -171,7 +171,7 @@ SHOWN = 4  # arm x seeds named per problem line
 # that today's code derives may be absent (evidence recorded before the field existed), never different.
 SHOWN_CONDITION_FIELDS = ("description", "outcome", "estimate", "ci_low", "ci_high", "p_hold_adj", "p_fail_adj",
                           "test", "values")
-DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost")  # the verdict's own fields, where recorded
+DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost", "controls", "looks")  # the verdict's own fields, where recorded
 
 
 def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
