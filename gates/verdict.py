@@ -548,9 +548,11 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
                                    + ", ".join(f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})"
                                                for x in missing))
     unconverged = _unconverged(runs)
+    stalled: dict[str, dict[str, list[int]]] = {}  # condition label -> arm -> seeds still improving
     for r, (_, _, c) in zip(results, listed):
         still = {a: unconverged[a] for a, _ in condition_terms(c) if a in unconverged}
         if still:
+            stalled[r.label] = still
             r.outcome = "undetermined"
             r.note = _join(r.note, "still improving at the end of training: "
                                    + "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
@@ -589,7 +591,8 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
                 for r in lost_runs if not (r["arm"] in under_test and _is_futility(r.get("halt_reason")))]
     if dropped:
         reasons.append("non-finite values dropped: " + ", ".join(dropped))
-    settle = ([_settle_line(r) for r in results if r.outcome == "undetermined"] if verdict == "inconclusive"
+    settle = ([_settle_line(r, stalled.get(r.label)) for r in results if r.outcome == "undetermined"]
+              if verdict == "inconclusive"
               else [_settle_line(r) for r in broken if r.outcome == "undetermined"] if verdict == "invalid" else [])
     return Verdict(verdict=verdict, reasons=reasons, conditions=results, alpha=alpha,
                    evaluation=decision.evaluation, correction="none" if exact else "holm",
@@ -675,8 +678,13 @@ def _line(r: ConditionResult) -> str:
     return ", ".join(parts) + (f" ({r.note})" if r.note else "")
 
 
-def _settle_line(r: ConditionResult) -> str:
+def _settle_line(r: ConditionResult, still: dict[str, list[int]] | None = None) -> str:
     head = f"{r.label} {r.description}"
+    if still:  # arms it reads were still improving when training stopped (`convergence`)
+        arms = ", ".join(still)
+        runs = "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}" for a, v in still.items())
+        return (f"{head}: more steps for arm{'s' if len(still) > 1 else ''} {arms} (still improving at the end of "
+                f"training: {runs}); a new version of the contract with a longer budget")
     if any(n < (1 if r.test == "exact" else 2) for n in r.n.values()):
         need = 1 if r.test == "exact" else 2
         short = ", ".join(f"{k} has {n}" for k, n in r.n.items() if n < need)
