@@ -591,6 +591,14 @@ def _check_rules(contract: Contract, study: Study, err) -> list[UserError]:
                                       f"a relative margin scales {metric!r}, which study {study.name!r} does not "
                                       f"declare non-negative: with negative values a worse arm would hold; "
                                       f"expected an absolute `margin`"))
+    baselines = sorted({c.other for _, _, c in contract.conditions() if isinstance(c, Compare) and c.other != c.arm})
+    positive = {arm for c in contract.controls if c.control == "positive" for arm, _ in condition_terms(c)}
+    for arm in baselines:
+        if arm not in positive:
+            errors.append(err(("controls",), f"the decision compares with baseline arm {arm!r}, but no positive control "
+                                             f"names it; expected a control showing the baseline works (e.g. "
+                                             f"{{kind: compare, arm: {arm}, ..., control: positive}} against an arm "
+                                             f"it must beat), so a win over a broken baseline cannot pass as support"))
     comparators = contract.arms_named_by_decision() - arms_under_test(decision)
     for i, rule in enumerate(contract.stop_rules.futility):
         halted = sorted(comparators & set(rule.arms or contract.arms))

@@ -7,6 +7,7 @@ Every arm x seed is one MLflow run nested under the contract's parent run. A fin
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -24,7 +25,7 @@ from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors
 from gates.locks import contract_lock
 from gates.reporter import PlatformReporter
-from gates.rules import StopRuleEngine
+from gates.rules import StopRuleEngine, convergence
 from gates.study import Budget, Halt
 from gates.tracking import MLflowMetricSink, Tracker, flatten, run_summary
 
@@ -310,7 +311,7 @@ def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
     # the claims index vouches for these exact bytes; a kill before this line leaves evidence that
     # `gates verify` reports as unindexed, and running the contract again writes and indexes it anew
     history.record(runs_root, path, "recorded")
-    outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome for r in result.conditions}
+    outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome for r in result.conditions + result.controls}
     outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions
                        for k in ("estimate", "p_hold_adj", "p_fail_adj")
                        if isinstance(getattr(r, k), (int, float)) and math.isfinite(getattr(r, k))}
@@ -326,8 +327,11 @@ def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
 
 
 def _record(summary: dict) -> dict:
-    return {k: summary[k] for k in ("arm", "seed", "status", "halt_reason", "halt_detail", "metrics",
-                                    "seconds", "first_signal", "mlflow_run_id")}
+    record = {k: summary[k] for k in ("arm", "seed", "status", "halt_reason", "halt_detail", "metrics",
+                                      "seconds", "first_signal", "mlflow_run_id")}
+    if summary.get("converged") is not None:  # judged for convergence (a completed run under a convergence rule)
+        record.update(converged=summary["converged"], convergence=summary["convergence"])
+    return record
 
 
 def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm, cfg, seed, budget,
@@ -360,9 +364,18 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
     point = c.preflight.falsifiable_point
     signal = first_signal(point, reporter.history.get(point.metric, [])) if arm == point.arm else None
     sink.flush()
+    # Convergence: only a completed run is judged (a halted or failed one did not train to its end). The
+    # tags go on before the run is closed, so a finished run read back when resuming always has them.
+    judged = {}
+    if c.convergence is not None and status == "completed":
+        conv = c.convergence
+        judged = convergence(conv, study.metrics[conv.metric].direction, reporter.history.get(conv.metric, []))
+        tracker.client.set_tag(run_id, "gates.converged", "true" if judged["converged"] else "false")
+        tracker.client.set_tag(run_id, "gates.convergence", json.dumps(judged["convergence"]))
     tracker.finish_child(run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds, signal)
     return {"arm": arm, "seed": seed, "status": status, "halt_reason": halt_reason, "halt_detail": halt_detail,
-            "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id}, reporter.history
+            "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id,
+            **judged}, reporter.history
 
 
 def first_signal(point, series: list[tuple[int, float]]) -> dict:

@@ -1,0 +1,134 @@
+"""Controls (issue #11): conditions that must hold for an experiment to be interpretable; one that
+fails or cannot be settled makes the verdict `invalid`, whatever the decision says."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from gates.cli import check
+from gates.contract import Contract, Decision, load_contract
+from gates.errors import UserError
+from gates.ledger import render_report
+from gates.verdict import decide
+from tests.conftest import C05, write_contract
+from tests.test_verdict import decision, runs, thr
+
+WINS = {"kind": "compare", "arm": "tree", "metric": "nll", "other": "dense", "direction": "lower", "margin": 0.1}
+BASELINE_WORKS = {"kind": "compare", "arm": "dense", "metric": "nll", "other": "no_source", "direction": "lower",
+                  "margin": 0.5, "control": "positive"}
+
+
+def controls(*items):
+    """Controls validated as a contract would validate them."""
+    data = yaml.safe_load(C05.read_text())
+    data["controls"] = list(items)
+    return Contract.model_validate(data).controls
+
+
+def experiment(dense_nll, no_source_nll):
+    return (runs("tree", nll=[3.51, 3.48, 3.53, 3.47, 3.50]) + runs("dense", nll=dense_nll)
+            + runs("no_source", nll=no_source_nll))
+
+
+def test_a_working_baseline_leaves_the_decision_to_decide():
+    v = decide(decision([WINS]), experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02]),
+               controls=controls(BASELINE_WORKS))
+    assert v.verdict == "supported"
+    (c,) = v.controls
+    assert (c.list_name, c.control, c.outcome) == ("controls", "positive", "holds")
+
+
+def test_a_broken_baseline_makes_the_verdict_invalid_not_supported():
+    """The tree 'wins' by 0.4 NLL, but the dense baseline is no better than reading no source at all."""
+    broken = experiment([4.99, 5.03, 5.00, 4.98, 5.04], [5.01, 4.97, 5.05, 4.99, 5.02])
+    assert decide(decision([WINS]), broken).verdict == "supported"  # without the control: a false win
+    v = decide(decision([WINS]), broken, controls=controls(BASELINE_WORKS))
+    assert v.verdict == "invalid"
+    assert v.conditions[0].outcome == "holds"  # the decision alone would have said supported
+    assert "controls[0] (positive control) fails" in v.reasons[0]
+
+
+def test_an_unsettled_control_is_invalid_too():
+    noisy = experiment([3.9, 5.1, 4.2, 4.9, 3.7], [5.01, 4.97, 5.05, 4.99, 5.02])
+    v = decide(decision([WINS]), noisy, controls=controls(BASELINE_WORKS))
+    assert v.verdict == "invalid" and v.controls[0].outcome == "undetermined"
+    assert "cannot be settled" in v.reasons[0] and v.settle
+
+
+def test_a_negative_control_must_hold_as_written():
+    """A random topology must not pass the criterion: written as the condition that it stays above."""
+    random_fails = {"kind": "threshold", "arm": "random", "metric": "kl", "direction": "higher", "value": 0.5,
+                    "control": "negative"}
+    good = runs("tree", kl=[0.11, 0.12, 0.13]) + runs("random", kl=[0.91, 0.95, 0.93])
+    d = decision([thr("tree", "kl", "lower", 0.2)])
+    assert decide(d, good, controls=controls(random_fails)).verdict == "supported"
+    passes_too = runs("tree", kl=[0.11, 0.12, 0.13]) + runs("random", kl=[0.12, 0.14, 0.13])
+    v = decide(d, passes_too, controls=controls(random_fails))
+    assert v.verdict == "invalid" and v.controls[0].control == "negative"
+
+
+def test_controls_have_their_own_holm_family():
+    """Adding controls does not make the decision's conditions harder to pass, and vice versa."""
+    data = experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02])
+    alone = decide(decision([WINS]), data)
+    with_controls = decide(decision([WINS]), data, controls=controls(BASELINE_WORKS, BASELINE_WORKS))
+    assert with_controls.conditions[0].p_hold_adj == alone.conditions[0].p_hold_adj
+    raw = with_controls.controls[0].p_hold
+    assert with_controls.controls[0].p_hold_adj == pytest.approx(min(1.0, 2 * raw))
+
+
+def test_a_lost_run_keeps_a_control_from_holding():
+    data = experiment([3.91, 3.88, 3.95, 3.90], [5.01, 4.97, 5.05, 4.99, 5.02])
+    data += runs("dense", seeds=[4], status="failed")
+    v = decide(decision([WINS]), data, controls=controls(BASELINE_WORKS))
+    assert v.verdict == "invalid" and "lost" in v.controls[0].note
+
+
+def test_verdict_md_shows_the_controls():
+    v = decide(decision([WINS]), experiment([4.99, 5.03, 5.00, 4.98, 5.04], [5.01, 4.97, 5.05, 4.99, 5.02]),
+               controls=controls(BASELINE_WORKS)).to_dict()
+    ev = {"contract_id": "x", "contract_sha256": "0" * 64, "verdict": v["verdict"], "git_commit": "0" * 40,
+          "git_dirty": "false", "code_sha256": "0" * 64, "created_at": "now", "runs": [], "reasons": v["reasons"],
+          "conditions": v["conditions"], "controls": v["controls"],
+          "settings": {"alpha": 0.05, "evaluation": "interval", "correction": "holm", "seeds": [0]}}
+    text = render_report(ev)
+    assert "**INVALID**" in text and "## Controls" in text and "| positive | **fails** |" in text
+
+
+def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
+    data = yaml.safe_load(C05.read_text())
+    data["id"] = "c05-compare"
+    data["decision"]["supported_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
+                                         "other": "flat_address", "direction": "higher", "margin": 0.5}]
+    data["decision"]["refuted_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
+                                       "other": "flat_address", "direction": "lower", "margin": -0.1}]
+    data["seeds"] = list(range(8))
+    path = write_contract(tmp_path, data)
+    with pytest.raises(UserError) as info:
+        check(path, runs_dir=tmp_path / "runs")
+    assert "controls: the decision compares with baseline arm 'flat_address', but no positive control names it" \
+        in info.value.render()
+    data["controls"] = [{"kind": "threshold", "arm": "flat_address", "metric": "train_acc", "direction": "higher",
+                         "value": 0.2, "control": "positive"}]
+    loaded = load_contract(write_contract(tmp_path, data))
+    assert not [f for f in loaded.rule_flags if "positive control" in f]
+    # recorded contracts that predate the rule keep loading, flagged
+    assert any("positive control" in f for f in load_contract(C05.parent / "treeheap-vs-dense.yaml").rule_flags)
+
+
+def test_control_references_are_checked(tmp_path):
+    data = yaml.safe_load(C05.read_text())
+    data["controls"] = [{"kind": "threshold", "arm": "nope", "metric": "test_acc", "direction": "higher",
+                         "value": 0.2, "control": "positive"}]
+    with pytest.raises(UserError, match=r"controls\.0\.arm: no arm named 'nope'"):
+        load_contract(write_contract(tmp_path, data))
+    data["controls"][0].update(arm="flat_address", control="maybe")
+    with pytest.raises(UserError, match="control"):
+        load_contract(write_contract(tmp_path, data))
+
+
+def test_decisions_alone_are_unchanged():
+    d = Decision.model_validate({"supported_if": [WINS], "refuted_if": [thr("tree", "nll", "higher", 9.0)]})
+    v = decide(d, experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02]))
+    assert v.controls == [] and v.verdict == "supported"
