@@ -90,6 +90,9 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs
               f"{c.decision.evaluation} evaluation, Holm-corrected at that alpha for the family; "
               f"{len(c.decision.supported_if)} supported_if, "
               f"{len(c.decision.refuted_if)} refuted_if")
+    for i, ctl in enumerate(c.controls):
+        out.print(f"control {i} ({ctl.control}): must hold, else the verdict is invalid (Holm within the controls)",
+                  markup=False)
     note = exact_fallback_note(c.decision, len(c.seeds), loaded.study.metrics)
     if note:
         out.print(note, markup=False)
