@@ -132,3 +132,24 @@ def test_decisions_alone_are_unchanged():
     d = Decision.model_validate({"supported_if": [WINS], "refuted_if": [thr("tree", "nll", "higher", 9.0)]})
     v = decide(d, experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02]))
     assert v.controls == [] and v.verdict == "supported"
+
+
+def test_the_committed_invalid_example_shows_everywhere(tmp_path):
+    """c05-baseline-control is recorded invalid: verdict.md, status and the dashboard say so."""
+    import json
+    import subprocess
+    import sys
+
+    from dashboard.site import Site
+    from tests.conftest import ROOT
+
+    ev = json.loads((ROOT / "runs" / "c05-baseline-control" / "evidence.json").read_text())
+    assert ev["verdict"] == "invalid" and ev["controls"][0]["outcome"] == "fails"
+    assert ev["conditions"][0]["outcome"] == "holds"  # the comparison alone would have held
+    assert "**INVALID**" in (ROOT / "runs" / "c05-baseline-control" / "verdict.md").read_text()
+    status = subprocess.run([sys.executable, "-m", "gates", "status", "--json"], capture_output=True, text=True,
+                            cwd=ROOT, timeout=120)
+    row = next(c for c in json.loads(status.stdout) if c["id"] == "c05-baseline-control")
+    assert (row["verdict"], row["status"]) == ("invalid", "ok")
+    site = Site(ROOT / "runs", ROOT / "contracts", f"sqlite:///{tmp_path / 'none.db'}", "http://127.0.0.1:5000")
+    assert "v-invalid" in site.index()
