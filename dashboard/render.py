@@ -232,6 +232,12 @@ def _curves(view: ContractView) -> str:
             futility = [r.model_dump() for r in contract.stop_rules.futility if r.metric == metric]
         out.append(f'<figure>{svg.learning_curves(metric, arms, view.histories, thresholds, futility, halts)}')
         notes = [_rule_text(r) for r in futility] + [f"{e(a)} seed {e(s)} halted" for a, s in halts]
+        conv = contract.convergence if contract is not None else None
+        if conv is not None and conv.metric == metric:
+            still = [f"{r['arm']} seed {r['seed']}" for r in ev["runs"] if r.get("converged") is False]
+            notes.append(e(f"convergence: over the last {conv.window} steps an improvement above "
+                           f"{conv.max_rel_improvement:.2%} means not converged; still improving: "
+                           f"{', '.join(still) or 'none'}"))
         if notes:
             out.append(f'<figcaption class="small">{"; ".join(notes)}</figcaption>')
         out.append("</figure>")
@@ -279,16 +285,33 @@ def _lost(ev: dict) -> str:
             f"<ul>{items}</ul>")
 
 
+def _converged_cell(r: dict) -> str:
+    """A run's convergence: "-" when not judged (halted, failed), else yes/no with the window's change."""
+    if "converged" not in r:
+        return '<td class="small">-</td>'
+    conv = r.get("convergence") or {}
+    rel = conv.get("rel_improvement")
+    change = f" ({rel:+.2%} over the last {e(conv.get('window'))} steps)" if rel is not None else ""
+    if r["converged"]:
+        return f'<td class="small">yes{change}</td>'
+    return (f'<td class="o-undetermined" title="still improving at the end of training: every decision condition '
+            f'reading this arm is undetermined">not converged{change}</td>')
+
+
 def _runs(view: ContractView, mlflow_ui: str) -> str:
     ev = view.evidence
     exp = ev.get("mlflow", {}).get("experiment_id")
     shown = [m for m in view.metrics if any(m in r["metrics"] for r in ev["runs"])]
     head = "".join(f"<th>{e(m)}</th>" for m in shown)
+    judged = any("converged" in r for r in ev["runs"])  # the contract has a convergence rule
+    if judged:
+        head = "<th>converged</th>" + head
     rows, full = [], []
     for r in ev["runs"]:
         link = (f'<a href="{e(mlflow_run_url(mlflow_ui, exp, r["mlflow_run_id"]))}">{e(r["mlflow_run_id"][:8])}</a>'
                 if r.get("mlflow_run_id") and exp is not None else "-")
-        cells = "".join(f'<td class="num">{_num(r["metrics"].get(m))}</td>' for m in shown)
+        cells = (_converged_cell(r) if judged else "") + "".join(
+            f'<td class="num">{_num(r["metrics"].get(m))}</td>' for m in shown)
         rows.append(f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td><td>{e(r["status"])}</td>'
                     f'<td>{e(r.get("halt_reason") or "-")}</td>{cells}<td class="num">{_num(r.get("seconds"))}</td>'
                     f'<td class="mono">{link}</td></tr>')

@@ -156,6 +156,17 @@ class FirstSignalShape(_Shape):
     met: bool
 
 
+class ConvergenceShape(_Shape):
+    """The trend a completed run was judged on under the contract's convergence rule."""
+    metric: str
+    window: int
+    first_step: Optional[int] = None
+    last_step: Optional[int] = None
+    first_value: Number = None
+    last_value: Number = None
+    rel_improvement: Number = None
+
+
 class RunShape(_Shape):
     arm: str
     seed: int
@@ -166,6 +177,8 @@ class RunShape(_Shape):
     seconds: Number = None
     first_signal: Optional[FirstSignalShape] = None
     mlflow_run_id: Optional[str] = None
+    converged: Optional[bool] = None  # only on completed runs of a contract with a convergence rule
+    convergence: Optional[ConvergenceShape] = None
 
 
 class ConditionShape(_Shape):
@@ -372,6 +385,37 @@ def _fmt(x, digits=4) -> str:
     return str(x)
 
 
+def convergence_lines(runs: list[dict]) -> list[str]:
+    """The convergence note above the runs table: the rule's trend, and each run still improving."""
+    shown = next((r["convergence"] for r in runs if r.get("convergence")), None)
+    lines = []
+    if shown:
+        lines.append(f"Convergence: each completed run's `{shown['metric']}` over its last {shown['window']} steps; "
+                     f"a run that still improved by more than the contract's bar is not converged, and every "
+                     f"decision condition reading its arm is undetermined (halted runs are not judged).")
+    for r in runs:
+        if r.get("converged") is False:
+            lines.append(f"- still improving: arm {r['arm']} seed {r['seed']} ({_trend(r.get('convergence') or {})})")
+    return lines
+
+
+def _trend(conv: dict) -> str:
+    rel = conv.get("rel_improvement")
+    if rel is None:
+        return f"no measurable trend of {conv.get('metric', '?')} over the last {conv.get('window', '?')} steps"
+    return (f"{rel:+.2%} over the last {conv['last_step'] - conv['first_step']} steps, "
+            f"{conv['metric']} {_fmt(conv['first_value'])} at step {conv['first_step']} -> "
+            f"{_fmt(conv['last_value'])} at step {conv['last_step']}")
+
+
+def _converged_cell(r: dict) -> str:
+    if "converged" not in r:
+        return "-"
+    rel = (r.get("convergence") or {}).get("rel_improvement")
+    change = f" ({rel:+.2%})" if rel is not None else ""
+    return ("yes" if r["converged"] else "**no**") + change
+
+
 def render_report(ev: dict) -> str:
     """verdict.md: the verdict, why, each condition's statistics, per-seed values, signature."""
     lines = [
@@ -428,10 +472,16 @@ def render_report(ev: dict) -> str:
         lines += ["", "## Lost values", "", "Seeds without a finite value of a metric a condition reads; a "
                   "supported_if condition that reads one cannot hold.", ""]
         lines += [f"- {x['arm']}.{x['metric']} seed {x['seed']}: {x['why']}" for x in ev["lost"]]
-    lines += ["", "## Runs", "", "| arm | seed | status | halt | metrics |", "|---|---|---|---|---|"]
+    judged = any("converged" in r for r in ev["runs"])  # a contract with a convergence rule
+    lines += ["", "## Runs", ""]
+    if judged:
+        lines += convergence_lines(ev["runs"]) + [""]
+    lines += ["| arm | seed | status | halt | " + ("converged | " if judged else "") + "metrics |",
+              "|---|---|---|---|" + ("---|" if judged else "") + "---|"]
     for r in ev["runs"]:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["metrics"].items()))
-        lines.append(f"| {r['arm']} | {r['seed']} | {r['status']} | {r.get('halt_reason') or '-'} | {metrics} |")
+        conv = (f"{_converged_cell(r)} | " if judged else "")
+        lines.append(f"| {r['arm']} | {r['seed']} | {r['status']} | {r.get('halt_reason') or '-'} | {conv}{metrics} |")
     point = ev.get("falsifiable_point")
     if point:
         sign = ">=" if point["direction"] == "higher" else "<="

@@ -1,7 +1,8 @@
 """Review plots for a contract's parent MLflow run (matplotlib, PNG, no display needed).
 
-- learning curves: per metric the decision, the falsifiable point or a futility rule names, one line
-  per arm x seed, with the decision's thresholds, the futility bars and the halt points marked;
+- learning curves: per metric the decision, the falsifiable point, a futility rule or the convergence
+  rule names, one line per arm x seed, with the decision's thresholds, the futility bars, the halt
+  points, the convergence window and the runs still improving at its end marked;
 - condition intervals: every condition's effect with its interval against zero (its margin).
 """
 
@@ -18,6 +19,8 @@ def plotted_metrics(contract: Contract) -> list[str]:
     for _, _, c in contract.conditions():
         names += [metric for _, metric in condition_terms(c)]
     names += [rule.metric for rule in contract.stop_rules.futility]
+    if contract.convergence is not None:
+        names.append(contract.convergence.metric)
     return list(dict.fromkeys(names))
 
 
@@ -52,14 +55,25 @@ def learning_curves(contract: Contract, histories: dict[tuple[str, int], dict[st
                 points = histories[(r["arm"], r["seed"])].get(metric, [])
                 if points:
                     ax.plot(*points[-1], marker="x", ms=9, color="red")
+        conv = contract.convergence
+        if conv is not None and conv.metric == metric:
+            end = contract.budget.steps
+            ax.axvspan(end - conv.window, end, color="gold", alpha=0.15, lw=0,
+                       label=f"convergence window ({conv.window} steps)")
+            for r in records:  # a completed run still improving at its end: an open circle on its last point
+                points = histories.get((r["arm"], r["seed"]), {}).get(metric, [])
+                if r.get("converged") is False and points:
+                    ax.plot(*points[-1], marker="o", ms=9, mfc="none", color="darkorange")
         ax.set_title(metric, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     if handles:
         axes[0, 0].legend(fontsize=8, loc="best")
-    fig.suptitle(f"{contract.id}: learning curves (dashed: decision thresholds; dotted: futility; x: halt)",
-                 fontsize=10)
+    legend = "dashed: decision thresholds; dotted: futility; x: halt"
+    if contract.convergence is not None:
+        legend += "; shaded: convergence window; o: not converged"
+    fig.suptitle(f"{contract.id}: learning curves ({legend})", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -10,7 +10,7 @@ import math
 import time
 from collections.abc import Mapping
 
-from gates.contract import FutilityRule, StopRules
+from gates.contract import Convergence, FutilityRule, StopRules
 from gates.study import Direction, Halt, Metric
 
 
@@ -91,19 +91,90 @@ def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[i
     worse = current < bar if direction == "higher" else current > bar
     if not worse:
         return None
-    # the value `window` steps ago: the latest one recorded at or before step - window. Without one
-    # there is no trend to judge, so no halt (contracts are checked so that one exists).
-    earlier = [v for s, v in series if s <= step - rule.window]
-    if not earlier:
+    # Without a value `window` steps back there is no trend to judge, so no halt (contracts are
+    # checked so that one exists).
+    trend = relative_improvement(series, direction, step, rule.window)
+    if trend is None:
         return None
-    before = earlier[-1]
-    gain = (current - before) if direction == "higher" else (before - current)
-    relative = gain / max(abs(before), 1e-12)
+    relative = trend[2]
     if relative >= rule.min_rel_improvement:
         return None
     return Halt("futility", step,
                 f"{rule.metric} = {current:.4g} is worse than {bar:.4g}{_bar_origin(rule)} at step {step} and improved "
                 f"{relative:+.2%} over the last {rule.window} steps (< {rule.min_rel_improvement:.2%})")
+
+
+def relative_improvement(series: list[tuple[int, float]], direction: Direction, step: int,
+                         window: int) -> tuple[int, float, float] | None:
+    """(earlier step, its value, relative improvement) of the series' latest value against the value
+    `window` steps before `step` (the latest one recorded at or before step - window), in the metric's
+    better direction: > 0 is better. None when nothing was recorded that far back."""
+    current = series[-1][1]
+    earlier = [(s, v) for s, v in series if s <= step - window]
+    if not earlier:
+        return None
+    before_step, before = earlier[-1]
+    gain = (current - before) if direction == "higher" else (before - current)
+    return before_step, before, gain / max(abs(before), 1e-12)
+
+
+def convergence(rule: Convergence, direction: Direction, series: list[tuple[int, float]]) -> dict:
+    """A completed run's convergence on `rule.metric` from its reported `series`: `converged` (False
+    when it improved by more than `max_rel_improvement` over the last `window` steps, or when the trend
+    cannot be measured or is not finite: nothing shows it had stopped learning) and the numbers behind it."""
+    record = {"metric": rule.metric, "window": rule.window, "first_step": None, "last_step": None,
+              "first_value": None, "last_value": None, "rel_improvement": None}
+    if not series:
+        return {"converged": False, "convergence": record}
+    last_step, last_value = series[-1]
+    record.update(last_step=last_step, last_value=_finite(last_value))
+    trend = relative_improvement(series, direction, last_step, rule.window)
+    if trend is not None:
+        record.update(first_step=trend[0], first_value=_finite(trend[1]), rel_improvement=_finite(trend[2]))
+    return {"converged": is_converged(rule, record), "convergence": record}
+
+
+def preflight_convergence(loaded, refuse) -> list[str]:
+    """Preflight for a contract's convergence rule (the loader checks the window's bounds): the metric is a
+    train or validation metric (those are reported at every evaluation, and the test split must not decide
+    whether an arm trained enough), and an evaluation lies `window` steps before the last. `refuse(loc,
+    msg)` records an error; returns the note `gates check` prints."""
+    from gates.study import Budget
+
+    c, study = loaded.contract, loaded.study
+    conv = c.convergence
+    spec = study.metrics.get(conv.metric)
+    if spec is None:
+        return []  # the loader refused it
+    if spec.role not in ("train", "validation"):
+        refuse(("convergence", "metric"),
+               f"{conv.metric!r} is a {spec.role} metric of study {study.name!r}; expected a train or validation "
+               f"metric, reported at every evaluation (the test split must not decide whether an arm trained enough)")
+        return []
+    budget = Budget(c.budget.steps, c.budget.eval_every)
+    evals = [s for s in range(1, budget.steps + 1) if budget.is_eval_step(s)]
+    last = evals[-1]
+    earlier = [s for s in evals if s <= last - conv.window]
+    if not earlier:
+        refuse(("convergence", "window"),
+               f"no evaluation lies {conv.window} steps before the last (step {last}) with eval_every "
+               f"{budget.eval_every}; expected window <= {last - evals[0]}")
+        return []
+    return [f"convergence: {conv.metric} ({spec.direction} is better) from the evaluation at step {earlier[-1]} to "
+            f"the last at step {last} (window {conv.window} steps, eval every {budget.eval_every}); a completed run "
+            f"that improved it by more than {conv.max_rel_improvement:.2%} (relative) is not converged, and every "
+            f"decision condition reading its arm is undetermined (halted runs are not judged)"]
+
+
+def is_converged(rule: Convergence, record: dict) -> bool:
+    """What a recorded convergence trend says under `rule` (a missing or non-finite trend: not converged)."""
+    rel = record.get("rel_improvement")
+    return (rel is not None and record.get("first_value") is not None and record.get("last_value") is not None
+            and rel <= rule.max_rel_improvement)
+
+
+def _finite(x: float) -> float | None:
+    return float(x) if math.isfinite(x) else None
 
 
 def _bar_origin(rule: FutilityRule) -> str:

@@ -78,6 +78,10 @@ def preflight(loaded: LoadedContract) -> PreflightReport:
                    f"trainable parameters differ by {spread:.2%} ({text}); expected within {match.tolerance:.2%}")
         else:
             report.notes.append(f"capacity match: {text} within {spread:.2%} (tolerance {match.tolerance:.2%})")
+    if c.convergence is not None:  # the window measurable on a train or validation metric (gates.rules)
+        from gates.rules import preflight_convergence
+
+        report.notes += preflight_convergence(loaded, refuse)
     return report
 
 

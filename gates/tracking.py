@@ -182,4 +182,7 @@ def run_summary(run: Any) -> dict:
         "first_signal": json.loads(tags.get("gates.first_signal", "null")),
         "mlflow_run_id": run.info.run_id,
         "mlflow_status": run.info.status,
+        # set only on a completed run judged under a convergence rule
+        "converged": {"true": True, "false": False}.get(tags.get("gates.converged", "")),
+        "convergence": json.loads(tags["gates.convergence"]) if "gates.convergence" in tags else None,
     }

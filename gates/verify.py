@@ -120,6 +120,7 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
                             f"{ev['contract_sha256'][:16]} (a new version needs a new id){elsewhere}")
 
     check.problems += _check_runs(loaded, ev)
+    check.problems += _check_convergence(loaded, ev)
     check.problems += _check_settings(loaded, ev)
     again = verdict.judge(loaded.contract, ev["runs"], loaded.study.metrics)
     check.problems += _rederive(again, ev)
@@ -198,6 +199,36 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
                         f"seeds {seeds})")
     if twice:
         problems.append(f"runs list {names(twice)} more than once; expected each arm x seed once")
+    return problems
+
+
+def _check_convergence(loaded: LoadedContract, ev: dict) -> list[str]:
+    """Under a convergence rule every completed run records `converged` and the trend it was judged on
+    (the rule's metric and window), and the flag is what the rule says of that trend; halted and failed
+    runs, and every run of a contract without the rule, record none."""
+    from gates.rules import is_converged
+
+    rule = loaded.contract.convergence
+    problems = []
+    for r in ev["runs"]:
+        name = f"run {r['arm']}/seed {r['seed']}"
+        if rule is None or r.get("status") != "completed":
+            if "converged" in r or "convergence" in r:
+                why = "the contract has no convergence rule" if rule is None else f"it is {r.get('status')}"
+                problems.append(f"{name} records convergence, but {why}; expected none")
+            continue
+        conv = r.get("convergence")
+        if not isinstance(r.get("converged"), bool) or not isinstance(conv, dict):
+            problems.append(f"{name} completed without a convergence record; expected converged and convergence "
+                            f"under the contract's convergence rule")
+            continue
+        if conv.get("metric") != rule.metric or conv.get("window") != rule.window:
+            problems.append(f"{name} was judged on {conv.get('metric')!r} over {conv.get('window')} steps; the "
+                            f"contract's rule is {rule.metric!r} over {rule.window}")
+        elif r["converged"] != is_converged(rule, conv):
+            problems.append(f"{name} records converged={str(r['converged']).lower()}, but its trend "
+                            f"({conv.get('rel_improvement')} relative over the window, bar "
+                            f"{rule.max_rel_improvement:g}) gives converged={str(not r['converged']).lower()}")
     return problems
 
 
