@@ -176,10 +176,15 @@ DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost", "controls", "looks") 
 
 
 def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
-    """The runs are exactly the contract's arms x seeds, each once."""
+    """The runs are exactly the contract's arms x seeds, each once; for a sequential contract, the arms x
+    seeds of the looks taken, up to the look the sequence stops at on these runs (re-derived)."""
     from collections import Counter
 
     arms, seeds = list(loaded.contract.arms), list(loaded.contract.seeds)
+    if loaded.contract.sequential is not None:
+        from gates.sequential import stopping_seeds
+
+        seeds = stopping_seeds(loaded.contract, ev["runs"], loaded.study.metrics)
     expected = [(a, s) for a in arms for s in seeds]
     counts = Counter((r["arm"], r["seed"]) for r in ev["runs"])
     problems = []
@@ -195,8 +200,9 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
         problems.append(f"runs lack {names(missing)}: the evidence has {len(ev['runs'])} runs, the contract's "
                         f"{len(arms)} arms x {len(seeds)} seeds are {len(expected)} (each arm runs on every seed)")
     if extra:
-        problems.append(f"runs include {names(extra)}, which the contract does not list (arms {', '.join(arms)}; "
-                        f"seeds {seeds})")
+        listed = "which the contract does not list" if loaded.contract.sequential is None else (
+            "beyond the look at which the sequence stops on these runs (or not the contract's)")
+        problems.append(f"runs include {names(extra)}, {listed} (arms {', '.join(arms)}; seeds {seeds})")
     if twice:
         problems.append(f"runs list {names(twice)} more than once; expected each arm x seed once")
     return problems
