@@ -4,9 +4,11 @@ machines; SQLite on one machine), a shared MLflow tracking server holds the runs
 Coordinator, `gates run CONTRACT --storage URL`: preflight and the parent MLflow run as a
 single-process run does (gates.runner.prepare_parent), then one Optuna study per contract version and
 parent run, named `gates:<id>@<sha256[:12]>:<parent run id[:12]>`, with one enqueued trial per
-arm x seed job (`study.enqueue_trial({}, user_attrs={"kind": "run", "job": ..., ...})`). It waits until
-every job has exactly one completed record, then decides the verdict once and writes the evidence,
-plots and parent-run tags with gates.runner.finish. Re-running it re-attaches: jobs that already have a
+arm x seed job (`study.enqueue_trial({}, user_attrs={"kind": "run", "job": ..., ...})`), in the order of
+gates/plan.py: one look's jobs at a time (a contract without `sequential` is one look), waiting until
+each has exactly one completed record and asking the plan whether the next look is needed; then it
+decides the verdict once and writes the evidence, plots and parent-run tags with
+gates.runner.finish. Re-running it re-attaches: jobs that already have a
 trial (waiting, running or complete) are not enqueued again.
 
 Worker, `gates worker --storage URL`: claims a WAITING trial with the same row-locked
@@ -50,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from gates import runner
+from gates import plan, runner
 from gates.contract import LoadedContract
 from gates.errors import UserError
 
@@ -58,8 +60,8 @@ HEARTBEAT_SECONDS = 10  # Optuna's heartbeat interval (an integer number of seco
 MAX_RETRY = 3  # a job whose worker dies this many times is reported, not retried forever
 POLL_SECONDS = 0.5
 STUDY_PREFIX = "gates:"
-KIND_RUN = "run"
-KIND_TUNE = "tune"
+KIND_RUN = plan.KIND_RUN
+KIND_TUNE = plan.KIND_TUNE
 ATTR = "gates.contract_sha256"  # a study attr that marks a study as a gates contract's job queue
 
 
@@ -145,8 +147,7 @@ def study_name(loaded: LoadedContract, parent_id: str) -> str:
     return f"{STUDY_PREFIX}{loaded.id}@{loaded.sha256[:12]}:{parent_id[:12]}"
 
 
-def job_key(arm: str, seed: int) -> str:
-    return f"{arm}/seed{seed}"
+job_key = plan.job_key
 
 
 # ---------------------------------------------------------------------------------- job table
@@ -215,26 +216,20 @@ def open_queue(parent: runner.ParentRun, storage, extra: dict | None = None):
     return study
 
 
-def run_jobs(parent: runner.ParentRun) -> list[dict]:
-    """The arm x seed jobs (kind "run") in single-process order; a relatively judged job lists the jobs
-    it is compared with in `after`. Each carries the arm config it runs (the tuned one after tuning)."""
+def run_jobs(parent: runner.ParentRun, seeds: list[int] | None = None) -> list[dict]:
+    """The plan's arm x seed jobs (kind "run") of these seeds (default: all), as trial user attrs; a
+    relatively judged job lists the jobs it is compared with in `after`. Each carries the arm config it
+    runs (the tuned one after tuning)."""
     loaded = parent.loaded
-    judged, order = runner.judged_arms(loaded), runner.arm_order(loaded)
-    jobs = []
-    for arm, seed in runner.job_order(loaded):
-        before = order[:order.index(arm)] if arm in judged else []
-        jobs.append({"kind": KIND_RUN, "job": job_key(arm, seed), "arm": arm, "seed": seed,
-                     "after": [job_key(a, seed) for a in before],
-                     "config": loaded.arm_configs[arm].model_dump(mode="json")})
-    return jobs
+    seeds = list(loaded.contract.seeds) if seeds is None else seeds
+    return [{"kind": KIND_RUN, "job": j.key, "arm": j.arm, "seed": j.seed, "after": list(j.after),
+             "config": loaded.arm_configs[j.arm].model_dump(mode="json")} for j in plan.run_jobs(loaded, seeds)]
 
 
 def tune_jobs(loaded: LoadedContract, tuning_storage: str) -> list[dict]:
-    """One job (kind "tune") per pre-registered tuning trial of every tuned arm (gates/tuning.py)."""
-    t = loaded.contract.tuning
-    return [{"kind": KIND_TUNE, "job": f"tune:{arm}:{i}", "arm": arm, "index": i, "after": [],
-             "tuning_storage": tuning_storage} for arm in t.tuned_arms(loaded.contract.arms)
-            for i in range(t.trials_per_arm)]
+    """The plan's tuning trials (kind "tune"), one per pre-registered trial of every tuned arm."""
+    return [{"kind": KIND_TUNE, "job": j.key, "arm": j.arm, "index": j.index, "after": [],
+             "tuning_storage": tuning_storage} for j in plan.tuning_jobs(loaded)]
 
 
 def enqueue(study, storage, parent: runner.ParentRun, jobs: list[dict], result: Enqueued) -> Enqueued:
@@ -348,13 +343,17 @@ def run_distributed(loaded: LoadedContract, tracking_uri: str, runs_root: Path, 
         parent.loaded, parent.tuning = tuning.tune_and_apply(
             loaded, tracking_uri, parent_run_id=parent.parent_id, experiment_id=parent.experiment_id,
             storage_url=tuning_url, progress=progress, prov=parent.prov)
-    jobs = run_jobs(parent)
-    enqueue(study, storage, parent, jobs, result)
-    if on_enqueued is not None:
-        on_enqueued(result)
-    if not wait:
-        return result
-    records = wait_for_jobs(storage, study.study_name, jobs, progress, steps=parent.budget.steps, poll=poll)
+    records: list[dict] = []
+    while (seeds := plan.next_seeds(parent.loaded, records)) is not None:  # one look at a time (gates/plan.py)
+        if any(r["seed"] in seeds for r in records):
+            raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
+        jobs = run_jobs(parent, seeds)
+        enqueue(study, storage, parent, jobs, result)
+        if on_enqueued is not None:
+            on_enqueued(result)
+        if not wait:
+            return result
+        records += wait_for_jobs(storage, study.study_name, jobs, progress, steps=parent.budget.steps, poll=poll)
     close_leftovers(parent, records)
     return runner.finish(parent, records, runs_root)
 
@@ -634,7 +633,7 @@ def _run_arm_seed(ctx: StudyContext, attrs: dict, table: JobTable, on_start) -> 
         loaded = copy.copy(parent.loaded)  # the tuned config the coordinator chose (the contract's otherwise)
         loaded.arm_configs = {**loaded.arm_configs, arm: loaded.study.Config.model_validate(attrs["config"])}
         parent = dataclasses.replace(parent, loaded=loaded)
-    reference = runner.reference_metrics(parent.loaded)
+    reference = plan.reference_metrics(parent.loaded)
     others = {}
     for dep in attrs.get("after", []):  # the arms before this one on its seed, as a single process has them
         record = table.records[dep]

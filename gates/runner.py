@@ -1,5 +1,9 @@
 """Run a contract: preflight, every arm x seed under the stop rules, then the verdict and evidence.
 
+The order of work is the plan's (gates/plan.py): tuning trials, then the arm x seed jobs look by look
+(one look of all seeds unless the contract is `sequential`), asking the plan between looks whether
+to go on; the distributed coordinator (gates/distributed.py) follows the same plan.
+
 Every arm x seed is one MLflow run nested under the contract's parent run. A finished run
 (completed, or halted by a stop rule) of the same contract hash and code is never redone unless
 `fresh`; a run that crashed or was killed is redone. Evidence is written once, atomically, at the end.
@@ -14,82 +18,24 @@ import socket
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
 import gates
-from gates import history, ledger, plots, provenance, verdict
+from gates import history, ledger, plan, plots, provenance, verdict
 from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors
 from gates.locks import contract_lock
+from gates.plan import arm_order, job_order, judged_arms, reference_metrics  # noqa: F401 (the order of work)
+from gates.preflight import PreflightReport, _ratio, preflight  # noqa: F401 (importable from here, as before)
 from gates.reporter import PlatformReporter
 from gates.rules import StopRuleEngine, convergence
 from gates.study import Budget, Halt
 from gates.tracking import MLflowMetricSink, Tracker, flatten, run_summary
 
 FINISHED = ("completed", "halted")
-
-
-# ---------------------------------------------------------------------------------- preflight
-@dataclass
-class PreflightReport:
-    arms: dict[str, dict] = field(default_factory=dict)  # arm -> params, flops, ratios
-    errors: list[UserError] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {"arms": self.arms, "notes": self.notes}
-
-
-def preflight(loaded: LoadedContract) -> PreflightReport:
-    """Measure what can be measured before any step and refuse a run outside the declared bounds."""
-    c, study = loaded.contract, loaded.study
-    report = PreflightReport()
-
-    def refuse(loc: tuple, msg: str):
-        report.errors.append(loaded.error(loc, msg))
-
-    for arm, cfg in loaded.arm_configs.items():
-        why = study.check_ready(cfg)
-        if why:
-            refuse(("arms", arm), f"arm cannot run here: {why}")
-        report.arms[arm] = {"params": study.param_count(cfg), "flops": study.flops(cfg)}
-
-    cost = c.preflight.compute_cost
-    base = report.arms[cost.baseline_arm]
-    for arm, m in report.arms.items():
-        m["params_ratio"] = _ratio(m["params"], base["params"])
-        m["flops_ratio"] = _ratio(m["flops"], base["flops"]) if m["flops"] is not None and base["flops"] is not None else None
-        for kind in ("params_ratio", "flops_ratio"):
-            if m[kind] is not None and m[kind] > cost.max_ratio:
-                refuse(("preflight", "compute_cost", "max_ratio"),
-                       f"arm {arm!r} measures {kind.replace('_', ' ')} {m[kind]:.3g} to {cost.baseline_arm!r}, "
-                       f"above the declared bound {cost.max_ratio:g}; expected every arm within it")
-
-    match = c.preflight.capacity_match
-    if match:
-        counts = {a: report.arms[a]["params"] for a in match.arms}
-        spread = (max(counts.values()) - min(counts.values())) / max(min(counts.values()), 1)
-        text = ", ".join(f"{a}={n}" for a, n in counts.items())
-        if spread > match.tolerance:
-            refuse(("preflight", "capacity_match", "tolerance"),
-                   f"trainable parameters differ by {spread:.2%} ({text}); expected within {match.tolerance:.2%}")
-        else:
-            report.notes.append(f"capacity match: {text} within {spread:.2%} (tolerance {match.tolerance:.2%})")
-    if c.convergence is not None:  # the window measurable on a train or validation metric (gates.rules)
-        from gates.rules import preflight_convergence
-
-        report.notes += preflight_convergence(loaded, refuse)
-    return report
-
-
-def _ratio(cost: float, baseline: float) -> float:
-    """cost / baseline, where two zero costs (parameter-free arms) are equal, not infinitely apart."""
-    if baseline:
-        return cost / baseline
-    return 1.0 if not cost else math.inf
 
 
 # ---------------------------------------------------------------------------------- progress
@@ -214,29 +160,6 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def judged_arms(loaded: LoadedContract) -> set[str]:
-    """Arms that relative futility rules (`behind_best_other_by`) judge against the other arms."""
-    return {a for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None for a in r.arms}
-
-
-def reference_metrics(loaded: LoadedContract) -> set[str]:
-    """Metrics whose histories relative futility rules compare across arms of one seed."""
-    return {r.metric for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None}
-
-
-def arm_order(loaded: LoadedContract) -> list[str]:
-    """The arms in run order within a seed: the arms that relative futility rules judge come last, so
-    that the arms they are compared with have already run on that seed."""
-    judged = judged_arms(loaded)
-    return [a for a in loaded.arm_configs if a not in judged] + [a for a in loaded.arm_configs if a in judged]
-
-
-def job_order(loaded: LoadedContract) -> list[tuple[str, int]]:
-    """Every (arm, seed) job, seed-major, in the order a single process runs them."""
-    order = arm_order(loaded)
-    return [(arm, seed) for seed in loaded.contract.seeds for arm in order]
-
-
 def run_job(parent: ParentRun, arm: str, seed: int, progress: Progress | None = None, others: dict | None = None,
             on_start=None) -> tuple[dict, dict]:
     """Train one arm x seed as a nested run of `parent`: (its record, its metric histories). `others`:
@@ -275,24 +198,27 @@ def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *,
                                                fresh=fresh, progress=progress, prov=parent.prov)
         parent.loaded = loaded
 
-    records = []
+    records: list[dict] = []
     budget = parent.budget
-    # Seed-major, with the arms that relative futility rules judge last in each seed, so that the
-    # arms they are compared with have already run on that seed.
     reference = reference_metrics(loaded)
-    order = arm_order(loaded)
     try:
-        for seed in c.seeds:
-            seed_histories: dict[str, dict] = {}  # arm -> metric -> [(step, value)], this seed only
-            for arm in order:
+        # the plan (gates/plan.py): one look's arm x seed jobs at a time, seed-major, the arms that
+        # relative futility rules judge last in each seed; between looks, the decision point
+        while (seeds := plan.next_seeds(loaded, records)) is not None:
+            if any(r["seed"] in seeds for r in records):
+                raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
+            seed_histories: dict[int, dict[str, dict]] = {}  # seed -> arm -> metric -> [(step, value)]
+            for job in plan.run_jobs(loaded, seeds):
+                arm, seed = job.arm, job.seed
+                others = seed_histories.setdefault(seed, {})
                 if (arm, seed) in done:
                     record = _record(done[(arm, seed)])
                     progress.start(arm, seed, budget.steps, skipped=record)
-                    seed_histories[arm] = {m: tracker.history(record["mlflow_run_id"], m) for m in reference}
+                    others[arm] = {m: tracker.history(record["mlflow_run_id"], m) for m in reference}
                 else:
                     progress.start(arm, seed, budget.steps)
-                    record, history = run_job(parent, arm, seed, progress, others=seed_histories)
-                    seed_histories[arm] = history
+                    record, history = run_job(parent, arm, seed, progress, others=others)
+                    others[arm] = history
                 records.append(record)
                 progress.end(record)
     except KeyboardInterrupt:

@@ -42,6 +42,7 @@ from optuna.trial import TrialState
 from gates import provenance
 from gates.contract import LoadedContract, SpaceParam
 from gates.errors import UserErrors
+from gates.preflight import preflight
 from gates.reporter import PlatformReporter
 from gates.rules import StopRuleEngine
 from gates.study import Budget, Halt
@@ -383,8 +384,6 @@ def tune_and_apply(loaded: LoadedContract, tracking_uri: str, *, parent_run_id: 
                    prov: provenance.Provenance | None = None) -> tuple[LoadedContract, dict]:
     """The runner's hook: tune, then the contract with each tuned arm's best config (preflight again:
     the tuned configs must pass the same compute and capacity gates)."""
-    from gates.runner import preflight
-
     record = tune(loaded, tracking_uri, storage_url=storage_url, parent_run_id=parent_run_id,
                   experiment_id=experiment_id, fresh=fresh, progress=progress, prov=prov)
     tuned = apply(loaded, record)
