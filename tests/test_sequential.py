@@ -232,3 +232,26 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     assert _check_runs(loaded, cut) == []  # the runs are those of look 1 ...
     assert judge_sequential(loaded.contract, cut["runs"], loaded.study.metrics).settle[0].startswith(
         "continue to look 2")  # ... whose verdict says to continue
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_coordinator_enqueues_one_look_at_a_time(workdir):
+    """The distributed coordinator follows the same plan: only look 1's jobs are enqueued; once a worker
+    has run them and they decide, the evidence is the single-process one (look 1's runs only)."""
+    import threading
+
+    from gates import distributed
+
+    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-dist", list(range(7)), [5, 7]))
+    loaded = load_contract(path)
+    uri, storage_url = f"sqlite:///{workdir / 'mlflow.db'}", f"sqlite:///{workdir / 'queue.db'}"
+    queued = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=2)
+    assert sorted(queued.enqueued) == sorted(f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel")
+                                             for s in range(5))
+    worker = distributed.Worker(storage_url, uri, heartbeat=2, poll=0.1)
+    thread = threading.Thread(target=worker.serve, kwargs={"max_jobs": 10, "idle_exit": 60.0}, daemon=True)
+    thread.start()
+    ev = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2)
+    thread.join(timeout=60)
+    assert ev["verdict"] == "supported" and len(ev["looks"]) == 1
+    assert sorted({r["seed"] for r in ev["runs"]}) == [0, 1, 2, 3, 4]
