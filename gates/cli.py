@@ -90,6 +90,19 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs
               f"{c.decision.evaluation} evaluation, Holm-corrected at that alpha for the family; "
               f"{len(c.decision.supported_if)} supported_if, "
               f"{len(c.decision.refuted_if)} refuted_if")
+    if c.sequential is not None:
+        from gates.sequential import spent
+        from gates.verdict import supportable
+
+        out.print(f"sequential: {len(c.sequential.looks)} looks, {c.sequential.spending} spending (Lan-DeMets; "
+                  f"each look tested at the alpha it spends, union bound over looks)", markup=False)
+        for k, (n, (cum, here)) in enumerate(zip(c.sequential.looks, spent(c.sequential.spending,
+                                                                            c.sequential.looks, c.decision.alpha))):
+            t_ok, exact_ok = (supportable(c.decision, n, here, exact) for exact in (False, True))
+            out.print(f"  look {k + 1}: {n} seeds, alpha {here:.4g} here ({cum:.4g} spent in all); could stop "
+                      f"supported here: {'yes' if exact_ok else 'only if the t-test applies' if t_ok else 'no'}"
+                      f"{'' if exact_ok else ' (values that tie or sit at a bound need the exact test)' if t_ok else ''}",
+                      markup=False)
     for i, ctl in enumerate(c.controls):
         out.print(f"control {i} ({ctl.control}): must hold, else the verdict is invalid (Holm within the controls)",
                   markup=False)

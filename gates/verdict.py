@@ -744,6 +744,13 @@ def _seeds_to_reach(decision: Decision, exact_everywhere: bool, start: int) -> i
     return None
 
 
+def supportable(decision: Decision, n_seeds: int, alpha: float, exact_everywhere: bool) -> bool:
+    """Whether every supported_if condition could hold together with `n_seeds` seeds at `alpha` (a
+    sequential look's share), best case, with the exact test everywhere or only where declared."""
+    at = decision.model_copy(update={"alpha": alpha})
+    return not any(name == "supported_if" for name, *_ in _unreachable_at(at, n_seeds, exact_everywhere))
+
+
 def unreachable(decision: Decision, n_seeds: int) -> list[tuple[str, int, str]]:
     """(list, index, why) for each condition that can never hold at the decision's alpha with
     `n_seeds` seeds, because its test cannot give a small enough p-value after Holm."""
