@@ -79,6 +79,9 @@ def signature(evidence: dict) -> str:
         f"seeds:{','.join(str(x) for x in s['seeds'])}",
         f"gates:{evidence.get('gates_version', gates.__version__)}",
     ]
+    looks = evidence.get("looks")
+    if looks:  # a sequential design: the seeds judged at the look that stopped it
+        parts.insert(-1, f"looks:{len(looks)}@{len(looks[-1]['seeds'])}seeds")
     return "|".join(parts)
 
 
