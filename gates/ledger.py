@@ -220,11 +220,8 @@ class SettingsShape(_Shape):
     arm_configs: dict[str, dict]
 
 
-class SignalShape(_Shape):
+class SignalShape(FirstSignalShape):
     seed: int
-    step: Optional[int] = None
-    value: Number = None
-    met: bool
 
 
 class FalsifiablePointShape(_Shape):

@@ -31,6 +31,19 @@ def small_c05(**overrides) -> dict:
     return data
 
 
+def copy_claims(folder: Path, *contract_ids: str) -> Path:
+    """folder/project with contracts/ and runs/ holding copies of these committed claims."""
+    import shutil
+
+    root = folder / "project"
+    (root / "contracts").mkdir(parents=True)
+    (root / "runs").mkdir()
+    for contract_id in contract_ids:
+        shutil.copy(ROOT / "contracts" / f"{contract_id}.yaml", root / "contracts")
+        shutil.copytree(ROOT / "runs" / contract_id, root / "runs" / contract_id)
+    return root
+
+
 def write_contract(folder: Path, data: dict, name: str = "contract.yaml") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))

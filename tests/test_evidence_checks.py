@@ -19,6 +19,7 @@ from gates import ledger, verdict
 from gates.cli import app
 from gates.contract import load_contract
 from gates.verify import check_claim, find_contracts
+from tests.conftest import copy_claims
 
 ROOT = Path(__file__).resolve().parent.parent
 C05 = "c05-structural-probe"
@@ -50,12 +51,8 @@ def evidence(project: Path, contract_id: str = C05) -> dict:
 def project(tmp_path) -> Path:
     """contracts/ and runs/ holding copies of two committed claims (one with tuning), as today's code
     records them."""
-    root = tmp_path / "project"
-    (root / "contracts").mkdir(parents=True)
-    (root / "runs").mkdir()
+    root = copy_claims(tmp_path, C05, TUNED)
     for contract_id in (C05, TUNED):
-        shutil.copy(ROOT / "contracts" / f"{contract_id}.yaml", root / "contracts")
-        shutil.copytree(ROOT / "runs" / contract_id, root / "runs" / contract_id)
         settle(root, contract_id, evidence(root, contract_id))
     return root
 

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import resource
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from gates import ledger
@@ -30,7 +28,7 @@ from gates.cli import app
 from gates.contract import load_contract
 from gates.errors import UserError
 from gates.verify import check_claim, find_contracts, verify
-from tests.conftest import small_c05, write_contract
+from tests.conftest import copy_claims, small_c05, write_contract
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN, INTACT = "c05-structural-probe", "c05-structural-probe-hard"
@@ -49,13 +47,7 @@ def gates_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subp
 @pytest.fixture
 def project(tmp_path) -> Path:
     """contracts/ and runs/ with copies of two committed claims."""
-    root = tmp_path / "project"
-    (root / "contracts").mkdir(parents=True)
-    (root / "runs").mkdir()
-    for contract_id in (BROKEN, INTACT):
-        shutil.copy(ROOT / "contracts" / f"{contract_id}.yaml", root / "contracts")
-        shutil.copytree(ROOT / "runs" / contract_id, root / "runs" / contract_id)
-    return root
+    return copy_claims(tmp_path, BROKEN, INTACT)
 
 
 def evidence_path(project: Path, contract_id: str = BROKEN) -> Path:
