@@ -279,16 +279,19 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
     status, halt_reason, halt_detail = "completed", None, None
     started = time.perf_counter()
     try:
-        final = dict(study.run(cfg, seed, reporter))
+        final = returned_metrics(c.study, study, study.run(cfg, seed, reporter))
     except Halt as halt:
         status, halt_reason, halt_detail, final = "halted", halt.reason, str(halt), dict(reporter.last)
     except KeyboardInterrupt:
         sink.flush()
         tracker.kill(run_id)
         raise
+    except StudyInterfaceError as e:  # run returned what the study does not declare: failed, named
+        status, halt_reason, halt_detail, final = "failed", "error", str(e), dict(reporter.last)
     except Exception as e:  # a study crashed: record it, keep going with the other runs
         status, halt_reason, final = "failed", "error", dict(reporter.last)
-        halt_detail = f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
+        halt_detail = (f"study {c.study!r} raised {type(e).__name__} in run(): {e}\n"
+                       f"{traceback.format_exc(limit=8)}")
     final = {k: float(v) for k, v in final.items()}
     seconds = round(time.perf_counter() - started, 3)
     point = c.preflight.falsifiable_point
@@ -306,6 +309,29 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
     return {"arm": arm, "seed": seed, "status": status, "halt_reason": halt_reason, "halt_detail": halt_detail,
             "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id,
             **judged}, reporter.history
+
+
+class StudyInterfaceError(Exception):
+    """A study's run() returned something other than its declared metrics (the run is failed)."""
+
+
+def returned_metrics(name: str, study, returned) -> dict[str, float]:
+    """What run() returned as {declared metric: float}; a StudyInterfaceError naming the study otherwise."""
+    if not hasattr(returned, "items"):
+        raise StudyInterfaceError(f"study {name!r}: run() returned {type(returned).__name__}; expected a dict "
+                                  f"of its final metrics (metric name -> number)")
+    final = {}
+    for key, value in returned.items():
+        if key not in study.metrics:
+            raise StudyInterfaceError(f"study {name!r}: run() returned metric {key!r}, which the study does not "
+                                      f"declare; expected only metrics of {type(study).__name__}.metrics "
+                                      f"({', '.join(study.metrics)})")
+        try:
+            final[key] = float(value)
+        except (TypeError, ValueError):
+            raise StudyInterfaceError(f"study {name!r}: run() returned {key} = {str(value)[:60]!r}, not a "
+                                      f"number") from None
+    return final
 
 
 def first_signal(point, series: list[tuple[int, float]]) -> dict:
