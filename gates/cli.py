@@ -1,4 +1,8 @@
-"""The `gates` command line: check, run, verify, status, schema, studies.
+"""The `gates` command line: new, check, run, worker, verify, status, withdraw, render, rederive,
+dashboard, report, schema, studies, data.
+
+Commands that only list (`--help`, `status`, `studies`) import no study and no verdict engine: they
+answer in a fraction of a second (benchmarks/cli_latency.py).
 
 Exit codes: 0 success; 1 a claim lost its evidence (verify) or a run was interrupted; 2 bad input
 (a one-line error naming file:line: field: what is expected, never a traceback).
@@ -38,16 +42,48 @@ def _sigterm_as_interrupt(*_):
     raise KeyboardInterrupt
 
 
+def _load(contract: Path):
+    """Load a contract for check or run: refused while `gates new` placeholders are left (each named), and
+    a study that cannot be used is named at the contract's `study` line."""
+    from gates.contract import load_contract
+    from gates.new import require_filled
+    from gates.registry import StudyError
+
+    require_filled(contract)
+    try:
+        return load_contract(contract)
+    except StudyError as e:
+        from gates.contract import MAX_CONTRACT_BYTES
+        from gates.yamlsafe import load_yaml
+
+        _, lines = load_yaml(contract, max_bytes=MAX_CONTRACT_BYTES)
+        raise UserError(e.message, file=str(contract), line=lines.get(("study",)), field="study") from None
+
+
+@app.command()
+def new(contract_id: str = typer.Argument(..., metavar="ID", help="Id of the new contract (lowercase letters, "
+                                          "digits, '-'); the file is contracts/ID.yaml."),
+        study: str = typer.Option(..., "--study", help="Registered study the contract runs (see `gates studies`)."),
+        contracts_dir: Path = CONTRACTS_DIR):
+    """Write a contract skeleton contracts/ID.yaml for a study: every required field, two arms with the
+    study's default config, the five preflight gates as prompts, and "TODO: ..." wherever you decide.
+    `gates check` refuses it, naming each placeholder, until every one is replaced. Never overwrites."""
+    from gates.new import write
+
+    path = write(contracts_dir, contract_id, study)
+    out.print(f"wrote {path}: replace each \"TODO: ...\" value, then `gates check {path}`", markup=False,
+              highlight=False)
+
+
 @app.command()
 def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs_dir: Path = RUNS_DIR):
     """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
     each condition can reach significance with its seeds), without training anything. A contract with
     evidence recorded under older rules is shown with the rules it predates instead of refused."""
-    from gates.contract import load_contract
     from gates.runner import preflight
     from gates.verdict import exact_fallback_note, predictions
 
-    loaded = load_contract(contract)
+    loaded = _load(contract)
     loaded.require_current_rules(runs_dir)
     c = loaded.contract
     report = preflight(loaded)
@@ -136,20 +172,23 @@ def run(
                                  "wait and write the evidence."),
     heartbeat: int = typer.Option(10, "--heartbeat", help="With --storage: Optuna heartbeat interval in seconds; "
                                   "a job silent for 3x this long is failed and re-enqueued."),
+    fetch: bool = typer.Option(False, "--fetch", help="Fetch the registered corpora the arms need and lack "
+                               "first, as `gates data fetch NAME` does (printing each license)."),
 ):
     """Preflight, train every arm x seed into MLflow under the stop rules, decide the verdict and write
     runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused.
     A contract with `tuning` first searches each tuned arm's config (Optuna trials, same budget per arm);
     the best config per arm then runs over the seeds."""
-    from gates.contract import load_contract
     from gates.runner import run_contract
     from gates.tracking import resolve_uri
 
-    loaded = load_contract(contract)
+    loaded = _load(contract)
     loaded.require_current_rules(runs_dir)
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:
         raise UserError("--no-wait only applies with --storage URL (a distributed run)", field="--no-wait")
+    if fetch:
+        _fetch_corpora(loaded, err if as_json else out)  # under --json, stdout stays JSON lines
     progress = _JsonProgress() if as_json else _RichProgress(loaded)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
@@ -173,6 +212,21 @@ def run(
     _print_verdict(evidence, runs_dir)
     out.print(f"MLflow: {uri} (experiment {evidence['contract_id']!r}); "
               f"open with `mlflow ui --backend-store-uri {uri}`", markup=False, highlight=False)
+
+
+def _fetch_corpora(loaded, console) -> None:
+    """`gates run --fetch`: fetch each registered corpus an arm needs and lacks (gates.data_cli), printing
+    what `gates data fetch` prints, license included; the preflight then checks the arms again."""
+    from gates.data_cli import corpora_to_fetch, fetch_and_describe
+
+    wanted: list[str] = []
+    for cfg in loaded.arm_configs.values():
+        why = loaded.study.check_ready(cfg)
+        if why:
+            wanted += [n for n in corpora_to_fetch(cfg.model_dump(mode="json"), why) if n not in wanted]
+    for name in wanted:
+        console.print(f"fetching corpus {name} (gates run --fetch)", markup=False, highlight=False)
+        fetch_and_describe(name, say=lambda line: console.print(line, markup=False, highlight=False))
 
 
 def _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress, as_json, optuna_storage):
@@ -354,13 +408,21 @@ def rederive(contracts: List[Path] = typer.Argument(..., help="Contract YAML fil
 def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
            as_json: bool = typer.Option(False, "--json", help="Print a JSON list, per claim: id, verdict, status, "
                                         "hash_ok, stale, stale_files, withdrawn, superseded_by, supersedes, "
-                                        "rule_flags, problems.")):
+                                        "rule_flags, problems."),
+           full: bool = typer.Option(False, "--full", help="Check every claim as `gates verify` does (re-derive "
+                                     "each verdict, apply today's rules to each contract: imports every study; "
+                                     "seconds instead of a fraction of one).")):
     """A table of every contract: verdict (withdrawn, superseded), date, whether its hash still matches its
-    evidence, whether its code changed since (stale, naming the files), rules it predates, problems."""
-    from gates.verify import describe_stale
-    from gates.verify import verify as verify_claims
+    evidence, whether its code changed since (stale, naming the files), rules it predates, problems.
+    Read from runs/*/evidence.json, the contracts' hashes and the claims history (runs/INDEX.jsonl),
+    without importing any study: rules a contract predates are those its evidence recorded, and the
+    re-derivation of each verdict is `gates verify`'s (or `--full`)."""
+    if full:
+        from gates.verify import verify as verify_claims
 
-    checks = verify_claims(runs_dir, contracts_dir)
+        checks = verify_claims(runs_dir, contracts_dir)
+    else:
+        checks = _quick_claims(runs_dir, contracts_dir)
     if as_json:
         print(json.dumps([{"id": c.contract_id, "verdict": c.verdict, "status": c.status, "hash_ok": c.hash_ok,
                            "stale": c.stale, "stale_files": c.stale_files, "stale_note": c.stale_note,
@@ -376,13 +438,170 @@ def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
             shown = f"withdrawn ({c.verdict or '-'})"
         elif c.superseded_by:
             shown = f"{shown} (superseded)"
-        code = f"stale: {describe_stale(c.stale_files, shown=0)}" if c.stale else ("current" if c.created_at else "-")
-        notes = [n for n in _claim_notes(c, describe_stale, short=True) if not n.startswith("stale")]
+        code = f"stale: {_describe_stale(c.stale_files, shown=0)}" if c.stale else ("current" if c.created_at else "-")
+        notes = [n for n in _claim_notes(c, _describe_stale, short=True) if not n.startswith("stale")]
         if c.problems:
             more = f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
             notes.append(c.problems[0][:100] + ("..." if len(c.problems[0]) > 100 else "") + more)
         table.add_row(c.contract_id, shown, (c.created_at or "-")[:10], hash_ok, code, "; ".join(notes))
     out.print(table)
+    if not full:
+        out.print("from the evidence, contract hashes and claims history; `gates verify` also re-derives every "
+                  "verdict, `gates check` applies today's rules", markup=False, highlight=False, style="dim")
+
+
+class _Claim:
+    """A claim as `gates status` lists it (the fields of gates.verify.ClaimCheck that status shows)."""
+
+    def __init__(self, contract_id: str, status: str, **fields):
+        self.contract_id, self.status = contract_id, status
+        self.verdict = self.created_at = self.withdrawal = self.supersedes = None
+        self.hash_ok = None
+        self.withdrawn = self.stale = False
+        self.stale_note = ""
+        self.problems, self.superseded_by, self.stale_files, self.rule_flags = [], [], [], []
+        self.__dict__.update(fields)
+
+
+def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
+    """Every claim and contract, checked as far as the files allow without importing a study (torch)
+    or the verdict engine (scipy): the evidence's shape, the repository's contract for its id (exactly
+    one file) and its sha256 against the recorded one, the claims history (gates.history.check),
+    the supersedes chain, staleness (gates.provenance) and the rules the evidence recorded. The
+    contract's sha256 is computed from its validated fields with the arm configs as written; only when
+    that differs from the record (an edited contract, or a value the study's config would coerce) is
+    the contract loaded with its study to decide."""
+    from gates import history, ledger, provenance
+    from gates.contract import MAX_CONTRACT_BYTES
+    from gates.registry import study_module
+    from gates.yamlsafe import load_yaml
+
+    contracts, raw, duplicates, unloadable = {}, {}, {}, {}
+    for path in sorted(list(contracts_dir.glob("*.yaml")) + list(contracts_dir.glob("*.yml"))):
+        try:
+            data, _ = load_yaml(path, max_bytes=MAX_CONTRACT_BYTES)
+        except UserError as e:
+            unloadable[path] = e.render().splitlines()[0]
+            continue
+        cid = data.get("id") if isinstance(data, dict) else None
+        if not isinstance(cid, str):
+            unloadable[path] = f"{path}: id: required field is missing"
+            continue
+        if cid in contracts:
+            duplicates.setdefault(cid, [contracts[cid]]).append(path)
+        contracts[cid], raw[cid] = path, data
+    index = history.latest(runs_dir)
+    claims, evidence = [], {}
+    for path in sorted(runs_dir.glob(f"*/{ledger.EVIDENCE}")):
+        cid = path.parent.name
+        try:
+            evidence[cid] = ev = ledger.read_evidence(path)
+        except ValueError as e:
+            evidence[cid] = ev = None
+            problem = (f"{path}: {e}; expected valid evidence: restore the committed file from git, or run the "
+                       f"contract again")
+        claim = _Claim(cid, "ok")
+        if ev is not None:
+            claim.verdict, claim.created_at = ev["verdict"], ev["created_at"]
+        if history.is_withdrawn(index.get(cid)):
+            entry = index[cid]
+            claim.status, claim.withdrawn = "withdrawn", True
+            claim.withdrawal = f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})"
+        elif ev is None:
+            claim.status, claim.problems = "lost", [problem]
+        else:
+            claim.problems = _quick_contract_problems(claim, ev, path, contracts, raw, duplicates, unloadable)
+            claim.status = "lost" if claim.problems else "ok"
+        claims.append(claim)
+    for cid in sorted((set(contracts) | set(index)) - set(evidence)):
+        if history.is_withdrawn(index.get(cid)):
+            entry = index[cid]
+            claims.append(_Claim(cid, "withdrawn", withdrawn=True, withdrawal=f"{entry.get('reason') or 'no reason given'}"
+                                                                              f" (withdrawn {entry.get('time')})"))
+        elif cid in contracts:
+            claims.append(_Claim(cid, "pending", problems=["no evidence yet (not run)"]))
+        else:  # indexed, neither evidence nor contract: the history check says what disappeared
+            claims.append(_Claim(cid, "lost"))
+    by_id = {c.contract_id: c for c in claims}
+    for cid, found in history.check(runs_dir, contracts).items():  # as gates.verify does
+        claim = by_id.get(cid)
+        if claim is None:
+            claim = by_id[cid] = _Claim(cid, "lost")
+            claims.append(claim)
+        if claim.status == "pending":
+            claim.problems = []
+        claim.status = "lost"
+        claim.problems += found
+    supersedes = {cid: d.get("supersedes") for cid, d in raw.items() if isinstance(d.get("supersedes"), str)}
+    for cid, ev in evidence.items():
+        if ev is not None and isinstance(ev.get("supersedes"), str):
+            supersedes.setdefault(cid, ev["supersedes"])
+    for claim in claims:
+        cid = claim.contract_id
+        claim.supersedes = supersedes.get(cid)
+        claim.superseded_by = sorted(new for new, old in supersedes.items() if old == cid)
+        ev = evidence.get(cid)
+        if ev is None:
+            continue
+        flags = ev.get("rule_flags")
+        claim.rule_flags = [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
+        if isinstance(ev.get("study"), str):
+            found = provenance.staleness(ev, study_module(ev["study"]))
+            claim.stale, claim.stale_files, claim.stale_note = found.stale, list(found.files), found.note
+    return claims
+
+
+def _quick_contract_problems(claim, ev: dict, evidence_path: Path, contracts: dict, raw: dict, duplicates: dict,
+                             unloadable: dict) -> list[str]:
+    """The problems of a claim's contract as far as status checks them (gates.verify.check_claim words)."""
+    import hashlib
+
+    from pydantic import ValidationError
+
+    from gates.contract import Contract, canonical_json, load_contract
+
+    cid = claim.contract_id
+    if ev["contract_id"] != cid:
+        return [f"{evidence_path} records contract {ev['contract_id']!r}, not {cid!r}"]
+    if cid in duplicates:
+        return [f"contracts {', '.join(map(str, duplicates[cid]))} all have id {cid!r}; expected exactly one "
+                f"contract per id (a new version needs a new id)"]
+    path = contracts.get(cid)
+    if path is None:
+        broken = [why for p, why in unloadable.items() if p.stem == cid]
+        if broken:
+            return [f"contract no longer loads: {broken[0]}"]
+        return [f"contract {cid!r} is missing (recorded at {ev.get('contract_path')}); no contract file in the "
+                f"contracts folder has this id"]
+    sha = None
+    try:
+        canonical = Contract.model_validate(raw[cid]).model_dump(mode="json", exclude_unset=True)
+        canonical["arms"] = raw[cid]["arms"]  # as written; the study's config would only coerce or fill defaults
+        sha = hashlib.sha256(canonical_json(canonical).encode()).hexdigest()
+    except (ValidationError, TypeError, ValueError):
+        pass
+    if sha != ev["contract_sha256"]:  # edited, or written differently from what the study's config makes of it
+        try:
+            sha = load_contract(path).sha256
+        except UserError as e:
+            return [f"contract no longer loads: {e.render().splitlines()[0]}"]
+    claim.hash_ok = sha == ev["contract_sha256"]
+    if not claim.hash_ok:
+        return [f"{path} was edited after its evidence: sha256 {sha[:16]} != recorded {ev['contract_sha256'][:16]} "
+                f"(a new version needs a new id)"]
+    return []
+
+
+def _describe_stale(files: list[str], shown: int = 6) -> str:
+    """The changed files, the study's own first, the platform's (gates/) counted beyond `shown` (as
+    gates.verify.describe_stale, which `gates status` does not import: it imports the verdict engine)."""
+    study = [f for f in files if not f.startswith("gates/")]
+    platform = [f for f in files if f.startswith("gates/")]
+    parts = study[:]
+    if platform:
+        rest = len(platform) - shown
+        parts += platform[:shown] + ([f"{rest} {'more ' if shown else ''}in gates/"] if rest > 0 else [])
+    return ", ".join(parts) or "unknown files"
 
 
 @app.command()
@@ -490,18 +709,46 @@ def schema(study: Optional[str] = typer.Option(None, "--study", help="Print this
 
 
 @app.command()
-def studies():
-    """List the registered studies with their metrics (name: better direction, role, range).
+def studies(names: Optional[List[str]] = typer.Argument(None, help="Show these studies' metrics (imports them)."),
+            metrics: bool = typer.Option(False, "--metrics", help="Show every study's metrics (imports each "
+                                         "study, and so torch).")):
+    """List the registered studies: name, class and the installed distribution that registers it (from the
+    entry-point metadata, nothing imported). With names or --metrics: each study's metrics (name: better
+    direction, role, range). A decision may read only `test` and `cost` metrics; stop rules may read any role."""
+    from gates.errors import did_you_mean
+    from gates.registry import StudyError, get_study, study_entries
 
-    A decision may read only `test` and `cost` metrics; stop rules may read any role."""
-    from gates.registry import get_study, study_names
-
-    for name in study_names():
-        s = get_study(name)
-        out.print(f"[bold]{name}[/]: {(s.__doc__ or '').strip().splitlines()[0] if s.__doc__ else ''}")
+    entries = {e.name: e for e in study_entries()}
+    if not names and not metrics:
+        for e in entries.values():
+            out.print(f"{e.name}: {e.value}" + (f" ({e.distribution})" if e.distribution else ""), markup=False,
+                      highlight=False)
+        out.print("metrics: `gates studies NAME` or `gates studies --metrics`; arm config: `gates schema --study NAME`",
+                  markup=False, highlight=False, style="dim")
+        return
+    for name in names or []:
+        if name not in entries:
+            raise UserError(f"unknown study {name!r}{did_you_mean(name, entries)}; registered: "
+                            f"{', '.join(entries) or 'none'}", field="NAME")
+    broken = []
+    for name in names or list(entries):
+        try:
+            s = get_study(name)
+        except StudyError as e:
+            broken.append(e)
+            continue
+        doc = (s.__doc__ or "").strip().splitlines()
+        out.print(f"[bold]{name}[/]: {doc[0] if doc else ''}", highlight=False)
+        out.print(f"  class: {entries[name].value}" + (f" ({entries[name].distribution})"
+                                                       if entries[name].distribution else ""),
+                  markup=False, highlight=False)
         out.print("  metrics:", markup=False)
         for m, metric in s.metrics.items():
             out.print(f"    {m}: {metric.describe()}", markup=False)
+    if broken:
+        from gates.errors import UserErrors
+
+        raise UserErrors(broken)
 
 
 # ---------------------------------------------------------------------------------- output
@@ -564,6 +811,8 @@ class _RichProgress:
         value = record["metrics"].get(self.metric)
         shown = f"{self.metric}={value:.4g}" if isinstance(value, float) else ""
         halt = f" ({record['halt_reason']})" if record.get("halt_reason") else ""
+        if record["status"] == "failed" and record.get("halt_detail"):  # what the study did, by name
+            halt += f": {record['halt_detail'].splitlines()[0][:300]}"
         line = f"{record['arm']} seed {record['seed']}: {record['status']}{halt} {shown}"
         if self.bar.disable:
             out.print(line, markup=False, highlight=False)

@@ -40,23 +40,58 @@ def fetch_command(
 ):
     """Download, extract and verify a corpus into the cache; prints its license and files.
     Does nothing (but verify) when the corpus is already present and intact."""
-    result = data.fetch(name, force=force, progress=_say)
+    fetch_and_describe(name, force=force)
+
+
+def fetch_and_describe(name: str, force: bool = False, say=None) -> data.FetchResult:
+    """Fetch corpus `name` (or verify it is present) and print what `gates data fetch` prints: where it
+    is, its packages, its license and full text, its files and the sources studies name it by.
+    `say` receives each line (default: stdout); `gates run --fetch` uses this too."""
+    say = say or _say
+    result = data.fetch(name, force=force, progress=say)
     found = result.manifest
     if result.status == "already present":
-        _say(f"{name}: already present and verified (sha256 of every file) in {result.path}")
+        say(f"{name}: already present and verified (sha256 of every file) in {result.path}")
     else:
-        _say(f"{name}: fetched in {result.seconds:.1f} s into {result.path}")
+        say(f"{name}: fetched in {result.seconds:.1f} s into {result.path}")
     for package, version in found.get("packages", {}).items():
-        _say(f"  package {package} {version}")
+        say(f"  package {package} {version}")
     holders = "; ".join(found.get("copyright", []))
-    _say(f"license: {found['license']}{' - ' + holders if holders else ''}")
-    _say(f"  full text: {result.path / found.get('license_file', 'LICENSE.txt')}")
+    say(f"license: {found['license']}{' - ' + holders if holders else ''}")
+    say(f"  full text: {result.path / found.get('license_file', 'LICENSE.txt')}")
     spec = data.CORPORA[name]
     for filename, entry in found["files"].items():
         unit = "pairs" if filename in spec.pair_sides.values() else "lines"
-        _say(f"  {filename:<12} {_size(entry['bytes']):>9}  {entry['lines']:>7,} {unit}  sha256 {entry['sha256'][:16]}")
+        say(f"  {filename:<12} {_size(entry['bytes']):>9}  {entry['lines']:>7,} {unit}  sha256 {entry['sha256'][:16]}")
     sources = [f"{name}:{side}" for side in [*spec.text_sides, *spec.pair_sides]]
-    _say(f"sources for studies: {', '.join(sources)}")
+    say(f"sources for studies: {', '.join(sources)}")
+    return result
+
+
+def corpora_to_fetch(config: dict, why: str | None) -> list[str]:
+    """The registered corpora an arm needs that are not usable here: those its config names as a
+    source ('NAME:SIDE', anywhere in the config) that are not present, and any its study's readiness
+    message `why` asks to fetch (`gates data fetch NAME`)."""
+    import re
+
+    named: set[str] = set()
+
+    def walk(value) -> None:
+        if isinstance(value, dict):
+            for v in value.values():
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        elif isinstance(value, str):
+            name, sep, _ = value.partition(":")
+            if sep and name in data.CORPORA and not data.is_present(name):
+                named.add(name)
+
+    walk(config)
+    if why:
+        named |= {m for m in re.findall(r"gates data fetch ([A-Za-z0-9_.-]+)", why) if m in data.CORPORA}
+    return sorted(named)
 
 
 @data_app.command("list")
