@@ -473,6 +473,7 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
     the contract loaded with its study to decide."""
     from gates import history, ledger, provenance
     from gates.contract import MAX_CONTRACT_BYTES
+    from gates.new import placeholders
     from gates.registry import study_module
     from gates.yamlsafe import load_yaml
 
@@ -519,7 +520,10 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
             claims.append(_Claim(cid, "withdrawn", withdrawn=True, withdrawal=f"{entry.get('reason') or 'no reason given'}"
                                                                               f" (withdrawn {entry.get('time')})"))
         elif cid in contracts:
-            claims.append(_Claim(cid, "pending", problems=["no evidence yet (not run)"]))
+            todo = placeholders(raw[cid], {}, str(contracts[cid]))  # a `gates new` skeleton not filled in yet
+            claims.append(_Claim(cid, "pending", problems=["no evidence yet (not run)" + (
+                f"; {len(todo)} placeholder{'s' * (len(todo) > 1)} of `gates new` left (`gates check` names them)"
+                if todo else "")]))
         else:  # indexed, neither evidence nor contract: the history check says what disappeared
             claims.append(_Claim(cid, "lost"))
     by_id = {c.contract_id: c for c in claims}

@@ -61,6 +61,11 @@ def test_new_check_refuses_placeholders_then_passes_when_filled(tmp_path):
     assert data["arms"]["baseline"] == data["arms"]["variant"] == defaults  # the study's defaults, every field
     assert data["study"] == "c05_probe" and data["id"] == "my-claim"
 
+    status = json.loads(gates(tmp_path, "status", "--json").stdout)
+    assert [(r["id"], r["status"]) for r in status] == [("my-claim", "pending")]
+    assert re.fullmatch(r"no evidence yet \(not run\); \d+ placeholders of `gates new` left \(`gates check` "
+                        r"names them\)", status[0]["problems"][0])
+
     refused = gates(tmp_path, "check", "contracts/my-claim.yaml")
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     errors = refused.stderr.strip().splitlines()

@@ -1,0 +1,1 @@
+"""An example study package for treeheap-gates (see study.py)."""
