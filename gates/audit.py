@@ -197,6 +197,6 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
 
 def _not_ready(loaded, ev: dict, arm: str) -> str | None:
     try:
-        return loaded.study.check_ready(_config(loaded, ev, arm))
+        return loaded.study.why_not_ready(_config(loaded, ev, arm))
     except Exception as e:  # a recorded config that no longer validates
         return f"{type(e).__name__}: {str(e)[:120]}"

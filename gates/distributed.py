@@ -614,7 +614,7 @@ class Worker:
             raise RuntimeError(f"this worker's code (sha256 {code[:12]}) differs from the coordinator's "
                                f"({attrs['gates.code_sha256'][:12]}): install the same commit")
         for arm, cfg in loaded.arm_configs.items():
-            why = loaded.study.check_ready(cfg)
+            why = loaded.study.why_not_ready(cfg)
             if why:
                 raise RuntimeError(f"arm {arm!r} cannot run here: {why}")
         uri = self.tracking_uri or attrs["gates.tracking_uri"]

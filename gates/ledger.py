@@ -82,7 +82,20 @@ def signature(evidence: dict) -> str:
     looks = evidence.get("looks")
     if looks:  # a sequential design: the seeds judged at the look that stopped it
         parts.insert(-1, f"looks:{len(looks)}@{len(looks[-1]['seeds'])}seeds")
+    devices = devices_of(evidence)
+    if devices:  # where the runs were computed (evidence from before devices were recorded has none)
+        parts.insert(-1, f"device:{'+'.join(devices)}")
     return "|".join(parts)
+
+
+def devices_of(evidence: dict) -> list[str]:
+    """The devices the runs were computed on, e.g. ["cpu"] or ["cuda:NVIDIA H200"], sorted."""
+    found = set()
+    for run in evidence.get("runs", []):
+        env = run.get("environment") or {}
+        if env.get("device"):
+            found.add(f"{env['device']}:{env['gpu']}" if env.get("gpu") else env["device"])
+    return sorted(found)
 
 
 def evidence_dir(runs_root: Path, contract_id: str) -> Path:
@@ -182,6 +195,7 @@ class RunShape(_Shape):
     mlflow_run_id: Optional[str] = None
     converged: Optional[bool] = None  # only on completed runs of a contract with a convergence rule
     convergence: Optional[ConvergenceShape] = None
+    environment: Optional[dict[str, str]] = None  # device, torch, cuda, gpu, threads (studies with a device)
 
 
 class ConditionShape(_Shape):

@@ -30,7 +30,7 @@ def preflight(loaded: LoadedContract) -> PreflightReport:
         report.errors.append(loaded.error(loc, msg))
 
     for arm, cfg in loaded.arm_configs.items():
-        why = study.check_ready(cfg)
+        why = study.why_not_ready(cfg)
         if why:
             refuse(("arms", arm), f"arm cannot run here: {why}")
         report.arms[arm] = {"params": study.param_count(cfg), "flops": study.flops(cfg)}

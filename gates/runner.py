@@ -32,7 +32,7 @@ from gates.plan import arm_order, job_order, judged_arms, reference_metrics  # n
 from gates.preflight import PreflightReport, _ratio, preflight  # noqa: F401 (importable from here, as before)
 from gates.reporter import PlatformReporter
 from gates.rules import StopRuleEngine, convergence
-from gates.study import Budget, Halt
+from gates.study import Budget, Halt, device_environment
 from gates.tracking import MLflowMetricSink, Tracker, flatten, run_summary
 
 FINISHED = ("completed", "halted")
@@ -261,6 +261,8 @@ def _record(summary: dict) -> dict:
                                       "seconds", "first_signal", "mlflow_run_id")}
     if summary.get("converged") is not None:  # judged for convergence (a completed run under a convergence rule)
         record.update(converged=summary["converged"], convergence=summary["convergence"])
+    if summary.get("environment"):
+        record["environment"] = summary["environment"]
     return record
 
 
@@ -268,9 +270,12 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
              progress, others: dict, on_start=None) -> tuple[dict, dict]:
     """Train one arm x seed as a nested MLflow run; (its record, its metric histories)."""
     c, study = loaded.contract, loaded.study
-    params = {**flatten(cfg.model_dump(mode="json")), "seed": str(seed), "contract_sha256": loaded.sha256}
+    environment = device_environment(cfg)  # where it runs: recorded with it, and in the verdict's signature
+    params = {**flatten(cfg.model_dump(mode="json")), "seed": str(seed), "contract_sha256": loaded.sha256,
+              **{f"env.{k}": v for k, v in environment.items()}}
+    env_tag = {"gates.environment": json.dumps(environment)} if environment else {}
     run_id = tracker.start_child(experiment_id, parent_id, f"{arm}/seed{seed}", params,
-                                 {**base_tags, "gates.arm": arm, "gates.seed": str(seed)})
+                                 {**base_tags, "gates.arm": arm, "gates.seed": str(seed), **env_tag})
     if on_start is not None:  # a distributed worker records the child run's id with its job
         on_start(run_id)
     sink = MLflowMetricSink(tracker.client, run_id)
@@ -308,7 +313,7 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
     tracker.finish_child(run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds, signal)
     return {"arm": arm, "seed": seed, "status": status, "halt_reason": halt_reason, "halt_detail": halt_detail,
             "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id,
-            **judged}, reporter.history
+            **({"environment": environment} if environment else {}), **judged}, reporter.history
 
 
 class StudyInterfaceError(Exception):

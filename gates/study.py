@@ -108,6 +108,53 @@ class StudyConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+Device = Literal["auto", "cpu", "cuda"]
+
+
+class DeviceConfig(StudyConfig):
+    """An arm configuration for a study that honours `device`: `auto` (the default) runs on CUDA when
+    torch sees a GPU, else on the CPU; `cpu` or `cuda` pins it (a contract may pin its arms)."""
+
+    device: Device = "auto"
+
+
+def resolve_device(choice: str) -> str:
+    """`auto` -> "cuda" when torch sees a GPU, else "cpu"; `cpu` and `cuda` as they are."""
+    import torch  # only here: gates never imports torch at module level
+
+    if choice == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return choice
+
+
+def device_unavailable(config: StudyConfig) -> str | None:
+    """Why the arm's pinned device cannot be used here, else None."""
+    if getattr(config, "device", None) != "cuda":
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        return (f"the arm pins device cuda but torch {torch.__version__} sees no CUDA GPU here "
+                f"(CUDA build: {torch.version.cuda or 'none'}); run it on a GPU machine or set device: auto")
+    return None
+
+
+def device_environment(config: StudyConfig) -> dict[str, str]:
+    """What a run on this arm's device is computed with: device, torch and CUDA versions, GPU name and
+    CPU threads. Recorded per run in the evidence and as MLflow params; {} for a study without `device`."""
+    choice = getattr(config, "device", None)
+    if choice is None:
+        return {}
+    import torch
+
+    device = resolve_device(choice)
+    env = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda or "none",
+           "threads": str(torch.get_num_threads())}
+    if device == "cuda":
+        env["gpu"] = torch.cuda.get_device_name(0)
+    return env
+
+
 class Study:
     """Base class for studies. Subclasses set `name`, `Config`, `metrics` and implement `run`."""
 
@@ -133,6 +180,10 @@ class Study:
     def check_ready(self, config: StudyConfig) -> str | None:
         """None when the arm can run here, else why not and how to fix it (e.g. a fetch command)."""
         return None
+
+    def why_not_ready(self, config: StudyConfig) -> str | None:
+        """What the platform asks before running an arm: its pinned device, then the study's own check."""
+        return device_unavailable(config) or self.check_ready(config)
 
     def run(self, config: StudyConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         """Train and measure one arm for one seed; return the final metrics."""

@@ -185,4 +185,6 @@ def run_summary(run: Any) -> dict:
         # set only on a completed run judged under a convergence rule
         "converged": {"true": True, "false": False}.get(tags.get("gates.converged", "")),
         "convergence": json.loads(tags["gates.convergence"]) if "gates.convergence" in tags else None,
+        # where it ran (device, torch, CUDA, GPU, threads); absent for a study without a device
+        "environment": json.loads(tags["gates.environment"]) if "gates.environment" in tags else None,
     }
