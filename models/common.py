@@ -34,6 +34,13 @@ def seed_everything(seed: int) -> None:
     # the first CUDA matmul, so only set it when the user has not chosen one.
     os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     torch.use_deterministic_algorithms(True)
+    # No TF32 and no cuDNN autotuning (all no-ops on CPU). A replay on another device is compared
+    # with the recorded metrics within the contract's tolerance; TF32 rounds matmul inputs to 10
+    # mantissa bits on Ampere+ GPUs, errors far above float32's that would eat that tolerance, and
+    # cuDNN's benchmark mode picks kernels by timing, which may differ from run to run.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = False
 
 
 def count_parameters(module: nn.Module) -> int:
