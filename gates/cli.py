@@ -517,8 +517,8 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
     for cid in sorted((set(contracts) | set(index)) - set(evidence)):
         if history.is_withdrawn(index.get(cid)):
             entry = index[cid]
-            claims.append(_Claim(cid, "withdrawn", withdrawn=True, withdrawal=f"{entry.get('reason') or 'no reason given'}"
-                                                                              f" (withdrawn {entry.get('time')})"))
+            claims.append(_Claim(cid, "withdrawn", withdrawn=True,
+                                 withdrawal=f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})"))
         elif cid in contracts:
             todo = placeholders(raw[cid], {}, str(contracts[cid]))  # a `gates new` skeleton not filled in yet
             claims.append(_Claim(cid, "pending", problems=["no evidence yet (not run)" + (

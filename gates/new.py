@@ -89,6 +89,7 @@ def skeleton(contract_id: str, study_name: str, study) -> str:
     roles = "\n".join("#   " + line for line in textwrap.wrap(
         ", ".join(f"{m} ({spec.direction}, {spec.role})" for m, spec in study.metrics.items()), 96))
     arm = "\n".join(_arm_lines(study.Config))
+    support, refute = _todo("the bar for support"), _todo("the bar for refutation")
     return f"""\
 # {contract_id}: a hypothesis contract for study {study_name!r}, written by `gates new`.
 # Fix everything here before any training step. Replace every "TODO: ..." value: `gates check`
@@ -141,9 +142,9 @@ preflight:
 decision:
   alpha: 0.05
   supported_if:
-    - {{kind: threshold, arm: variant, metric: {metric_text}, direction: {better}, value: {_todo("the bar for support")}}}
+    - {{kind: threshold, arm: variant, metric: {metric_text}, direction: {better}, value: {support}}}
   refuted_if:
-    - {{kind: threshold, arm: variant, metric: {metric_text}, direction: {worse}, value: {_todo("the bar for refutation")}}}
+    - {{kind: threshold, arm: variant, metric: {metric_text}, direction: {worse}, value: {refute}}}
 """
 
 
