@@ -17,7 +17,8 @@ Arms choose a parent (`single_key`, `prototypes` m, `lowrank`, `mlp` sized to ma
 m = `mlp_match_prototypes`, `oracle`, or `dense`: no tree, the exact read the tree is measured
 against), a topology (`positional`, `random`, `learned`) and a read (`soft` only, or also a cheap
 `beam` / `drilldown` read; a beam without a width is calibrated on FIT queries to `target_recall`
-top-10 recall and then measured on evaluation queries).
+top-10 recall and then measured on evaluation queries; `fast_beam` is `models.tree_read`'s GEMM-shaped
+read of a bank, its schedule calibrated on fit queries the same way).
 
 Budget: `steps` are Adam steps of the parent fit; every `eval_every` steps the fit loss and the
 closure error on evaluation queries are reported; the last report carries every metric.
@@ -33,6 +34,7 @@ from pydantic import Field, model_validator
 
 from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
 from models import relation_tree as rt
+from models import tree_read as tr
 from models.common import seed_everything
 from models.teacher import TeacherConfig, load_or_train
 
@@ -55,7 +57,7 @@ class RelationClosureConfig(StudyConfig):
     rank: int = Field(default=16, ge=1, description="lowrank: width of the per-node coefficients")
     mlp_match_prototypes: int = Field(default=8, ge=1, description="mlp: match this m's parameter count")
     topology: Literal["positional", "random", "learned"] = "learned"
-    read: Literal["soft", "beam", "drilldown"] = "soft"
+    read: Literal["soft", "beam", "drilldown", "fast_beam"] = "soft"
     beam_width: int | None = Field(default=None, ge=1, description="None: calibrate on fit queries")
     target_recall: float = Field(default=0.95, gt=0, le=1)
     calibration_queries: int = Field(default=256, ge=8, description="fit queries the beam is calibrated on")
@@ -74,6 +76,10 @@ class RelationClosureConfig(StudyConfig):
                              f"({self.teacher.max_positions}), got {self.leaves}")
         if self.parent == "dense" and self.read != "soft":
             raise ValueError("the dense arm has no tree to read cheaply; use read: soft")
+        if self.read == "fast_beam" and (self.leaf_set != "bank" or self.parent not in ("prototypes", "single_key",
+                                                                                       "lowrank")):
+            raise ValueError("read: fast_beam reads one bank (leaf_set: bank) with parents linear in the query "
+                             "(prototypes, single_key or lowrank)")
         return self
 
 
@@ -91,6 +97,7 @@ def _metrics() -> dict[str, Metric]:
     metrics.update({name: nonnegative("lower", "cost") for name in
                     ("visited_nodes", "latency_ms", "dense_latency_ms", "peak_mem_mb", "dense_peak_mem_mb")})
     metrics["visited_share"] = proportion("lower", "cost")
+    metrics["index_bytes_per_key"] = nonnegative("lower", "cost")  # what the read keeps in memory, per leaf key
     metrics["beam_width"] = Metric("lower", "diagnostic", 1.0, None)
     metrics["overflow_share"] = proportion("lower", "diagnostic")
     return metrics
@@ -165,7 +172,8 @@ class RelationClosureStudy(Study):
         metrics = {"topk_recall_1": 1.0, "topk_recall_5": 1.0, "topk_recall_10": 1.0,
                    "visited_nodes": float(n), "visited_share": 1.0, "latency_ms": latency,
                    "dense_latency_ms": latency, "peak_mem_mb": read.read_bytes / 1e6,
-                   "dense_peak_mem_mb": read.read_bytes / 1e6}
+                   "dense_peak_mem_mb": read.read_bytes / 1e6,
+                   "index_bytes_per_key": keys.element_size() * keys.shape[2]}
         reporter.report(reporter.budget.steps, metrics)
         return metrics
 
@@ -219,10 +227,20 @@ def closure_error(parent: rt.Parent, keys_heap: torch.Tensor, queries: torch.Ten
 
 
 def cheap_read(config: RelationClosureConfig, parent, keys_heap, fit_queries, eval_queries) -> dict[str, float]:
-    """A beam or drill-down read on evaluation queries: recall, visited nodes, latency against the
-    dense read timed in the same process, and the bytes each read holds."""
+    """A beam, drill-down or fast read on evaluation queries: recall, visited nodes, latency against the
+    dense read timed in the same process, the bytes each read holds and its index bytes per key."""
     metrics: dict[str, float] = {}
-    if config.read == "beam":
+    index_bytes = sum(t.numel() * t.element_size() for t in (*parent.parameters(), keys_heap))
+    if config.read == "fast_beam":
+        calibration = tr.calibrate(tr.TreeIndex(parent, keys_heap), fit_queries[: config.calibration_queries],
+                                   config.target_recall)
+        schedule = calibration.schedule
+        index = tr.TreeIndex(parent, keys_heap, max_depth=schedule.scan_depth)  # the parents it reads
+        metrics["fit_topk_recall_10"] = calibration.fit_recall
+        metrics["beam_width"] = float(tr.kept_per_depth(schedule)[-1])  # nodes scanned per query
+        index_bytes = index.nbytes()
+        read = lambda: tr.fast_read(index, eval_queries, schedule)  # noqa: E731
+    elif config.read == "beam":
         width = config.beam_width
         if width is None:
             # on a subset of the fit queries, the width bisected to within 1/32: wide beams are slow
@@ -242,5 +260,6 @@ def cheap_read(config: RelationClosureConfig, parent, keys_heap, fit_queries, ev
     metrics["latency_ms"] = rt.time_read(read, config.timing_repeats)
     metrics["dense_latency_ms"] = rt.time_read(lambda: rt.dense_read(keys_heap, eval_queries), config.timing_repeats)
     metrics["peak_mem_mb"] = metrics.pop("read_bytes") / 1e6
+    metrics["index_bytes_per_key"] = index_bytes / config.leaves
     metrics["dense_peak_mem_mb"] = rt.dense_read(keys_heap, eval_queries).read_bytes / 1e6
     return metrics
