@@ -60,29 +60,39 @@ class Butterfly(nn.Module):
         super().__init__()
         self.F, self.G = mlp(d, hidden, d), mlp(d, hidden, d)
         self.alpha = nn.Parameter(torch.full((depth,), 0.5))
-        self.register_buffer("_xor", torch.stack([torch.stack(p) for p in xor_pairing(2 ** depth, depth)]),
-                             persistent=False)
 
-    def _rounds(self, pairing):
-        return pairing if pairing is not None else [(p[0], p[1]) for p in self._xor]
+    def _couple(self, s: int, a, b, both, inverse: bool = False):
+        """Round s on pairs (a, b): b' = b + alpha_s tanh(F(a)); a' = a + alpha_s tanh(G(b')), or its inverse."""
+        if inverse:
+            a = torch.where(both, a - self.alpha[s] * torch.tanh(self.G(b)), a)
+            return a, torch.where(both, b - self.alpha[s] * torch.tanh(self.F(a)), b)
+        b = torch.where(both, b + self.alpha[s] * torch.tanh(self.F(a)), b)
+        return torch.where(both, a + self.alpha[s] * torch.tanh(self.G(b)), a), b
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, pairing=None) -> torch.Tensor:
-        for s, (i, j) in enumerate(self._rounds(pairing)):
-            a, b = x[:, i], x[:, j]
-            both = (mask[:, i] & mask[:, j]).unsqueeze(-1)  # a pair with an empty member is the identity
-            b = torch.where(both, b + self.alpha[s] * torch.tanh(self.F(a)), b)
-            a = torch.where(both, a + self.alpha[s] * torch.tanh(self.G(b)), a)
-            x = x.index_copy(1, i, a).index_copy(1, j, b)
+    def _rounds(self, x, mask, pairing, inverse: bool):
+        """Every round in order (or reversed, inverted); `pairing` None is the XOR pairing, else per round
+        (first members, their partners), e.g. `xor_pairing` or `random_pairing`."""
+        rounds = range(len(self.alpha))
+        for s in (reversed(rounds) if inverse else rounds):
+            if pairing is None:
+                # XOR pairing as a view: leaf i = (block, bit s, low bits), its partner differs in bit s only
+                x4 = x.unflatten(1, (-1, 2, 2 ** s))
+                m4 = mask.unflatten(1, (-1, 2, 2 ** s))
+                both = (m4[:, :, 0] & m4[:, :, 1]).unsqueeze(-1)  # a pair with an empty member is the identity
+                a, b = self._couple(s, x4[:, :, 0], x4[:, :, 1], both, inverse)
+                x = torch.stack([a, b], 2).flatten(1, 3)
+            else:
+                i, j = pairing[s]
+                both = (mask[:, i] & mask[:, j]).unsqueeze(-1)
+                a, b = self._couple(s, x[:, i], x[:, j], both, inverse)
+                x = x.index_copy(1, i, a).index_copy(1, j, b)
         return x
 
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, pairing=None) -> torch.Tensor:
+        return self._rounds(x, mask, pairing, inverse=False)
+
     def inverse(self, y: torch.Tensor, mask: torch.Tensor, pairing=None) -> torch.Tensor:
-        for s, (i, j) in reversed(list(enumerate(self._rounds(pairing)))):
-            a, b = y[:, i], y[:, j]
-            both = (mask[:, i] & mask[:, j]).unsqueeze(-1)
-            a = torch.where(both, a - self.alpha[s] * torch.tanh(self.G(b)), a)
-            b = torch.where(both, b - self.alpha[s] * torch.tanh(self.F(a)), b)
-            y = y.index_copy(1, i, a).index_copy(1, j, b)
-        return y
+        return self._rounds(y, mask, pairing, inverse=True)
 
 
 class Fold(nn.Module):
@@ -171,19 +181,31 @@ class Read(nn.Module):
     def keys(self, states: list[torch.Tensor], masks: list[torch.Tensor]) -> dict:
         """Per-sentence projections, computed once and reused at every decoder step."""
         nodes = torch.cat(states, 1)  # B x (2N - 1) x d, heap order
-        depth = torch.cat([torch.full((s.shape[1],), k) for k, s in enumerate(states)])
-        return {"nodes": nodes, "stop": self.k_stop(nodes + self.depth_embedding[depth]),
-                "branch": self.k_branch(nodes), "mask": torch.cat(masks, 1)}
+        depth = torch.cat([torch.full((s.shape[1],), k, device=nodes.device) for k, s in enumerate(states)])
+        # stop and branch keys side by side (B x 2 x nodes x m): one batched product per decoder step
+        keys = torch.stack([self.k_stop(nodes + self.depth_embedding[depth]), self.k_branch(nodes)], 1)
+        return {"nodes": nodes, "keys": keys, "mask": torch.cat(masks, 1)}
+
+    def query_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The stop and branch query maps stacked into one (2m x d_query), for a caller that fuses them
+        with its own maps of h."""
+        return (torch.cat([self.q_stop.weight, self.q_branch.weight]), torch.cat([self.q_stop.bias, self.q_branch.bias]))
 
     def masses(self, h: torch.Tensor, keys: dict) -> torch.Tensor:
-        """Stopped mass per node (B x (2N - 1), heap order: node n's children are 2n + 1, 2n + 2).
+        """Stopped mass per node for decoder states h (see `masses_for`)."""
+        weight, bias = self.query_weights()
+        return self.masses_for(F.linear(h, weight, bias), keys)
+
+    def masses_for(self, queries: torch.Tensor, keys: dict) -> torch.Tensor:
+        """Stopped mass per node (B x (2N - 1), heap order: node n's children are 2n + 1, 2n + 2), from
+        the stop and branch queries side by side (B x 2m).
 
         The recursion m_stop = m p_stop, m_child = (m - m_stop) P(child) in log space: the mass
         reaching a child is its parent's times (1 - p_stop(parent)) P(child | parent), one level of
         nodes at a time (O(N) per query)."""
-        scale = 1 / math.sqrt(self.m)
-        stop_logit = torch.einsum("bnm,bm->bn", keys["stop"], self.q_stop(h)) * scale
-        branch_logit = torch.einsum("bnm,bm->bn", keys["branch"], self.q_branch(h)) * scale
+        h = queries
+        queries = queries.unflatten(1, (2, self.m))  # B x 2 x m
+        stop_logit, branch_logit = (torch.einsum("bsnm,bsm->bsn", keys["keys"], queries) * (1 / math.sqrt(self.m))).unbind(1)
         branch_logit = branch_logit.masked_fill(~keys["mask"], -1e9)  # empty subtrees get no mass
         log_branch = torch.log_softmax(branch_logit[:, 1:].unflatten(1, (-1, 2)), -1).flatten(1)
         log_edge = log_branch - F.softplus(stop_logit[:, self.parent])  # log (1 - p_stop(parent)) P(child)
@@ -197,5 +219,9 @@ class Read(nn.Module):
         return log_reach.exp() * p_stop
 
     def forward(self, h: torch.Tensor, keys: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        mass = self.masses(h, keys)
+        return self.read_for(F.linear(h, *self.query_weights()), keys)
+
+    def read_for(self, queries: torch.Tensor, keys: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(context = sum over nodes of stopped mass x node state, the masses) for queries (B x 2m)."""
+        mass = self.masses_for(queries, keys)
         return torch.einsum("bn,bnd->bd", mass, keys["nodes"]), mass

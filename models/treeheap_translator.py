@@ -33,14 +33,14 @@ from __future__ import annotations
 
 import math
 import time
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
+from gates.study import DeviceConfig, Metric, Reporter, Study, nonnegative, proportion, resolve_device
 from models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
 from models.translation_data import EOS, PAD, Example, TranslationData, collate, directions_of, load_translation_data
 from models.treeheap import Butterfly, Fold, Read, fold_levels, mlp, random_pairing, unfold_levels
@@ -50,7 +50,7 @@ FOLD_ARMS = (*TREE_ARMS, "root_only")
 INTERVENTIONS = ("source_shuffle", "pair_break", "detail_shuffle", "relation_zero")
 
 
-class TranslatorConfig(StudyConfig):
+class TranslatorConfig(DeviceConfig):
     arm: Literal["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only"]
     corpus: str = "libreoffice-help:zh-en"
     languages: tuple[str, str] = ("zh", "en")  # what the corpus's two columns are
@@ -123,9 +123,10 @@ class Translator(nn.Module):
             src, mask = src[permutation], mask[permutation]
         leaves = self.src_embed(src)
         if intervention == "pad_noise":  # a no-op by construction: padding must not reach anything
-            noise = torch.randn(leaves.shape, generator=generator)
+            noise = torch.randn(leaves.shape, generator=generator).to(leaves.device)
             leaves = torch.where(mask.unsqueeze(-1), leaves, 100 * noise)
-        pairing = random_pairing(self.config.n_leaves, self.config.depth, generator) \
+        pairing = [(i.to(src.device), j.to(src.device)) for i, j in
+                   random_pairing(self.config.n_leaves, self.config.depth, generator)] \
             if intervention == "pair_break" else None
         leaves = self.butterfly(leaves, mask, pairing)
         if arm == "flat_seq":
@@ -138,43 +139,106 @@ class Translator(nn.Module):
             memory["read"] = self.read.keys(states, masks)
         return memory
 
-    def context(self, h: torch.Tensor, memory: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """c_t for decoder state h; with READ also the stopped mass per node."""
+    def context(self, query: torch.Tensor, memory: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """c_t for the reader's query of decoder state h_t; with READ also the stopped mass per node."""
         arm = self.config.arm
         if arm in TREE_ARMS:
-            return self.read(h, memory["read"])
+            return self.read.read_for(query, memory["read"])
         if arm == "root_only":
             return memory["root"], None
         if arm == "flat_seq":
-            scores = torch.einsum("bnm,bm->bn", memory["keys"], self.attn_query(h)) / math.sqrt(self.config.read_dim)
+            scores = torch.einsum("bnm,bm->bn", memory["keys"], query) / math.sqrt(self.config.read_dim)
             weights = torch.softmax(scores.masked_fill(~memory["mask"], -math.inf), -1)
             return torch.einsum("bn,bnd->bd", weights, memory["leaves"]), None
-        return h.new_zeros(h.shape[0], self.config.d_model), None
+        return query.new_zeros(query.shape[0], self.config.d_model), None
 
-    def step(self, y: torch.Tensor, h: torch.Tensor, memory: dict):
-        """One decoder step: (h_{t+1}, [h_{t+1}, c_t] for the output layer, READ's masses or None)."""
-        c, mass = self.context(h, memory)
-        h = self.gru(torch.cat([self.tgt_embed(y), c], -1), h)
+    def batch(self, examples: list[Example]) -> dict[str, torch.Tensor]:
+        """`collate`d examples on the model's device."""
+        device = self.tgt_embed.weight.device
+        return {k: v.to(device) for k, v in collate(examples, self.config.n_leaves).items()}
+
+    def fused(self) -> "Fused":
+        """The decoder's parameters laid out for its loop (the same parameters, gradients flow back):
+        every map of h_t in one matrix (the GRU's hidden gates, then the reader's query), and the GRU's
+        input map split into its context columns (one product per step) and its token-embedding
+        columns (`input_gates`, run once for all teacher-forced steps)."""
+        d, arm = self.config.d_model, self.config.arm
+        weights, biases = [self.gru.weight_hh], [self.gru.bias_hh]
+        if arm in TREE_ARMS:
+            weight, bias = self.read.query_weights()
+            weights.append(weight)
+            biases.append(bias)
+        elif arm == "flat_seq":
+            weights.append(self.attn_query.weight)
+            biases.append(self.attn_query.bias)
+        return Fused(torch.cat(weights), torch.cat(biases), self.gru.weight_ih[:, d:])
+
+    def input_gates(self, y: torch.Tensor) -> torch.Tensor:
+        """W_ih's token-embedding columns applied to E_tgt(y), plus b_ih (... x 3d)."""
+        return F.linear(self.tgt_embed(y), self.gru.weight_ih[:, :self.config.d_model], self.gru.bias_ih)
+
+    def step(self, x_gates: torch.Tensor, h: torch.Tensor, memory: dict, fused: "Fused"):
+        """One decoder step, h_{t+1} = GRU([E_tgt(y_t), c_t], h_t) written out (torch's GRUCell, term by
+        term) so that its token half `x_gates` comes precomputed: (h_{t+1}, [h_{t+1}, c_t] for the output
+        layer, READ's masses or None)."""
+        d = self.config.d_model
+        projected = F.linear(h, fused.h_weight, fused.h_bias)
+        hidden_gates, query = projected[:, :3 * d], projected[:, 3 * d:]
+        c, mass = self.context(query, memory)
+        r_x, z_x, n_x = (x_gates + F.linear(c, fused.c_weight)).chunk(3, -1)
+        r_h, z_h, n_h = hidden_gates.chunk(3, -1)
+        reset, update = torch.sigmoid(r_x + r_h), torch.sigmoid(z_x + z_h)
+        new = torch.tanh(n_x + reset * n_h)
+        h = new + update * (h - new)  # (1 - z) n + z h
         return h, torch.cat([h, c], -1), mass
 
-    def forward(self, batch: dict, intervention: str | None = None, permutation=None, generator=None):
-        """Teacher-forced logits (B x T x V) and the READ masses per step (B x T x nodes, or None)."""
-        memory = self.encode(batch["src"], batch["src_mask"], intervention, permutation, generator)
-        tgt_in = batch["tgt_in"]
-        h = tgt_in.new_zeros(tgt_in.shape[0], self.config.d_model, dtype=torch.float32)
-        features, masses = [], []
-        for t in range(tgt_in.shape[1]):
-            h, feature, mass = self.step(tgt_in[:, t], h, memory)
+    def forward(self, batch: dict, intervention: str | None = None, permutation=None, generator=None) -> Decoded:
+        """Teacher-forced logits of the target tokens that exist, packed step by step (P x V: step 0 of
+        every sentence, then step 1 of those still going, ...), their targets (P) and READ's stopped
+        masses there (P x nodes, or None).
+
+        The sentences are taken longest target first, so the ones still going at step t are a prefix
+        of the batch and the decoder steps only them: a finished sentence's later steps would only
+        produce logits the loss ignores (on the contracts' batches this halves the decoder's work).
+        The target embeddings are looked up once for all steps (one embedding backward, not one per step)."""
+        lengths = (batch["tgt_out"] != PAD).sum(1)
+        order = torch.sort(lengths, descending=True, stable=True).indices
+        if permutation is not None:  # "row i reads row permutation[i]", renumbered in the new order
+            permutation = torch.argsort(order)[permutation.to(order.device)[order]]
+        memory = self.encode(batch["src"][order], batch["src_mask"][order], intervention, permutation, generator)
+        tgt_in, tgt_out = batch["tgt_in"][order], batch["tgt_out"][order]
+        going = (lengths[order].unsqueeze(0) > torch.arange(tgt_in.shape[1], device=lengths.device).unsqueeze(1)).sum(1)
+        # the token half of every step's GRU input at once; unbind: one gradient stack, not one per step
+        inputs = self.input_gates(tgt_in).unbind(1)
+        fused = self.fused()
+        h = inputs[0].new_zeros(tgt_in.shape[0], self.config.d_model)
+        features, masses, targets = [], [], []
+        for t, n in enumerate(going.tolist()):
+            if n == 0:
+                break
+            h, feature, mass = self.step(inputs[t][:n], h[:n], _select(memory, slice(0, n)), fused)
             features.append(feature)
             masses.append(mass)
-        logits = self.out(torch.stack(features, 1))  # one large matmul for all steps
-        return logits, (torch.stack(masses, 1) if masses[0] is not None else None)
+            targets.append(tgt_out[:n, t])
+        logits = self.out(torch.cat(features))  # one large matmul for all steps
+        return Decoded(logits, torch.cat(targets), torch.cat(masses) if masses[0] is not None else None)
 
 
-def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """(summed NLL over non-pad targets, their count)."""
-    loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=PAD, reduction="sum")
-    return loss, int((targets != PAD).sum())
+class Fused(NamedTuple):
+    h_weight: torch.Tensor  # (3d + query) x d: the GRU's hidden gates, then the reader's query map
+    h_bias: torch.Tensor
+    c_weight: torch.Tensor  # 3d x d: the GRU's input map, context columns
+
+
+class Decoded(NamedTuple):
+    logits: torch.Tensor  # P x V, the target positions that exist, packed step by step
+    targets: torch.Tensor  # P
+    masses: torch.Tensor | None  # P x nodes: READ's stopped mass per node (READ arms)
+
+
+def token_nll(decoded: Decoded) -> tuple[torch.Tensor, int]:
+    """(summed NLL over the target tokens, their count)."""
+    return F.cross_entropy(decoded.logits, decoded.targets, reduction="sum"), len(decoded.targets)
 
 
 # ------------------------------------------------------------------------------------ decoding
@@ -182,7 +246,7 @@ def token_nll(logits: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor
 def translate(model: Translator, examples: list[Example], beam_size: int = 1, max_len: int | None = None) -> list[list[int]]:
     """Greedy (beam_size 1) or beam decoding; token ids without EOS."""
     model.eval()
-    batch = collate(examples, model.config.n_leaves)
+    batch = model.batch(examples)
     max_len = max_len or model.config.n_leaves
     memory = model.encode(batch["src"], batch["src_mask"])
     start = batch["tgt_in"][:, 0]  # the direction token
@@ -193,28 +257,31 @@ def translate(model: Translator, examples: list[Example], beam_size: int = 1, ma
 
 
 def _greedy(model, memory, start, max_len):
-    h = torch.zeros(start.shape[0], model.config.d_model)
-    y, done = start, torch.zeros(start.shape[0], dtype=torch.bool)
+    h, fused = torch.zeros(start.shape[0], model.config.d_model, device=start.device), model.fused()
+    y, done = start, torch.zeros(start.shape[0], dtype=torch.bool, device=start.device)
     out = [[] for _ in range(start.shape[0])]
     for _ in range(max_len):
-        h, feature, _ = model.step(y, h, memory)
+        h, feature, _ = model.step(model.input_gates(y), h, memory, fused)
         y = model.out(feature).argmax(-1)
+        tokens = y.tolist()  # one transfer per step, not one per sentence
         for row in (~done).nonzero().flatten().tolist():
-            if int(y[row]) == EOS:
+            if tokens[row] == EOS:
                 done[row] = True
             else:
-                out[row].append(int(y[row]))
+                out[row].append(tokens[row])
         if done.all():
             break
     return out
 
 
-def _select(memory, rows: torch.Tensor):
-    """The memory of the given batch rows (repeats allowed), for beams."""
+def _select(memory, rows: torch.Tensor | slice):
+    """The memory of the given batch rows (repeats allowed; for beams) or of a slice of them (views;
+    for the sentences still going)."""
     if isinstance(memory, torch.Tensor):
         return memory[rows]
     if isinstance(memory, dict):
-        return {k: (len(rows) if k == "batch" else _select(v, rows)) for k, v in memory.items()}
+        count = len(range(memory["batch"])[rows] if isinstance(rows, slice) else rows) if "batch" in memory else None
+        return {k: (count if k == "batch" else _select(v, rows)) for k, v in memory.items()}
     if isinstance(memory, list):
         return [_select(v, rows) for v in memory]
     return memory
@@ -223,12 +290,14 @@ def _select(memory, rows: torch.Tensor):
 def _beam(model, memory, start, beam_size, max_len):
     """Beam search for one sentence. The beam shrinks by one for every hypothesis that ends (EOS),
     so the search stops with beam_size finished hypotheses; ranked by log-probability per token."""
-    beams = [(0.0, [], torch.zeros(1, model.config.d_model), int(start[0]))]
+    beams = [(0.0, [], torch.zeros(1, model.config.d_model, device=start.device), int(start[0]))]
+    fused = model.fused()
     finished = []
     for _ in range(max_len):
-        ys = torch.tensor([b[3] for b in beams])
+        ys = torch.tensor([b[3] for b in beams], device=start.device)
         h = torch.cat([b[2] for b in beams])
-        h, feature, _ = model.step(ys, h, _select(memory, torch.zeros(len(beams), dtype=torch.long)))
+        h, feature, _ = model.step(model.input_gates(ys), h, _select(memory, torch.zeros(len(beams), dtype=torch.long)),
+                                   fused)
         logp = torch.log_softmax(model.out(feature), -1)
         candidates = []
         for i, (score, tokens, _, _) in enumerate(beams):
@@ -271,15 +340,13 @@ def mean_nll(model: Translator, examples: list[Example], batch_size: int, interv
     total, count, depth_mass, mass_tokens = 0.0, 0, None, 0
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
-        batch = collate(chunk, model.config.n_leaves)
-        logits, masses = model(batch, intervention, same_direction_roll(chunk), generator)
-        loss, n = token_nll(logits, batch["tgt_out"])
+        batch = model.batch(chunk)
+        decoded = model(batch, intervention, same_direction_roll(chunk), generator)
+        loss, n = token_nll(decoded)
         total, count = total + float(loss), count + n
-        if masses is not None:
-            valid = (batch["tgt_out"] != PAD).unsqueeze(-1)
-            by_depth = torch.stack([masses[..., 2 ** k - 1:2 ** (k + 1) - 1].sum(-1)
-                                    for k in range(model.config.depth + 1)], -1)
-            summed = (by_depth * valid).sum((0, 1))
+        if decoded.masses is not None:
+            summed = torch.stack([decoded.masses[:, 2 ** k - 1:2 ** (k + 1) - 1].sum()
+                                  for k in range(model.config.depth + 1)])
             depth_mass = summed if depth_mass is None else depth_mass + summed
             mass_tokens += n
     model.train()
@@ -296,7 +363,7 @@ def applicable_interventions(arm: str) -> tuple[str, ...]:
 
 @torch.no_grad()
 def unfold_mse(model: Translator, examples: list[Example]) -> float:
-    batch = collate(examples, model.config.n_leaves)
+    batch = model.batch(examples)
     memory = model.encode(batch["src"], batch["src_mask"])
     rebuilt = unfold_levels(model.fold, memory["root"].unsqueeze(1), memory["details"], memory["masks"])
     leaves, mask = memory["states"][-1], batch["src_mask"]
@@ -372,7 +439,7 @@ class TranslatorStudy(Study):
     def run(self, config: TranslatorConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         data = load_data(config)
         seed_everything(seed)
-        model = Translator(config, data.vocab_size)
+        model = Translator(config, data.vocab_size).to(resolve_device(config.device))
         optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
         train, valid, test = data.splits["train"], data.splits["valid"], data.splits["test"]
         valid = valid[:config.valid_examples]
@@ -385,9 +452,8 @@ class TranslatorStudy(Study):
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, counter["step"])
             rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
-            batch = collate([train[r] for r in rows], config.n_leaves)
-            logits, _ = model(batch)
-            loss, n = token_nll(logits, batch["tgt_out"])
+            batch = model.batch([train[r] for r in rows])
+            loss, n = token_nll(model(batch))
             counter["tokens"] += n
             return loss / n
 
@@ -450,8 +516,7 @@ class TranslatorStudy(Study):
 
 def _one_step(model: Translator, train: list[Example], config: TranslatorConfig, generator) -> None:
     rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
-    batch = collate([train[r] for r in rows], config.n_leaves)
-    logits, _ = model(batch)
-    loss, n = token_nll(logits, batch["tgt_out"])
+    batch = model.batch([train[r] for r in rows])
+    loss, n = token_nll(model(batch))
     (loss / n).backward()
     model.zero_grad(set_to_none=True)

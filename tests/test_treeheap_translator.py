@@ -137,6 +137,56 @@ def test_padding_never_reaches_the_output(arm):
     assert noisy == clean
 
 
+def _unpacked_nll(model: Translator, batch: dict, src: torch.Tensor | None = None) -> torch.Tensor:
+    """The decoder as first written: every sentence stepped to the longest target through torch's
+    GRUCell on [E_tgt(y_t), c_t], logits at every position, padding ignored by the loss."""
+    src = batch["src"] if src is None else src
+    memory = model.encode(src, src != PAD)
+    fused, d = model.fused(), model.config.d_model
+    h, logits = torch.zeros(src.shape[0], d, dtype=model.out.weight.dtype), []
+    for t in range(batch["tgt_in"].shape[1]):
+        query = torch.nn.functional.linear(h, fused.h_weight, fused.h_bias)[:, 3 * d:]
+        c, _ = model.context(query, memory)
+        h = model.gru(torch.cat([model.tgt_embed(batch["tgt_in"][:, t]), c], -1), h)
+        logits.append(model.out(torch.cat([h, c], -1)))
+    return torch.nn.functional.cross_entropy(torch.stack(logits, 1).flatten(0, 1), batch["tgt_out"].flatten(),
+                                             ignore_index=PAD, reduction="sum")
+
+
+@pytest.mark.parametrize("arm", ["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only"])
+def test_packed_decoder_equals_the_unpacked_one(arm):
+    """Sorting by target length, stepping only the sentences still going, the precomputed token half of
+    the GRU input and the fused maps of h change neither the loss nor its gradients (in float64, beyond
+    rounding)."""
+    torch.manual_seed(0)
+    model = Translator(_tiny(arm), 20).double()
+    _randomise(model)
+    batch = collate(_toy_examples(8), 8)
+    assert len(set((batch["tgt_out"] != PAD).sum(1).tolist())) > 2  # lengths differ: packing matters
+    packed, n = token_nll(model(batch))
+    assert n == int((batch["tgt_out"] != PAD).sum())
+    packed_grads = torch.autograd.grad(packed, list(model.parameters()), allow_unused=True)
+    reference = _unpacked_nll(model, batch)
+    reference_grads = torch.autograd.grad(reference, list(model.parameters()), allow_unused=True)
+    assert torch.allclose(packed, reference, rtol=1e-10)
+    for got, want in zip(packed_grads, reference_grads):
+        assert (got is None) == (want is None)
+        if got is not None:
+            assert torch.allclose(got, want, rtol=1e-8, atol=1e-8)
+    if arm != "target_only":  # the source_shuffle permutation follows the rows through the sort
+        permutation = same_direction_roll(_toy_examples(8))
+        shuffled = token_nll(model(batch, "source_shuffle", permutation))[0]
+        assert torch.allclose(shuffled, _unpacked_nll(model, batch, src=batch["src"][permutation]), rtol=1e-10)
+
+
+def test_butterfly_xor_views_equal_the_indexed_xor_pairing():
+    butterfly = Butterfly(8, 16, depth=4).double()
+    _randomise(butterfly)
+    x = torch.randn(5, 16, 8, dtype=torch.float64)
+    mask = _mask([16, 9, 1, 4, 13], 16)
+    assert torch.allclose(butterfly(x, mask), butterfly(x, mask, xor_pairing(16, 4)), rtol=0, atol=1e-12)
+
+
 def test_interventions_change_what_they_should():
     torch.manual_seed(0)
     model = Translator(_tiny("bilinear"), 20)
@@ -174,8 +224,7 @@ def test_a_tiny_run_memorises_eight_pairs_and_decodes_them_exactly(arm):
     batch = collate(examples, 8)
     for _ in range(300):
         optimizer.zero_grad()
-        logits, _ = model(batch)
-        loss, n = token_nll(logits, batch["tgt_out"])
+        loss, n = token_nll(model(batch))
         (loss / n).backward()
         optimizer.step()
     assert float(loss.detach() / n) < 0.01
