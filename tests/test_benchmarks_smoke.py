@@ -25,12 +25,13 @@ def load_benchmark():
 
 
 @pytest.mark.parametrize("with_faiss", [False, True])
-def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, with_faiss):
+def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     if with_faiss:
         pytest.importorskip("faiss")
     bench = load_benchmark()
-    argv = ["--sizes", "256", "--queries", "32", "--fit-queries", "64", "--steps", "2", "--repeats", "1",
-            "--source", "random", "--threads", "1", "--drill-iterations", "1", "--d", "32"]
+    argv = ["--sizes", "256,512", "--queries", "32", "--fit-queries", "64", "--steps", "2", "--repeats", "1",
+            "--source", "random", "--threads", "1", "--drill-iterations", "1", "--d", "32",
+            "--json", str(tmp_path / "tree_read.json")]
     threads = torch.get_num_threads()
     try:
         results = bench.main(argv + ([] if with_faiss else ["--no-faiss"]))
@@ -38,18 +39,41 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, with_faiss):
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     rows = {row.method: row for row in results[256]["rows"]}
-    expected = {"dense exact", "TreeHeap beam", "TreeHeap drill-down"}
+    expected = {"dense exact", "TreeHeap beam", "TreeHeap drill-down", "TreeHeap fast"}
     if with_faiss:
         expected |= {"faiss HNSW", "faiss IVF-Flat"}
     assert set(rows) == expected
     assert rows["dense exact"].recall == pytest.approx(1.0)
     assert rows["TreeHeap beam"].extra["reached"]  # calibrate_beam always ends at a passing width
+    assert rows["TreeHeap fast"].extra["reached"]
     for row in rows.values():
-        assert 0.0 <= row.recall <= 1.0 and row.latency_ms > 0
+        assert 0.0 <= row.recall <= 1.0 and row.latency_ms > 0 and row.index_bytes_per_key > 0
         if row.method.startswith("TreeHeap"):
             assert 0.0 < row.visited <= 1.0
-    assert "not the target N = 65,536" in out and "(target >= 5x)" in out
-    assert "limits at N = 256" in out
+    # the fast read's index keeps the keys and only the parents it reads: less than the full parent table
+    assert rows["TreeHeap fast"].index_bytes_per_key < rows["TreeHeap beam"].index_bytes_per_key
+    assert "not the target N = 65,536" in out and "(target >= 10x, bar >= 5x)" in out
+    assert "limits at N = 512" in out and "fast read at N = 512" in out
+    assert "what each step bought at N = 512" in out and "same leaves as the reference for 100.0% of queries" in out
+    assert "latency growth exponents" in out
+    written = json.loads((tmp_path / "tree_read.json").read_text())
+    assert set(written["sizes"]) == {"256", "512"}
+    methods = {"dense", "beam", "drilldown", "fast_beam"} | ({"faiss_hnsw", "faiss_ivf"} if with_faiss else set())
+    for size in written["sizes"].values():
+        assert set(size) == methods
+        for method in size.values():
+            assert {"latency_ms", "recall_at_10", "visited_share", "speedup"} <= set(method)
+        assert size["dense"]["speedup"] == 1.0
+    assert set(written["exponents"]) == methods and all(isinstance(v, float) for v in written["exponents"].values())
+    assert [step["step"][:2] for step in written["steps"]] == ["re", "1.", "2.", "3.", "4."]
+
+
+def test_tree_read_benchmark_fits_the_growth_exponent():
+    bench = load_benchmark()
+    ns = [4096, 16384, 65536, 262144]
+    assert bench.fit_exponent(ns, [2.0 * n for n in ns]) == pytest.approx(1.0)
+    assert bench.fit_exponent(ns, [n ** 0.5 for n in ns]) == pytest.approx(0.5)
+    assert math.isnan(bench.fit_exponent([4096], [1.0]))
 
 
 def test_calibrate_int_finds_the_smallest_passing_setting():
