@@ -32,7 +32,7 @@ from typing import ClassVar, Literal
 import torch
 from pydantic import Field, model_validator
 
-from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
+from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, proportion, resolve_device
 from models import relation_tree as rt
 from models import tree_read as tr
 from models.common import seed_everything
@@ -45,7 +45,7 @@ BANK_WINDOW = 128
 PROBE_QUERIES = 128  # evaluation queries used for the closure error at intermediate reports
 
 
-class RelationClosureConfig(StudyConfig):
+class RelationClosureConfig(DeviceConfig):
     teacher: TeacherConfig = TeacherConfig()
     leaf_set: Literal["context", "bank"] = "context"
     leaves: int = Field(default=64, ge=4, le=2 ** MAX_DEPTH, description="N, a power of two")
@@ -140,8 +140,11 @@ class RelationClosureStudy(Study):
     def run(self, config: RelationClosureConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         seed_everything(seed)
         generator = torch.Generator().manual_seed(seed)
-        teacher = load_or_train(config.teacher, log=lambda line: print(line, file=sys.stderr))
-        keys, fit_queries, eval_queries = draw_data(teacher, config, generator)
+        device = torch.device(resolve_device(config.device))
+        # the teacher runs (and, when not cached, trains) on the arm's device: see teacher_key
+        teacher = load_or_train(config.teacher, log=lambda line: print(line, file=sys.stderr), device=device.type)
+        # drawn on the CPU by the seed's generator (the same draws on every device), then moved
+        keys, fit_queries, eval_queries = (t.to(device) for t in draw_data(teacher, config, generator))
         if config.parent == "dense":
             return self._dense(config, keys, eval_queries, reporter)
 

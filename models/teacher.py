@@ -45,6 +45,7 @@ wait and then load instead of training twice.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -154,11 +155,21 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         q, k = self.queries_keys(x)  # (B, T, d_k)
-        T = x.shape[1]
         scores = q @ k.transpose(1, 2) / math.sqrt(self.d_k)  # (B, T, T): row t = query t
-        future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
-        attention = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+        # in place on the fresh scores (the division's backward does not need them) with a mask built
+        # once per (T, device): the same numbers as masked_fill of a new mask, without the copy
+        attention = scores.masked_fill_(future_mask(x.shape[1], x.device), float("-inf")).softmax(dim=-1)
         return self.W_O(attention @ self.W_V(x))
+
+
+@functools.lru_cache(maxsize=32)
+def future_mask(length: int, device: torch.device) -> torch.Tensor:
+    """(length, length) bool, True where key s > query t (masked): built once per length and device.
+
+    Built outside inference mode even when first asked inside it: a training step saves the mask
+    for its backward, which an inference tensor cannot be."""
+    with torch.inference_mode(False):
+        return torch.ones(length, length, dtype=torch.bool, device=device).triu(1)
 
 
 class Block(nn.Module):
@@ -212,10 +223,12 @@ class TeacherLM(nn.Module):
 # ------------------------------------------------------------------------------------ training
 def sample_windows(stream: torch.Tensor, rows: int, length: int, generator: torch.Generator
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`rows` random contiguous windows: inputs (rows, length) and next-token targets."""
+    """`rows` random contiguous windows: inputs (rows, length) and next-token targets.
+
+    The starts are drawn on the CPU by `generator` (the same windows whatever the device); the rows
+    are read from the stream's windows view (`unfold`: no index tensor) on the stream's device."""
     starts = torch.randint(0, len(stream) - length, (rows,), generator=generator)
-    index = starts[:, None] + torch.arange(length + 1)[None, :]
-    windows = stream[index]
+    windows = stream.unfold(0, length + 1, 1)[starts.to(stream.device)]
     return windows[:, :-1], windows[:, 1:]
 
 
@@ -229,15 +242,21 @@ def mean_loss(model: TeacherLM, stream: torch.Tensor, length: int, max_windows: 
         for first in range(0, count, RECORD_CHUNK):
             rows = torch.arange(first, min(count, first + RECORD_CHUNK))
             index = rows[:, None] * length + torch.arange(length + 1)[None, :]
-            windows = stream[index]
+            windows = stream[index].to(model_device(model))
             logits = model(windows[:, :-1])
             total += F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
     return total / (count * length)
 
 
+def model_device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 def train_teacher(config: TeacherConfig, model: TeacherLM, stream: torch.Tensor,
                   log: Callable[[str], None]) -> float:
-    """Train in place; returns the mean training loss of the last 50 steps."""
+    """Train in place on the model's device; returns the mean training loss of the last 50 steps.
+
+    The windows are drawn on the CPU (the same windows on every device)."""
     long_rows = max(1, config.batch * config.seq_len // config.max_positions)
     if len(stream) <= config.max_positions + 1:
         raise ValueError(f"the training slice has {len(stream)} tokens, fewer than one window "
@@ -258,6 +277,7 @@ def train_teacher(config: TeacherConfig, model: TeacherLM, stream: torch.Tensor,
         return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
     recent: list[float] = []
+    device = model_device(model)
     model.train()
     for step in range(1, config.steps + 1):
         # every other step uses the longest windows, so all learned positions are trained
@@ -265,6 +285,7 @@ def train_teacher(config: TeacherConfig, model: TeacherLM, stream: torch.Tensor,
             inputs, targets = sample_windows(stream, long_rows, config.max_positions, generator)
         else:
             inputs, targets = sample_windows(stream, config.batch, config.seq_len, generator)
+        inputs, targets = inputs.to(device), targets.to(device)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step)
         loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
@@ -280,14 +301,15 @@ def train_teacher(config: TeacherConfig, model: TeacherLM, stream: torch.Tensor,
 
 
 @contextmanager
-def preserved_rng_state() -> Iterator[None]:
-    """Restore python, numpy and torch (CPU) global RNG states on exit.
+def preserved_rng_state(device: str = "cpu") -> Iterator[None]:
+    """Restore python, numpy and torch (CPU, and the current GPU's on cuda) global RNG states on exit.
 
     Why: a study seeds itself and may then call load_or_train; whether the teacher was cached
     must not change the random numbers the study draws afterwards.
     """
     python_state, numpy_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=[]):
+    gpus = [torch.cuda.current_device()] if device == "cuda" else []
+    with torch.random.fork_rng(devices=gpus):
         try:
             yield
         finally:
@@ -298,12 +320,24 @@ def preserved_rng_state() -> Iterator[None]:
 # ------------------------------------------------------------------------------------ cache
 
 
-def teacher_key(config: TeacherConfig) -> str:
-    """sha256 of the corpus data's fingerprint, the config's canonical JSON and TEACHER_VERSION."""
+def teacher_key(config: TeacherConfig, device: str = "cpu") -> str:
+    """sha256 of the corpus data's fingerprint, the config's canonical JSON and TEACHER_VERSION, and of
+    the device it is trained on when that is not the CPU.
+
+    Why the device is in the key (only for cuda): a teacher is trained, recorded and cached on the
+    device of the arm that asks for it, and what it is depends on that device. CUDA kernels round
+    differently from the CPU's, and 400+ AdamW steps carry those differences into weights that are
+    not the CPU teacher's, so its recorded queries and keys (what every relation-closure metric is
+    computed from) differ too. Sharing one entry would make a run's metrics depend on which machine
+    filled the cache first; a GPU teacher gets its own entry instead. The CPU key is the one from
+    before devices existed, so every cached CPU teacher stays valid and CPU results are unchanged.
+    """
     from gates.data import source_fingerprint
 
     identity = {"source_fingerprint": source_fingerprint(config.corpus),
                 "config": config.model_dump(mode="json"), "teacher_version": TEACHER_VERSION}
+    if device != "cpu":
+        identity["device"] = device
     return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -341,9 +375,10 @@ class Teacher:
     key: str
     directory: Path
     tokenizer: object  # sentencepiece.SentencePieceProcessor
-    model: TeacherLM
+    model: TeacherLM  # on `device`
     meta: dict
     trained_now: bool  # True when this load_or_train call trained it, False when loaded from cache
+    device: str = "cpu"  # where the model runs: "cpu" or "cuda" (records are returned on the CPU)
     _streams: dict = field(default_factory=dict, repr=False)
 
     def stream(self, split: Split) -> torch.Tensor:
@@ -358,9 +393,10 @@ class Teacher:
         return self._streams[split]
 
     def queries_keys(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens (B, T) -> the last attention layer's queries and keys, (B, T, d_k) float32 each."""
+        """tokens (B, T) -> the last attention layer's queries and keys, (B, T, d_k) float32 each, on
+        the teacher's device."""
         with torch.no_grad():
-            q, k = self.model.last_queries_keys(tokens)
+            q, k = self.model.last_queries_keys(tokens.to(self.device))
         return q.float().contiguous(), k.float().contiguous()
 
     def record(self, split: Split, num_windows: int, window_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -368,8 +404,9 @@ class Teacher:
 
         The split's stream is cut into non-overlapping windows of window_len tokens from its start;
         the first num_windows are run through the frozen teacher, each window on its own (positions
-        0..window_len-1). Returns (queries, keys), each (num_windows, window_len, d_k) float32.
-        Cached under <teacher>/records/, since every arm of a study asks for the same ones.
+        0..window_len-1). Returns (queries, keys), each (num_windows, window_len, d_k) float32, on the
+        CPU (computed on the teacher's device). Cached under <teacher>/records/, since every arm of a
+        study asks for the same ones.
         """
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
@@ -380,7 +417,7 @@ class Teacher:
             raise ValueError(f"num_windows must be >= 1, not {num_windows}")
         path = self.directory / "records" / f"{split}-{num_windows}x{window_len}.pt"
         if path.is_file():
-            saved = torch.load(path, weights_only=True)
+            saved = torch.load(path, weights_only=True, map_location="cpu")
             return saved["queries"], saved["keys"]
 
         stream = self.stream(split)
@@ -390,8 +427,8 @@ class Teacher:
                              f"{window_len} available, {num_windows} asked")
         windows = stream[: num_windows * window_len].view(num_windows, window_len)
         parts = [self.queries_keys(windows[i: i + RECORD_CHUNK]) for i in range(0, num_windows, RECORD_CHUNK)]
-        queries = torch.cat([q for q, _ in parts])
-        keys = torch.cat([k for _, k in parts])
+        queries = torch.cat([q for q, _ in parts]).cpu()
+        keys = torch.cat([k for _, k in parts]).cpu()
 
         path.parent.mkdir(exist_ok=True)
         temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
@@ -400,19 +437,21 @@ class Teacher:
         return queries, keys
 
 
-def load_teacher(config: TeacherConfig, key: str, folder: Path, meta: dict, trained_now: bool) -> Teacher:
+def load_teacher(config: TeacherConfig, key: str, folder: Path, meta: dict, trained_now: bool,
+                 device: str = "cpu") -> Teacher:
     import sentencepiece as spm
 
     tokenizer = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
     with preserved_rng_state():  # the throwaway random init must not move the caller's stream
         model = TeacherLM(config, tokenizer.get_piece_size())
-    model.load_state_dict(torch.load(folder / "weights.pt", weights_only=True))
-    model.eval().requires_grad_(False)
-    return Teacher(config, key, folder, tokenizer, model, meta, trained_now)
+    model.load_state_dict(torch.load(folder / "weights.pt", weights_only=True, map_location="cpu"))
+    model.to(device).eval().requires_grad_(False)
+    return Teacher(config, key, folder, tokenizer, model, meta, trained_now, device)
 
 
-def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[str], None]) -> None:
-    """Train a teacher and write its cache entry into `folder` (teacher.json last)."""
+def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[str], None],
+                device: str = "cpu") -> None:
+    """Train a teacher on `device` and write its cache entry into `folder` (teacher.json last)."""
     import sentencepiece as spm
     from gates.data import load_text, source_fingerprint
 
@@ -433,16 +472,17 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
     # teacher must be the same network on every machine (CI replays contracts that train one).
     torch.set_num_threads(1)
     try:
-        with preserved_rng_state():  # a study calling us mid-run keeps its own random stream
+        with preserved_rng_state(device):  # a study calling us mid-run keeps its own random stream
             seed_everything(config.seed)
-            model = TeacherLM(config, tokenizer.get_piece_size())
+            # initialised on the CPU (the same initial weights on every device), then moved
+            model = TeacherLM(config, tokenizer.get_piece_size()).to(device)
             train_started = time.perf_counter()
             final_train_loss = train_teacher(config, model, train_stream, log)
             train_seconds = time.perf_counter() - train_started
     finally:
         torch.set_num_threads(threads)
     heldout_loss = mean_loss(model, heldout_stream, config.seq_len, EVAL_WINDOWS)
-    torch.save(model.state_dict(), folder / "weights.pt")
+    torch.save({name: tensor.cpu() for name, tensor in model.state_dict().items()}, folder / "weights.pt")
     meta = {
         "key": key,
         "teacher_version": TEACHER_VERSION,
@@ -461,6 +501,7 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
         "train_seconds": train_seconds,
         "total_seconds": time.perf_counter() - started,
         "torch_threads": 1,  # training is pinned to one thread (see build_entry)
+        "device": device,  # where it was trained (a cuda teacher has its own key: see teacher_key)
         "torch_version": torch.__version__,
         "sentencepiece_version": spm.__version__,
     }
@@ -468,19 +509,22 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
     os.replace(folder / "teacher.json.tmp", folder / "teacher.json")  # the commit point
 
 
-def load_or_train(config: TeacherConfig, log: Callable[[str], None] = print) -> Teacher:
-    """The cached teacher for `config`, training (and caching) it first when there is none."""
-    key = teacher_key(config)
+def load_or_train(config: TeacherConfig, log: Callable[[str], None] = print, device: str = "cpu") -> Teacher:
+    """The cached teacher for `config` on `device` ("cpu" or "cuda", already resolved), training (and
+    caching) it there first when there is none. A cuda teacher is its own cache entry (`teacher_key`)."""
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"device must be 'cpu' or 'cuda' (resolve 'auto' first), not {device!r}")
+    key = teacher_key(config, device)
     teachers = cache_root() / "teachers"
     folder = teachers / key
     meta = read_complete(folder, key)
     if meta is not None:
-        return load_teacher(config, key, folder, meta, trained_now=False)
+        return load_teacher(config, key, folder, meta, trained_now=False, device=device)
 
     with key_lock(teachers, key):
         meta = read_complete(folder, key)  # another process may have finished while we waited
         if meta is not None:
-            return load_teacher(config, key, folder, meta, trained_now=False)
+            return load_teacher(config, key, folder, meta, trained_now=False, device=device)
         for stale in teachers.glob(f".tmp-{key}-*"):  # left by killed trainers (we hold the lock)
             shutil.rmtree(stale, ignore_errors=True)
         if folder.exists():  # partial: no complete teacher.json; move aside, then delete
@@ -490,11 +534,11 @@ def load_or_train(config: TeacherConfig, log: Callable[[str], None] = print) -> 
         building = teachers / f".tmp-{key}-{uuid.uuid4().hex}"
         building.mkdir()
         try:
-            build_entry(config, key, building, log)
+            build_entry(config, key, building, log, device)
             os.replace(building, folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)
         meta = read_complete(folder, key)
         log(f"teacher {key[:12]}: held-out perplexity {meta['heldout_perplexity']:.2f} "
             f"after {meta['train_seconds']:.1f}s of training; cached in {folder}")
-        return load_teacher(config, key, folder, meta, trained_now=True)
+        return load_teacher(config, key, folder, meta, trained_now=True, device=device)
