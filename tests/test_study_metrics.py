@@ -40,7 +40,7 @@ def test_named_roles_follow_the_metric_names(name):
 
 
 def test_gates_studies_shows_direction_role_and_range():
-    result = CliRunner().invoke(app, ["studies"])
+    result = CliRunner().invoke(app, ["studies", "--metrics"])
     assert result.exit_code == 0, result.output
     for name in STUDIES:
         assert f"{name}:" in result.output
