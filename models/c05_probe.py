@@ -47,14 +47,14 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
-from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
+from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, proportion, resolve_device
 from models.common import count_parameters, seed_everything, train_loop
 
 Depth = Annotated[int, Field(ge=1, le=12)]  # 12: an 8191-address space, still quick on CPU
 Features = Literal["flat_address", "path_only", "subheap_kernel", "path_subheap_kernel"]
 
 
-class C05ProbeConfig(StudyConfig):
+class C05ProbeConfig(DeviceConfig):
     """One arm of the C05 probe: which features the kernel sees, and the task's parameters."""
 
     features: Features = "subheap_kernel"
@@ -124,7 +124,7 @@ def walk_route(bits: torch.Tensor, lengths: torch.Tensor, exists: torch.Tensor) 
     and whether every node on the way, the root included, exists (B,).
     """
     num_trees, num_addresses = exists.shape
-    node = torch.zeros(num_trees, dtype=torch.long)
+    node = torch.zeros(num_trees, dtype=torch.long, device=exists.device)
     ok = exists[:, 0].clone()
     for t in range(bits.shape[1]):  # over path steps (<= D_max), never over trees or nodes
         moving = t < lengths
@@ -262,7 +262,7 @@ def target_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     -inf (missing) addresses never outrank a finite target score.
     """
     target_score = scores.gather(1, target[:, None])
-    address = torch.arange(scores.shape[1])[None, :]
+    address = torch.arange(scores.shape[1], device=scores.device)[None, :]
     ahead = (scores > target_score) | ((scores == target_score) & (address < target[:, None]))
     return 1 + ahead.sum(dim=1)
 
@@ -300,11 +300,14 @@ class C05ProbeStudy(Study):
 
     def run(self, config: C05ProbeConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         seed_everything(seed)
-        train, test = (crop_to_own_addresses(trees) for trees in make_datasets(config, seed))
-        val = crop_to_own_addresses(make_validation(config, seed))
-        model = StructuralKernel(config)
+        device = torch.device(resolve_device(config.device))
+        # data drawn by numpy and the model initialised on the CPU (the same on every device), then moved
+        on_device = lambda trees: {key: value.to(device) for key, value in trees.items()}  # noqa: E731
+        train, test = (on_device(crop_to_own_addresses(trees)) for trees in make_datasets(config, seed))
+        val = on_device(crop_to_own_addresses(make_validation(config, seed)))
+        model = StructuralKernel(config).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        paths, path_lengths = (torch.from_numpy(a) for a in address_paths(config.max_depth))
+        paths, path_lengths = (torch.from_numpy(a).to(device) for a in address_paths(config.max_depth))
 
         def loss_fn() -> torch.Tensor:
             return F.cross_entropy(masked_scores(model, train), train["target"])

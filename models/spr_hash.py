@@ -57,12 +57,12 @@ import torch
 import torch.nn.functional as F
 from pydantic import Field, model_validator
 
-from gates.study import Metric, Reporter, Study, StudyConfig
+from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, resolve_device
 
 Merge = Literal["ordered", "roll_only", "mean"]
 
 
-class SprHashConfig(StudyConfig):
+class SprHashConfig(DeviceConfig):
     """One arm: a merge rule and the number of real sentences hashed, plus the embedding recipe."""
 
     merge: Merge = "ordered"
@@ -133,7 +133,7 @@ def mean_pairwise_cos(roots: torch.Tensor) -> tuple[float, float]:
     """(mean, max) cosine similarity over all pairs of rows of roots (S, d)."""
     unit = F.normalize(roots, dim=-1)
     cos = unit @ unit.T
-    upper = torch.triu_indices(len(roots), len(roots), offset=1)
+    upper = torch.triu_indices(len(roots), len(roots), offset=1, device=roots.device)
     pairs = cos[upper[0], upper[1]]
     return pairs.mean().item(), pairs.max().item()
 
@@ -259,9 +259,10 @@ class SprHashStudy(Study):
         vocab, embeddings, token_lists = corpus_embeddings(config.corpus, config.vocab_size, config.window,
                                                            config.dim)
         ids, shuffled = sentence_ids(token_lists, vocab, config, seed)
-        table = torch.from_numpy(np.vstack([embeddings, np.zeros((1, config.dim), np.float32)])).double()
-        roots = root_hash(table[torch.from_numpy(ids)], config.merge)  # (S, d)
-        shuffled_roots = root_hash(table[torch.from_numpy(shuffled)], config.merge)
+        device = torch.device(resolve_device(config.device))  # the SVD and the draws stay on the CPU
+        table = torch.from_numpy(np.vstack([embeddings, np.zeros((1, config.dim), np.float32)])).double().to(device)
+        roots = root_hash(table[torch.from_numpy(ids).to(device)], config.merge)  # (S, d)
+        shuffled_roots = root_hash(table[torch.from_numpy(shuffled).to(device)], config.merge)
         mean_cos, max_cos = mean_pairwise_cos(roots)
         metrics = {
             "mean_pairwise_cos": mean_cos,

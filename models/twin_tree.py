@@ -65,7 +65,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
+from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, proportion, resolve_device
 from models.common import count_parameters, seed_everything, text_fraction, train_loop
 from models.spr_hash import Merge, build_vocab, right_child, root_hash, tokenize
 
@@ -81,7 +81,7 @@ TOY_PAIRS = (
 )
 
 
-class TwinTreeConfig(StudyConfig):
+class TwinTreeConfig(DeviceConfig):
     """One arm: the data, the encoder's merge rule, the tree's size and the optimiser.
 
     With pairs: toy, the data fields (token limits, pair counts, test_fraction) do not apply.
@@ -263,17 +263,20 @@ class TwinTreeStudy(Study):
 
     def run(self, config: TwinTreeConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         seed_everything(seed)
+        device = torch.device(resolve_device(config.device))
         data = build_data(config)
-        model = TwinTree(config, len(data["src_vocab"]), len(data["tgt_vocab"]))
+        # initialised on the CPU (the same weights on every device), then moved with the data
+        model = TwinTree(config, len(data["src_vocab"]), len(data["tgt_vocab"])).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        data = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in data.items()}
         train_src, train_tgt = data["train_src"], data["train_tgt"]
-        batches = torch.Generator().manual_seed(seed)
+        batches = torch.Generator().manual_seed(seed)  # minibatch rows drawn on the CPU, then moved
 
         def loss_fn() -> torch.Tensor:
             if config.batch_size >= len(train_src):
                 src, tgt = train_src, train_tgt
             else:
-                rows = torch.randint(len(train_src), (config.batch_size,), generator=batches)
+                rows = torch.randint(len(train_src), (config.batch_size,), generator=batches).to(device)
                 src, tgt = train_src[rows], train_tgt[rows]
             logits = model(src)
             return F.cross_entropy(logits.flatten(0, 1), tgt.flatten())

@@ -177,3 +177,33 @@ def test_subheap_kernel_transfers_to_deep_trees_and_flat_address_does_not():
     assert subheap["route_valid_rate"] >= 0.9, subheap
     assert flat["test_acc"] <= 0.25, flat
     assert flat["mean_rank"] > subheap["mean_rank"]
+
+
+# ------------------------------------------------------------------------------------ device
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_config_takes_a_device(device):
+    assert C05ProbeConfig(device=device).device == device
+    assert C05ProbeConfig().device == "auto"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
+def test_config_rejects_other_devices(device):
+    with pytest.raises(ValidationError):
+        C05ProbeConfig(device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
+def test_cpu_gives_the_metrics_of_auto_bit_for_bit():
+    config = C05ProbeConfig(features="path_subheap_kernel", **SMALL)
+    runs = {device: NullReporter(Budget(steps=30, eval_every=15)) for device in ("auto", "cpu")}
+    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 5, reporter)
+              for device, reporter in runs.items()}
+    assert finals["cpu"] == finals["auto"]
+    assert runs["cpu"].history == runs["auto"].history
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_a_cuda_arm_is_refused_without_a_gpu():
+    why = STUDY.why_not_ready(C05ProbeConfig(device="cuda"))
+    assert why and "cuda" in why.lower()
+    assert STUDY.why_not_ready(C05ProbeConfig(device="cpu")) is None

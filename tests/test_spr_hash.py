@@ -194,3 +194,31 @@ def test_ordered_hash_spreads_real_sentences_more_than_the_mean():
     ordered = STUDY.run(SprHashConfig(merge="ordered", sentences=50), 0, NullReporter(Budget(1, 1)))
     mean = STUDY.run(SprHashConfig(merge="mean", sentences=50), 0, NullReporter(Budget(1, 1)))
     assert ordered["mean_pairwise_cos"] < mean["mean_pairwise_cos"]
+
+
+# ------------------------------------------------------------------------------------ device
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_config_takes_a_device(device):
+    assert SprHashConfig(device=device).device == device
+    assert SprHashConfig().device == "auto"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
+def test_config_rejects_other_devices(device):
+    with pytest.raises(ValidationError):
+        SprHashConfig(device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
+def test_cpu_gives_the_metrics_of_auto_bit_for_bit(text_file):
+    config = SprHashConfig(corpus=text_file, vocab_size=200, sentences=20)
+    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 2, NullReporter(Budget(1, 1)))
+              for device in ("auto", "cpu")}
+    assert finals["cpu"] == finals["auto"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_a_cuda_arm_is_refused_without_a_gpu(text_file):
+    why = STUDY.why_not_ready(SprHashConfig(corpus=text_file, vocab_size=200, device="cuda"))
+    assert why and "cuda" in why.lower()
+    assert STUDY.why_not_ready(SprHashConfig(corpus=text_file, vocab_size=200, device="cpu")) is None

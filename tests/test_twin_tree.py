@@ -148,3 +148,35 @@ def test_same_seed_same_metrics(pair_file):
     finals = [STUDY.run(config, seed, reporter) for seed, reporter in zip((3, 3, 4), runs)]
     assert runs[0].history == runs[1].history
     assert finals[0] != finals[2]
+
+
+# ------------------------------------------------------------------------------------ device
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_config_takes_a_device(device):
+    assert TwinTreeConfig(device=device).device == device
+    assert TwinTreeConfig().device == "auto"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
+def test_config_rejects_other_devices(device):
+    with pytest.raises(ValidationError):
+        TwinTreeConfig(device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
+@pytest.mark.parametrize("pairs", ["toy", "file"])
+def test_cpu_gives_the_metrics_of_auto_bit_for_bit(pair_file, pairs):
+    config = (TwinTreeConfig() if pairs == "toy" else
+              TwinTreeConfig(pairs=str(pair_file), depth=3, min_tokens=2, dim=8, batch_size=16, test_pairs=20))
+    runs = {device: NullReporter(Budget(steps=20, eval_every=10)) for device in ("auto", "cpu")}
+    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 3, reporter)
+              for device, reporter in runs.items()}
+    assert finals["cpu"] == finals["auto"]
+    assert runs["cpu"].history == runs["auto"].history
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_a_cuda_arm_is_refused_without_a_gpu():
+    why = STUDY.why_not_ready(TwinTreeConfig(device="cuda"))
+    assert why and "cuda" in why.lower()
+    assert STUDY.why_not_ready(TwinTreeConfig(device="cpu")) is None
