@@ -5,6 +5,7 @@ tiny real run learns. Data is a small generated English-like text file (no corpu
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 from pathlib import Path
@@ -12,16 +13,22 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 import yaml
 from pydantic import ValidationError
 
 from gates.contract import Contract
 from gates.study import Budget, NullReporter
 from models.bif_lm import (
+    ALPHA_STD,
     FAM,
     BifLM,
     BifLMConfig,
     BifLMStudy,
+    CausalSelfAttention,
+    CompressedAttention,
+    causal_mix,
+    causal_softmax,
     forward_flops,
     load_token_data,
     mlp_hidden_to_match,
@@ -263,3 +270,103 @@ def test_runs_are_reproducible_and_seeds_differ(corpus):
     runs = [STUDY.run(config, seed, NullReporter(Budget(steps=12, eval_every=6))) for seed in (3, 3, 4)]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
+
+
+# ------------------------------------------------------------------------------------ device
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_config_takes_a_device(device):
+    assert BifLMConfig(device=device).device == device
+    assert BifLMConfig().device == "auto"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
+def test_config_rejects_other_devices(device):
+    with pytest.raises(ValidationError):
+        BifLMConfig(device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
+def test_cpu_gives_the_metrics_of_auto_bit_for_bit(corpus):
+    config = tiny(corpus, arm="bif")
+    runs = {device: NullReporter(Budget(steps=12, eval_every=6)) for device in ("auto", "cpu")}
+    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 1, reporter)
+              for device, reporter in runs.items()}
+    assert finals["cpu"] == finals["auto"]
+    assert runs["cpu"].history == runs["auto"].history
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_a_cuda_arm_is_refused_without_a_gpu(corpus):
+    why = STUDY.why_not_ready(tiny(corpus, device="cuda"))
+    assert why and "cuda" in why.lower()
+    assert STUDY.why_not_ready(tiny(corpus, device="cpu")) is None
+
+
+# ------------------------------------------------------------------------------------ the optimised step
+# The step before #12, kept here as the reference: each mixer built its (B, [heads,] T, T) scores,
+# masked them with a fresh mask and multiplied the softmax by the values; windows were gathered with
+# an index tensor; AdamW ran its per-tensor loop.
+def _old_attention(self, x):
+    B, T, d = x.shape
+    q, k, v = (t.view(B, T, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).split(d, dim=2))
+    attention = causal_softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.heads))
+    return self.out((attention @ v).transpose(1, 2).reshape(B, T, d))
+
+
+def _old_fam(self, x, alpha):
+    recipe = alpha / ALPHA_STD
+    return causal_softmax((recipe @ self.W) @ recipe.transpose(1, 2)) @ x
+
+
+def _old_compressed(self, x, alpha):
+    z = self.norm(x)
+    return causal_softmax(self.W_q(z) @ self.W_k(z).transpose(1, 2) / math.sqrt(self.width)) @ x
+
+
+def _old_windows(stream, rows, seq_len, generator):
+    starts = torch.randint(0, len(stream) - seq_len, (rows,), generator=generator)
+    windows = stream[starts[:, None] + torch.arange(seq_len + 1)[None, :]]
+    return windows[:, :-1], windows[:, 1:]
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_the_optimised_step_equals_the_previous_one(corpus, arm, monkeypatch):
+    config = tiny(corpus, arm=arm)
+    stream = torch.from_numpy(load_token_data(config).train.astype(np.int64))
+
+    def losses(old: bool) -> list[float]:
+        with monkeypatch.context() as patch:
+            if old:
+                patch.setattr(CausalSelfAttention, "forward", _old_attention)
+                patch.setattr(FAM, "forward", _old_fam)
+                patch.setattr(CompressedAttention, "forward", _old_compressed)
+            torch.manual_seed(0)
+            model = BifLM(config)
+            optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
+                                          weight_decay=config.weight_decay, **({} if old else {"fused": True}))
+            generator = torch.Generator().manual_seed(0)
+            result = []
+            for _ in range(4):
+                inputs, targets = (_old_windows if old else sample_windows)(
+                    stream, config.batch_size, config.seq_len, generator)
+                loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                optimizer.step()
+                result.append(loss.item())
+            return result
+
+    old, new = losses(old=True), losses(old=False)
+    assert np.allclose(new, old, rtol=0, atol=1e-5), (new, old)
+
+
+def test_the_fused_mixers_equal_softmax_of_masked_scores():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 9, 4), torch.randn(2, 3, 9, 4), torch.randn(2, 3, 9, 6)
+    reference = causal_softmax(q @ k.transpose(-2, -1) * 0.7) @ v
+    assert torch.allclose(causal_mix(q, k, v, 0.7), reference, atol=1e-6)
+    windows = torch.arange(100)
+    for old, new in zip(_old_windows(windows, 5, 7, torch.Generator().manual_seed(3)),
+                        sample_windows(windows, 5, 7, torch.Generator().manual_seed(3))):
+        assert torch.equal(old, new)
