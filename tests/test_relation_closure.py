@@ -3,10 +3,12 @@ the data it draws, the arms' metrics, the MLP's capacity match, and determinism.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
 from gates.study import Budget, NullReporter
+from models import relation_tree as rt
 from models.relation_closure import RelationClosureConfig, RelationClosureStudy, draw_data
 from models.teacher import TeacherConfig, load_or_train
 from tests.test_teacher import TINY, grammar_lines
@@ -89,3 +91,95 @@ def test_config_rejects_impossible_shapes(teacher_config):
         arm(teacher_config, leaves=128)  # the tiny teacher has 64 positions
     with pytest.raises(ValidationError, match="dense arm"):
         arm(teacher_config, parent="dense", read="beam")
+
+
+# ------------------------------------------------------------------------------------ device
+@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
+def test_config_takes_a_device(teacher_config, device):
+    assert arm(teacher_config, device=device).device == device
+    assert arm(teacher_config).device == "auto"
+
+
+@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
+def test_config_rejects_other_devices(teacher_config, device):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        arm(teacher_config, device=device)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
+def test_cpu_gives_the_metrics_of_auto_bit_for_bit(teacher_config):
+    # a soft read only: its metrics are all computed (a cheap read adds wall-clock latencies)
+    runs = {device: run(arm(teacher_config, parent="prototypes", prototypes=4, device=device), seed=2)
+            for device in ("auto", "cpu")}
+    (auto, auto_reporter), (cpu, cpu_reporter) = runs["auto"], runs["cpu"]
+    assert cpu == auto
+    assert cpu_reporter.history == auto_reporter.history
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a CUDA GPU")
+def test_a_cuda_arm_is_refused_without_a_gpu(teacher_config):
+    study = RelationClosureStudy()
+    why = study.why_not_ready(arm(teacher_config, device="cuda"))
+    assert why and "cuda" in why.lower()
+    assert study.why_not_ready(arm(teacher_config, device="cpu")) is None
+
+
+# ------------------------------------------------------------------------------------ the optimised fit step
+# The parents' forward before #12, kept here as the reference: logits node-major (T, Q, N-1, m) and
+# torch.logsumexp over the trailing m; the closure targets concatenated from the per-depth levels.
+def _old_prototypes_forward(self, queries):
+    import math
+
+    q = rt.tree_queries(queries, self.num_trees) / math.sqrt(self.width)
+    num_trees, num_nodes, m, width = self.keys.shape
+    logits = (q @ self.keys.reshape(num_trees, num_nodes * m, width).transpose(1, 2))
+    return (logits.unflatten(-1, (num_nodes, m)) + self.log_w.unsqueeze(1)).logsumexp(dim=-1)
+
+
+def _old_lowrank_forward(self, queries):
+    u = self._projected_queries(queries)
+    num_trees, num_queries, m, rank = u.shape
+    logits = u.reshape(num_trees, num_queries * m, rank) @ self.coef.transpose(1, 2)
+    logits = logits.view(num_trees, num_queries, m, -1).transpose(2, 3)
+    return (logits + self.log_w.unsqueeze(1)).logsumexp(dim=-1)
+
+
+def test_closure_targets_equal_the_concatenated_levels_bit_for_bit():
+    scores = torch.randn(3, 7, 32, generator=torch.Generator().manual_seed(0)) * 3
+    levels = torch.cat(rt.exact_node_scores(scores)[:-1], dim=-1)
+    assert torch.equal(rt.exact_internal_scores(scores), levels)
+
+
+@pytest.mark.parametrize("kind,m", [("prototypes", 1), ("prototypes", 4), ("prototypes", 8), ("lowrank", 4)])
+def test_the_optimised_fit_step_equals_the_previous_one(kind, m, monkeypatch):
+    generator = torch.Generator().manual_seed(0)
+    keys = torch.randn(4, 32, 16, generator=generator)
+    queries = 2 * torch.randn(96, 16, generator=generator)
+    keys_heap = rt.heap_keys(keys, rt.build_topology("learned", keys, generator))
+    cls, old_forward = ((rt.PrototypeParent, _old_prototypes_forward) if kind == "prototypes"
+                        else (rt.LowRankParent, _old_lowrank_forward))
+
+    def fit(old: bool):
+        with monkeypatch.context() as patch:
+            if old:
+                patch.setattr(cls, "forward", old_forward)
+            parent = rt.make_parent(kind, keys_heap, torch.Generator().manual_seed(1), m=m, rank=8)
+            losses = rt.fit_parents(parent, keys_heap, queries, 5, 0.02, 32, torch.Generator().manual_seed(2))
+            return losses, [p.detach().clone() for p in parent.parameters()]
+
+    (old_losses, old_params), (new_losses, new_params) = fit(old=True), fit(old=False)
+    assert np.allclose(new_losses, old_losses, rtol=0, atol=1e-5), (new_losses, old_losses)
+    for old_param, new_param in zip(old_params, new_params):
+        assert torch.allclose(new_param, old_param, rtol=1e-4, atol=1e-5)
+    # one gradient, compared directly
+    parent = rt.make_parent(kind, keys_heap, torch.Generator().manual_seed(1), m=m, rank=8)
+    target = rt.closure_targets(keys_heap, queries)
+    grads = []
+    for forward in (old_forward, cls.forward):
+        parent.zero_grad()
+        (forward(parent, queries) - target).pow(2).mean().backward()
+        grads.append([p.grad.clone() for p in parent.parameters()])
+    for old_grad, new_grad in zip(*grads):
+        assert torch.allclose(new_grad, old_grad, rtol=1e-4, atol=1e-7)

@@ -218,3 +218,75 @@ def test_queries_and_keys_are_causal(trained):
     earlier = tokens.clone()
     earlier[0, 5] = (earlier[0, 5] + 1) % teacher.tokenizer.get_piece_size()
     assert not torch.allclose(q[0, t], teacher.queries_keys(earlier)[0][0, t])
+
+
+# ------------------------------------------------------------------------------------ device
+def test_the_cpu_key_is_the_one_from_before_devices_and_a_cuda_teacher_has_its_own(corpus):
+    import hashlib
+
+    from gates.data import source_fingerprint
+    from models.teacher import TEACHER_VERSION
+
+    config = TeacherConfig(corpus=str(corpus), **TINY)
+    identity = {"source_fingerprint": source_fingerprint(config.corpus),
+                "config": config.model_dump(mode="json"), "teacher_version": TEACHER_VERSION}
+    before = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    assert teacher_key(config) == teacher_key(config, "cpu") == before  # cached CPU teachers stay valid
+    assert teacher_key(config, "cuda") != before
+
+
+@pytest.mark.parametrize("device", ["auto", "gpu", "cuda:0"])
+def test_load_or_train_takes_a_resolved_device_only(corpus, cache, device):
+    with pytest.raises(ValueError, match="resolve"):
+        load_or_train(TeacherConfig(corpus=str(corpus), **TINY), log=lambda _: None, device=device)
+
+
+def test_a_cpu_teacher_records_on_the_cpu(trained):
+    teacher, _, _, _ = trained
+    assert teacher.device == "cpu" and teacher.meta.get("device") == "cpu"
+    queries, keys = teacher.record("train", 2, 16)
+    assert queries.device.type == "cpu" and keys.device.type == "cpu"
+
+
+# ------------------------------------------------------------------------------------ the optimised step
+def _old_attention(self, x):
+    """CausalSelfAttention.forward before #12: a new mask per call and an out-of-place masked copy."""
+    import math
+
+    q, k = self.queries_keys(x)
+    T = x.shape[1]
+    scores = q @ k.transpose(1, 2) / math.sqrt(self.d_k)
+    future = torch.ones(T, T, dtype=torch.bool, device=x.device).triu(1)
+    attention = scores.masked_fill(future, float("-inf")).softmax(dim=-1)
+    return self.W_O(attention @ self.W_V(x))
+
+
+def _old_windows(stream, rows, length, generator):
+    """sample_windows before #12: an index tensor per step."""
+    starts = torch.randint(0, len(stream) - length, (rows,), generator=generator)
+    windows = stream[starts[:, None] + torch.arange(length + 1)[None, :]]
+    return windows[:, :-1], windows[:, 1:]
+
+
+def test_training_equals_the_previous_implementation_bit_for_bit(monkeypatch):
+    """Cached teachers stay what this code would train: the same losses and weights, to the bit."""
+    import models.teacher as teacher_module
+    from models.teacher import CausalSelfAttention, TeacherLM, train_teacher
+
+    config = TeacherConfig(**{**TINY, "steps": 6})
+    stream = torch.randint(0, 200, (5000,), generator=torch.Generator().manual_seed(0))
+
+    def train(old: bool) -> tuple[float, dict]:
+        with monkeypatch.context() as patch:
+            if old:
+                patch.setattr(CausalSelfAttention, "forward", _old_attention)
+                patch.setattr(teacher_module, "sample_windows", _old_windows)
+            torch.manual_seed(0)
+            model = TeacherLM(config, 200)
+            loss = train_teacher(config, model, stream, log=lambda _: None)
+            return loss, model.state_dict()
+
+    (old_loss, old_weights), (new_loss, new_weights) = train(old=True), train(old=False)
+    assert new_loss == old_loss
+    for name, tensor in old_weights.items():
+        assert torch.equal(tensor, new_weights[name]), name
