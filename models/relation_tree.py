@@ -196,11 +196,11 @@ def exact_internal_scores(scores: torch.Tensor) -> torch.Tensor:
 class _SmallLogSumExp(torch.autograd.Function):
     """logsumexp over a short axis (the m prototypes of a node) that keeps exp(x - max) for its backward.
 
-    Forward: the same operations as torch.logsumexp (max, shift, exp, sum, log, add back; an
-    infinite max shifts by 0), so the same values. Backward: grad x exp(x - max) / sum, from what the
-    forward kept, where torch.logsumexp's backward recomputes exp(x - result) from its saved input:
-    three passes over the (T, Q, N-1, m) logits fewer per fit step, and gradients equal up to
-    float32 rounding (the softmax weights computed as a ratio rather than as an exp of a difference).
+    Forward: the operations of torch.logsumexp (max, shift, exp, sum, log, add back; an infinite max
+    shifts by 0). Backward: grad x exp(x - max) / sum, one pass over what the forward kept, where
+    torch.logsumexp's backward recomputes exp(x - result) from its saved input (a subtraction, an exp
+    and a product over all Q x (N-1) x m logits, per fit step). Gradients equal up to float32 rounding
+    (the softmax weights computed as a ratio rather than as an exp of a difference).
     """
 
     @staticmethod
