@@ -498,6 +498,14 @@ def learning_rate(config: BifLMConfig, step: int, total_steps: int) -> float:
     return config.lr * (config.min_lr_ratio + (1 - config.min_lr_ratio) * cosine)
 
 
+def optimizer_for(model: BifLM, config: BifLMConfig) -> torch.optim.AdamW:
+    """AdamW (betas 0.9, 0.95; the learning rate is set per step by `learning_rate`), fused: one kernel
+    per parameter (CPU and CUDA) instead of a handful of tensor ops each; the same update up to float32
+    rounding, about 4x less optimizer time (1.5% of a step at the contract's sizes)."""
+    return torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
+                             weight_decay=config.weight_decay, fused=True)
+
+
 def mean_loss(model: BifLM, inputs: torch.Tensor, targets: torch.Tensor) -> float:
     """Mean next-token cross-entropy (nats per token) over fixed windows, in fixed chunks."""
     total = 0.0
@@ -542,10 +550,7 @@ class BifLMStudy(Study):
 
         seed_everything(seed)
         model = BifLM(config).to(device)  # initialised on the CPU: the same weights on every device
-        # fused: one kernel per parameter (CPU and CUDA) instead of a handful of tensor ops each; the
-        # same update up to float32 rounding, ~4x less optimizer time (about 1.5% of a step)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                                      weight_decay=config.weight_decay, fused=True)
+        optimizer = optimizer_for(model, config)
         batches = torch.Generator().manual_seed(seed)
         total_steps = reporter.budget.steps
         step = 0

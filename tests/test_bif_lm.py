@@ -32,6 +32,7 @@ from models.bif_lm import (
     forward_flops,
     load_token_data,
     mlp_hidden_to_match,
+    optimizer_for,
     sample_windows,
     split_lines,
     tokenizer_key,
@@ -342,8 +343,9 @@ def test_the_optimised_step_equals_the_previous_one(corpus, arm, monkeypatch):
                 patch.setattr(CompressedAttention, "forward", _old_compressed)
             torch.manual_seed(0)
             model = BifLM(config)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                                          weight_decay=config.weight_decay, **({} if old else {"fused": True}))
+            optimizer = (torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
+                                           weight_decay=config.weight_decay) if old
+                         else optimizer_for(model, config))
             generator = torch.Generator().manual_seed(0)
             result = []
             for _ in range(4):
