@@ -160,24 +160,30 @@ def route(log_post: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------ grouped matmul
+def padded_count(counts: torch.Tensor) -> torch.Tensor:
+    """Counts rounded up to 4 steps per power of two (1..8 exact, then 10, 12, 14, 16, 20, 24, ..):
+    at most 1/4 padding (1/8 on average), and few distinct caps (one bmm each)."""
+    octave = (counts - 1).clamp_min(1).double().log2().floor().long()  # c in (2^e, 2^(e+1)]
+    step = 1 << (octave - 2).clamp_min(0)
+    return (counts + step - 1) // step * step
+
+
 def grouped_matmul(table: torch.Tensor, queries: torch.Tensor, pair_query: torch.Tensor,
                    pair_node: torch.Tensor) -> torch.Tensor:
     """out[i] = table[pair_node[i]] @ queries[pair_query[i]] for every pair i: (P, R).
 
     table (U, R, d): a block of R rows per node; queries (Q, d). The pairs are grouped by node, so
     each touched block is read once and multiplied by the matrix of its queries. A node's queries
-    are padded to its count rounded up to a power of two c, and nodes of equal c form one bmm,
-    (nodes, c, d) x (nodes, d, R): at most 2x the work, one bmm per distinct c. Pairs are sorted by
-    (c, node), so each bucket is a contiguous range and a pair's padded slot is the sum of the caps
-    before its node plus its rank within the node. Padding slots compute on query 0 and land in a
-    spare output row that is dropped.
+    are padded to a cap (`padded_count`: at most 1/4 more) and nodes of equal cap form one bmm,
+    (nodes, cap, d) x (nodes, d, R). Pairs are sorted by (cap, node), so each bucket is a
+    contiguous range and a pair's padded slot is the sum of the caps before its node plus its rank
+    within the node. Padding slots compute on query 0 and land in a spare output row, dropped.
     """
     num_pairs, device = len(pair_node), pair_node.device
-    out = queries.new_empty(num_pairs + 1, table.shape[1])
-    log_cap = torch.bincount(pair_node, minlength=len(table)).clamp_min(1).double().log2().ceil().long()
-    order = (log_cap.index_select(0, pair_node) * len(table) + pair_node).argsort(stable=True)
+    cap = padded_count(torch.bincount(pair_node, minlength=len(table)))
+    order = (cap.index_select(0, pair_node) * len(table) + pair_node).argsort(stable=True)
     nodes, counts = pair_node.index_select(0, order).unique_consecutive(return_counts=True)
-    caps = 1 << log_cap.index_select(0, nodes)
+    caps = cap.index_select(0, nodes)
     node_of = torch.repeat_interleave(counts)  # sorted pair -> index into nodes
     rank = torch.arange(num_pairs, device=device) - (counts.cumsum(0) - counts).index_select(0, node_of)
     slot = (caps.cumsum(0) - caps).index_select(0, node_of) + rank  # padded position of each sorted pair
@@ -186,7 +192,7 @@ def grouped_matmul(table: torch.Tensor, queries: torch.Tensor, pair_query: torch
     query_index[slot] = pair_query.index_select(0, order)
     destination = torch.full((padded,), num_pairs, dtype=torch.long, device=device)
     destination[slot] = order
-    block = queries.index_select(0, query_index)  # (padded, d)
+    block = queries.index_select(0, query_index)  # (padded, d): d numbers copied per pair
     result = queries.new_empty(padded, table.shape[1])
     first_node, first_slot = 0, 0
     for c, n in zip(*[t.tolist() for t in caps.unique_consecutive(return_counts=True)]):
@@ -194,8 +200,8 @@ def grouped_matmul(table: torch.Tensor, queries: torch.Tensor, pair_query: torch
         torch.bmm(block[rows].view(n, c, -1), table.index_select(0, nodes[first_node: first_node + n]).transpose(1, 2),
                   out=result[rows].view(n, c, -1))
         first_node, first_slot = first_node + n, first_slot + n * c
-    out.index_copy_(0, destination, result)
-    return out[:num_pairs]
+    out = result.new_empty(num_pairs + 1, table.shape[1])
+    return out.index_copy_(0, destination, result)[:-1]
 
 
 # ------------------------------------------------------------------------------------ the read
@@ -256,7 +262,7 @@ def fast_read(index: TreeIndex, queries: torch.Tensor, schedule: Schedule, k: in
         scores.sort(dim=-1, descending=True, stable=True)
     ranked = size * nodes.gather(1, top.indices // size) + top.indices % size
     lap("scan top-k")
-    visited = torch.full((1, num_queries), visited_nodes(schedule, depth), dtype=torch.long)
+    visited = torch.full((1, num_queries), visited_nodes(schedule, depth), dtype=torch.long, device=q.device)
     return rt.ReadResult(ranked.unsqueeze(0), visited, account.read_bytes)
 
 
@@ -284,11 +290,11 @@ def keep_best(nodes: torch.Tensor, log_post: torch.Tensor, width: int) -> tuple[
 # ------------------------------------------------------------------------------------ calibration
 # What a unit of work costs, relative to one prototype scored in the dense top (a row of a GEMM
 # plus its share of the logsumexp and routing): fitted (non-negative least squares, median error
-# 6-12%) to the CPU time of 80 schedules at N = 65,536, 1,024 queries, one thread, d = 32 and 64:
-# a (query, node) pair in a beam level (2 m dots, but also its share of the sort, the index
-# copies and the top-k) ~ 45-57; a leaf scanned (a dot, a copy, its share of the final top-k) ~ 1.2-1.36.
-PAIR_COST = 50.0
-LEAF_COST = 1.25
+# 6-7%) to the CPU time of 80 schedules at N = 65,536, 1,024 queries, one thread, d = 32 and 64:
+# a (query, node) pair entering a beam level (2 m dots, and its share of the sort, the index copies
+# and the top-k) ~ 29-30; a leaf scanned (a dot, a copy, its share of the final top-k) ~ 0.85-0.92.
+PAIR_COST = 30.0
+LEAF_COST = 0.9
 
 
 def kept_per_depth(schedule: Schedule) -> list[int]:
@@ -339,7 +345,7 @@ def calibrate(index: TreeIndex, fit_queries: torch.Tensor, target: float = 0.95,
     Recall is assumed to grow with each width (not guaranteed; every schedule returned reached the
     target on the fit queries, unless none did: then the widest tried, flagged by its recall)."""
     depth = index.depth
-    top = max(0, depth // 2 - 2)
+    top = max(0, depth // 2 - 3)  # chosen at N = 2^12..2^18 (d = 32, 64): D/2 - 2 or D/2 - 1
     dense_depths = list(range(top, min(depth, top + 4) + 1)) if dense_depths is None else dense_depths
     dense_target = rt.dense_topk(index.leaf_keys.unsqueeze(0), fit_queries, k)
     tried: list[tuple[Schedule, float]] = []
