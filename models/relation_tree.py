@@ -89,7 +89,7 @@ def query_chunks(queries: torch.Tensor, chunk: int):
     """Consecutive query blocks of at most `chunk` (memory batching, not a per-query loop)."""
     num_queries = queries.shape[-2]
     for start in range(0, num_queries, chunk):
-        yield select_queries(queries, torch.arange(start, min(start + chunk, num_queries)))
+        yield select_queries(queries, torch.arange(start, min(start + chunk, num_queries), device=queries.device))
 
 
 def heap_keys(keys: torch.Tensor, leaf_order: torch.Tensor) -> torch.Tensor:
