@@ -76,6 +76,9 @@ def test_mlflow_holds_nested_runs_with_tags_params_and_histories(finished):
         assert params["contract_sha256"] == evidence["contract_sha256"]
         assert params["features"] == tags["gates.arm"] and params["train_trees"] == "120"
         assert "gates.git_commit" in tags and "gates.git_dirty" in tags
+        # where it ran: params and the tag a resumed run reads back (tests run on the CPU)
+        assert params["device"] == "auto" and params["env.device"] == "cpu" and params["env.torch"]
+        assert json.loads(tags["gates.environment"])["device"] == "cpu"
         history = client.get_metric_history(child.info.run_id, "test_acc")
         assert sorted({m.step for m in history}) == [20, 40, 60]
 
@@ -86,6 +89,7 @@ def test_rerun_reuses_finished_runs_and_fresh_redoes_them(finished, monkeypatch)
     loaded = load_contract("contracts/c05-small.yaml")
     again = run_contract(loaded, uri, root / "runs")
     assert [r["mlflow_run_id"] for r in again["runs"]] == [r["mlflow_run_id"] for r in evidence["runs"]]
+    assert [r["environment"] for r in again["runs"]] == [r["environment"] for r in evidence["runs"]]
     assert [r["metrics"] for r in again["runs"]] == [r["metrics"] for r in evidence["runs"]]  # deterministic
     fresh = run_contract(loaded, uri, root / "runs", fresh=True)
     assert not {r["mlflow_run_id"] for r in fresh["runs"]} & {r["mlflow_run_id"] for r in evidence["runs"]}

@@ -1,0 +1,56 @@
+"""Devices (#12): what a run records about where it ran, the verdict signature, and a pinned device the
+machine lacks. Tests run on the CPU; the CUDA paths are exercised by benchmarks/gpu_check.sh."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gates.ledger import devices_of, signature
+from gates.study import DeviceConfig, device_environment, device_unavailable, resolve_device
+from tests.conftest import ROOT, small_c05, write_contract
+
+
+def test_device_field_accepts_auto_cpu_cuda_only():
+    assert DeviceConfig().device == "auto"
+    for choice in ("auto", "cpu", "cuda"):
+        assert DeviceConfig(device=choice).device == choice
+    with pytest.raises(ValueError):
+        DeviceConfig(device="tpu")
+
+
+def test_environment_names_device_versions_and_threads():
+    env = device_environment(DeviceConfig(device="cpu"))
+    assert env == {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda or "none",
+                   "threads": str(torch.get_num_threads())}
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_signature_names_the_devices_and_old_evidence_keeps_its_signature():
+    old = json.loads((ROOT / "runs" / "c05-structural-probe-v2" / "evidence.json").read_text())
+    assert devices_of(old) == [] and "device:" not in signature(old)  # recorded before devices were
+    new = {**old, "runs": [{**r, "environment": {"device": "cpu"}} for r in old["runs"]]}
+    assert "|device:cpu|" in signature(new)
+    mixed = {**new, "runs": new["runs"][:1] + [{**r, "environment": {"device": "cuda", "gpu": "NVIDIA H200"}}
+                                               for r in new["runs"][1:]]}
+    assert devices_of(mixed) == ["cpu", "cuda:NVIDIA H200"] and "|device:cpu+cuda:NVIDIA H200|" in signature(mixed)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_a_pinned_cuda_arm_is_refused_where_there_is_none(workdir):
+    assert "cuda" in device_unavailable(DeviceConfig(device="cuda"))
+    assert device_unavailable(DeviceConfig(device="auto")) is None
+    data = small_c05()
+    data["arms"]["path_only"]["device"] = "cuda"
+    write_contract(workdir / "contracts", data, "c05-small.yaml")
+    for command in ("check", "run"):
+        result = subprocess.run([sys.executable, "-m", "gates", command, "contracts/c05-small.yaml"],
+                                capture_output=True, text=True, cwd=workdir)
+        assert result.returncode == 2, result.stderr
+        assert "arms.path_only: arm cannot run here: the arm pins device cuda" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (workdir / "runs" / "c05-small").exists()
