@@ -141,7 +141,7 @@ class RelationClosureStudy(Study):
         seed_everything(seed)
         generator = torch.Generator().manual_seed(seed)
         device = torch.device(resolve_device(config.device))
-        # the teacher runs (and, when not cached, trains) on the arm's device: see teacher_key
+        # the teacher records on the arm's device; it is trained (once, cached) on the CPU: see teacher_key
         teacher = load_or_train(config.teacher, log=lambda line: print(line, file=sys.stderr), device=device.type)
         # drawn on the CPU by the seed's generator (the same draws on every device), then moved
         keys, fit_queries, eval_queries = (t.to(device) for t in draw_data(teacher, config, generator))

@@ -320,24 +320,20 @@ def preserved_rng_state(device: str = "cpu") -> Iterator[None]:
 # ------------------------------------------------------------------------------------ cache
 
 
-def teacher_key(config: TeacherConfig, device: str = "cpu") -> str:
-    """sha256 of the corpus data's fingerprint, the config's canonical JSON and TEACHER_VERSION, and of
-    the device it is trained on when that is not the CPU.
+def teacher_key(config: TeacherConfig) -> str:
+    """sha256 of the corpus data's fingerprint, the config's canonical JSON and TEACHER_VERSION.
 
-    Why the device is in the key (only for cuda): a teacher is trained, recorded and cached on the
-    device of the arm that asks for it, and what it is depends on that device. CUDA kernels round
-    differently from the CPU's, and 400+ AdamW steps carry those differences into weights that are
-    not the CPU teacher's, so its recorded queries and keys (what every relation-closure metric is
-    computed from) differ too. Sharing one entry would make a run's metrics depend on which machine
-    filled the cache first; a GPU teacher gets its own entry instead. The CPU key is the one from
-    before devices existed, so every cached CPU teacher stays valid and CPU results are unchanged.
-    """
+    No device: whatever device the arm asking for it runs on, a teacher is trained on the CPU, on one
+    thread (`build_entry`), so its weights do not depend on the device and one entry serves every
+    machine. Only its recordings depend on the device they are computed on (`Teacher.record` keeps
+    them apart). Why not train on the arm's device: CUDA rounds differently, and 400+ AdamW steps
+    carry that into a different network, whose queries and keys (what every relation-closure metric
+    is computed from) would move a GPU replay of a CPU-recorded contract by far more than float32
+    rounding: beyond replay tolerances. Trained once per cache, it costs about a minute."""
     from gates.data import source_fingerprint
 
     identity = {"source_fingerprint": source_fingerprint(config.corpus),
                 "config": config.model_dump(mode="json"), "teacher_version": TEACHER_VERSION}
-    if device != "cpu":
-        identity["device"] = device
     return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -378,7 +374,7 @@ class Teacher:
     model: TeacherLM  # on `device`
     meta: dict
     trained_now: bool  # True when this load_or_train call trained it, False when loaded from cache
-    device: str = "cpu"  # where the model runs: "cpu" or "cuda" (records are returned on the CPU)
+    device: str = "cpu"  # where it runs (records): "cpu" or "cuda"; it was trained on the CPU
     _streams: dict = field(default_factory=dict, repr=False)
 
     def stream(self, split: Split) -> torch.Tensor:
@@ -406,7 +402,8 @@ class Teacher:
         the first num_windows are run through the frozen teacher, each window on its own (positions
         0..window_len-1). Returns (queries, keys), each (num_windows, window_len, d_k) float32, on the
         CPU (computed on the teacher's device). Cached under <teacher>/records/, since every arm of a
-        study asks for the same ones.
+        study asks for the same ones; a recording on cuda is kept apart (`-cuda` in its name): its
+        numbers differ from the CPU's by rounding.
         """
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
@@ -415,7 +412,8 @@ class Teacher:
                              f"max_positions), not {window_len}")
         if num_windows < 1:
             raise ValueError(f"num_windows must be >= 1, not {num_windows}")
-        path = self.directory / "records" / f"{split}-{num_windows}x{window_len}.pt"
+        on = "" if self.device == "cpu" else f"-{self.device}"
+        path = self.directory / "records" / f"{split}-{num_windows}x{window_len}{on}.pt"
         if path.is_file():
             saved = torch.load(path, weights_only=True, map_location="cpu")
             return saved["queries"], saved["keys"]
@@ -450,8 +448,9 @@ def load_teacher(config: TeacherConfig, key: str, folder: Path, meta: dict, trai
 
 
 def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[str], None],
-                device: str = "cpu") -> None:
-    """Train a teacher on `device` and write its cache entry into `folder` (teacher.json last)."""
+                caller_device: str = "cpu") -> None:
+    """Train a teacher (on the CPU: see `teacher_key`) and write its cache entry into `folder` (teacher.json
+    last). `caller_device`: the device of the run asking, whose random state is kept."""
     import sentencepiece as spm
     from gates.data import load_text, source_fingerprint
 
@@ -472,17 +471,16 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
     # teacher must be the same network on every machine (CI replays contracts that train one).
     torch.set_num_threads(1)
     try:
-        with preserved_rng_state(device):  # a study calling us mid-run keeps its own random stream
+        with preserved_rng_state(caller_device):  # a study calling us mid-run keeps its own random stream
             seed_everything(config.seed)
-            # initialised on the CPU (the same initial weights on every device), then moved
-            model = TeacherLM(config, tokenizer.get_piece_size()).to(device)
+            model = TeacherLM(config, tokenizer.get_piece_size())
             train_started = time.perf_counter()
             final_train_loss = train_teacher(config, model, train_stream, log)
             train_seconds = time.perf_counter() - train_started
     finally:
         torch.set_num_threads(threads)
     heldout_loss = mean_loss(model, heldout_stream, config.seq_len, EVAL_WINDOWS)
-    torch.save({name: tensor.cpu() for name, tensor in model.state_dict().items()}, folder / "weights.pt")
+    torch.save(model.state_dict(), folder / "weights.pt")
     meta = {
         "key": key,
         "teacher_version": TEACHER_VERSION,
@@ -501,7 +499,7 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
         "train_seconds": train_seconds,
         "total_seconds": time.perf_counter() - started,
         "torch_threads": 1,  # training is pinned to one thread (see build_entry)
-        "device": device,  # where it was trained (a cuda teacher has its own key: see teacher_key)
+        "device": "cpu",  # trained on the CPU whatever device asked for it (see teacher_key)
         "torch_version": torch.__version__,
         "sentencepiece_version": spm.__version__,
     }
@@ -510,11 +508,12 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
 
 
 def load_or_train(config: TeacherConfig, log: Callable[[str], None] = print, device: str = "cpu") -> Teacher:
-    """The cached teacher for `config` on `device` ("cpu" or "cuda", already resolved), training (and
-    caching) it there first when there is none. A cuda teacher is its own cache entry (`teacher_key`)."""
+    """The cached teacher for `config`, training (and caching) it first when there is none, loaded on
+    `device` ("cpu" or "cuda", already resolved): its recordings are computed there. Training is on the
+    CPU whatever the device, so every machine shares one teacher (see `teacher_key`)."""
     if device not in ("cpu", "cuda"):
         raise ValueError(f"device must be 'cpu' or 'cuda' (resolve 'auto' first), not {device!r}")
-    key = teacher_key(config, device)
+    key = teacher_key(config)
     teachers = cache_root() / "teachers"
     folder = teachers / key
     meta = read_complete(folder, key)
@@ -534,7 +533,7 @@ def load_or_train(config: TeacherConfig, log: Callable[[str], None] = print, dev
         building = teachers / f".tmp-{key}-{uuid.uuid4().hex}"
         building.mkdir()
         try:
-            build_entry(config, key, building, log, device)
+            build_entry(config, key, building, log, caller_device=device)
             os.replace(building, folder)
         finally:
             shutil.rmtree(building, ignore_errors=True)
