@@ -25,7 +25,8 @@ Settings, from contracts/*.yaml:
 - teacher (the relation-closure contracts' `teacher: {steps: 400}`, otherwise TeacherConfig's
   defaults): AdamW on 32 windows of 128 tokens or, every other step, 16 of 256 (the teacher's own
   alternation; 4,096 tokens either way), gradient clipping at 1 (models.teacher.train_teacher's body).
-  Unit: tokens.
+  Unit: tokens. The study trains its teacher on the CPU (one thread) whatever the arm's device; with
+  device cuda this is the same step on the GPU, for reference only.
 - bif_lm (bif-fam, arm `bif` by default): 12 windows of 128 tokens, AdamW (betas 0.9, 0.95), clipping
   at 1 (BifLMStudy.run's loss_fn + models.common.train_loop's step). Unit: tokens.
 
