@@ -327,62 +327,78 @@ def visited_nodes(schedule: Schedule, depth: int) -> int:
 @dataclass
 class Calibration:
     schedule: Schedule
-    fit_recall: float
-    cost: float
-    tried: list[tuple[Schedule, float]]  # every schedule read on the fit queries, with its recall
+    fit_recall: float  # its mean top-k recall on the fit queries
+    fit_lower: float  # the lower confidence bound of that recall, which had to reach the target
+    cost: float  # schedule_cost
+    tried: list[tuple[Schedule, float, float]]  # every schedule read on the fit queries: (it, recall, bound)
+
+
+def per_query_recall(leaves: torch.Tensor, dense_top: torch.Tensor, k: int) -> torch.Tensor:
+    """Share of each query's dense top k that the read returns among its first k: (Q,) (mean over
+    queries: `rt.topk_recall`)."""
+    returned = leaves[..., :k].unsqueeze(-1)
+    hits = (returned == dense_top[..., :k].unsqueeze(-2)) & (returned >= 0)
+    return hits.any(dim=-2).sum(dim=-1).flatten().double() / k
 
 
 def calibrate(index: TreeIndex, fit_queries: torch.Tensor, target: float = 0.95, k: int = 10,
               dense_depths: list[int] | None = None, scan_depths: list[int] | None = None,
-              per_level: bool = True, shortlist: int = 3,
-              on_try: Callable[[Schedule, float], None] | None = None) -> Calibration:
-    """The cheapest schedule (by `schedule_cost`) whose top-k recall on the FIT queries reaches target.
+              per_level: bool = True, shortlist: int = 3, z: float = 1.645,
+              on_try: Callable[[Schedule, float, float], None] | None = None) -> Calibration:
+    """The cheapest schedule (by `schedule_cost`) whose top-k recall on the FIT queries reaches
+    `target` at confidence: mean - z x its standard error over the fit queries >= target.
+
+    Why the bound: calibration reads hundreds of schedules and keeps the cheapest that passes, so the
+    one kept tends to be one whose fit recall landed high by chance; with a one-sided 95% bound
+    (z = 1.645) the chosen schedule's recall on other queries from the same windows reaches the
+    target despite that selection (z = 0: the plain mean, as `rt.calibrate_beam`).
 
     For every (L0, Ls) pair (L0 in dense_depths, Ls in scan_depths, L0 <= Ls): the smallest uniform
-    width reaching the target (doubling, then bisection; `rt.smallest_passing`). The `shortlist`
-    cheapest pairs then shrink their widths one depth at a time, the scan depth first (its width
-    multiplies the most work), each to the smallest that keeps the target with the others fixed.
-    Recall is assumed to grow with each width (not guaranteed; every schedule returned reached the
-    target on the fit queries, unless none did: then the widest tried, flagged by its recall)."""
+    width that passes (doubling, then bisection; `rt.smallest_passing`). The `shortlist` cheapest
+    pairs then shrink their widths one depth at a time, the scan depth first (its width multiplies
+    the most work), each to the smallest that still passes with the others fixed. Recall is assumed
+    to grow with each width (not guaranteed); the schedule returned passed, unless none did (then
+    the cheapest of the widest tried: check `fit_lower` against the target)."""
     depth = index.depth
     top = max(0, depth // 2 - 3)  # chosen at N = 2^12..2^18 (d = 32, 64): D/2 - 2 or D/2 - 1
     dense_depths = list(range(top, min(depth, top + 4) + 1)) if dense_depths is None else dense_depths
-    dense_target = rt.dense_topk(index.leaf_keys.unsqueeze(0), fit_queries, k)
-    tried: list[tuple[Schedule, float]] = []
-    memo: dict[Schedule, float] = {}
+    dense_top = rt.dense_topk(index.leaf_keys.unsqueeze(0), fit_queries, k)
+    tried: list[tuple[Schedule, float, float]] = []
+    memo: dict[Schedule, tuple[float, float]] = {}
 
-    def recall(schedule: Schedule) -> float:
+    def bound(schedule: Schedule) -> float:
+        """The lower confidence bound of the schedule's fit recall (read once, remembered)."""
         if schedule not in memo:
             with torch.inference_mode():
-                read = fast_read(index, fit_queries, schedule, k)
-            memo[schedule] = rt.topk_recall(read.leaves, dense_target, k)
-            tried.append((schedule, memo[schedule]))
+                recall = per_query_recall(fast_read(index, fit_queries, schedule, k).leaves, dense_top, k)
+            mean = float(recall.mean())
+            memo[schedule] = mean, mean - z * float(recall.std()) / math.sqrt(len(recall))
+            tried.append((schedule, *memo[schedule]))
             if on_try is not None:
-                on_try(schedule, memo[schedule])
-        return memo[schedule]
+                on_try(schedule, *memo[schedule])
+        return memo[schedule][1]
+
+    def candidate(schedule: Schedule) -> tuple[float, float, Schedule]:
+        return schedule_cost(schedule, depth, index.m), bound(schedule), schedule
 
     candidates = []
     for dense in dense_depths:
         scans = range(dense, min(depth, dense + 4) + 1) if scan_depths is None else scan_depths
         for scan in (s for s in scans if dense <= s <= depth):
             levels = scan - dense + 1
-            width, reached = rt.smallest_passing(lambda w: recall(Schedule(dense, (w,) * levels)), target,
-                                                 start=1, upper=2 ** scan)
-            schedule = Schedule(dense, (width,) * levels)
-            candidates.append((schedule_cost(schedule, depth, index.m), reached, schedule))
+            width, _ = rt.smallest_passing(lambda w: bound(Schedule(dense, (w,) * levels)), target,
+                                           start=1, upper=2 ** scan)
+            candidates.append(candidate(Schedule(dense, (width,) * levels)))
     candidates.sort(key=lambda c: (c[1] < target, c[0]))
     if per_level:
-        shrunk = []
-        for _, reached, schedule in candidates[:shortlist]:
-            if reached >= target:
+        for _, lower, schedule in candidates[:shortlist]:
+            if lower >= target:
                 widths = list(schedule.widths)
                 for i in reversed(range(len(widths))):
                     def at(w: int, i: int = i) -> float:
-                        return recall(Schedule(schedule.dense_depth, tuple(widths[:i] + [w] + widths[i + 1:])))
+                        return bound(Schedule(schedule.dense_depth, tuple(widths[:i] + [w] + widths[i + 1:])))
                     widths[i], _ = rt.smallest_passing(at, target, start=1, upper=widths[i])
-                schedule = Schedule(schedule.dense_depth, tuple(widths))
-                reached = recall(schedule)
-            shrunk.append((schedule_cost(schedule, depth, index.m), reached, schedule))
-        candidates = sorted(shrunk + candidates, key=lambda c: (c[1] < target, c[0]))
-    cost, reached, schedule = candidates[0]
-    return Calibration(schedule, reached, cost, tried)
+                candidates.append(candidate(Schedule(schedule.dense_depth, tuple(widths))))
+        candidates.sort(key=lambda c: (c[1] < target, c[0]))
+    cost, lower, schedule = candidates[0]
+    return Calibration(schedule, memo[schedule][0], lower, cost, tried)

@@ -148,11 +148,14 @@ def test_calibration_picks_the_cheapest_passing_schedule_deterministically():
     first = tr.calibrate(index, fit, target=0.9)
     again = tr.calibrate(index, fit, target=0.9)
     assert first.schedule == again.schedule and first.fit_recall == again.fit_recall
-    assert first.fit_recall >= 0.9
+    assert first.fit_recall > first.fit_lower >= 0.9  # the lower confidence bound passed
     target = rt.dense_topk(keys_heap, fit, 10)
-    assert rt.topk_recall(tr.fast_read(index, fit, first.schedule).leaves, target, 10) == first.fit_recall
-    passing = [tr.schedule_cost(s, index.depth, index.m) for s, recall in first.tried if recall >= 0.9]
+    assert rt.topk_recall(tr.fast_read(index, fit, first.schedule).leaves, target, 10) == \
+        pytest.approx(first.fit_recall, abs=1e-12)
+    passing = [tr.schedule_cost(s, index.depth, index.m) for s, _, lower in first.tried if lower >= 0.9]
     assert first.cost == min(passing) == tr.schedule_cost(first.schedule, index.depth, index.m)
+    plain = tr.calibrate(index, fit, target=0.9, z=0.0)  # the plain mean: a cheaper schedule, or the same
+    assert plain.fit_recall >= 0.9 and plain.cost <= first.cost
     uniform = tr.calibrate(index, fit, target=0.9, per_level=False, scan_depths=[index.depth])
     assert uniform.schedule.scan_depth == index.depth and len(set(uniform.schedule.widths[1:])) <= 1
 
