@@ -10,7 +10,7 @@ This read does the same kind of work in three GEMM-shaped stages:
 
 1. dense top: every node of depths 1..L0 is scored for every query with one matmul (those levels
    are small: 2^(L0+1) - 2 nodes), and the path log posterior of every depth-L0 node follows
-   exactly (sum of log_softmax over sibling pairs along the path, as in the reference);
+   exactly (the sum of the routing log probabilities along the path, as in the reference);
 2. grouped beam levels L0+1..Ls: the (query, node) pairs of a level are grouped by node, so each
    node's child block (2 x m prototypes, contiguous in the breadth-first table) is read once and
    multiplied by the matrix of the queries that visit it (`grouped_matmul`); the queries are what
@@ -29,8 +29,8 @@ visited count: tested), other schedules are a different read:
 - leaf scan at Ls < D: every leaf below the kept depth-Ls nodes is scored exactly, and the top k by
   exact score are returned, where the beam would keep descending with parent scores. This returns
   the exact top k of a superset of the leaves the same beam would have reached below those nodes.
-`calibrate` picks a schedule on fit queries only: the cheapest (by counted work, deterministic)
-that reaches the target recall.
+`calibrate` picks a schedule on fit queries only: the cheapest (by counted work, so deterministic)
+whose fit recall reaches the target at one-sided 95% confidence.
 
 The index keeps only what the read uses: the prototypes of depths 1..Ls (not the deeper parents,
 which a leaf scan never reads) and the leaf keys in heap order.
