@@ -89,6 +89,11 @@ def worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dic
     import torch
 
     torch.set_num_threads(threads)
+    try:  # as `gates run` does; the baseline's code predates it and runs without
+        from gates.allocator import retain_freed_memory
+        retain_freed_memory()
+    except ImportError:
+        pass
     step, counted, unit = builders()[name](device)
     for _ in range(warmup):
         step()

@@ -179,11 +179,13 @@ def run(
     runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused.
     A contract with `tuning` first searches each tuned arm's config (Optuna trials, same budget per arm);
     the best config per arm then runs over the seeds."""
+    from gates.allocator import retain_freed_memory
     from gates.runner import run_contract
     from gates.tracking import resolve_uri
 
     loaded = _load(contract)
     loaded.require_current_rules(runs_dir)
+    retain_freed_memory()  # this process trains: keep its large buffers between steps
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:
         raise UserError("--no-wait only applies with --storage URL (a distributed run)", field="--no-wait")
@@ -273,7 +275,10 @@ def worker(
     import shutil
     import time as _time
 
+    from gates.allocator import retain_freed_memory
     from gates.distributed import Worker
+
+    retain_freed_memory()  # this process trains: keep its large buffers between steps
 
     def log(line: str) -> None:
         print(f"{_time.strftime('%H:%M:%S')} {line}", flush=True)
@@ -331,6 +336,10 @@ def verify(
         if len(tolerance) != 2 or not all(0 <= x < float("inf") for x in tolerance):
             raise UserError(f"{audit_tolerance!r} is not ABS,REL: expected two finite numbers >= 0 "
                             f"(e.g. 0.01,0.01)", field="--audit-tolerance")
+    if replay or audit_seconds:
+        from gates.allocator import retain_freed_memory
+
+        retain_freed_memory()  # this process trains: keep its large buffers between steps
     checks = verify_claims(runs_dir, contracts_dir, contracts or None, replay=replay, strict_code=strict_code,
                            audit_seconds=audit_seconds, audit_seed=audit_seed, audit_tolerance=tolerance, log=log)
     lost = [c for c in checks if c.status == "lost"]

@@ -54,3 +54,17 @@ def test_a_pinned_cuda_arm_is_refused_where_there_is_none(workdir):
         assert "arms.path_only: arm cannot run here: the arm pins device cuda" in result.stderr
         assert "Traceback" not in result.stderr
     assert not (workdir / "runs" / "c05-small").exists()
+
+
+def test_retaining_freed_memory_changes_no_number():
+    """The allocator setting `gates run` applies (gates/allocator.py) keeps buffers; results are the same."""
+    code = ("import json, sys, torch\n"
+            "from gates.allocator import retain_freed_memory\n"
+            "if sys.argv[1] == '1': assert retain_freed_memory()\n"
+            "torch.manual_seed(0); w = torch.randn(512, 4000, requires_grad=True)\n"
+            "for _ in range(3):\n"
+            "    loss = torch.log_softmax(torch.randn(700, 512) @ w, -1).mean(); loss.backward()\n"
+            "print(json.dumps([float(loss), float(w.grad.sum())]))\n")
+    outputs = [subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, check=True).stdout
+               for flag in ("0", "1")]
+    assert outputs[0] == outputs[1]
