@@ -141,3 +141,27 @@ def test_translator_scaling_fit_exponent_and_bad_sizes(capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--sizes", "8,24"])
     assert exit_info.value.code == 2 and "--sizes: 24 is not a power of two" in capsys.readouterr().err
+
+
+def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path):
+    """One step of the translator's flat_seq arm, the code at HEAD (git archive) against this checkout,
+    in fresh processes; the JSON has what the README quotes. Needs the zh-en corpus (CI fetches it)."""
+    import subprocess
+
+    from models.treeheap_translator import TranslatorConfig, TranslatorStudy
+
+    why = TranslatorStudy().check_ready(TranslatorConfig(arm="flat_seq"))
+    if why:
+        pytest.skip(why)
+    script = SCRIPT.parent / "training_throughput.py"
+    out = tmp_path / "throughput.json"
+    done = subprocess.run([sys.executable, str(script), "--studies", "translator_flat_seq", "--baseline", "HEAD",
+                           "--steps", "1", "--warmup", "0", "--repeats", "1", "--threads", "1", "--json", str(out)],
+                          capture_output=True, text=True, cwd=SCRIPT.parent.parent)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    row = result["studies"]["translator_flat_seq"]
+    assert result["baseline"] == "HEAD" and row["unit"] == "tokens"
+    assert row["current_per_s"] > 0 and row["baseline_per_s"] > 0 and row["ratio"] > 0
+    bad = subprocess.run([sys.executable, str(script), "--studies", "nope"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown ['nope']" in bad.stderr
