@@ -41,6 +41,7 @@ uses the cached default teacher. `--source random` draws Gaussian keys and queri
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -140,8 +141,15 @@ class Row:
 
 
 def measured(row: Row, read, n: int, index_bytes: int | None) -> Row:
-    """Fill a row's memory columns: index bytes per key and the peak RSS growth of one read."""
+    """Fill a row's memory columns: index bytes per key and the peak RSS growth of one read.
+
+    Freed heap memory is first handed back to the system (glibc's malloc_trim): otherwise a read
+    that fits in what earlier reads freed shows no growth at all."""
     row.index_bytes_per_key = None if index_bytes is None else index_bytes / n
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: the growth may then read low
+        pass
     with torch.inference_mode():
         row.peak_rss_mb = peak_rss_growth_mb(read)
     return row
