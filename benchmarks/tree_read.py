@@ -1,6 +1,6 @@
 """Tree read vs dense read: is a calibrated TreeHeap read faster than the exact dense read at recall 0.95?
 
-Per N (default 4,096 / 16,384 / 65,536 leaves) one memory bank of N keys, width d (default 64),
+Per N (default 4,096 / 16,384 / 65,536 / 262,144 leaves) one memory bank of N keys, width d (default 64),
 read by held-out evaluation queries (default 1,024), disjoint from the fit queries (different
 held-out windows) that fit the parents and calibrate every method:
 - dense exact: matmul + softmax + top-10 over all N leaves (`dense_read`; the reference, timed here);
@@ -33,7 +33,7 @@ from a frozen teacher the way the relation-closure study draws a memory bank
 uses TeacherConfig(d_k=64, steps=400), trained and cached the first time (a few minutes); d = 32
 uses the cached default teacher. `--source random` draws Gaussian keys and queries.
 
-    python benchmarks/tree_read.py [--sizes 4096,16384,65536] [--queries 1024] [--d 64]
+    python benchmarks/tree_read.py [--sizes 4096,16384,65536,262144] [--queries 1024] [--d 64]
                                    [--source teacher|random] [--threads 2] [--steps 40] [--quick]
                                    [--json PATH] [--no-ablation] [--no-drilldown] [--no-faiss]
 """
@@ -530,7 +530,7 @@ def verdict(n: int, tree: list[Row], dense_ms: float, target_n: int, target_reca
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="4096,16384,65536", help="comma-separated N (powers of two)")
+    parser.add_argument("--sizes", default="4096,16384,65536,262144", help="comma-separated N (powers of two)")
     parser.add_argument("--queries", type=int, default=1024, help="evaluation queries")
     parser.add_argument("--fit-queries", type=int, default=1024, help="fit queries (parents + calibration)")
     parser.add_argument("--source", choices=["teacher", "random"], default=None,
@@ -639,6 +639,9 @@ def main(argv: list[str] | None = None) -> dict:
         print(line)
     at = 65536 if 65536 in results else n  # the target N when measured
     steps = [] if args.no_ablation else ablation(results[at], args)
+    print("\nREADME table (latency, speedup = dense / method in the same process, recall@10 on evaluation queries):")
+    for line in markdown_table(results, exponents):
+        print(line)
     if args.json:
         write_json(Path(args.json), results, exponents, steps, args)
         print(f"wrote {args.json}")
@@ -746,6 +749,35 @@ def fast_limits(fast: Row, info: dict, eval_queries: torch.Tensor, dense_ms: flo
     lines.append(f"  a dense read without the softmax (matmul + top-{K} only) takes {bare_ms:.1f} ms: the fast read is "
                  f"{bare_ms / fast.latency_ms:.1f}x faster than that (the table's dense read also computes the "
                  f"posterior: softmax over N)")
+    return lines
+
+
+def markdown_table(results: dict, exponents: dict[str, float]) -> list[str]:
+    """The table for the README: one row per N, one column per method, then the growth exponents and
+    the memory of each method at the largest N."""
+    order = ["dense", "beam", "drilldown", "fast_beam", "faiss_hnsw", "faiss_ivf"]
+    names = {row.key: row.method for result in results.values() for row in result["rows"]}
+    keys = [key for key in order if key in names]
+    lines = ["| N | " + " | ".join(names[key] for key in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for n, result in sorted(results.items()):
+        rows = {row.key: row for row in result["rows"]}
+        cells = []
+        for key in keys:
+            row = rows[key]
+            if key == "dense":
+                cells.append(f"{row.latency_ms:,.1f} ms")
+            else:
+                speed = result["dense_ms"] / row.latency_ms
+                cells.append(f"{row.latency_ms:,.1f} ms, **{speed:.2f}x**, recall {row.recall:.3f}")
+        lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
+    lines.append("| growth exponent | " + " | ".join(f"{exponents[key]:.2f}" for key in keys) + " |")
+    largest = max(results)
+    rows = {row.key: row for row in results[largest]["rows"]}
+    lines.append(f"| index B/key at {largest:,} | " + " | ".join(
+        "n/a" if rows[key].index_bytes_per_key is None else f"{rows[key].index_bytes_per_key:.0f}" for key in keys) + " |")
+    lines.append(f"| read peak RSS MB at {largest:,} | " + " | ".join(
+        "n/a" if rows[key].peak_rss_mb is None or math.isnan(rows[key].peak_rss_mb) else f"{rows[key].peak_rss_mb:.0f}"
+        for key in keys) + " |")
     return lines
 
 

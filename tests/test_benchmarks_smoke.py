@@ -55,7 +55,7 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     assert "not the target N = 65,536" in out and "(target >= 10x, bar >= 5x)" in out
     assert "limits at N = 512" in out and "fast read at N = 512" in out
     assert "what each step bought at N = 512" in out and "same leaves as the reference for 100.0% of queries" in out
-    assert "latency growth exponents" in out
+    assert "latency growth exponents" in out and "| 512 | " in out and "| growth exponent | " in out
     written = json.loads((tmp_path / "tree_read.json").read_text())
     assert set(written["sizes"]) == {"256", "512"}
     methods = {"dense", "beam", "drilldown", "fast_beam"} | ({"faiss_hnsw", "faiss_ivf"} if with_faiss else set())
