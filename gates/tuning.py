@@ -418,8 +418,11 @@ def check_evidence(loaded: LoadedContract, ev: dict) -> list[str]:
                             f"re-derived {best and best['number']}")
         if arm not in loaded.contract.arms:
             continue
-        expected = tuned_config(loaded, arm, r["best"]["params"] if r["best"] else {}).model_dump(mode="json")
+        config = tuned_config(loaded, arm, r["best"]["params"] if r["best"] else {})
+        expected, stated = config.model_dump(mode="json"), config.model_dump(mode="json", exclude_unset=True)
         ran = ev.get("settings", {}).get("arm_configs", {}).get(arm)
+        if ran is not None:  # a field the study's config gained since (at its default) is no difference
+            expected = {k: v for k, v in expected.items() if k in ran or k in stated}
         if ran is not None and json.dumps(ran, sort_keys=True) != json.dumps(expected, sort_keys=True):
             problems.append(f"arm {arm!r} ran a config that is not its declared one with the best trial's params")
     return problems
