@@ -186,7 +186,7 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
             check.problems += problems
     for check in checks:
         if check.stale and any(p.startswith("audit: ") for p in check.problems):
-            from gates.verify import describe_stale
+            from gates.provenance import describe_stale
 
             check.problems.append(f"audit: note that its code changed since the evidence "
                                   f"({describe_stale(check.stale_files, shown=3)}): a difference may come from "

@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.table import Table
 
 from gates.errors import UserError
+from gates.provenance import describe_stale
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -321,7 +322,6 @@ def verify(
     malformed, a verdict that no longer reproduces (from its metrics, by replay or by audit), or a claims
     history (runs/INDEX.jsonl) that was rewritten or does not vouch for the evidence (changed or gone
     without an entry). Withdrawn claims pass as withdrawn; stale claims are reported (--strict-code: fail)."""
-    from gates.verify import describe_stale
     from gates.verify import verify as verify_claims
 
     def log(line: str) -> None:  # the audit's plan and results, as they happen (stderr under --json)
@@ -447,8 +447,8 @@ def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
             shown = f"withdrawn ({c.verdict or '-'})"
         elif c.superseded_by:
             shown = f"{shown} (superseded)"
-        code = f"stale: {_describe_stale(c.stale_files, shown=0)}" if c.stale else ("current" if c.created_at else "-")
-        notes = [n for n in _claim_notes(c, _describe_stale, short=True) if not n.startswith("stale")]
+        code = f"stale: {describe_stale(c.stale_files, shown=0)}" if c.stale else ("current" if c.created_at else "-")
+        notes = [n for n in _claim_notes(c, describe_stale, short=True) if not n.startswith("stale")]
         if c.problems:
             more = f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
             notes.append(c.problems[0][:100] + ("..." if len(c.problems[0]) > 100 else "") + more)
@@ -603,18 +603,6 @@ def _quick_contract_problems(claim, ev: dict, evidence_path: Path, contracts: di
         return [f"{path} was edited after its evidence: sha256 {sha[:16]} != recorded {ev['contract_sha256'][:16]} "
                 f"(a new version needs a new id)"]
     return []
-
-
-def _describe_stale(files: list[str], shown: int = 6) -> str:
-    """The changed files, the study's own first, the platform's (gates/) counted beyond `shown` (as
-    gates.verify.describe_stale, which `gates status` does not import: it imports the verdict engine)."""
-    study = [f for f in files if not f.startswith("gates/")]
-    platform = [f for f in files if f.startswith("gates/")]
-    parts = study[:]
-    if platform:
-        rest = len(platform) - shown
-        parts += platform[:shown] + ([f"{rest} {'more ' if shown else ''}in gates/"] if rest > 0 else [])
-    return ", ".join(parts) or "unknown files"
 
 
 @app.command()

@@ -220,3 +220,14 @@ def _cat_blobs(blobs: list[str], root: Path) -> dict[str, bytes] | None:
         found[header[0].decode()] = data[end + 1:end + 1 + size]
         at = end + 1 + size + 1
     return found
+
+
+def describe_stale(files: list[str], shown: int = 6) -> str:
+    """The changed files, the study's own (models/) first, the platform's (gates/) counted beyond `shown`."""
+    study = [f for f in files if not f.startswith("gates/")]
+    platform = [f for f in files if f.startswith("gates/")]
+    parts = study[:]
+    if platform:
+        rest = len(platform) - shown
+        parts += platform[:shown] + ([f"{rest} {'more ' if shown else ''}in gates/"] if rest > 0 else [])
+    return ", ".join(parts) or "unknown files"

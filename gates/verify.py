@@ -24,6 +24,7 @@ from pathlib import Path
 from gates import ledger, verdict
 from gates.contract import LoadedContract, load_contract
 from gates.errors import UserError
+from gates.provenance import describe_stale
 
 
 @dataclass
@@ -572,12 +573,3 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
                                   + (f" ({found.note})" if found.note else ""))
 
 
-def describe_stale(files: list[str], shown: int = 6) -> str:
-    """The changed files, the study's own (models/) first, the platform's (gates/) counted beyond `shown`."""
-    study = [f for f in files if not f.startswith("gates/")]
-    platform = [f for f in files if f.startswith("gates/")]
-    parts = study[:]
-    if platform:
-        rest = len(platform) - shown
-        parts += platform[:shown] + ([f"{rest} {'more ' if shown else ''}in gates/"] if rest > 0 else [])
-    return ", ".join(parts) or "unknown files"
