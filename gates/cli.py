@@ -545,14 +545,10 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
             claim.problems = []
         claim.status = "lost"
         claim.problems += found
-    supersedes = {cid: d.get("supersedes") for cid, d in raw.items() if isinstance(d.get("supersedes"), str)}
-    for cid, ev in evidence.items():
-        if ev is not None and isinstance(ev.get("supersedes"), str):
-            supersedes.setdefault(cid, ev["supersedes"])
+    history.link_supersession(claims, {cid: d["supersedes"] for cid, d in raw.items()
+                                       if isinstance(d.get("supersedes"), str)}, evidence)
     for claim in claims:
         cid = claim.contract_id
-        claim.supersedes = supersedes.get(cid)
-        claim.superseded_by = sorted(new for new, old in supersedes.items() if old == cid)
         ev = evidence.get(cid)
         if ev is None:
             continue

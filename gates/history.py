@@ -312,3 +312,16 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
 
 def _evidence_ids(runs_root: Path) -> list[str]:
     return sorted(p.parent.name for p in runs_root.glob(f"*/{EVIDENCE}"))
+
+
+def link_supersession(claims: list, declared: dict[str, str], evidence: dict[str, dict | None]) -> None:
+    """Set each claim's `supersedes` and `superseded_by` (claims: objects with `contract_id`). What a
+    contract declares (`declared`: id -> the id it supersedes) comes first; evidence whose contract
+    is gone still says what it superseded."""
+    supersedes = dict(declared)
+    for cid, ev in evidence.items():
+        if ev is not None and isinstance(ev.get("supersedes"), str):
+            supersedes.setdefault(cid, ev["supersedes"])
+    for claim in claims:
+        claim.supersedes = supersedes.get(claim.contract_id)
+        claim.superseded_by = sorted(new for new, old in supersedes.items() if old == claim.contract_id)

@@ -541,7 +541,7 @@ def _load_memo(path: Path) -> LoadedContract | None:
 def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *, strict_code: bool) -> None:
     """Supersedes chain, rules the recorded contract predates, and staleness (the code changed since
     the evidence; with `strict_code` a stale claim is lost)."""
-    from gates import provenance
+    from gates import history, provenance
     from gates.registry import study_module
 
     loaded = {}
@@ -551,14 +551,10 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
             loaded.setdefault(contract.id, contract)
     evidence = {c.contract_id: _raw_evidence(ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE)
                 for c in checks}
-    supersedes = {cid: lc.contract.supersedes for cid, lc in loaded.items() if lc.contract.supersedes}
-    for cid, ev in evidence.items():
-        if ev is not None and isinstance(ev.get("supersedes"), str):
-            supersedes.setdefault(cid, ev["supersedes"])
+    history.link_supersession(checks, {cid: lc.contract.supersedes for cid, lc in loaded.items()
+                                       if lc.contract.supersedes}, evidence)
     for check in checks:
         cid = check.contract_id
-        check.supersedes = supersedes.get(cid)
-        check.superseded_by = sorted(new for new, old in supersedes.items() if old == cid)
         if cid in loaded:
             check.rule_flags = list(getattr(loaded[cid], "rule_flags", []) or [])
         ev = evidence.get(cid)
