@@ -274,18 +274,6 @@ def test_runs_are_reproducible_and_seeds_differ(corpus):
 
 
 # ------------------------------------------------------------------------------------ device
-@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
-def test_config_takes_a_device(device):
-    assert BifLMConfig(device=device).device == device
-    assert BifLMConfig().device == "auto"
-
-
-@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
-def test_config_rejects_other_devices(device):
-    with pytest.raises(ValidationError):
-        BifLMConfig(device=device)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit(corpus):
     config = tiny(corpus, arm="bif")

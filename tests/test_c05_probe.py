@@ -180,18 +180,6 @@ def test_subheap_kernel_transfers_to_deep_trees_and_flat_address_does_not():
 
 
 # ------------------------------------------------------------------------------------ device
-@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
-def test_config_takes_a_device(device):
-    assert C05ProbeConfig(device=device).device == device
-    assert C05ProbeConfig().device == "auto"
-
-
-@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
-def test_config_rejects_other_devices(device):
-    with pytest.raises(ValidationError):
-        C05ProbeConfig(device=device)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit():
     config = C05ProbeConfig(features="path_subheap_kernel", **SMALL)

@@ -19,8 +19,20 @@ def test_device_field_accepts_auto_cpu_cuda_only():
     assert DeviceConfig().device == "auto"
     for choice in ("auto", "cpu", "cuda"):
         assert DeviceConfig(device=choice).device == choice
-    with pytest.raises(ValueError):
-        DeviceConfig(device="tpu")
+    for choice in ("tpu", "gpu", "cuda:0", "mps", ""):
+        with pytest.raises(ValueError):
+            DeviceConfig(device=choice)
+
+
+@pytest.mark.parametrize("name", ["c05_probe", "relation_closure", "bif_lm", "spr_hash", "twin_tree",
+                                  "treeheap_translator"])
+def test_every_study_of_this_repository_takes_a_device(name):
+    """Each study's arm config is a DeviceConfig (the field above); each study's test file checks that
+    `device: cpu` gives the metrics of `auto` bit for bit on this CPU machine."""
+    from gates.registry import get_study
+
+    config = get_study(name).Config
+    assert issubclass(config, DeviceConfig) and config.model_fields["device"].default == "auto"
 
 
 def test_environment_names_device_versions_and_threads():

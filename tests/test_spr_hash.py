@@ -197,18 +197,6 @@ def test_ordered_hash_spreads_real_sentences_more_than_the_mean():
 
 
 # ------------------------------------------------------------------------------------ device
-@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
-def test_config_takes_a_device(device):
-    assert SprHashConfig(device=device).device == device
-    assert SprHashConfig().device == "auto"
-
-
-@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
-def test_config_rejects_other_devices(device):
-    with pytest.raises(ValidationError):
-        SprHashConfig(device=device)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit(text_file):
     config = SprHashConfig(corpus=text_file, vocab_size=200, sentences=20)

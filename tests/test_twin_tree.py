@@ -151,18 +151,6 @@ def test_same_seed_same_metrics(pair_file):
 
 
 # ------------------------------------------------------------------------------------ device
-@pytest.mark.parametrize("device", ["auto", "cpu", "cuda"])
-def test_config_takes_a_device(device):
-    assert TwinTreeConfig(device=device).device == device
-    assert TwinTreeConfig().device == "auto"
-
-
-@pytest.mark.parametrize("device", ["gpu", "cuda:0", "mps", ""])
-def test_config_rejects_other_devices(device):
-    with pytest.raises(ValidationError):
-        TwinTreeConfig(device=device)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
 @pytest.mark.parametrize("pairs", ["toy", "file"])
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit(pair_file, pairs):
