@@ -63,10 +63,14 @@ class FalsifiablePoint(Strict):
 
 
 class CapacityMatch(Strict):
-    """Arms whose trainable parameter counts must agree within a relative tolerance."""
+    """Arms whose trainable parameter counts (all of them, or one named part) must agree within a
+    relative tolerance."""
 
     arms: list[str] = Field(min_length=2)
     tolerance: float = Field(gt=0, lt=1, description="relative, e.g. 0.02 for 2%")
+    part: str | None = Field(default=None, min_length=1,
+                             description="compare this part of each arm's parameters (the study's "
+                                         "parameter_parts, e.g. encoder_reader) instead of the total")
 
 
 class Preflight(Strict):

@@ -48,19 +48,37 @@ def preflight(loaded: LoadedContract) -> PreflightReport:
 
     match = c.preflight.capacity_match
     if match:
-        counts = {a: report.arms[a]["params"] for a in match.arms}
-        spread = (max(counts.values()) - min(counts.values())) / max(min(counts.values()), 1)
-        text = ", ".join(f"{a}={n}" for a, n in counts.items())
-        if spread > match.tolerance:
-            refuse(("preflight", "capacity_match", "tolerance"),
-                   f"trainable parameters differ by {spread:.2%} ({text}); expected within {match.tolerance:.2%}")
-        else:
-            report.notes.append(f"capacity match: {text} within {spread:.2%} (tolerance {match.tolerance:.2%})")
+        _capacity_match(match, study, loaded.arm_configs, report, refuse)
     if c.convergence is not None:  # the window measurable on a train or validation metric (gates.rules)
         from gates.rules import preflight_convergence
 
         report.notes += preflight_convergence(loaded, refuse)
     return report
+
+
+def _capacity_match(match, study, arm_configs, report, refuse) -> None:
+    """The arms' trainable parameters (or the named part of them) within the relative tolerance."""
+    what = "trainable parameters" if match.part is None else f"{match.part!r} parameters"
+    counts = {}
+    for arm in match.arms:
+        if match.part is None:
+            counts[arm] = report.arms[arm]["params"]
+            continue
+        parts = study.parameter_parts(arm_configs[arm])
+        if match.part not in parts:
+            known = ", ".join(sorted(parts)) or "none"
+            refuse(("preflight", "capacity_match", "part"),
+                   f"study {study.name!r} has no parameter part {match.part!r} for arm {arm!r}; expected one of: {known}")
+            return
+        counts[arm] = parts[match.part]
+    spread = (max(counts.values()) - min(counts.values())) / max(min(counts.values()), 1)
+    text = ", ".join(f"{a}={n}" for a, n in counts.items())
+    if spread > match.tolerance:
+        refuse(("preflight", "capacity_match", "tolerance"),
+               f"{what} differ by {spread:.2%} ({text}); expected within {match.tolerance:.2%}")
+    else:
+        report.notes.append(f"capacity match{'' if match.part is None else f' ({match.part})'}: {text} "
+                            f"within {spread:.2%} (tolerance {match.tolerance:.2%})")
 
 
 def _ratio(cost: float, baseline: float) -> float:

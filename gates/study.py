@@ -173,6 +173,11 @@ class Study:
         """Trainable parameters of the model an arm builds (measured, not declared)."""
         raise NotImplementedError
 
+    def parameter_parts(self, config: StudyConfig) -> dict[str, int]:
+        """Trainable parameters by part (e.g. embeddings, encoder_reader, decoder), measured, for a
+        capacity match of the parts being compared rather than of totals; {} when the study has none."""
+        return {}
+
     def flops(self, config: StudyConfig) -> int | None:
         """Forward FLOPs per example where the study can count them, else None."""
         return None

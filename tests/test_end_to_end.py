@@ -201,6 +201,32 @@ def test_preflight_refuses_capacity_mismatch_and_cost_overrun(workdir):
     assert not (workdir / "mlflow.db").exists()  # refused before any step or store
 
 
+def test_capacity_match_of_a_named_part(workdir, monkeypatch):
+    """capacity_match.part compares the study's parameter_parts (the parts being compared, not totals):
+    a part the study does not have is refused by name, a matched part passes although totals differ."""
+    from gates.preflight import preflight
+    from models.c05_probe import C05ProbeStudy
+
+    data = small_c05(id="c05-part")
+    data["preflight"]["capacity_match"] = {"arms": ["flat_address", "subheap_kernel"], "tolerance": 0.05,
+                                           "part": "reader"}
+    path = write_contract(workdir / "contracts", data)
+    report = preflight(load_contract(path))
+    assert len(report.errors) == 1
+    assert ("preflight.capacity_match.part: study 'c05_probe' has no parameter part 'reader' for arm "
+            "'flat_address'; expected one of: none") in report.errors[0].render()
+
+    readers = {"flat_address": 1000, "subheap_kernel": 1040}
+    monkeypatch.setattr(C05ProbeStudy, "parameter_parts",
+                        lambda self, cfg: {"reader": readers[cfg.features], "rest": 7})
+    report = preflight(load_contract(path))
+    assert not report.errors
+    assert "capacity match (reader): flat_address=1000, subheap_kernel=1040 within 4.00% (tolerance 5.00%)" in report.notes
+    readers["subheap_kernel"] = 1100
+    report = preflight(load_contract(path))
+    assert "'reader' parameters differ by 10.00%" in report.errors[0].render()
+
+
 def test_kill_mid_run_loses_no_finished_run(workdir):
     """SIGKILL `gates run` mid-contract: finished runs survive in MLflow, no evidence is half-written,
     and the next run reuses them and marks the killed one."""
