@@ -15,6 +15,8 @@ of level k + 1. Left-packing is kept by every level: node i is occupied iff chil
     READ, query h:       mass 1 at the root; at node n of depth k: p_stop = sigmoid(q_s(h).K_s(n + e_k) / sqrt(m)),
                          the rest splits over the children by softmax_c(q_b(h).K_b(n_c) / sqrt(m));
                          leaves stop all mass that reaches them;  context = sum_nodes stopped mass x n
+    NodeAttention:       the same nodes with one softmax, no recursion (the all_nodes control):
+                         w_n = softmax_n(q(h).K(n + e_k) / sqrt(m)) over every occupied node;  context = sum_n w_n n
 
 Padding never reaches a real leaf: a Butterfly pair with an empty member is the identity, a fold
 whose right child is empty passes the left child up (d = 0), READ gives empty subtrees no mass.
@@ -166,6 +168,14 @@ def unfold_levels(fold: Fold, root: torch.Tensor, details: list[torch.Tensor], m
     return x
 
 
+def heap_nodes(states: list[torch.Tensor], masks: list[torch.Tensor]):
+    """Every level's nodes in one row, heap order (root first; node n's children are 2n + 1, 2n + 2):
+    (nodes B x (2N - 1) x d, each node's depth (2N - 1), occupied B x (2N - 1))."""
+    nodes = torch.cat(states, 1)
+    depth = torch.cat([torch.full((s.shape[1],), k, device=nodes.device) for k, s in enumerate(states)])
+    return nodes, depth, torch.cat(masks, 1)
+
+
 class Read(nn.Module):
     """Recursive READ with stop / branch mass; mass is conserved at every node."""
 
@@ -180,11 +190,10 @@ class Read(nn.Module):
 
     def keys(self, states: list[torch.Tensor], masks: list[torch.Tensor]) -> dict:
         """Per-sentence projections, computed once and reused at every decoder step."""
-        nodes = torch.cat(states, 1)  # B x (2N - 1) x d, heap order
-        depth = torch.cat([torch.full((s.shape[1],), k, device=nodes.device) for k, s in enumerate(states)])
+        nodes, depth, mask = heap_nodes(states, masks)
         # stop and branch keys side by side (B x 2 x nodes x m): one batched product per decoder step
         keys = torch.stack([self.k_stop(nodes + self.depth_embedding[depth]), self.k_branch(nodes)], 1)
-        return {"nodes": nodes, "keys": keys, "mask": torch.cat(masks, 1)}
+        return {"nodes": nodes, "keys": keys, "mask": mask}
 
     def query_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The stop and branch query maps stacked into one (2m x d_query), for a caller that fuses them
@@ -225,3 +234,29 @@ class Read(nn.Module):
         """(context = sum over nodes of stopped mass x node state, the masses) for queries (B x 2m)."""
         mass = self.masses_for(queries, keys)
         return torch.einsum("bn,bnd->bd", mass, keys["nodes"]), mass
+
+
+class NodeAttention(nn.Module):
+    """The all_nodes control for READ: dense attention over the same 2N - 1 nodes (leaves and parents)
+    with one softmax instead of the stop / branch recursion, w_n = softmax_n(q(h).K(n + e_k) / sqrt(m))
+    over the occupied nodes, context = sum_n w_n n (no value map, like READ). With m twice READ's it
+    has exactly READ's parameters: READ's stop and branch maps side by side."""
+
+    def __init__(self, d_query: int, d: int, m: int, depth: int):
+        super().__init__()
+        self.m = m
+        self.depth_embedding = nn.Parameter(torch.zeros(depth + 1, d))
+        self.query, self.key = nn.Linear(d_query, m), nn.Linear(d, m, bias=False)
+
+    def keys(self, states: list[torch.Tensor], masks: list[torch.Tensor]) -> dict:
+        nodes, depth, mask = heap_nodes(states, masks)
+        return {"nodes": nodes, "keys": self.key(nodes + self.depth_embedding[depth]), "mask": mask}
+
+    def query_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.query.weight, self.query.bias
+
+    def read_for(self, queries: torch.Tensor, keys: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """(context, the attention weight per node: B x (2N - 1), heap order, 0 on empty nodes)."""
+        scores = torch.einsum("bnm,bm->bn", keys["keys"], queries) * (1 / math.sqrt(self.m))
+        weights = torch.softmax(scores.masked_fill(~keys["mask"], -math.inf), -1)
+        return torch.einsum("bn,bnd->bd", weights, keys["nodes"]), weights

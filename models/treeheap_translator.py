@@ -11,7 +11,20 @@ decoder step -> GRU -> softmax (the parts: models/treeheap.py):
 Arms: lifting / mlp / bilinear (recursive READ over the tree built by that FOLD); root_only (lifting
 FOLD, the context is the root alone); flat_seq (the same WRITE + Butterfly leaves, dense attention
 over them instead of FOLD + READ: softmax_i(q(h).k(x_i) / sqrt(m)); parameters matched by the key
-MLP's width); target_only (no source: c_t = 0, a target-side language model).
+MLP's width); target_only (no source: c_t = 0, a target-side language model). The dense baselines
+of issue #14, standard attention NMT on the same WRITE (no Butterfly, no FOLD), each with learned
+positions, an encoder, multi-head cross-attention with query / key / value / output maps, and the
+decoder's first state from the encoder:
+
+    bahdanau          s = BiGRU(x + pos) (packed: padding never enters);  h_0 = tanh(W_0 [s_fwd_last, s_bwd_first])
+    transformer_enc   s = one pre-norm Transformer encoder layer over x + pos (padded keys masked);
+                      h_0 = tanh(W_0 mean of s over the occupied leaves)
+    both              c_t = W_o [sum_n softmax_n(q_j(h_t).k_j(s_n) / sqrt(m / H)) v_j(s_n)]_{j = 1..H}
+
+and all_nodes, the isolating control: the lifting tree's 2N - 1 nodes read by one softmax
+(models/treeheap.py NodeAttention) instead of the recursion. Their widths (gru_hidden, ffn_hidden;
+all_nodes by construction) match the encoder + reader parameters of the lifting arm (Butterfly + FOLD
++ READ); `TranslatorStudy.parameter_parts` counts them, `matched_width` sizes them.
 
 Metrics (test split; NLL in nats per target token, both directions pooled unless suffixed):
 test_nll, test_ppl, test_nll_<direction>; bleu_<direction> and chrf_<direction> (sacrebleu corpus
@@ -43,15 +56,18 @@ from torch import nn
 from gates.study import DeviceConfig, Metric, Reporter, Study, nonnegative, proportion, resolve_device
 from models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
 from models.translation_data import EOS, PAD, Example, TranslationData, collate, directions_of, load_translation_data
-from models.treeheap import Butterfly, Fold, Read, fold_levels, mlp, random_pairing, unfold_levels
+from models.treeheap import Butterfly, Fold, NodeAttention, Read, fold_levels, mlp, random_pairing, unfold_levels
 
-TREE_ARMS = ("lifting", "mlp", "bilinear")
-FOLD_ARMS = (*TREE_ARMS, "root_only")
+TREE_ARMS = ("lifting", "mlp", "bilinear")  # recursive READ
+FOLD_ARMS = (*TREE_ARMS, "root_only", "all_nodes")
+DENSE_ARMS = ("bahdanau", "transformer_enc")  # an encoder over positioned leaves, no Butterfly, no FOLD
+READER_ARMS = (*TREE_ARMS, "all_nodes", *DENSE_ARMS)  # a `read` module: keys once, a query of h_t per step
 INTERVENTIONS = ("source_shuffle", "pair_break", "detail_shuffle", "relation_zero")
 
 
 class TranslatorConfig(DeviceConfig):
-    arm: Literal["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only"]
+    arm: Literal["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only", "all_nodes", "bahdanau",
+                 "transformer_enc"]
     corpus: str = "libreoffice-help:zh-en"
     languages: tuple[str, str] = ("zh", "en")  # what the corpus's two columns are
     directions: tuple[str, ...] = ("zh2en", "en2zh")
@@ -63,6 +79,9 @@ class TranslatorConfig(DeviceConfig):
     merge_hidden: int = Field(85, ge=1)  # mlp fold: MLP([l, r]) width
     relation_rank: int = Field(32, ge=1)  # bilinear fold
     attn_hidden: int = Field(128, ge=1)  # flat_seq's key MLP width (sized to match parameters)
+    heads: int = Field(4, ge=1)  # bahdanau / transformer_enc: attention heads (divide read_dim and d_model)
+    gru_hidden: int = Field(73, ge=1)  # bahdanau: BiGRU width per direction (sized to match parameters)
+    ffn_hidden: int = Field(112, ge=1)  # transformer_enc: the layer's MLP width (sized to match parameters)
     batch_size: int = Field(64, ge=2)
     lr: float = Field(2e-3, gt=0)
     warmup_steps: int = Field(20, ge=0)
@@ -83,6 +102,12 @@ class TranslatorConfig(DeviceConfig):
             raise ValueError(f"directions {list(self.directions)} must be a non-empty subset of {list(known)}")
         return self
 
+    @model_validator(mode="after")
+    def _heads_divide(self) -> "TranslatorConfig":
+        if self.arm in DENSE_ARMS and (self.read_dim % self.heads or self.d_model % self.heads):
+            raise ValueError(f"heads ({self.heads}) must divide read_dim ({self.read_dim}) and d_model ({self.d_model})")
+        return self
+
     @property
     def n_leaves(self) -> int:
         return 2 ** self.depth
@@ -94,18 +119,72 @@ def load_data(config: TranslatorConfig, log=lambda _msg: None) -> TranslationDat
 
 
 # ------------------------------------------------------------------------------------ model
+class EncoderLayer(nn.Module):
+    """One pre-norm Transformer encoder layer (transformer_enc): x + SelfAttn(LN(x)), then x + MLP(LN(x)),
+    a final LN; empty leaves are never keys (they are queries, whose rows no reader reads)."""
+
+    def __init__(self, d: int, heads: int, hidden: int):
+        super().__init__()
+        self.heads = heads
+        self.ln_attn, self.ln_mlp, self.ln_out = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = mlp(d, hidden, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(self.ln_attn(x)).unflatten(-1, (3, self.heads, -1)).permute(2, 0, 3, 1, 4)  # B x H x N x d/H
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+        x = x + self.proj(attended.transpose(1, 2).flatten(2))
+        return self.ln_out(x + self.mlp(self.ln_mlp(x)))
+
+
+class CrossAttention(nn.Module):
+    """Multi-head dot-product attention of the decoder state over encoder states s (bahdanau,
+    transformer_enc): head j weighs the occupied leaves by softmax_n(q_j(h).k_j(s_n) / sqrt(m / H)),
+    c = W_o [sum_n w_jn v_j(s_n)]_j. The interface of READ: keys once per sentence, a query per step."""
+
+    def __init__(self, d_query: int, d_memory: int, m: int, heads: int, d_out: int):
+        super().__init__()
+        self.heads, self.head_dim = heads, m // heads
+        self.query, self.key, self.value = nn.Linear(d_query, m), nn.Linear(d_memory, m), nn.Linear(d_memory, d_out)
+        self.out = nn.Linear(d_out, d_out)
+
+    def keys(self, states: torch.Tensor, mask: torch.Tensor) -> dict:
+        def split(x):  # B x N x (H k) -> B x H x N x k
+            return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+        return {"keys": split(self.key(states)), "values": split(self.value(states)), "mask": mask}
+
+    def query_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.query.weight, self.query.bias
+
+    def read_for(self, queries: torch.Tensor, keys: dict) -> tuple[torch.Tensor, None]:
+        scores = torch.einsum("bhnk,bhk->bhn", keys["keys"], queries.unflatten(-1, (self.heads, -1)))
+        weights = torch.softmax((scores / math.sqrt(self.head_dim)).masked_fill(~keys["mask"][:, None], -math.inf), -1)
+        return self.out(torch.einsum("bhn,bhnv->bhv", weights, keys["values"]).flatten(1)), None
+
+
 class Translator(nn.Module):
     def __init__(self, config: TranslatorConfig, vocab_size: int):
         super().__init__()
         self.config, arm, d = config, config.arm, config.d_model
         if arm != "target_only":
             self.src_embed = nn.Embedding(vocab_size, d)
+        if arm not in ("target_only", *DENSE_ARMS):
             self.butterfly = Butterfly(d, config.hidden, config.depth)
         if arm in FOLD_ARMS:
             kind = arm if arm in TREE_ARMS else "lifting"
             self.fold = Fold(d, config.hidden, kind, config.relation_rank, merge_hidden=config.merge_hidden)
         if arm in TREE_ARMS:
             self.read = Read(d, d, config.read_dim, config.depth)
+        if arm == "all_nodes":  # READ's stop and branch widths side by side: READ's parameters exactly
+            self.read = NodeAttention(d, d, 2 * config.read_dim, config.depth)
+        if arm in DENSE_ARMS:
+            self.positions = nn.Embedding(config.n_leaves, d)  # learned, added to the leaves
+            if arm == "bahdanau":
+                self.encoder, d_memory = nn.GRU(d, config.gru_hidden, batch_first=True, bidirectional=True), 2 * config.gru_hidden
+            else:
+                self.encoder, d_memory = EncoderLayer(d, config.heads, config.ffn_hidden), d
+            self.read = CrossAttention(d, d_memory, config.read_dim, config.heads, d)
+            self.init_state = nn.Linear(d_memory, d)  # h_0 from the encoder
         if arm == "flat_seq":
             self.attn_query = nn.Linear(d, config.read_dim)
             self.attn_key = mlp(d, config.attn_hidden, config.read_dim)
@@ -125,6 +204,9 @@ class Translator(nn.Module):
         if intervention == "pad_noise":  # a no-op by construction: padding must not reach anything
             noise = torch.randn(leaves.shape, generator=generator).to(leaves.device)
             leaves = torch.where(mask.unsqueeze(-1), leaves, 100 * noise)
+        if arm in DENSE_ARMS:
+            states, summary = self.dense_encode(leaves + self.positions.weight, mask)
+            return {"read": self.read.keys(states, mask), "h0": torch.tanh(self.init_state(summary))}
         pairing = [(i.to(src.device), j.to(src.device)) for i, j in
                    random_pairing(self.config.n_leaves, self.config.depth, generator)] \
             if intervention == "pair_break" else None
@@ -135,14 +217,25 @@ class Translator(nn.Module):
         self.fold.relation_gate = 0.0 if intervention == "relation_zero" else 1.0
         states, details, masks = fold_levels(self.fold, leaves, mask, detail_source)
         memory = {"states": states, "details": details, "masks": masks, "root": states[0][:, 0]}
-        if arm in TREE_ARMS:
+        if arm in READER_ARMS:
             memory["read"] = self.read.keys(states, masks)
         return memory
+
+    def dense_encode(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(encoder states B x N x d_memory, zero on empty leaves; the summary h_0 is made from)."""
+        if self.config.arm == "bahdanau":  # packed: each direction runs over the occupied leaves only
+            packed = nn.utils.rnn.pack_padded_sequence(x, mask.sum(1).cpu(), batch_first=True, enforce_sorted=False)
+            out, last = self.encoder(packed)  # last: the forward state after the last piece, the backward after the first
+            states = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+            return states, torch.cat([last[0], last[1]], -1)
+        states = self.encoder(x, mask)
+        keep = mask.unsqueeze(-1)
+        return states, torch.where(keep, states, 0.0).sum(1) / keep.sum(1)
 
     def context(self, query: torch.Tensor, memory: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
         """c_t for the reader's query of decoder state h_t; with READ also the stopped mass per node."""
         arm = self.config.arm
-        if arm in TREE_ARMS:
+        if arm in READER_ARMS:
             return self.read.read_for(query, memory["read"])
         if arm == "root_only":
             return memory["root"], None
@@ -164,7 +257,7 @@ class Translator(nn.Module):
         columns (`input_gates`, run once for all teacher-forced steps)."""
         d, arm = self.config.d_model, self.config.arm
         weights, biases = [self.gru.weight_hh], [self.gru.bias_hh]
-        if arm in TREE_ARMS:
+        if arm in READER_ARMS:
             weight, bias = self.read.query_weights()
             weights.append(weight)
             biases.append(bias)
@@ -172,6 +265,12 @@ class Translator(nn.Module):
             weights.append(self.attn_query.weight)
             biases.append(self.attn_query.bias)
         return Fused(torch.cat(weights), torch.cat(biases), self.gru.weight_ih[:, d:])
+
+    def initial_state(self, memory: dict, like: torch.Tensor) -> torch.Tensor:
+        """h_0: from the encoder for the dense baselines, else 0 (the source reaches the decoder only through c_t)."""
+        if "h0" in memory:
+            return memory["h0"]
+        return like.new_zeros(like.shape[0], self.config.d_model)
 
     def input_gates(self, y: torch.Tensor) -> torch.Tensor:
         """W_ih's token-embedding columns applied to E_tgt(y), plus b_ih (... x 3d)."""
@@ -211,7 +310,7 @@ class Translator(nn.Module):
         # the token half of every step's GRU input at once; unbind: one gradient stack, not one per step
         inputs = self.input_gates(tgt_in).unbind(1)
         fused = self.fused()
-        h = inputs[0].new_zeros(tgt_in.shape[0], self.config.d_model)
+        h = self.initial_state(memory, inputs[0])
         features, masses, targets = [], [], []
         for t, n in enumerate(going.tolist()):
             if n == 0:
@@ -257,7 +356,7 @@ def translate(model: Translator, examples: list[Example], beam_size: int = 1, ma
 
 
 def _greedy(model, memory, start, max_len):
-    h, fused = torch.zeros(start.shape[0], model.config.d_model, device=start.device), model.fused()
+    h, fused = model.initial_state(memory, model.input_gates(start)), model.fused()
     y, done = start, torch.zeros(start.shape[0], dtype=torch.bool, device=start.device)
     out = [[] for _ in range(start.shape[0])]
     for _ in range(max_len):
@@ -290,7 +389,7 @@ def _select(memory, rows: torch.Tensor | slice):
 def _beam(model, memory, start, beam_size, max_len):
     """Beam search for one sentence. The beam shrinks by one for every hypothesis that ends (EOS),
     so the search stops with beam_size finished hypotheses; ranked by log-probability per token."""
-    beams = [(0.0, [], torch.zeros(1, model.config.d_model, device=start.device), int(start[0]))]
+    beams = [(0.0, [], model.initial_state(memory, model.input_gates(start)), int(start[0]))]
     fused = model.fused()
     finished = []
     for _ in range(max_len):
@@ -356,6 +455,8 @@ def mean_nll(model: Translator, examples: list[Example], batch_size: int, interv
 def applicable_interventions(arm: str) -> tuple[str, ...]:
     if arm == "target_only":
         return ()
+    if arm in DENSE_ARMS:
+        return ("source_shuffle",)
     if arm == "flat_seq":
         return ("source_shuffle", "pair_break")
     return INTERVENTIONS if arm == "bilinear" else INTERVENTIONS[:3]
@@ -387,7 +488,7 @@ def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
     """Multiply-adds x 2 of one example's forward pass with every leaf full and T = N target steps."""
     d, h, m, n, depth = config.d_model, config.hidden, config.read_dim, config.n_leaves, config.depth
     arm, nodes = config.arm, 2 * n - 1
-    encoder = 0 if arm == "target_only" else depth * (n // 2) * 2 * (2 * d * h)  # F and G on every pair
+    encoder = 0 if arm in ("target_only", *DENSE_ARMS) else depth * (n // 2) * 2 * (2 * d * h)  # F and G on every pair
     if arm in FOLD_ARMS:
         per_parent = 2 * d * h + {"mlp": 3 * d * config.merge_hidden, "bilinear": 2 * d * h + 3 * d * config.relation_rank}.get(
             config.arm, 2 * d * h)
@@ -399,7 +500,56 @@ def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
     if arm == "flat_seq":
         encoder += n * (d * config.attn_hidden + config.attn_hidden * m)
         per_step += d * m + n * m + n * d
+    if arm == "all_nodes":
+        encoder += nodes * d * 2 * m
+        per_step += d * 2 * m + nodes * 2 * m + nodes * d
+    if arm in DENSE_ARMS:
+        e = 2 * config.gru_hidden if arm == "bahdanau" else d
+        if arm == "bahdanau":  # two directions over every leaf
+            encoder += n * 2 * 3 * config.gru_hidden * (d + config.gru_hidden)
+        else:  # q, k, v, output maps, scores and their weighted sum, the MLP
+            encoder += n * (4 * d * d + 2 * n * d + 2 * d * config.ffn_hidden)
+        encoder += n * (e * m + e * d) + e * d  # keys, values, h_0
+        per_step += d * m + n * m + n * d + d * d  # query, scores, weighted values, output map
     return 2 * (encoder + n * per_step)
+
+
+# ------------------------------------------------------------------------------------ parameters
+PARTS = {"embeddings": ("src_embed", "tgt_embed"), "decoder": ("gru", "out")}  # the rest: encoder_reader
+
+
+def parameter_parts(model: Translator) -> dict[str, int]:
+    """Trainable parameters of each part: `embeddings` (source and target token tables), `decoder` (GRU and
+    output layer, the same in every arm) and `encoder_reader`, everything between the source embeddings
+    and the decoder: Butterfly, FOLD, READ / attention (with its query map of h_t), positions, encoders,
+    the map to h_0. The parts sum to the model's count."""
+    parts = {"encoder_reader": 0, "embeddings": 0, "decoder": 0}
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            part = next((k for k, modules in PARTS.items() if name.split(".")[0] in modules), "encoder_reader")
+            parts[part] += p.numel()
+    return parts
+
+
+WIDTH_FIELD = {"bahdanau": "gru_hidden", "transformer_enc": "ffn_hidden"}
+
+
+def matched_width(config: TranslatorConfig, reference: str = "lifting") -> int:
+    """The width (gru_hidden for bahdanau, ffn_hidden for transformer_enc) whose encoder + reader
+    parameters come closest to the `reference` arm's at the same d_model, hidden, read_dim, heads and
+    depth (the count grows with the width: a bisection)."""
+    def encoder_reader(cfg: TranslatorConfig) -> int:
+        return parameter_parts(Translator(cfg, 16))["encoder_reader"]  # no part but the embeddings sees the vocabulary
+
+    target = encoder_reader(config.model_copy(update={"arm": reference}))
+    field = WIDTH_FIELD[config.arm]
+    low, high = 1, 1
+    while encoder_reader(config.model_copy(update={field: high})) < target:
+        low, high = high, 2 * high
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if encoder_reader(config.model_copy(update={field: middle})) < target else (low, middle)
+    return min((low, high), key=lambda w: abs(encoder_reader(config.model_copy(update={field: w})) - target))
 
 
 # ------------------------------------------------------------------------------------ study
@@ -427,6 +577,10 @@ class TranslatorStudy(Study):
 
     def param_count(self, config: TranslatorConfig) -> int:
         return count_parameters(Translator(config, self.vocab_size(config)))
+
+    def parameter_parts(self, config: TranslatorConfig) -> dict[str, int]:
+        """Trainable parameters by part (they sum to param_count): see `parameter_parts`."""
+        return parameter_parts(Translator(config, self.vocab_size(config)))
 
     def flops(self, config: TranslatorConfig) -> int:
         return forward_flops(config, self.vocab_size(config))
@@ -489,7 +643,7 @@ class TranslatorStudy(Study):
             metrics[f"damage_{intervention}"] = mean_nll(model, test, config.batch_size, intervention, seed)[0] - clean
         if depth_mass is not None:
             metrics.update({f"stop_mass_depth_{k}": float(v) for k, v in enumerate(depth_mass)})
-        if config.arm in ("lifting", "bilinear", "root_only"):
+        if config.arm in ("lifting", "bilinear", "root_only", "all_nodes"):
             metrics["unfold_mse"] = unfold_mse(model, test[:256])
 
         samples, bleus, chrfs = [], [], []
