@@ -23,11 +23,16 @@ Roads and arms (`arm`; d = the LM width, V = vocab_size, T = seq_len, L = layers
                       (the gate sigma(<m>_0) reads the rotor-invariant scalar part: on grade 0 the
                       MLP is exactly a SiLU MLP, on grades 1-5 a gated equivariant map)
                   logits = flatten(GN(h_L)) E_flat^T (tied)
-                  Every map is equivariant under a common rotor of Spin(4): channel maps act per
-                  grade (they commute with a grade-preserving sandwich), the gate is invariant, the
-                  scores q.k (Euclidean over coefficients) are invariant under Spin(4); GN divides a
-                  grade's block by its RMS, the seed's per-grade normalisation (boosts, the e5
-                  planes, do not preserve the Euclidean norm: only the clamp bounds them).
+                  What the structure guarantees: every sandwich preserves grades and fixes grade 0
+                  (the seed's invariant); the channel maps act per grade and so commute with any
+                  grade-preserving map applied alike to every channel; grades meet only through
+                  scalars (the attention weights, which read all grades, and the MLP gate, which
+                  reads grade 0). Under one global rotor S applied to every state, the channel maps,
+                  the gate, GN and the scores commute with S when S is in Spin(4) (e1..e4 planes,
+                  orthogonal on each grade's coefficients), but the transport by the learned R_c does
+                  not unless S commutes with every B_c: like RoPE's rotations, the learned rotors fix
+                  a frame. GN divides a grade's block by its RMS, the seed's per-grade normalisation
+                  (boosts, the e5 planes, do not preserve the Euclidean norm: the clamp bounds them).
     grade0_only   the biic model and weights, with grades 1-5 masked to 0 after the embedding and after
                   every block: the state is C scalars per token. Every map above sends a state with
                   grades 1-5 at 0 to one with grades 1-5 at 0 (a sandwich fixes scalars), so the
@@ -70,9 +75,11 @@ T x batch_size tokens: the rotor's exp (15 products) and powers (log2 T doubling
 The per-pair sandwich figure of gate 1 (`sandwich_cost`, BiicAlgebraStudy): the multiply-adds of
 transporting one token state (C = d / 32 channels) by one sandwich, against one attention score
 q.k at width d. Accountings: `executed` 2 x 1024 per channel -> 2048 C / 32 C = 64x whatever d;
-`sparse_even` (a rotor has only its 16 even blades: 2 x 16 x 32) -> 32x; `dense` (the literal
-32 x 32 x 32 table, zeros included) -> 2 x 32768 C / 32 C = 2048x; `+exp` adds a 16-term Taylor
-series per pair. None gives the seed's "about 360x" (the seed does not say how it counted).
+`sparse_even` (a rotor has only its 16 even blades: 2 x 16 x 32 per channel) -> 32x; `dense` (the
+literal 32^3 contraction over the rotor's 16 even blades, zeros included: 2 x 16 x 32 x 32) -> 1024x
+(2048x with all 32 blades of both operands); `executed_exp` adds a 16-term Taylor series per pair
+(15 products per channel) -> 64 + 480 = 544x. None gives the seed's "about 360x" (the seed does not
+say how it counted).
 """
 
 from __future__ import annotations
