@@ -1,0 +1,365 @@
+"""Butterfly reach: can every leaf hear every other leaf in log2 N rounds? (seed 001 section 3; issue #15)
+
+The seed's claim (section 3): with N = 2^D leaves, round s pairs address i with j = i XOR 2^s and
+couples the pair by b' = b + alpha_s tanh(F(a)), a' = a + alpha_s tanh(G(b')), F and G shared by all
+pairs and rounds; N/2 pairs per round, log2 N rounds, "long-distance communication at fixed capacity"
+(each leaf keeps d features; no N x N attention). Issue #15 adds the contrasts: adjacent-only coupling
+cannot do it in the same number of rounds, and a single root vector is a bottleneck.
+
+Task (one answer per example, at one leaf). N leaves, left-packed: leaves 0 .. L-1 are present, the
+rest masked (L = N, or a short length from `short_lengths`). Every present leaf holds a random value
+in [0, V) and a role: `filler`, `source` (its value is the answer), `target` (where the answer is
+read), or `both` (distance 0: the target answers its own value). Per example a distance delta is drawn
+from `distances` (those < L), then a pair (t, s) with |t - s| = delta uniformly over the sequence
+(which side the source is on at random). The answer is the source's value: chance is 1/V; the
+target's own value and every filler value are drawn independently of it, so nothing but the source
+leaf's content gives the answer. Empty leaves hold random values too (role filler): a model that
+lets them leak would be hurt, and the tests check they never do.
+
+Arms (the same embeddings and head; the middle differs):
+- `butterfly`: `models.treeheap.Butterfly`, the translator's exact module and XOR pairing (a pair with
+  an empty member is the identity); the answer is read from the target leaf's final state.
+- `adjacent`: the same Butterfly module (same kernel, rounds and parameters) given the pairing
+  (2i, 2i+1) in even rounds and (2i+1, 2i+2) in odd ones (no wrap-around: a 1-D chain), through the
+  Butterfly's `pairing` argument. In D rounds a leaf hears at most D - 1 to D leaves away.
+- `butterfly_relay`: the same Butterfly with empty leaves zeroed and then treated as present, so they
+  relay (carry a message through a pair whose other member is padding) but hold no input; the final
+  states of empty leaves are never read. A candidate fix for short sequences (see below), not the
+  translator's behaviour.
+- `root_bottleneck`: no Butterfly; `models.treeheap.Fold` (kind `fold`, default `mlp`: p = MLP([l, r]))
+  folded level by level to the root, and the answer read from the root alone.
+- `bag_of_leaves`: every leaf sees its own state and the masked mean of all present leaves:
+  z_i = x_i + tanh(G(x_i + mean_j tanh(F(x_j)))), F and G of the Butterfly's shapes (full reach, no
+  addresses at all).
+
+Short sequences: with L < N not a power of two, today's Butterfly cuts some (target, source) pairs
+off: the only path from s to t crosses at the rounds where their bits differ, and a crossing through
+an empty leaf (index >= L) is the identity. `xor_reach` computes which pairs are cut; the study
+measures it with gradients on the trained and untrained model.
+
+Metrics. Test sets (their own random stream): `full` (L = N) with `test_examples` per distance, and
+`short` (L uniform over `short_lengths`, distances < L) likewise. `accuracy_at_distance_<d>` and
+`short_accuracy_at_distance_<d>` per distance; `test_acc`, `short_test_acc` over all; `accuracy_near`
+(1 <= d <= D - 1, within the adjacent chain's reach for every target), `accuracy_far` (d > D, beyond
+it) and their short variants. Reach, measured: for a target leaf t and present source s, s influences t
+when the gradient of the state the head reads at t (the root for `root_bottleneck`) with respect to
+s's input embedding is nonzero (norm above 1e-6 of the largest over the sources of that target; two
+random projections of the state, so a zero is structural, not an accident); `mean_reach_share` is the
+share of present sources that influence a target, averaged over targets and examples, `min_reach_share`
+the smallest; `far_reach_share` the share over pairs at distance > D; `short_*` the same on short
+sequences (one example per short length). `init_*` are the same on the untrained model (the kernel's
+structural reach). A per-leaf table of influencing-source counts is attached to each run (`reach.txt`).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+import torch
+import torch.nn.functional as F
+from pydantic import Field, model_validator
+from torch import nn
+
+from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, proportion, resolve_device
+from models.common import count_parameters, seed_everything, train_loop
+from models.treeheap import Butterfly, Fold, fold_levels, mlp, xor_pairing
+
+Arm = Literal["butterfly", "adjacent", "butterfly_relay", "root_bottleneck", "bag_of_leaves"]
+FILLER, SOURCE, TARGET, BOTH = 0, 1, 2, 3
+MAX_LEAVES = 32  # depth <= 5: metric names are declared for every distance below it
+REACH_TOL = 1e-6  # relative to the largest influence on the same target
+
+
+class ButterflyReachConfig(DeviceConfig):
+    arm: Arm = "butterfly"
+    depth: int = Field(4, ge=2, le=5)  # N = 2^depth leaves, depth rounds
+    values: int = Field(8, ge=2)  # V: chance is 1/V
+    distances: list[int] = Field(default_factory=lambda: [0, 1, 2, 3, 5, 8, 15], min_length=1)
+    short_lengths: list[int] = Field(default_factory=lambda: [9, 10, 11, 12, 13, 14, 15])
+    short_fraction: float = Field(0.5, ge=0, le=1)  # of training examples
+    d_model: int = Field(32, ge=2)
+    hidden: int = Field(64, ge=1)  # Butterfly F, G; bag F, G; the fold's P
+    merge_hidden: int = Field(0, ge=0)  # root_bottleneck's MLP([l, r]) width (0 = hidden)
+    fold: Literal["mlp", "lifting"] = "mlp"  # root_bottleneck's FOLD
+    batch_size: int = Field(128, ge=1)
+    lr: float = Field(3e-3, gt=0)
+    test_examples: int = Field(256, ge=1)  # per distance, per test set
+    val_examples: int = Field(512, ge=1)
+
+    @property
+    def n_leaves(self) -> int:
+        return 2 ** self.depth
+
+    @model_validator(mode="after")
+    def _fits(self) -> "ButterflyReachConfig":
+        n = self.n_leaves
+        if any(d < 0 or d >= n for d in self.distances) or len(set(self.distances)) != len(self.distances):
+            raise ValueError(f"distances must be distinct and in [0, {n - 1}] for depth {self.depth}")
+        if any(length < 2 or length > n for length in self.short_lengths):
+            raise ValueError(f"short_lengths must lie in [2, {n}] for depth {self.depth}")
+        if self.short_lengths and not any(d < max(self.short_lengths) for d in self.distances):
+            raise ValueError("no distance fits in any short length")
+        return self
+
+
+def near_far(config: ButterflyReachConfig) -> tuple[list[int], list[int]]:
+    """Distances within every leaf's reach in a D-round adjacent chain (1 .. D-1) and beyond it (> D)."""
+    return ([d for d in config.distances if 1 <= d <= config.depth - 1],
+            [d for d in config.distances if d > config.depth])
+
+
+# ------------------------------------------------------------------------------------ pairings
+def adjacent_pairing(n_leaves: int, rounds: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per round r: (first members, partners) = (2i + r mod 2, 2i + 1 + r mod 2), no wrap-around."""
+    return [(torch.arange(r % 2, n_leaves - 1, 2), torch.arange(r % 2, n_leaves - 1, 2) + 1) for r in range(rounds)]
+
+
+def pairing_reach(pairing, n_leaves: int, length: int, relay: bool = False) -> torch.Tensor:
+    """Structural reach (length x length, bool): [t, s] when leaf s's input can reach leaf t's output
+    through the pairs of every round (a pair acts only when both members are present, unless `relay`)."""
+    reach = torch.eye(n_leaves, dtype=torch.bool)
+    for first, second in pairing:
+        act = torch.ones(len(first), dtype=torch.bool) if relay else (first < length) & (second < length)
+        i, j = first[act], second[act]
+        merged = reach[i] | reach[j]  # b' hears a; a' hears b' (so both)
+        reach[i], reach[j] = merged, merged
+    return reach[:length, :length]
+
+
+def structural_reach(arm: str, depth: int, length: int) -> torch.Tensor:
+    """What the pairing alone allows (length x length, bool) for the Butterfly arms; bag_of_leaves and
+    root_bottleneck hear every present leaf."""
+    n = 2 ** depth
+    if arm in ("bag_of_leaves", "root_bottleneck"):
+        return torch.ones(length, length, dtype=torch.bool)
+    pairing = adjacent_pairing(n, depth) if arm == "adjacent" else xor_pairing(n, depth)
+    return pairing_reach(pairing, n, length, relay=arm == "butterfly_relay")
+
+
+# ------------------------------------------------------------------------------------ data
+def make_examples(config: ButterflyReachConfig, generator: torch.Generator, count: int,
+                  lengths: list[int] | None, distance: int | None = None) -> dict[str, torch.Tensor]:
+    """`count` examples. `lengths` None: full length N; else L uniform over `lengths` (those > the
+    distance). `distance` None: uniform over the configured distances that fit each example."""
+    n = config.n_leaves
+    g = generator
+    if lengths is None:
+        length = torch.full((count,), n)
+    else:
+        fit = [length for length in lengths if distance is None or length > distance]
+        length = torch.tensor(fit)[torch.randint(len(fit), (count,), generator=g)]
+    if distance is None:
+        options = torch.tensor(config.distances)
+        fits = options[None, :] < length[:, None]  # count x distances
+        pick = torch.multinomial(fits.float(), 1, generator=g)[:, 0]
+        delta = options[pick]
+    else:
+        delta = torch.full((count,), distance)
+    low = (torch.rand(count, generator=g) * (length - delta)).long()  # lower end of the pair, in [0, L - delta)
+    source_left = torch.rand(count, generator=g) < 0.5
+    source = torch.where(source_left, low, low + delta)
+    target = torch.where(source_left, low + delta, low)
+    values = torch.randint(config.values, (count, n), generator=g)
+    rows = torch.arange(count)
+    role = torch.full((count, n), FILLER)
+    role[rows, source] = SOURCE
+    role[rows, target] = torch.where(source == target, BOTH, TARGET)
+    mask = torch.arange(n)[None, :] < length[:, None]
+    return {"values": values, "role": role, "mask": mask, "target": target, "source": source,
+            "answer": values[rows, source], "distance": delta, "length": length}
+
+
+# ------------------------------------------------------------------------------------ model
+class BagOfLeaves(nn.Module):
+    """z_i = x_i + tanh(G(x_i + mean over present j of tanh(F(x_j)))): full reach, no addresses."""
+
+    def __init__(self, d: int, hidden: int):
+        super().__init__()
+        self.F, self.G = mlp(d, hidden, d), mlp(d, hidden, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        weight = mask.unsqueeze(-1).to(x.dtype)
+        pooled = (torch.tanh(self.F(x)) * weight).sum(1, keepdim=True) / weight.sum(1, keepdim=True).clamp(min=1)
+        return x + torch.tanh(self.G(x + pooled))
+
+
+class ReachModel(nn.Module):
+    def __init__(self, config: ButterflyReachConfig):
+        super().__init__()
+        self.config, d = config, config.d_model
+        self.value_embed = nn.Embedding(config.values, d)
+        self.role_embed = nn.Embedding(4, d)
+        arm = config.arm
+        if arm in ("butterfly", "adjacent", "butterfly_relay"):
+            self.butterfly = Butterfly(d, config.hidden, config.depth)
+        elif arm == "root_bottleneck":
+            self.fold = Fold(d, config.hidden, config.fold, merge_hidden=config.merge_hidden or config.hidden)
+        else:
+            self.bag = BagOfLeaves(d, config.hidden)
+        pairing = adjacent_pairing(config.n_leaves, config.depth) if arm == "adjacent" else []
+        for r, (i, j) in enumerate(pairing):  # buffers, so they follow the model to its device
+            self.register_buffer(f"pair_first_{r}", i, persistent=False)
+            self.register_buffer(f"pair_second_{r}", j, persistent=False)
+        self.head = nn.Linear(d, config.values)
+
+    def embed(self, batch: dict) -> torch.Tensor:
+        return self.value_embed(batch["values"]) + self.role_embed(batch["role"])
+
+    def states(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """B x N x d: the state the head reads for a target at each leaf (the root's, broadcast, for
+        root_bottleneck)."""
+        arm = self.config.arm
+        if arm == "butterfly":
+            return self.butterfly(x, mask)
+        if arm == "adjacent":
+            pairing = [(getattr(self, f"pair_first_{r}"), getattr(self, f"pair_second_{r}"))
+                       for r in range(self.config.depth)]
+            return self.butterfly(x, mask, pairing)
+        if arm == "butterfly_relay":
+            return self.butterfly(x * mask.unsqueeze(-1), torch.ones_like(mask))
+        if arm == "root_bottleneck":
+            states, _, _ = fold_levels(self.fold, x, mask)
+            return states[0].expand(-1, x.shape[1], -1)
+        return self.bag(x, mask)
+
+    def forward(self, batch: dict) -> torch.Tensor:
+        """Logits over the V values at each example's target."""
+        z = self.states(self.embed(batch), batch["mask"])
+        return self.head(z[torch.arange(z.shape[0], device=z.device), batch["target"]])
+
+
+def influence(model: ReachModel, batch: dict, projections: int = 2, seed: int = 0) -> torch.Tensor:
+    """B x N x N: [b, t, s] = |d(state at t) / d(input embedding at s)| (sum over `projections` random
+    projections of the state, each a norm over the input's features), for every leaf pair."""
+    x = model.embed(batch).detach().requires_grad_(True)
+    with torch.enable_grad():
+        z = model.states(x, batch["mask"])
+        g = torch.Generator().manual_seed(seed)
+        n = z.shape[1]
+        out = torch.zeros(z.shape[0], n, n, dtype=torch.float64, device=z.device)
+        for t in range(n):
+            for _ in range(projections):
+                r = torch.randn(z.shape[-1], generator=g).to(z.device)
+                (grad,) = torch.autograd.grad((z[:, t] * r).sum(), x, retain_graph=True)
+                out[:, t] += grad.double().norm(dim=-1)
+    return out
+
+
+def reach_stats(strength: torch.Tensor, mask: torch.Tensor, far: int) -> tuple[dict[str, float], torch.Tensor]:
+    """(mean, min and far shares of present sources influencing each present target, per-leaf counts)
+    from `influence` and the mask; `far`: distances > far count as far."""
+    present = mask[:, :, None] & mask[:, None, :]
+    top = strength.amax(-1, keepdim=True)
+    reaches = (strength > REACH_TOL * top) & present
+    counts = reaches.sum(-1)  # B x N (targets)
+    share = counts.double() / mask.sum(-1, keepdim=True).double()
+    shares = share[mask]
+    n = mask.shape[1]
+    distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().to(mask.device)
+    far_pairs = present & (distance > far)[None]
+    far_share = float(reaches[far_pairs].double().mean()) if far_pairs.any() else 1.0
+    return ({"mean": float(shares.mean()), "min": float(shares.min()), "far": far_share},
+            torch.where(mask, counts, torch.full_like(counts, -1)))
+
+
+# ------------------------------------------------------------------------------------ study
+def _declared() -> dict[str, Metric]:
+    metrics = {
+        "train_loss": nonnegative("lower", "train"),
+        "val_loss": nonnegative("lower", "validation"),
+        "val_acc": proportion("higher", "validation"),
+    }
+    for prefix in ("", "short_"):
+        metrics[f"{prefix}test_acc"] = proportion("higher", "test")
+        metrics[f"{prefix}accuracy_near"] = proportion("higher", "test")
+        metrics[f"{prefix}accuracy_far"] = proportion("higher", "test")
+        for d in range(MAX_LEAVES):
+            metrics[f"{prefix}accuracy_at_distance_{d}"] = proportion("higher", "test")
+        for stat in ("mean", "min", "far"):
+            metrics[f"{prefix}{stat}_reach_share"] = proportion("higher", "test")  # of the trained model
+            metrics[f"init_{prefix}{stat}_reach_share"] = proportion("higher", "diagnostic")
+    return metrics
+
+
+class ButterflyReachStudy(Study):
+    """XOR Butterfly vs adjacent pairing vs root bottleneck vs bag of leaves on a marked-source task."""
+
+    name: ClassVar[str] = "butterfly_reach"
+    Config: ClassVar[type[StudyConfig]] = ButterflyReachConfig
+    metrics: ClassVar[dict[str, Metric]] = _declared()
+    deterministic: ClassVar[bool] = False  # metrics depend on the seed's data and initialisation
+
+    def param_count(self, config: ButterflyReachConfig) -> int:
+        return count_parameters(ReachModel(config))
+
+    def run(self, config: ButterflyReachConfig, seed: int, reporter: Reporter) -> dict[str, float]:
+        seed_everything(seed)
+        device = torch.device(resolve_device(config.device))
+        to = lambda batch: {k: v.to(device) for k, v in batch.items()}  # noqa: E731
+        near, far = near_far(config)
+        # data drawn on the CPU from the seed's own streams (train / test / validation / reach)
+        test_g, val_g = torch.Generator().manual_seed(seed * 4 + 1), torch.Generator().manual_seed(seed * 4 + 2)
+        full_sets = {d: to(make_examples(config, test_g, config.test_examples, None, d)) for d in config.distances}
+        short_sets = {d: to(make_examples(config, test_g, config.test_examples, config.short_lengths, d))
+                      for d in config.distances if config.short_lengths and d < max(config.short_lengths)}
+        n_short_val = round(config.val_examples * config.short_fraction) if config.short_lengths else 0
+        val_parts = [make_examples(config, val_g, config.val_examples - n_short_val, None)]
+        if n_short_val:
+            val_parts.append(make_examples(config, val_g, n_short_val, config.short_lengths))
+        val = to({k: torch.cat([p[k] for p in val_parts]) for k in val_parts[0]})  # mixed like training
+        reach_g = torch.Generator().manual_seed(seed * 4 + 3)
+        reach_full = to(make_examples(config, reach_g, 4, None))
+        reach_short = {length: to(make_examples(config, reach_g, 1, [length])) for length in config.short_lengths}
+
+        model = ReachModel(config).to(device)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        train_g = torch.Generator().manual_seed(seed * 4)
+        n_short = round(config.batch_size * config.short_fraction) if config.short_lengths else 0
+
+        def measure_reach(prefix: str) -> tuple[dict[str, float], str]:
+            model.eval()
+            stats, full_counts = reach_stats(influence(model, reach_full), reach_full["mask"], config.depth)
+            out = {f"{prefix}{k}_reach_share": v for k, v in stats.items()}
+            lines = ["full length: influencing sources per target leaf (rows: examples)"]
+            lines += [" ".join(f"{c:2d}" for c in row.tolist()) for row in full_counts]
+            short_stats = []
+            for length, batch in reach_short.items():
+                s, counts = reach_stats(influence(model, batch), batch["mask"], config.depth)
+                short_stats.append(s)
+                lines.append(f"L = {length}: " + " ".join(f"{c:2d}" for c in counts[0, :length].tolist()))
+            if short_stats:
+                out[f"{prefix}short_mean_reach_share"] = sum(s["mean"] for s in short_stats) / len(short_stats)
+                out[f"{prefix}short_min_reach_share"] = min(s["min"] for s in short_stats)
+                out[f"{prefix}short_far_reach_share"] = sum(s["far"] for s in short_stats) / len(short_stats)
+            model.train()
+            return out, "\n".join(lines)
+
+        init_reach, init_table = measure_reach("init_")
+
+        def loss_fn() -> torch.Tensor:
+            parts = [make_examples(config, train_g, config.batch_size - n_short, None)]
+            if n_short:
+                parts.append(make_examples(config, train_g, n_short, config.short_lengths))
+            batch = to({k: torch.cat([p[k] for p in parts]) for k in parts[0]})
+            return F.cross_entropy(model(batch), batch["answer"])
+
+        def accuracy(sets: dict, prefix: str) -> dict[str, float]:
+            hits = {d: (model(b).argmax(-1) == b["answer"]).double().mean().item() for d, b in sets.items()}
+            out = {f"{prefix}accuracy_at_distance_{d}": h for d, h in hits.items()}
+            out[f"{prefix}test_acc"] = sum(hits.values()) / len(hits)
+            for name, group in (("near", near), ("far", far)):
+                inside = [hits[d] for d in group if d in hits]
+                if inside:
+                    out[f"{prefix}accuracy_{name}"] = sum(inside) / len(inside)
+            return out
+
+        def evaluate() -> dict[str, float]:
+            logits = model(val)
+            return {**accuracy(full_sets, ""), **accuracy(short_sets, "short_"),
+                    "val_loss": F.cross_entropy(logits, val["answer"]).item(),
+                    "val_acc": (logits.argmax(-1) == val["answer"]).double().mean().item()}
+
+        final = train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate)
+        final_reach, final_table = measure_reach("")
+        reporter.attach("reach.txt", f"untrained\n{init_table}\n\ntrained\n{final_table}\n")
+        return {**final, **init_reach, **final_reach}
