@@ -10,13 +10,15 @@ from pydantic import ValidationError
 
 from gates.study import Budget, NullReporter
 from models.translation_data import EOS, PAD, Example, collate, load_translation_data, split_of
-from models.treeheap import Butterfly, Fold, Read, fold_levels, random_pairing, unfold_levels, xor_pairing
+from models.treeheap import Butterfly, Fold, NodeAttention, Read, fold_levels, random_pairing, unfold_levels, xor_pairing
 from models.treeheap_translator import (
+    DENSE_ARMS,
     Translator,
     TranslatorConfig,
     TranslatorStudy,
     applicable_interventions,
     bleu_chrf,
+    matched_width,
     mean_nll,
     same_direction_roll,
     token_nll,
@@ -123,10 +125,14 @@ def _toy_examples(count: int = 8, vocab: int = 20, n_leaves: int = 8, seed: int 
 
 def _tiny(arm: str, **kw) -> TranslatorConfig:
     return TranslatorConfig(arm=arm, depth=3, d_model=32, hidden=32, read_dim=16, merge_hidden=21,
-                            relation_rank=8, attn_hidden=32, batch_size=8, **kw)
+                            relation_rank=8, attn_hidden=32, gru_hidden=20, ffn_hidden=40, batch_size=8, **kw)
 
 
-@pytest.mark.parametrize("arm", ["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only"])
+ARMS = ["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only", "all_nodes", "bahdanau", "transformer_enc"]
+NEW_ARMS = ["all_nodes", "bahdanau", "transformer_enc"]  # issue #14
+
+
+@pytest.mark.parametrize("arm", ARMS)
 def test_padding_never_reaches_the_output(arm):
     """Garbage in the padded leaves (pad_noise) changes the NLL by exactly 0 for every arm."""
     torch.manual_seed(0)
@@ -143,7 +149,8 @@ def _unpacked_nll(model: Translator, batch: dict, src: torch.Tensor | None = Non
     src = batch["src"] if src is None else src
     memory = model.encode(src, src != PAD)
     fused, d = model.fused(), model.config.d_model
-    h, logits = torch.zeros(src.shape[0], d, dtype=model.out.weight.dtype), []
+    h = memory["h0"] if "h0" in memory else torch.zeros(src.shape[0], d, dtype=model.out.weight.dtype)
+    logits = []
     for t in range(batch["tgt_in"].shape[1]):
         query = torch.nn.functional.linear(h, fused.h_weight, fused.h_bias)[:, 3 * d:]
         c, _ = model.context(query, memory)
@@ -153,7 +160,7 @@ def _unpacked_nll(model: Translator, batch: dict, src: torch.Tensor | None = Non
                                              ignore_index=PAD, reduction="sum")
 
 
-@pytest.mark.parametrize("arm", ["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only"])
+@pytest.mark.parametrize("arm", ARMS)
 def test_packed_decoder_equals_the_unpacked_one(arm):
     """Sorting by target length, stepping only the sentences still going, the precomputed token half of
     the GRU input and the fused maps of h change neither the loss nor its gradients (in float64, beyond
@@ -177,6 +184,149 @@ def test_packed_decoder_equals_the_unpacked_one(arm):
         permutation = same_direction_roll(_toy_examples(8))
         shuffled = token_nll(model(batch, "source_shuffle", permutation))[0]
         assert torch.allclose(shuffled, _unpacked_nll(model, batch, src=batch["src"][permutation]), rtol=1e-10)
+
+
+# ------------------------------------------------------------------------------------ the dense baselines (#14)
+def test_node_attention_has_reads_parameters_and_never_reads_empty_nodes():
+    depth, d, m = 4, 8, 5
+    read, attention = Read(6, d, m, depth), NodeAttention(6, d, 2 * m, depth)
+    assert sum(p.numel() for p in attention.parameters()) == sum(p.numel() for p in read.parameters())
+    _randomise(attention)
+    mask = _mask([16, 7, 1, 2], 16)
+    states, _, masks = fold_levels(Fold(d, 8), torch.randn(4, 16, d), mask)
+    keys = attention.keys(states, masks)
+    context, weights = attention.read_for(torch.randn(4, 10) * 3, keys)
+    assert weights.shape == (4, 31) and context.shape == (4, d)
+    assert torch.allclose(weights.sum(-1), torch.ones(4), atol=1e-6)
+    assert (weights[~torch.cat(masks, 1)] == 0).all() and (weights[torch.cat(masks, 1)] > 0).all()
+    assert torch.allclose(context, torch.einsum("bn,bnd->bd", weights, keys["nodes"]))
+
+
+@pytest.mark.parametrize("arm", NEW_ARMS)
+def test_new_arms_shapes_and_masks(arm):
+    """Memory and output shapes; what the reader sees of an empty leaf is exactly nothing."""
+    torch.manual_seed(0)
+    config = _tiny(arm)
+    model = Translator(config, 20)
+    _randomise(model)
+    examples = _toy_examples(8)
+    batch = model.batch(examples)
+    memory = model.encode(batch["src"], batch["src_mask"])
+    n, d, nodes = config.n_leaves, config.d_model, 2 * config.n_leaves - 1
+    if arm == "all_nodes":
+        assert memory["read"]["keys"].shape == (8, nodes, 2 * config.read_dim) and "h0" not in memory
+    else:
+        heads = config.heads
+        assert memory["read"]["keys"].shape == (8, heads, n, config.read_dim // heads)
+        assert memory["read"]["values"].shape == (8, heads, n, d // heads) and memory["h0"].shape == (8, d)
+        # empty leaves: states that are never keys, whatever is written there
+        states, summary = model.dense_encode(model.src_embed(batch["src"]) + model.positions.weight, batch["src_mask"])
+        garbage = torch.where(batch["src_mask"].unsqueeze(-1), states, torch.full_like(states, 1e4))
+        query = torch.randn(8, config.read_dim)
+        clean, _ = model.read.read_for(query, model.read.keys(states, batch["src_mask"]))
+        dirty, _ = model.read.read_for(query, model.read.keys(garbage, batch["src_mask"]))
+        assert torch.equal(clean, dirty)
+        if arm == "bahdanau":  # packed: each direction stops at the last piece, padding stays zero
+            assert (states[~batch["src_mask"]] == 0).all()
+            lengths = batch["src_mask"].sum(1)
+            alone = model.dense_encode(model.src_embed(batch["src"][:1, :lengths[0]]) + model.positions.weight[:lengths[0]],
+                                       batch["src_mask"][:1, :lengths[0]])
+            assert torch.allclose(alone[1], summary[:1], atol=1e-6)
+            assert torch.allclose(alone[0], states[:1, :lengths[0]], atol=1e-6)
+    decoded = model(batch)
+    tokens = int((batch["tgt_out"] != PAD).sum())
+    assert decoded.logits.shape == (tokens, 20) and decoded.targets.shape == (tokens,)
+    if arm == "all_nodes":  # attention weight per node, none on empty nodes, stop_mass_depth_k measurable
+        assert decoded.masses.shape == (tokens, nodes)
+        assert torch.allclose(decoded.masses.sum(-1), torch.ones(tokens), atol=1e-5)
+    else:
+        assert decoded.masses is None
+    assert applicable_interventions(arm) == (("source_shuffle", "pair_break", "detail_shuffle") if arm == "all_nodes"
+                                             else ("source_shuffle",))
+    clean = mean_nll(model, examples, 8)[0]
+    for intervention in applicable_interventions(arm):
+        assert mean_nll(model, examples, 8, intervention, seed=1)[0] != clean, intervention
+
+
+@pytest.mark.parametrize("arm", NEW_ARMS)
+def test_new_arms_are_deterministic_and_train(arm):
+    """The same seed gives the same model and the same losses; a few steps lower the loss."""
+    examples, losses = _toy_examples(8), []
+    for _ in range(2):
+        torch.manual_seed(3)
+        model = Translator(_tiny(arm), 20)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        batch, run = model.batch(examples), []
+        for _ in range(5):
+            optimizer.zero_grad()
+            loss, n = token_nll(model(batch))
+            (loss / n).backward()
+            optimizer.step()
+            run.append(float(loss.detach() / n))
+        losses.append(run)
+    assert losses[0] == losses[1]
+    assert losses[0][-1] < losses[0][0]
+
+
+def test_heads_must_divide_the_widths():
+    with pytest.raises(ValidationError):
+        TranslatorConfig(arm="bahdanau", read_dim=30, heads=4)
+    TranslatorConfig(arm="lifting", read_dim=30, heads=4)  # an arm without heads does not care
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_parameter_parts_sum_to_the_count(arm):
+    config = _tiny(arm)
+    parts = STUDY.parameter_parts(config)
+    assert set(parts) == {"encoder_reader", "embeddings", "decoder"}
+    assert sum(parts.values()) == STUDY.param_count(config)
+    assert parts["decoder"] == STUDY.parameter_parts(_tiny("lifting"))["decoder"]  # the same decoder everywhere
+    if arm == "target_only":
+        assert parts["encoder_reader"] == 0
+
+
+def test_new_arms_match_the_tree_encoder_and_reader_at_the_defaults():
+    lifting = STUDY.parameter_parts(TranslatorConfig(arm="lifting"))
+    for arm in NEW_ARMS:
+        config = TranslatorConfig(arm=arm)
+        parts = STUDY.parameter_parts(config)
+        assert abs(parts["encoder_reader"] / lifting["encoder_reader"] - 1) < 0.01, arm
+        assert parts["embeddings"] == lifting["embeddings"] and parts["decoder"] == lifting["decoder"]
+        if arm in DENSE_ARMS:
+            assert matched_width(config) == config.gru_hidden if arm == "bahdanau" else config.ffn_hidden
+    assert STUDY.parameter_parts(TranslatorConfig(arm="all_nodes")) == lifting  # exactly, by construction
+
+
+V2_CONTRACTS = ["treeheap-vs-dense-v2", "treeheap-recursive-over-root-v2", "treeheap-relation-branch-v2",
+                "treeheap-fold-variants-v2"]
+
+
+@pytest.mark.parametrize("contract", V2_CONTRACTS)
+def test_v2_contract_arms_match_encoder_and_reader_within_five_percent(contract):
+    """At each v2 contract's own settings: every arm with a source has encoder + reader parameters within
+    5% of the tree arm's (Butterfly + FOLD + READ), the dense arms at the width `matched_width` gives,
+    and the same embeddings and decoder."""
+    import pathlib
+
+    import yaml
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "contracts" / f"{contract}.yaml"
+    arms = {name: TranslatorConfig(**cfg) for name, cfg in yaml.safe_load(path.read_text())["arms"].items()}
+    tree_name = "lifting" if "lifting" in arms else next(iter(arms))  # relation-branch has one arm
+    reference = STUDY.parameter_parts(arms[tree_name])
+    for name, config in arms.items():
+        parts = STUDY.parameter_parts(config)
+        assert parts["decoder"] == reference["decoder"], name
+        if config.arm in ("target_only", "root_only"):
+            continue  # the floor and the root reader are not capacity-matched comparisons
+        if config.arm == "bilinear" and name != tree_name:  # lifting plus the relation branch, as in v1
+            assert parts["encoder_reader"] - reference["encoder_reader"] == 3 * config.d_model * config.relation_rank
+            continue
+        assert abs(parts["encoder_reader"] / reference["encoder_reader"] - 1) <= 0.05, (name, parts, reference)
+        assert parts["embeddings"] == reference["embeddings"], name
+        if config.arm in DENSE_ARMS:
+            width = config.gru_hidden if config.arm == "bahdanau" else config.ffn_hidden
+            assert width == matched_width(config), name
 
 
 def test_butterfly_xor_views_equal_the_indexed_xor_pairing():
@@ -215,7 +365,7 @@ def test_collate_teacher_forcing_layout():
     assert batch["tgt_in"].tolist() == [[3, 9, 10]] and batch["tgt_out"].tolist() == [[9, 10, EOS]]
 
 
-@pytest.mark.parametrize("arm", ["lifting", "flat_seq"])
+@pytest.mark.parametrize("arm", ["lifting", "flat_seq", *NEW_ARMS])
 def test_a_tiny_run_memorises_eight_pairs_and_decodes_them_exactly(arm):
     torch.manual_seed(0)
     examples = _toy_examples(8)
