@@ -9,9 +9,18 @@ Leaf sets, per seed (the teacher is fixed; the seed draws the data and the fits)
 - `context`: `trees` per-context trees, each the N = `leaves` keys of one window of the training
   slice (N consecutive positions, all visible: the tree indexes a context; studies.md N = 32..256);
 - `bank`: one memory tree of N keys pooled from many training windows (N up to 65,536).
-Queries come from held-out windows: the held-out windows are shuffled by the seed, the first half
-feed the fit queries and the second half the evaluation queries, so fit and evaluation queries
-never share a window. The same queries read every tree of a seed.
+Queries (`query_set`):
+- `heldout_windows`: from held-out windows: the held-out windows are shuffled by the seed, the first
+  half feed the fit queries and the second half the evaluation queries, so fit and evaluation
+  queries never share a window. The same queries read every tree of a seed. Reading a context with
+  queries of other text gives a near-uniform dense posterior, which any summary approximates
+  (studies.md section 2): kept for the contracts recorded with it.
+- `continuation` (context trees only): the teacher's own attention over the window. Each tree's
+  window is the first N positions of a recorded window of `max_positions` tokens; its queries are
+  that window's later positions N..max_positions-1, each of which sees every key of the tree under
+  the causal mask, so the dense posterior over the tree's leaves is the teacher's own attention
+  restricted to the context. The later positions are split by the seed into fit and evaluation
+  halves (the same positions for every tree); `dense_entropy` measures how peaked the posterior is.
 
 Arms choose a parent (`single_key`, `prototypes` m, `lowrank`, `mlp` sized to match prototypes
 m = `mlp_match_prototypes`, `oracle`, or `dense`: no tree, the exact read the tree is measured
@@ -26,6 +35,7 @@ closure error on evaluation queries are reported; the last report carries every 
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import ClassVar, Literal
 
@@ -50,8 +60,9 @@ class RelationClosureConfig(DeviceConfig):
     leaf_set: Literal["context", "bank"] = "context"
     leaves: int = Field(default=64, ge=4, le=2 ** MAX_DEPTH, description="N, a power of two")
     trees: int = Field(default=32, ge=1, description="per-context trees per seed (bank: 1)")
-    fit_queries: int = Field(default=1024, ge=8)
-    eval_queries: int = Field(default=512, ge=8)
+    query_set: Literal["heldout_windows", "continuation"] = "heldout_windows"
+    fit_queries: int = Field(default=1024, ge=8, description="continuation: per tree")
+    eval_queries: int = Field(default=512, ge=8, description="continuation: per tree")
     parent: Literal["single_key", "prototypes", "lowrank", "mlp", "oracle", "dense"] = "prototypes"
     prototypes: int = Field(default=4, ge=1, le=64, description="m, for prototypes and lowrank")
     rank: int = Field(default=16, ge=1, description="lowrank: width of the per-node coefficients")
@@ -74,6 +85,14 @@ class RelationClosureConfig(DeviceConfig):
         if self.leaf_set == "context" and self.leaves > self.teacher.max_positions:
             raise ValueError(f"a context tree holds one window: leaves <= teacher.max_positions "
                              f"({self.teacher.max_positions}), got {self.leaves}")
+        if self.query_set == "continuation":
+            later = self.teacher.max_positions - self.leaves
+            if self.leaf_set != "context":
+                raise ValueError("query_set: continuation reads per-context trees (leaf_set: context)")
+            if self.fit_queries + self.eval_queries > later:
+                raise ValueError(f"query_set: continuation has {later} later positions per window "
+                                 f"(teacher.max_positions - leaves); fit_queries + eval_queries must not "
+                                 f"exceed them, got {self.fit_queries} + {self.eval_queries}")
         if self.parent == "dense" and self.read != "soft":
             raise ValueError("the dense arm has no tree to read cheaply; use read: soft")
         if self.read == "fast_beam" and (self.leaf_set != "bank" or self.parent not in ("prototypes", "single_key",
@@ -91,6 +110,13 @@ def _metrics() -> dict[str, Metric]:
     test += [f"closure_error_level_{k}" for k in range(MAX_DEPTH)]
     test += [f"{kind}kl_at_depth_{t}" for kind in ("", "node_") for t in range(1, MAX_DEPTH + 1)]
     metrics: dict[str, Metric] = {name: nonnegative("lower", "test") for name in test}  # MSEs and KLs
+    metrics.update({f"mass_kept_top_{share}_at_depth_{t}": proportion("higher", "test")
+                    for share, first in (("half", 1), ("quarter", 2)) for t in range(first, MAX_DEPTH + 1)})
+    # how peaked the dense posterior is (nats over the tree's leaves; log N is uniform): a property of
+    # the data regime that a positive control reads, recorded per arm
+    metrics["dense_entropy"] = nonnegative("lower", "test")
+    metrics["dense_entropy_ratio"] = proportion("lower", "test")  # dense_entropy / log N
+    metrics["teacher_heldout_loss"] = nonnegative("lower", "diagnostic")  # nats per token, of the frozen teacher
     metrics.update({f"topk_recall_{k}": proportion("higher", "test") for k in (1, 5, 10)})
     metrics["fit_loss"] = nonnegative("lower", "train")
     metrics["fit_topk_recall_10"] = proportion("higher", "train")  # the beam calibration's, on fit queries
@@ -151,7 +177,7 @@ class RelationClosureStudy(Study):
         leaf_order = rt.build_topology(config.topology, keys, generator)
         keys_heap = rt.heap_keys(keys, leaf_order)
         parent = make_parent(config, keys_heap, generator)
-        probe = eval_queries[:PROBE_QUERIES]
+        probe = eval_queries[..., :PROBE_QUERIES, :]  # either layout: (Q, d) or (T, Q, d)
         budget = reporter.budget
 
         def on_step(step: int, loss: float) -> None:
@@ -160,8 +186,9 @@ class RelationClosureStudy(Study):
 
         losses = rt.fit_parents(parent, keys_heap, fit_queries, budget.steps, config.lr, config.batch,
                                 generator, on_step=on_step)
-        metrics = {"fit_loss": losses[-1] if losses else 0.0}
+        metrics = {"fit_loss": losses[-1] if losses else 0.0, "teacher_heldout_loss": teacher.meta["heldout_loss"]}
         metrics.update(rt.soft_read_metrics(parent, keys_heap, eval_queries))
+        metrics["dense_entropy_ratio"] = metrics["dense_entropy"] / math.log(config.leaves)
         if config.read != "soft":
             metrics.update(cheap_read(config, parent, keys_heap, fit_queries, eval_queries))
         reporter.report(budget.steps, metrics)
@@ -195,7 +222,10 @@ def mlp_shape(config: RelationClosureConfig, internal: int, d: int) -> tuple[int
 
 
 def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator):
-    """(keys (T, N, d), fit queries (Q_fit, d), evaluation queries (Q_eval, d)), drawn by the seed."""
+    """(keys (T, N, d), fit queries, evaluation queries), drawn by the seed: queries (Q, d) shared by
+    every tree, or (T, Q, d) per tree for query_set continuation."""
+    if config.query_set == "continuation":
+        return continuation_data(teacher, config, generator)
     query_window = min(QUERY_WINDOW, teacher.config.max_positions)
     heldout_windows = teacher.stream("heldout").numel() // query_window
     queries, _ = teacher.record("heldout", heldout_windows, query_window)
@@ -222,6 +252,20 @@ def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator
             raise ValueError(f"the training slice has {len(pooled)} keys, fewer than {config.leaves} leaves")
         keys = pooled[torch.randperm(len(pooled), generator=generator)[: config.leaves]].unsqueeze(0)
     return keys.contiguous(), fit_queries.contiguous(), eval_queries.contiguous()
+
+
+def continuation_data(teacher, config: RelationClosureConfig, generator: torch.Generator):
+    """Per-context trees read by their own window's later positions (see the module docstring)."""
+    window = teacher.config.max_positions
+    pool_windows = min(CONTEXT_POOL, teacher.stream("train").numel() // window)
+    queries, window_keys = teacher.record("train", pool_windows, window)
+    chosen = torch.randperm(pool_windows, generator=generator)[: config.trees]
+    later = config.leaves + torch.randperm(window - config.leaves, generator=generator)
+    fit_positions = later[: config.fit_queries]
+    eval_positions = later[config.fit_queries: config.fit_queries + config.eval_queries]
+    keys = window_keys[chosen, : config.leaves]
+    return (keys.contiguous(), queries[chosen][:, fit_positions].contiguous(),
+            queries[chosen][:, eval_positions].contiguous())
 
 
 def closure_error(parent: rt.Parent, keys_heap: torch.Tensor, queries: torch.Tensor) -> float:

@@ -615,11 +615,34 @@ def node_kl_at_depth(log_post_t: torch.Tensor, scores: torch.Tensor) -> torch.Te
     return _kl(log_dense_nodes, log_post_t)
 
 
+def mass_kept(log_post_t: torch.Tensor, scores: torch.Tensor, keep: int) -> torch.Tensor:
+    """The pruning read at depth t: keep the `keep` depth-t nodes of highest tree posterior, prune
+    the leaves under the others; the dense posterior mass of the kept leaves: (T, Q).
+
+    This is the question F2 asks (SPR-096 section 9 stage C: coarse levels exclude most irrelevant
+    leaves while keeping the dense mass). Unlike kl_at_depth it does not improve by construction: a
+    tree whose depth-t nodes each hold a spread of the query's mass (a random topology) keeps about
+    keep / 2^t of it, however exact its parents."""
+    dense_nodes = scores.softmax(dim=-1).unflatten(-1, (log_post_t.shape[-1], -1)).sum(dim=-1)
+    best = log_post_t.topk(keep, dim=-1).indices
+    return dense_nodes.gather(-1, best).sum(dim=-1)
+
+
+def dense_entropy(scores: torch.Tensor) -> torch.Tensor:
+    """Entropy (nats) of the dense posterior over the leaves: (T, Q). log N is a uniform posterior,
+    which any summary approximates; a claim about summaries needs it well below log N."""
+    log_p = scores.log_softmax(dim=-1)
+    return -(log_p.exp() * log_p).sum(dim=-1)
+
+
 def soft_read_metrics(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor,
                       log_prior: torch.Tensor | None = None, query_chunk: int = 128) -> dict[str, float]:
     """Full soft read on evaluation queries, means over trees and queries:
-    leaf_kl, kl_at_depth_t and node_kl_at_depth_t for t in resolution_depths(D), closure_error and
-    closure_error_level_k (k = depth of the parent, 0 = root). Queries go in chunks for memory."""
+    leaf_kl, kl_at_depth_t and node_kl_at_depth_t for t in resolution_depths(D), the dense mass kept
+    when the best half (t >= 1) or quarter (t >= 2) of depth-t nodes are kept
+    (mass_kept_top_half_at_depth_t, mass_kept_top_quarter_at_depth_t: 50% or 75% of the leaves
+    pruned), dense_entropy, closure_error and closure_error_level_k (k = depth of the parent,
+    0 = root). Queries go in chunks for memory."""
     depth = parent.depth
     depths = resolution_depths(depth)
     sums: dict[str, float] = {}
@@ -635,9 +658,13 @@ def soft_read_metrics(parent: Parent, keys_heap: torch.Tensor, queries: torch.Te
             error = (estimate - exact_internal_scores(scores)).pow(2)  # (T, Q, N-1)
             posteriors = tree_log_posteriors(estimate, scores, log_prior)
             add("leaf_kl", leaf_kl(posteriors[-1], scores))
+            add("dense_entropy", dense_entropy(scores))
             for t in depths:
                 add(f"kl_at_depth_{t}", kl_at_depth(posteriors[t], scores))
                 add(f"node_kl_at_depth_{t}", node_kl_at_depth(posteriors[t], scores))
+                for share, keep in (("half", 2 ** t // 2), ("quarter", 2 ** t // 4)):
+                    if keep:
+                        add(f"mass_kept_top_{share}_at_depth_{t}", mass_kept(posteriors[t], scores, keep))
             add("closure_error", error.mean(dim=-1))
             for k, level in enumerate(internal_levels(error)):
                 add(f"closure_error_level_{k}", level.mean(dim=-1))

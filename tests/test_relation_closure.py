@@ -53,6 +53,33 @@ def test_fit_and_evaluation_queries_come_from_disjoint_windows(teacher_config):
     assert not any(tuple(q.tolist()) in rows_fit for q in evaluation)
 
 
+def test_continuation_queries_are_the_trees_own_later_positions(teacher_config):
+    """query_set continuation: tree t holds the first N keys of a recorded window, its queries are
+    that same window's positions N.. (each sees the whole tree under the causal mask), fit and
+    evaluation positions disjoint, the same positions for every tree."""
+    teacher = load_or_train(teacher_config, log=lambda _: None)
+    config = arm(teacher_config, leaves=16, query_set="continuation", fit_queries=24, eval_queries=20)
+    keys, fit, evaluation = draw_data(teacher, config, torch.Generator().manual_seed(0))
+    assert keys.shape == (4, 16, 32) and fit.shape == (4, 24, 32) and evaluation.shape == (4, 20, 32)
+    window = teacher_config.max_positions
+    pool = min(2048, teacher.stream("train").numel() // window)
+    queries, window_keys = teacher.record("train", pool, window)
+    for t in range(4):
+        rows = [i for i in range(pool) if torch.equal(window_keys[i, :16], keys[t])]
+        assert len(rows) == 1
+        positions = {}
+        for name, drawn in (("fit", fit), ("eval", evaluation)):
+            matches = [(drawn[t, j] == queries[rows[0]]).all(-1).nonzero().flatten().tolist() for j in range(len(drawn[t]))]
+            assert all(len(m) == 1 for m in matches)
+            positions[name] = {m[0] for m in matches}
+        assert min(positions["fit"] | positions["eval"]) >= 16 and not positions["fit"] & positions["eval"]
+    metrics, _ = run(config)
+    assert 0 < metrics["dense_entropy_ratio"] <= 1
+    assert metrics["dense_entropy"] == pytest.approx(metrics["dense_entropy_ratio"] * np.log(16))
+    assert 0 <= metrics["mass_kept_top_quarter_at_depth_2"] <= metrics["mass_kept_top_half_at_depth_2"] <= 1
+    assert metrics["teacher_heldout_loss"] == teacher.meta["heldout_loss"]
+
+
 def test_oracle_parents_read_exactly_and_fitted_parents_report_every_metric(teacher_config):
     metrics, _ = run(arm(teacher_config, parent="oracle"))
     assert metrics["closure_error"] == 0 and metrics["leaf_kl"] < 1e-6
@@ -89,6 +116,10 @@ def test_config_rejects_impossible_shapes(teacher_config):
         arm(teacher_config, leaves=48)
     with pytest.raises(ValidationError, match="max_positions"):
         arm(teacher_config, leaves=128)  # the tiny teacher has 64 positions
+    with pytest.raises(ValidationError, match="later positions per window"):
+        arm(teacher_config, leaves=32, query_set="continuation", fit_queries=16, eval_queries=17)  # 64 - 32 < 33
+    with pytest.raises(ValidationError, match="per-context trees"):
+        arm(teacher_config, leaf_set="bank", query_set="continuation", fit_queries=8, eval_queries=8)
     with pytest.raises(ValidationError, match="dense arm"):
         arm(teacher_config, parent="dense", read="beam")
 

@@ -111,6 +111,41 @@ def test_oracle_has_zero_closure_error_and_kl_at_every_depth():
     assert metrics["kl_at_depth_1"] > metrics["kl_at_depth_2"] > metrics["kl_at_depth_4"] > 1e-6
 
 
+def test_mass_kept_by_the_best_nodes_and_dense_entropy():
+    """A hand-made 8-leaf posterior: dense mass 0.5, 0.3 on leaves 0, 1 (node 0 of depth 2) and
+    0.2 on leaf 6 (node 3). Reading exactly, the best quarter of depth-2 nodes keeps 0.8 (node 0),
+    the best half 1.0; a tree that ranks the nodes backwards keeps 0 of the best node's mass."""
+    from models.relation_tree import dense_entropy, mass_kept
+
+    dense = torch.tensor([0.5, 0.3, 1e-12, 1e-12, 1e-12, 1e-12, 0.2, 1e-12], dtype=torch.float64)
+    scores = dense.log().view(1, 1, 8)
+    exact_nodes = dense.view(4, 2).sum(-1).log().view(1, 1, 4)
+    assert float(mass_kept(exact_nodes, scores, 1)) == pytest.approx(0.8)
+    assert float(mass_kept(exact_nodes, scores, 2)) == pytest.approx(1.0)
+    assert float(mass_kept(-exact_nodes, scores, 1)) == pytest.approx(4e-12, abs=1e-11)  # the emptiest node
+    assert float(dense_entropy(scores)) == pytest.approx(-(0.5 * math.log(0.5) + 0.3 * math.log(0.3)
+                                                          + 0.2 * math.log(0.2)), abs=1e-9)
+    uniform = torch.zeros(2, 3, 64, dtype=torch.float64)
+    torch.testing.assert_close(dense_entropy(uniform), torch.full((2, 3), math.log(64), dtype=torch.float64))
+
+
+def test_an_exact_tree_keeps_more_mass_than_a_random_one_on_clustered_keys():
+    """F2's negative control in miniature: on keys in 4 tight clusters read by queries that each pick
+    one cluster, an exact read of the learned tree keeps nearly all the mass in its best quarter of
+    depth-2 nodes; the same exact parents over a random topology keep far less."""
+    centres = torch.randn(4, 8, generator=gen(11), dtype=torch.float64) * 4
+    keys = (centres.repeat_interleave(8, 0) + 0.05 * torch.randn(32, 8, generator=gen(12), dtype=torch.float64))
+    keys = keys.unsqueeze(0)
+    queries = centres[torch.arange(16) % 4] * 3
+    kept = {}
+    for kind in ("learned", "random"):
+        keys_heap = heap_keys(keys, build_topology(kind, keys, gen(13)))
+        metrics = soft_read_metrics(OracleParent(keys_heap), keys_heap, queries)
+        kept[kind] = metrics["mass_kept_top_quarter_at_depth_2"]
+        assert metrics["mass_kept_top_half_at_depth_5"] >= metrics["mass_kept_top_quarter_at_depth_5"]
+    assert kept["learned"] > 0.99 and kept["random"] < 0.7, kept
+
+
 def test_resolution_depths():
     assert resolution_depths(16) == [1, 2, 4, 8, 16]
     assert resolution_depths(5) == [1, 2, 4, 5]
