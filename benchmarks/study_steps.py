@@ -89,7 +89,7 @@ def build_relation_closure_step(threads: int | None = None, device: str = "cpu",
                           **RELATION_CLOSURE_VARIANTS[variant])
     seed_everything(0)
     generator = torch.Generator().manual_seed(0)
-    keys, fit_queries, _ = draw_data(teacher, config, generator)
+    keys, fit_queries = draw_data(teacher, config, generator)[:2]  # a 3-tuple before Drawn
     keys_heap = rt.heap_keys(keys, rt.build_topology(config.topology, keys, generator)).to(device)
     fit_queries = fit_queries.to(device)
     parent = make_parent(config, keys_heap, generator)

@@ -113,9 +113,10 @@ def draw_teacher(teacher, n: int, fit_queries: int, eval_queries: int, seed: int
         fit_queries: int
         eval_queries: int
         leaf_set: str = "bank"
+        query_set: str = "heldout_windows"
         trees: int = 1
 
-    return draw_data(teacher, BankDraw(n, fit_queries, eval_queries), torch.Generator().manual_seed(seed))
+    return draw_data(teacher, BankDraw(n, fit_queries, eval_queries), torch.Generator().manual_seed(seed))[:3]
 
 
 def draw_random(n: int, d: int, fit_queries: int, eval_queries: int, seed: int):

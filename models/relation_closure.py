@@ -19,8 +19,9 @@ Queries (`query_set`):
   window is the first N positions of a recorded window of `max_positions` tokens; its queries are
   that window's later positions N..max_positions-1, each of which sees every key of the tree under
   the causal mask, so the dense posterior over the tree's leaves is the teacher's own attention
-  restricted to the context. The later positions are split by the seed into fit and evaluation
-  halves (the same positions for every tree); `dense_entropy` measures how peaked the posterior is.
+  restricted to the context. The later positions are split by the seed into fit, validation
+  (`val_queries`, optional) and evaluation positions (the same positions for every tree);
+  `dense_entropy` measures how peaked the posterior is.
 
 Arms choose a parent (`single_key`, `prototypes` m, `lowrank`, `mlp` sized to match prototypes
 m = `mlp_match_prototypes`, `oracle`, or `dense`: no tree, the exact read the tree is measured
@@ -29,15 +30,18 @@ against), a topology (`positional`, `random`, `learned`) and a read (`soft` only
 top-10 recall and then measured on evaluation queries; `fast_beam` is `models.tree_read`'s GEMM-shaped
 read of a bank, its schedule calibrated on fit queries the same way).
 
-Budget: `steps` are Adam steps of the parent fit; every `eval_every` steps the fit loss and the
-closure error on evaluation queries are reported; the last report carries every metric.
+Budget: `steps` are Adam steps of the parent fit; every `eval_every` steps the fit loss, the
+closure error on evaluation queries and (with validation queries) val_closure_error are reported;
+the last report carries every metric. A parent with more parameters than fit targets keeps lowering
+its fit loss long after it stops generalising, so a contract's convergence rule reads
+val_closure_error, not fit_loss.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 from pydantic import Field, model_validator
@@ -63,6 +67,8 @@ class RelationClosureConfig(DeviceConfig):
     query_set: Literal["heldout_windows", "continuation"] = "heldout_windows"
     fit_queries: int = Field(default=1024, ge=8, description="continuation: per tree")
     eval_queries: int = Field(default=512, ge=8, description="continuation: per tree")
+    val_queries: int = Field(default=0, ge=0, description="continuation only, per tree: the validation "
+                                                          "queries of val_closure_error (0: none)")
     parent: Literal["single_key", "prototypes", "lowrank", "mlp", "oracle", "dense"] = "prototypes"
     prototypes: int = Field(default=4, ge=1, le=64, description="m, for prototypes and lowrank")
     rank: int = Field(default=16, ge=1, description="lowrank: width of the per-node coefficients")
@@ -89,10 +95,13 @@ class RelationClosureConfig(DeviceConfig):
             later = self.teacher.max_positions - self.leaves
             if self.leaf_set != "context":
                 raise ValueError("query_set: continuation reads per-context trees (leaf_set: context)")
-            if self.fit_queries + self.eval_queries > later:
+            if self.fit_queries + self.val_queries + self.eval_queries > later:
                 raise ValueError(f"query_set: continuation has {later} later positions per window "
-                                 f"(teacher.max_positions - leaves); fit_queries + eval_queries must not "
-                                 f"exceed them, got {self.fit_queries} + {self.eval_queries}")
+                                 f"(teacher.max_positions - leaves); fit_queries + val_queries + eval_queries "
+                                 f"must not exceed them, got {self.fit_queries} + {self.val_queries} + "
+                                 f"{self.eval_queries}")
+        elif self.val_queries:
+            raise ValueError("val_queries are drawn from the continuation positions (query_set: continuation)")
         if self.parent == "dense" and self.read != "soft":
             raise ValueError("the dense arm has no tree to read cheaply; use read: soft")
         if self.read == "fast_beam" and (self.leaf_set != "bank" or self.parent not in ("prototypes", "single_key",
@@ -119,6 +128,7 @@ def _metrics() -> dict[str, Metric]:
     metrics["teacher_heldout_loss"] = nonnegative("lower", "diagnostic")  # nats per token, of the frozen teacher
     metrics.update({f"topk_recall_{k}": proportion("higher", "test") for k in (1, 5, 10)})
     metrics["fit_loss"] = nonnegative("lower", "train")
+    metrics["val_closure_error"] = nonnegative("lower", "validation")  # on validation queries, for convergence
     metrics["fit_topk_recall_10"] = proportion("higher", "train")  # the beam calibration's, on fit queries
     metrics.update({name: nonnegative("lower", "cost") for name in
                     ("visited_nodes", "latency_ms", "dense_latency_ms", "peak_mem_mb", "dense_peak_mem_mb")})
@@ -170,7 +180,8 @@ class RelationClosureStudy(Study):
         # the teacher records on the arm's device; it is trained (once, cached) on the CPU: see teacher_key
         teacher = load_or_train(config.teacher, log=lambda line: print(line, file=sys.stderr), device=device.type)
         # drawn on the CPU by the seed's generator (the same draws on every device), then moved
-        keys, fit_queries, eval_queries = (t.to(device) for t in draw_data(teacher, config, generator))
+        keys, fit_queries, eval_queries, val_queries = (None if t is None else t.to(device)
+                                                        for t in draw_data(teacher, config, generator))
         if config.parent == "dense":
             return self._dense(config, keys, eval_queries, reporter)
 
@@ -180,13 +191,18 @@ class RelationClosureStudy(Study):
         probe = eval_queries[..., :PROBE_QUERIES, :]  # either layout: (Q, d) or (T, Q, d)
         budget = reporter.budget
 
+        def validation() -> dict[str, float]:
+            return {} if val_queries is None else {"val_closure_error": closure_error(parent, keys_heap, val_queries)}
+
         def on_step(step: int, loss: float) -> None:
             if budget.is_eval_step(step) and step < budget.steps:  # the last report comes below
-                reporter.report(step, {"fit_loss": loss, "closure_error": closure_error(parent, keys_heap, probe)})
+                reporter.report(step, {"fit_loss": loss, "closure_error": closure_error(parent, keys_heap, probe),
+                                       **validation()})
 
         losses = rt.fit_parents(parent, keys_heap, fit_queries, budget.steps, config.lr, config.batch,
                                 generator, on_step=on_step)
-        metrics = {"fit_loss": losses[-1] if losses else 0.0, "teacher_heldout_loss": teacher.meta["heldout_loss"]}
+        metrics = {"fit_loss": losses[-1] if losses else 0.0, "teacher_heldout_loss": teacher.meta["heldout_loss"],
+                   **validation()}
         metrics.update(rt.soft_read_metrics(parent, keys_heap, eval_queries))
         metrics["dense_entropy_ratio"] = metrics["dense_entropy"] / math.log(config.leaves)
         if config.read != "soft":
@@ -221,9 +237,15 @@ def mlp_shape(config: RelationClosureConfig, internal: int, d: int) -> tuple[int
     return rt.mlp_shape_matching(internal * config.mlp_match_prototypes * (d + 1), internal, d)
 
 
-def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator):
-    """(keys (T, N, d), fit queries, evaluation queries), drawn by the seed: queries (Q, d) shared by
-    every tree, or (T, Q, d) per tree for query_set continuation."""
+class Drawn(NamedTuple):
+    keys: torch.Tensor  # (T, N, d)
+    fit_queries: torch.Tensor  # (Q, d) shared by every tree, or (T, Q, d) per tree (continuation)
+    eval_queries: torch.Tensor
+    val_queries: torch.Tensor | None  # continuation with val_queries > 0 only
+
+
+def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator) -> Drawn:
+    """The seed's leaves and queries (see the module docstring)."""
     if config.query_set == "continuation":
         return continuation_data(teacher, config, generator)
     query_window = min(QUERY_WINDOW, teacher.config.max_positions)
@@ -251,7 +273,7 @@ def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator
         if len(pooled) < config.leaves:
             raise ValueError(f"the training slice has {len(pooled)} keys, fewer than {config.leaves} leaves")
         keys = pooled[torch.randperm(len(pooled), generator=generator)[: config.leaves]].unsqueeze(0)
-    return keys.contiguous(), fit_queries.contiguous(), eval_queries.contiguous()
+    return Drawn(keys.contiguous(), fit_queries.contiguous(), eval_queries.contiguous(), None)
 
 
 def continuation_data(teacher, config: RelationClosureConfig, generator: torch.Generator):
@@ -261,11 +283,11 @@ def continuation_data(teacher, config: RelationClosureConfig, generator: torch.G
     queries, window_keys = teacher.record("train", pool_windows, window)
     chosen = torch.randperm(pool_windows, generator=generator)[: config.trees]
     later = config.leaves + torch.randperm(window - config.leaves, generator=generator)
-    fit_positions = later[: config.fit_queries]
-    eval_positions = later[config.fit_queries: config.fit_queries + config.eval_queries]
-    keys = window_keys[chosen, : config.leaves]
-    return (keys.contiguous(), queries[chosen][:, fit_positions].contiguous(),
-            queries[chosen][:, eval_positions].contiguous())
+    fit_positions, eval_positions, val_positions = later.split(
+        [config.fit_queries, config.eval_queries, config.val_queries])[:3]
+    own = queries[chosen]
+    return Drawn(window_keys[chosen, : config.leaves].contiguous(), own[:, fit_positions].contiguous(),
+                 own[:, eval_positions].contiguous(), own[:, val_positions].contiguous() if config.val_queries else None)
 
 
 def closure_error(parent: rt.Parent, keys_heap: torch.Tensor, queries: torch.Tensor) -> float:

@@ -47,7 +47,8 @@ def run(config, seed=0, steps=20):
 
 def test_fit_and_evaluation_queries_come_from_disjoint_windows(teacher_config):
     teacher = load_or_train(teacher_config, log=lambda _: None)
-    keys, fit, evaluation = draw_data(teacher, arm(teacher_config), torch.Generator().manual_seed(0))
+    keys, fit, evaluation, validation = draw_data(teacher, arm(teacher_config), torch.Generator().manual_seed(0))
+    assert validation is None
     assert keys.shape == (4, 32, 32) and fit.shape == (256, 32) and evaluation.shape == (64, 32)
     rows_fit = {tuple(q.tolist()) for q in fit}
     assert not any(tuple(q.tolist()) in rows_fit for q in evaluation)
@@ -58,9 +59,10 @@ def test_continuation_queries_are_the_trees_own_later_positions(teacher_config):
     that same window's positions N.. (each sees the whole tree under the causal mask), fit and
     evaluation positions disjoint, the same positions for every tree."""
     teacher = load_or_train(teacher_config, log=lambda _: None)
-    config = arm(teacher_config, leaves=16, query_set="continuation", fit_queries=24, eval_queries=20)
-    keys, fit, evaluation = draw_data(teacher, config, torch.Generator().manual_seed(0))
-    assert keys.shape == (4, 16, 32) and fit.shape == (4, 24, 32) and evaluation.shape == (4, 20, 32)
+    config = arm(teacher_config, leaves=16, query_set="continuation", fit_queries=20, eval_queries=20, val_queries=8)
+    keys, fit, evaluation, validation = draw_data(teacher, config, torch.Generator().manual_seed(0))
+    assert keys.shape == (4, 16, 32) and fit.shape == (4, 20, 32) and evaluation.shape == (4, 20, 32)
+    assert validation.shape == (4, 8, 32)
     window = teacher_config.max_positions
     pool = min(2048, teacher.stream("train").numel() // window)
     queries, window_keys = teacher.record("train", pool, window)
@@ -68,12 +70,15 @@ def test_continuation_queries_are_the_trees_own_later_positions(teacher_config):
         rows = [i for i in range(pool) if torch.equal(window_keys[i, :16], keys[t])]
         assert len(rows) == 1
         positions = {}
-        for name, drawn in (("fit", fit), ("eval", evaluation)):
+        for name, drawn in (("fit", fit), ("eval", evaluation), ("val", validation)):
             matches = [(drawn[t, j] == queries[rows[0]]).all(-1).nonzero().flatten().tolist() for j in range(len(drawn[t]))]
             assert all(len(m) == 1 for m in matches)
             positions[name] = {m[0] for m in matches}
-        assert min(positions["fit"] | positions["eval"]) >= 16 and not positions["fit"] & positions["eval"]
-    metrics, _ = run(config)
+        assert min(positions["fit"] | positions["eval"] | positions["val"]) >= 16
+        assert len(positions["fit"] | positions["eval"] | positions["val"]) == 20 + 20 + 8  # disjoint
+    metrics, reporter = run(config)
+    assert [sorted(m) for _, m in reporter.history[:1]] == [["closure_error", "fit_loss", "val_closure_error"]]
+    assert "val_closure_error" in metrics
     assert 0 < metrics["dense_entropy_ratio"] <= 1
     assert metrics["dense_entropy"] == pytest.approx(metrics["dense_entropy_ratio"] * np.log(16))
     assert 0 <= metrics["mass_kept_top_quarter_at_depth_2"] <= metrics["mass_kept_top_half_at_depth_2"] <= 1
@@ -120,6 +125,8 @@ def test_config_rejects_impossible_shapes(teacher_config):
         arm(teacher_config, leaves=32, query_set="continuation", fit_queries=16, eval_queries=17)  # 64 - 32 < 33
     with pytest.raises(ValidationError, match="per-context trees"):
         arm(teacher_config, leaf_set="bank", query_set="continuation", fit_queries=8, eval_queries=8)
+    with pytest.raises(ValidationError, match="val_queries are drawn"):
+        arm(teacher_config, val_queries=8)
     with pytest.raises(ValidationError, match="dense arm"):
         arm(teacher_config, parent="dense", read="beam")
 
