@@ -24,8 +24,16 @@ def test_device_field_accepts_auto_cpu_cuda_only():
             DeviceConfig(device=choice)
 
 
-@pytest.mark.parametrize("name", ["c05_probe", "relation_closure", "bif_lm", "spr_hash", "twin_tree",
-                                  "treeheap_translator"])
+def repository_studies() -> list[str]:
+    """The studies this repository registers (pyproject.toml), so a new one is checked without a list here."""
+    import tomllib
+    from pathlib import Path
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    return sorted(pyproject["project"]["entry-points"]["gates.studies"])
+
+
+@pytest.mark.parametrize("name", repository_studies())
 def test_every_study_of_this_repository_takes_a_device(name):
     """Each study's arm config is a DeviceConfig (the field above); each study's test file checks that
     `device: cpu` gives the metrics of `auto` bit for bit on this CPU machine."""
