@@ -39,7 +39,9 @@ minus the clean NLL, for the arms it applies to:
 unfold_mse (leaves rebuilt by UNFOLD from the root and details vs the Butterfly's leaves, lifting-form
 folds), stop_mass_depth_<k> (mean READ mass stopped at depth k per target token), val_nll (during
 training, on a fixed slice of the valid split), train_tokens_per_s, peak_mem_mb (peak RSS growth
-during one training step, from /proc; NaN where the kernel does not offer it).
+during one training step, from /proc; NaN where the kernel does not offer it). With keep_best every
+test metric is measured on the weights of the evaluation with the lowest val_nll (early stopping on the
+validation split); the final val_nll is then that lowest one and best_val_step its step.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ class TranslatorConfig(DeviceConfig):
     bleu_examples: int = Field(200, ge=1)  # per direction
     beam_size: int = Field(1, ge=1)
     samples: int = Field(20, ge=0)  # sample translations saved per direction
+    keep_best: bool = False  # measure the weights of the evaluation with the lowest val_nll (early stopping), not the last
 
     @model_validator(mode="after")
     def _directions_known(self) -> "TranslatorConfig":
@@ -569,6 +572,7 @@ class TranslatorStudy(Study):
         "unfold_mse": nonnegative("lower", "diagnostic"),
         **{f"stop_mass_depth_{k}": proportion("higher", "diagnostic") for k in range(11)},
         "train_tokens_per_s": nonnegative("higher", "cost"), "peak_mem_mb": nonnegative("lower", "cost"),
+        "best_val_step": nonnegative("higher", "diagnostic"),  # keep_best: the step whose weights were measured
     }
     machine_metrics = frozenset({"train_tokens_per_s", "peak_mem_mb"})
 
@@ -611,9 +615,14 @@ class TranslatorStudy(Study):
             counter["tokens"] += n
             return loss / n
 
+        best = {"val_nll": math.inf, "state": None, "step": 0}
+
         def evaluate() -> dict[str, float]:
             started = time.perf_counter()
             val_nll = mean_nll(model, valid, config.batch_size)[0]
+            if config.keep_best and val_nll < best["val_nll"]:  # a copy of the weights, kept until a lower one
+                best.update(val_nll=val_nll, step=counter["step"],
+                            state={k: v.detach().clone() for k, v in model.state_dict().items()})
             counter["eval_seconds"] += time.perf_counter() - started
             return {"val_nll": val_nll}
 
@@ -621,6 +630,9 @@ class TranslatorStudy(Study):
         last = train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate,
                           clip_grad_norm=config.clip_grad_norm)
         train_seconds = time.perf_counter() - started
+        if config.keep_best and best["state"] is not None:  # the reported series stays as it was
+            model.load_state_dict(best["state"])
+            last = {**last, "val_nll": best["val_nll"], "best_val_step": float(best["step"])}
         final = {**last, **self.measure(model, data, test, config, seed, reporter)}
         final["train_tokens_per_s"] = counter["tokens"] / (train_seconds - counter["eval_seconds"])
         final["peak_mem_mb"] = peak_rss_growth_mb(lambda: _one_step(model, train, config, generator))

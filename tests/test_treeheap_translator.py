@@ -464,3 +464,25 @@ def test_study_run_end_to_end_is_deterministic(pair_file, tmp_path, monkeypatch)
     assert [step for step, _ in reporter.history] == [3, 6]
     assert "source:" in attached["samples.txt"] and "BLEU" in attached["samples.txt"]
     assert first["train_tokens_per_s"] > 0
+
+
+def test_keep_best_measures_the_weights_of_the_lowest_val_nll(pair_file, tmp_path, monkeypatch):
+    """Early stopping: the final val_nll is the lowest reported one, the test metrics come from those
+    weights (deterministically), and keep_best off leaves a run exactly as it was."""
+    monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
+    config = TranslatorConfig(arm="transformer_enc", corpus=str(pair_file), vocab_size=120, depth=4, d_model=16,
+                              hidden=16, read_dim=8, gru_hidden=8, ffn_hidden=16, batch_size=16, valid_examples=32,
+                              bleu_examples=10, samples=2, valid_fraction=0.1, test_fraction=0.1, lr=0.3,
+                              warmup_steps=0)  # a rate at which val_nll jumps about: the best is not the last
+    runs = []
+    for keep in (True, True, False):
+        reporter = NullReporter(Budget(12, 2))
+        runs.append((STUDY.run(config.model_copy(update={"keep_best": keep}), 0, reporter), reporter.history))
+    (best, history), (again, _), (plain, plain_history) = runs
+    reported = {step: m["val_nll"] for step, m in history}
+    assert best["val_nll"] == min(reported.values()) and reported[int(best["best_val_step"])] == best["val_nll"]
+    machine = {"train_tokens_per_s", "peak_mem_mb"}
+    assert {k: v for k, v in best.items() if k not in machine} == {k: v for k, v in again.items() if k not in machine}
+    assert [m for _, m in plain_history] == [m for _, m in history]  # the same training either way
+    assert "best_val_step" not in plain and plain["val_nll"] == reported[12]
+    assert best["best_val_step"] < 12 and best["test_nll"] != plain["test_nll"]
