@@ -37,6 +37,16 @@ Roads and arms (`arm`; d = the LM width, V = vocab_size, T = seq_len, L = layers
                   every block: the state is C scalars per token. Every map above sends a state with
                   grades 1-5 at 0 to one with grades 1-5 at 0 (a sandwich fixes scalars), so the
                   equivariant part is removed and nothing else (same parameters, same code path).
+    scalar_wide   the same state width with no equivariant part: each of the 32 C numbers of a token is a
+                  scalar (an invariant), i.e. grade0_only's network run on every blade slot instead of
+                  on the scalar blade alone. Concretely the biic model with (1) no rotor transport (a
+                  sandwich fixes scalars: the identity; no bivector parameters) and (2) the MLP gate
+                  reading each coordinate itself (m sigma(m): a SiLU MLP, as on grade 0), with the same
+                  weight sharing as biic (one C x C channel map per blade group, so the same parameter
+                  count less the L x C x 32 bivectors: 266,616 vs 266,872 at the contracts' sizes) and the
+                  same per-group RMS norm, embedding, tied head and attention scores. So only what
+                  makes grades 1-5 equivariant (the rotor transport between tokens, the invariant-only
+                  gate) is removed; the width (128 numbers per token) and the parameters stay.
     transformer   models.bif_lm's `baseline` (embedding + L standard pre-norm blocks, tied head) at
                   width d_model, its mlp_hidden chosen in the contract to match biic's parameters
                   (`transformer_mlp_hidden_to_match`, bif_lm's mlp_hidden_to_match).
@@ -112,8 +122,8 @@ from models.bif_lm import (
 )
 from models.common import count_parameters, seed_everything, train_loop
 
-Arm = Literal["biic", "grade0_only", "transformer", "sfe_v10", "sfe_v11"]
-BIIC_ARMS = ("biic", "grade0_only")
+Arm = Literal["biic", "grade0_only", "scalar_wide", "transformer", "sfe_v10", "sfe_v11"]
+BIIC_ARMS = ("biic", "grade0_only", "scalar_wide")
 SFE_ARMS = ("sfe_v10", "sfe_v11")
 ALPHA_STD = 0.02  # initial scale of the static recipes alpha (bif_lm's choice: an embedding table's)
 G_INIT_STD_V11 = 0.001  # the author's v1.1 initialisation of g
@@ -270,7 +280,9 @@ class RotorAttention(nn.Module):
         self.heads, self.clamp, self.terms = config.heads, config.rotor_clamp, config.exp_terms
         self.q, self.k, self.v = (GradeLinear(C, C, 1 / math.sqrt(C)) for _ in range(3))
         self.o = GradeLinear(C, C, residual_scale(config) / math.sqrt(C))
-        self.bivector = nn.Parameter(cl.from_grade(0.01 * torch.randn(C, len(cl.BLADES_OF_GRADE[2])), 2))
+        self.transport = config.arm != "scalar_wide"  # scalar_wide: every coordinate a scalar, no rotors
+        if self.transport:
+            self.bivector = nn.Parameter(cl.from_grade(0.01 * torch.randn(C, len(cl.BLADES_OF_GRADE[2])), 2))
 
     def transports(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The sandwich matrices of R^t and R^-t, t = 0..length-1: (T, C, 32, 32) each."""
@@ -280,12 +292,17 @@ class RotorAttention(nn.Module):
     def forward(self, z: torch.Tensor, mask=lambda x: x) -> torch.Tensor:
         B, T, C, _ = z.shape
         q, k, v = self.q(z), self.k(z), self.v(z)
-        out, home = self.transports(T)
-        v_home = mask(torch.einsum("tcki,btci->btck", home, v))  # R^-j v_j R^j: each value carried to position 0
+        if self.transport:
+            out, home = self.transports(T)
+            v_home = mask(torch.einsum("tcki,btci->btck", home, v))  # R^-j v_j R^j: each value carried to position 0
+        else:
+            v_home = v
         H = self.heads
         split = lambda x: x.reshape(B, T, H, -1).transpose(1, 2)  # noqa: E731  (B, H, T, 32 C / H)
         mixed = causal_mix(split(q), split(k), split(v_home), 1 / math.sqrt(q[0, 0].numel() / H))
         u = mixed.transpose(1, 2).reshape(B, T, C, cl.N_BLADES)
+        if not self.transport:
+            return self.o(u)
         # R^i u_i R^-i = sum_j a_ij R^(i-j) v_j R^(i-j)~
         return self.o(mask(torch.einsum("tcki,btci->btck", out, u)))
 
@@ -296,9 +313,12 @@ class GatedMultivectorMLP(nn.Module):
         C, M = config.channels, config.mlp_channels
         self.up = GradeLinear(C, M, 1 / math.sqrt(C))
         self.down = GradeLinear(M, C, residual_scale(config) / math.sqrt(M))
+        self.scalar = config.arm == "scalar_wide"
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         m = self.up(z)
+        if self.scalar:  # every coordinate is a scalar: a SiLU on each
+            return self.down(m * torch.sigmoid(m))
         return self.down(m * torch.sigmoid(m[..., :1]))  # the gate reads the invariant scalar part
 
 
@@ -316,7 +336,8 @@ class BiicBlock(nn.Module):
 
 
 class BiicLM(nn.Module):
-    """The biic and grade0_only arms (one model; grade0_only masks grades 1-5, see the docstring)."""
+    """The biic, grade0_only and scalar_wide arms (one model; grade0_only masks grades 1-5, scalar_wide
+    drops the rotor transport and gates every coordinate by itself, see the docstring)."""
 
     def __init__(self, config: BiicLMConfig):
         super().__init__()
@@ -481,6 +502,8 @@ def forward_flops(config: BiicLMConfig) -> int:
     mixing = 2 * T * S * C  # scores over T keys, mixing T values
     transport = 2 * C * S * S  # two sandwich matrices applied per channel (home, then out)
     window = biic_window_macs(config) / (T * config.batch_size)  # shared over the batch's tokens
+    if config.arm == "scalar_wide":  # no rotors
+        transport = window = 0
     return int(round(2 * (L * (maps + mixing + transport + window) + S * C * V)))
 
 
