@@ -50,6 +50,14 @@ the smallest; `far_reach_share` the share over pairs at distance > D; `short_*` 
 sequences (one example per short length). `init_*` are the same on the untrained model (the kernel's
 structural reach, measured): what a contract judges reach on, since training teaches a model to
 ignore fillers (on butterfly-reach seed 4 two filler influences fell to 4e-7 and 8e-7 of the largest). A per-leaf table of influencing-source counts is attached to each run (`reach.txt`).
+
+Multi-message task (butterfly-reach-v3; `messages` = M > 1, opt-in, the default 1 is the task above bit
+for bit): M disjoint (source, target) pairs per example, pair k marked at both ends by a message id
+(an embedding added to the leaf's input), each target's answer its own source's value (`make_messages`),
+so M values must be routed at once: the root of width d must hold all M, while the Butterfly's leaves
+keep width d each. The root arm then reads z_t = root + tanh(Q([root, x_t])) (the target says which
+message it wants). Accuracies pool every message of every test example by its own pair's distance
+(near: 1 .. D-1, far: > D). `clip_grad_norm` (default None) clips the gradient norm for every arm.
 """
 
 from __future__ import annotations
@@ -86,6 +94,9 @@ class ButterflyReachConfig(DeviceConfig):
     lr: float = Field(3e-3, gt=0)
     test_examples: int = Field(256, ge=1)  # per distance, per test set
     val_examples: int = Field(512, ge=1)
+    # butterfly-reach-v3 (opt-in; the defaults keep v1, v2 and short-reach bit for bit):
+    messages: int = Field(1, ge=1)  # M > 1: M disjoint (source, target) pairs per example, see make_examples
+    clip_grad_norm: float | None = Field(None, gt=0)  # gradient-norm clipping, every arm alike
 
     @property
     def n_leaves(self) -> int:
@@ -100,6 +111,11 @@ class ButterflyReachConfig(DeviceConfig):
             raise ValueError(f"short_lengths must lie in [2, {n}] for depth {self.depth}")
         if self.short_lengths and not any(d < max(self.short_lengths) for d in self.distances):
             raise ValueError("no distance fits in any short length")
+        if self.messages > 1:
+            if 2 * self.messages > min([n, *self.short_lengths]):
+                raise ValueError(f"{self.messages} disjoint pairs need 2 x {self.messages} present leaves")
+            if 0 in self.distances:
+                raise ValueError("with messages > 1 sources and targets are disjoint: no distance 0")
         return self
 
 
@@ -141,7 +157,10 @@ def structural_reach(arm: str, depth: int, length: int) -> torch.Tensor:
 def make_examples(config: ButterflyReachConfig, generator: torch.Generator, count: int,
                   lengths: list[int] | None, distance: int | None = None) -> dict[str, torch.Tensor]:
     """`count` examples. `lengths` None: full length N; else L uniform over `lengths` (those > the
-    distance). `distance` None: uniform over the configured distances that fit each example."""
+    distance). `distance` None: uniform over the configured distances that fit each example.
+    With `messages` > 1: see `make_messages`."""
+    if config.messages > 1:
+        return make_messages(config, generator, count, lengths, distance)
     n = config.n_leaves
     g = generator
     if lengths is None:
@@ -168,6 +187,48 @@ def make_examples(config: ButterflyReachConfig, generator: torch.Generator, coun
     mask = torch.arange(n)[None, :] < length[:, None]
     return {"values": values, "role": role, "mask": mask, "target": target, "source": source,
             "answer": values[rows, source], "distance": delta, "length": length}
+
+
+def make_messages(config: ButterflyReachConfig, generator: torch.Generator, count: int,
+                  lengths: list[int] | None, distance: int | None = None) -> dict[str, torch.Tensor]:
+    """The multi-message task (M = `messages` > 1). M disjoint (source, target) pairs of present leaves
+    per example, pair k marked at both ends by a message id (`message`: 0 none, k + 1 for pair k, the
+    ids a random permutation per example); every target's answer is its own source's value. `distance`
+    None: the 2M leaves are a uniform random draw of distinct present leaves, paired in draw order (so
+    the direction and distance of each pair are random: distance d has weight L - d). `distance` d:
+    the first pair is placed at distance d (uniformly in the sequence, the source on a random side),
+    the other M - 1 as above among the remaining leaves. B x M fields: `target`, `source`, `answer`,
+    `distance`; B x N: `values`, `role`, `mask`, `message`; B: `length`."""
+    n, m, g = config.n_leaves, config.messages, generator
+    if lengths is None:
+        length = torch.full((count,), n)
+    else:
+        fit = [length for length in lengths if distance is None or length > distance]
+        length = torch.tensor(fit)[torch.randint(len(fit), (count,), generator=g)]
+    mask = torch.arange(n)[None, :] < length[:, None]
+    # a random order of the present leaves first (absent ones sort last)
+    keys = torch.rand(count, n, generator=g) + (~mask).float() * 2
+    if distance is not None:
+        low = (torch.rand(count, generator=g) * (length - distance)).long()
+        source_left = torch.rand(count, generator=g) < 0.5
+        first = torch.where(source_left, low, low + distance)
+        second = torch.where(source_left, low + distance, low)
+        rows = torch.arange(count)
+        keys[rows, first], keys[rows, second] = -2.0, -1.0  # drawn first: pair 0
+    order = keys.argsort(dim=1)[:, : 2 * m]
+    source, target = order[:, 0::2], order[:, 1::2]  # B x M
+    values = torch.randint(config.values, (count, n), generator=g)
+    ids = torch.rand(count, m, generator=g).argsort(dim=1) + 1  # message ids 1..M, shuffled
+    rows = torch.arange(count)[:, None]
+    role = torch.full((count, n), FILLER)
+    role[rows, source] = SOURCE
+    role[rows, target] = TARGET
+    message = torch.zeros(count, n, dtype=torch.long)
+    message[rows, source] = ids
+    message[rows, target] = ids
+    return {"values": values, "role": role, "mask": mask, "message": message, "target": target,
+            "source": source, "answer": values[rows, source], "distance": (target - source).abs(),
+            "length": length}
 
 
 # ------------------------------------------------------------------------------------ model
@@ -202,9 +263,18 @@ class ReachModel(nn.Module):
             self.register_buffer(f"pair_first_{r}", i, persistent=False)
             self.register_buffer(f"pair_second_{r}", j, persistent=False)
         self.head = nn.Linear(d, config.values)
+        if config.messages > 1:  # created last, so the defaults' initialisation is unchanged
+            self.message_embed = nn.Embedding(config.messages + 1, d)
+            if arm == "root_bottleneck":
+                # the root arm's read: the root and the target's own input (its message id), as the
+                # bag's G reads the pooled vector and the leaf: z_t = root + tanh(Q([root, x_t]))
+                self.read = mlp(2 * d, config.hidden, d)
 
     def embed(self, batch: dict) -> torch.Tensor:
-        return self.value_embed(batch["values"]) + self.role_embed(batch["role"])
+        x = self.value_embed(batch["values"]) + self.role_embed(batch["role"])
+        if self.config.messages > 1:
+            x = x + self.message_embed(batch["message"])
+        return x
 
     def states(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """B x N x d: the state the head reads for a target at each leaf (the root's, broadcast, for
@@ -220,13 +290,19 @@ class ReachModel(nn.Module):
             return self.butterfly(x * mask.unsqueeze(-1), torch.ones_like(mask))
         if arm == "root_bottleneck":
             states, _, _ = fold_levels(self.fold, x, mask)
-            return states[0].expand(-1, x.shape[1], -1)
+            root = states[0].expand(-1, x.shape[1], -1)
+            if self.config.messages > 1:
+                return root + torch.tanh(self.read(torch.cat([root, x], -1)))
+            return root
         return self.bag(x, mask)
 
     def forward(self, batch: dict) -> torch.Tensor:
-        """Logits over the V values at each example's target."""
+        """Logits over the V values at each example's target (B x V; B x M x V with messages > 1)."""
         z = self.states(self.embed(batch), batch["mask"])
-        return self.head(z[torch.arange(z.shape[0], device=z.device), batch["target"]])
+        rows = torch.arange(z.shape[0], device=z.device)
+        if batch["target"].dim() == 2:
+            rows = rows[:, None]
+        return self.head(z[rows, batch["target"]])
 
 
 def influence(model: ReachModel, batch: dict, projections: int = 2, seed: int = 0) -> torch.Tensor:
@@ -344,9 +420,11 @@ class ButterflyReachStudy(Study):
             if n_short:
                 parts.append(make_examples(config, train_g, n_short, config.short_lengths))
             batch = to({k: torch.cat([p[k] for p in parts]) for k in parts[0]})
-            return F.cross_entropy(model(batch), batch["answer"])
+            return F.cross_entropy(model(batch).flatten(0, -2), batch["answer"].flatten())
 
         def accuracy(sets: dict, prefix: str) -> dict[str, float]:
+            if config.messages > 1:
+                return message_accuracy(sets, prefix)
             hits = {d: (model(b).argmax(-1) == b["answer"]).double().mean().item() for d, b in sets.items()}
             out = {f"{prefix}accuracy_at_distance_{d}": h for d, h in hits.items()}
             out[f"{prefix}test_acc"] = sum(hits.values()) / len(hits)
@@ -356,13 +434,29 @@ class ButterflyReachStudy(Study):
                     out[f"{prefix}accuracy_{name}"] = sum(inside) / len(inside)
             return out
 
-        def evaluate() -> dict[str, float]:
-            logits = model(val)
-            return {**accuracy(full_sets, ""), **accuracy(short_sets, "short_"),
-                    "val_loss": F.cross_entropy(logits, val["answer"]).item(),
-                    "val_acc": (logits.argmax(-1) == val["answer"]).double().mean().item()}
+        def message_accuracy(sets: dict, prefix: str) -> dict[str, float]:
+            """Multi-message: every message of every test example (the sets of all distances pooled),
+            grouped by its own pair's distance; near / far / test_acc pool messages likewise."""
+            if not sets:
+                return {}
+            hits = torch.cat([(model(b).argmax(-1) == b["answer"]).flatten() for b in sets.values()]).double()
+            dist = torch.cat([b["distance"].flatten() for b in sets.values()])
+            out = {f"{prefix}accuracy_at_distance_{d}": hits[dist == d].mean().item()
+                   for d in sorted(set(dist.tolist()))}
+            out[f"{prefix}test_acc"] = hits.mean().item()
+            for name, inside in (("near", (dist >= 1) & (dist <= config.depth - 1)), ("far", dist > config.depth)):
+                if inside.any():
+                    out[f"{prefix}accuracy_{name}"] = hits[inside].mean().item()
+            return out
 
-        final = train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate)
+        def evaluate() -> dict[str, float]:
+            logits = model(val).flatten(0, -2)
+            answer = val["answer"].flatten()
+            return {**accuracy(full_sets, ""), **accuracy(short_sets, "short_"),
+                    "val_loss": F.cross_entropy(logits, answer).item(),
+                    "val_acc": (logits.argmax(-1) == answer).double().mean().item()}
+
+        final = train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate, config.clip_grad_norm)
         final_reach, final_table = measure_reach("")
         reporter.attach("reach.txt", f"untrained\n{init_table}\n\ntrained\n{final_table}\n")
         return {**final, **init_reach, **final_reach}
