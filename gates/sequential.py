@@ -2,8 +2,9 @@
 
 A contract with `sequential: {looks: [3, 6, 10], spending: obrien-fleming}` lists its maximum set
 of seeds in `seeds` and is judged after the first 3 seeds, then after 6, then after all 10, stopping
-at the first look whose verdict is decided (supported, refuted or invalid). Undetermined at the last
-look is inconclusive.
+at the first look whose verdict is decided (supported, refuted, or invalid by a control that fails;
+a control not yet settled at an earlier look waits for more seeds). Undetermined at the last look is
+inconclusive.
 
 Alpha spending (Lan-DeMets). Look k sits at information fraction t_k = looks[k] / looks[-1]. A
 spending function alpha(t) says how much of the decision's alpha may have been used by fraction t:
@@ -35,6 +36,16 @@ from scipy.stats import norm
 from gates.study import Metric
 
 DECIDED = ("supported", "refuted", "invalid")
+
+
+def stops(result, last_look: bool) -> bool:
+    """Whether a judged look ends the sequence: it supports or refutes, or it is invalid. At a look
+    before the last, an invalid verdict stops only when a control fails; a control that cannot be
+    settled yet (the look's share of alpha is small: 0.0003 at 3 of 10 seeds under O'Brien-Fleming)
+    waits for the next look's seeds instead of ending a working experiment as invalid."""
+    if result.verdict == "invalid" and not last_look:
+        return any(c.outcome == "fails" for c in result.controls)
+    return result.verdict in DECIDED
 
 
 # ---------------------------------------------------------------------------------- spending
@@ -95,7 +106,7 @@ def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] |
         looks.append({"look": k + 1, "seeds": seeds[:n], "alpha_spent": cum, "alpha_look": at_look,
                       "verdict": result.verdict,
                       "outcomes": {r.label: r.outcome for r in result.conditions + result.controls}})
-        if result.verdict in DECIDED:
+        if stops(result, k == len(seq.looks) - 1):
             break
     k = len(looks) - 1
     total = len(seq.looks)
@@ -103,7 +114,7 @@ def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] |
             f"judged at alpha {looks[-1]['alpha_look']:.3g} spent at this look, {looks[-1]['alpha_spent']:.3g} "
             f"of {alpha:g} spent so far")
     result.reasons = [head] + result.reasons
-    if result.verdict == "inconclusive":
+    if result.verdict == "inconclusive" or not stops(result, k + 1 == total):
         if k + 1 < total:
             nxt = seq.looks[k + 1]
             result.settle = [f"continue to look {k + 2} ({nxt} seeds): `gates run` runs seeds "
@@ -130,7 +141,7 @@ def next_look(contract, runs: list[dict], metrics: Mapping[str, Metric] | None =
             return lacking
         result = v.decide(contract.decision, _look_runs(runs, seeds[:n]), metrics, alpha=levels[k][1],
                           controls=contract.controls)
-        if result.verdict in DECIDED:
+        if stops(result, k == len(seq.looks) - 1):
             return None
     return None
 

@@ -132,6 +132,36 @@ def test_sequence_records_every_look_and_settle_lines(no_power_planning):
     assert next_look(contract, clear[:3]) is None
 
 
+def test_a_control_not_yet_settled_at_an_early_look_waits_for_the_next(no_power_planning):
+    """O'Brien-Fleming over [3, 10] spends 0.00035 at 3 seeds: a working control (c clearly above its
+    bar) cannot be settled there, so the sequence goes on to 10 seeds, where it holds and the claim is
+    supported; a control that fails at the early look stops the sequence as invalid at once."""
+    from pydantic import TypeAdapter
+
+    from gates.contract import Control
+
+    control = TypeAdapter(Control).validate_python(
+        {"kind": "threshold", "arm": "a", "metric": "c", "direction": "higher", "value": 0.5, "control": "positive"})
+    contract = _contract([3, 10], "obrien-fleming")
+    contract.controls = [control]
+    c_values = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.1, 0.9, 1.02, 0.98]
+
+    def runs(c):
+        return [{"arm": "a", "seed": s, "status": "completed", "metrics": {"m": 5.0 + 0.1 * (s % 3), "c": c[s]}}
+                for s in range(10)]
+
+    result = judge_sequential(contract, runs(c_values))
+    assert [look["verdict"] for look in result.looks] == ["invalid", "supported"] and result.verdict == "supported"
+    assert result.looks[0]["outcomes"]["controls[0]"] == "undetermined"
+    assert next_look(contract, runs(c_values)[:3]) == list(range(3, 10))
+
+    failing = [0.1, 0.101, 0.099] + c_values[3:]  # clearly below the bar already at 3 seeds
+    result = judge_sequential(contract, runs(failing)[:3])
+    assert len(result.looks) == 1 and result.verdict == "invalid"
+    assert result.looks[0]["outcomes"]["controls[0]"] == "fails"
+    assert next_look(contract, runs(failing)[:3]) is None
+
+
 def test_futility_halt_on_arm_under_test_refutes_at_its_look(no_power_planning):
     contract = _contract([3, 6, 10], "obrien-fleming")
     runs = _runs(np.linspace(-1, 1, 10))
