@@ -55,7 +55,8 @@ Roads and arms (`arm`; d = the LM width, V = vocab_size, T = seq_len, L = layers
                   j = i-1..i-4 (zeros before the window's start; detached, the seed's leak fix: position
                   i never reads itself); g: one linear map R^{4d} -> R^k with bias (the author's).
                   h_0 = e_i + P[i], then L standard blocks (bif_lm's Block), logits = LN(h_L) W_out
-                  (an untied head, the author's). v1.0: g initialised to zero. v1.1: g ~ N(0, 0.001^2),
+                  (an untied head, the author's). B ~ N(0, basis_std^2) (default 1 / k, so alpha B
+                  starts at an embedding's scale; the author's code 0.02^2). v1.0: g initialised to zero. v1.1: g ~ N(0, 0.001^2),
                   its learning rate g_lr_multiplier (10) x the schedule's, and an auxiliary loss
                   aux_weight (0.01) x the mean pairwise cosine of the dynamic alphas of each tracked
                   token's occurrences in the batch (the seed's "explicit differentiation loss"; the
@@ -151,6 +152,8 @@ class BiicLMConfig(DeviceConfig):
     d_model: int = Field(default=128, ge=8)  # transformer and SFE width
     mlp_hidden: int = Field(default=512, ge=1)  # transformer and SFE MLP width
     alpha_dim: int = Field(default=64, ge=2)  # SFE: k
+    basis_std: float | None = Field(default=None, gt=0)  # SFE: B's init std; None: 1 / sqrt(k) (alpha B at
+    # an embedding's scale); the author's code: 0.02
     context: int = Field(default=4, ge=1)  # SFE: previous embeddings g reads
     g_lr_multiplier: float = Field(default=10.0, gt=0)  # sfe_v11 only
     aux_weight: float = Field(default=0.01, ge=0)  # sfe_v11 only
@@ -376,7 +379,8 @@ class SFELM(nn.Module):
         V, d, k = config.vocab_size, config.d_model, config.alpha_dim
         block_config = transformer_config(config)  # bif_lm's Block reads d_model, heads, mlp_hidden
         self.alpha = nn.Embedding(V, k)
-        self.basis = nn.Parameter(torch.randn(k, d) / math.sqrt(k))  # alpha B at an embedding's scale
+        std = config.basis_std if config.basis_std is not None else 1 / math.sqrt(k)  # default: alpha B at an
+        self.basis = nn.Parameter(std * torch.randn(k, d))  # embedding's scale; the author's code: 0.02
         self.g = nn.Linear(config.context * d, k, bias=True)
         self.position_embedding = nn.Embedding(config.seq_len, d)
         self.blocks = nn.ModuleList(Block(block_config) for _ in range(config.layers))

@@ -1,5 +1,6 @@
 """biic_lm and biic_algebra: the rotor transport and sandwich matrices, every arm's shapes and causal
-masks, grade0_only removing grades 1-5, SFE's context window and alpha_cos on hand-made cases, the
+masks, grade0_only removing grades 1-5, scalar_wide being biic without the rotor transport and with a
+per-coordinate gate, SFE's context window and alpha_cos on hand-made cases, the
 committed contracts' parameter matching, FLOPs by hand, determinism, tiny runs that learn, and both
 studies through `gates run` on tiny contracts in a temp folder. Data: a small generated English-like
 text (tests.test_bif_lm.help_like_lines), no corpus fetch."""
@@ -13,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 import yaml
 from pydantic import ValidationError
 
@@ -47,7 +49,7 @@ from tests.test_bif_lm import help_like_lines
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = BiicLMStudy()
 ALGEBRA = BiicAlgebraStudy()
-ARMS = ("biic", "grade0_only", "transformer", "sfe_v10", "sfe_v11")
+ARMS = ("biic", "grade0_only", "scalar_wide", "transformer", "sfe_v10", "sfe_v11")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -217,6 +219,40 @@ def test_sfe_context_reads_the_previous_four_static_embeddings_only():
     assert model.context(model.alpha(tokens)).requires_grad is False  # detached: no gradient into i's past
 
 
+def test_scalar_wide_is_biic_without_rotors_and_with_a_gate_per_coordinate():
+    """scalar_wide: the same parameters as biic less the bivectors; its attention is biic's with the
+    rotors at the identity (B = 0); its MLP gates every coordinate by itself (a SiLU)."""
+    config = tiny(arm="biic")
+    biic, wide = seeded(config), seeded(config.model_copy(update={"arm": "scalar_wide"}))
+    names_biic = {n: p.shape for n, p in biic.named_parameters()}
+    names_wide = {n: p.shape for n, p in wide.named_parameters()}
+    assert {n for n in names_biic if n not in names_wide} == {f"blocks.{i}.attention.bivector" for i in range(config.layers)}
+    assert all(names_biic[n] == shape for n, shape in names_wide.items())
+    assert count_parameters(biic) - count_parameters(wide) == config.layers * config.channels * 32
+    missing, unexpected = wide.load_state_dict(biic.state_dict(), strict=False)
+    assert not missing and len(unexpected) == config.layers
+    with torch.no_grad():
+        for block in biic.blocks:
+            block.attention.bivector.zero_()
+        z = torch.randn(2, config.seq_len, config.channels, 32)
+        assert torch.allclose(biic.blocks[0].attention(z), wide.blocks[0].attention(z), atol=1e-5)
+        m = wide.blocks[0].mlp.up(z)
+        assert torch.allclose(wide.blocks[0].mlp(z), wide.blocks[0].mlp.down(F.silu(m)), atol=1e-6)
+        assert not torch.allclose(biic.blocks[0].mlp(z), wide.blocks[0].mlp(z), atol=1e-4)  # biic gates by <m>_0
+
+
+def test_sfe_basis_scale():
+    """B ~ N(0, 1/k) by default; basis_std sets it (the author's 0.02)."""
+    k = TINY["alpha_dim"]
+    torch.manual_seed(0)
+    default = SFELM(tiny(arm="sfe_v11", alpha_dim=64, d_model=128))
+    torch.manual_seed(0)
+    author = SFELM(tiny(arm="sfe_v11", alpha_dim=64, d_model=128, basis_std=0.02))
+    assert abs(float(default.basis.detach().std()) - 1 / 8) < 0.005
+    assert abs(float(author.basis.detach().std()) - 0.02) < 0.001
+    assert count_parameters(default) == count_parameters(author) and k == 8
+
+
 def test_sfe_initialisations():
     v10, v11 = seeded(tiny(arm="sfe_v10")), seeded(tiny(arm="sfe_v11"))
     assert v10.g.weight.abs().max() == 0 and v10.g.bias.abs().max() == 0
@@ -281,15 +317,31 @@ def test_biic_vs_transformer_parameters_match_and_width_comes_from_the_helper():
     shared = ("corpus", "vocab_size", "train_fraction", "seq_len", "val_windows", "test_windows", "layers",
               "heads", "batch_size", "lr", "warmup_steps", "min_lr_ratio", "weight_decay")
     assert all(getattr(configs["biic"], k) == getattr(t, k) for k in shared)
+    # the width-matched transformer: biic's width and embedding, 4 d MLP, about 2.5x the parameters
+    w = configs["transformer_wide"]
+    assert w.d_model == configs["biic"].width == 128 and w.mlp_hidden == 4 * w.d_model
+    assert all(getattr(configs["biic"], k) == getattr(w, k) for k in shared)
+    wide = build_model(w)
+    biic = build_model(configs["biic"])
+    assert wide.token_embedding.weight.numel() == biic.token_embedding.numel()  # V x 128 both
+    assert wide.position_embedding.weight.numel() == biic.position_embedding.numel()
+    assert 2.4 < counts["transformer_wide"] / counts["biic"] < 2.5
+    # every arm is tuned with the same search (a compare may not set a tuned arm against an untuned one)
+    assert data["tuning"]["trials"] == 2 and set(data["tuning"]["space"]) == {"lr"}
 
 
 @pytest.mark.parametrize("name", ["biic-equivariance-null", "sfe-alpha-suppression"])
 def test_ablation_contract_arms_differ_only_in_the_arm(name):
-    configs, _ = contract_configs(name)
+    configs, data = contract_configs(name)
     dumps = [{k: v for k, v in c.model_dump().items() if k != "arm"} for c in configs.values()]
     assert all(d == dumps[0] for d in dumps)
-    counts = {STUDY.param_count(c) for c in configs.values()}
-    assert len(counts) == 1
+    counts = [STUDY.param_count(c) for c in configs.values()]
+    if name == "sfe-alpha-suppression":
+        assert len(set(counts)) == 1
+    else:  # biic vs scalar_wide: the same width, parameters within the contract's tolerance (the bivectors)
+        assert set(configs) == {"biic", "scalar_wide"}
+        assert configs["biic"].width == configs["scalar_wide"].width == 128
+        assert abs(counts[0] - counts[1]) / max(counts) <= data["preflight"]["capacity_match"]["tolerance"]
 
 
 @pytest.mark.parametrize("name", ["biic-algebra-gates", "biic-equivariance-null", "biic-vs-transformer",
@@ -311,6 +363,8 @@ def test_flops_by_hand():
     per_layer = 4 * 32 * C * C + 2 * 32 * C * M + 2 * T * 32 * C + 2 * C * 32 * 32 + biic_window_macs(config) / (T * B)
     assert forward_flops(config) == round(2 * (L * per_layer + 32 * C * V))
     assert forward_flops(config.model_copy(update={"arm": "grade0_only"})) == forward_flops(config)
+    no_rotors = 4 * 32 * C * C + 2 * 32 * C * M + 2 * T * 32 * C
+    assert forward_flops(config.model_copy(update={"arm": "scalar_wide"})) == round(2 * (L * no_rotors + 32 * C * V))
     d, k, m = 32, 8, 32
     sfe = tiny(arm="sfe_v11", vocab_size=V, seq_len=T, layers=L, d_model=d, alpha_dim=k, mlp_hidden=m)
     block = 4 * d * d + 2 * T * d + 2 * d * m
@@ -360,11 +414,11 @@ def test_a_tiny_run_learns(corpus, arm):
         assert math.isclose(final["alpha_cos_rebound"], final["alpha_cos"] - final["alpha_cos_min"])
     if arm == "grade0_only":
         assert final["equivariant_share"] == 0
-    if arm == "biic":
+    if arm in ("biic", "scalar_wide"):
         assert 0 < final["equivariant_share"] < 1
 
 
-@pytest.mark.parametrize("arm", ["biic", "sfe_v11"])
+@pytest.mark.parametrize("arm", ["biic", "scalar_wide", "sfe_v11"])
 def test_runs_are_reproducible_and_seeds_differ(corpus, arm):
     config = tiny(corpus, arm=arm)
     runs = [STUDY.run(config, seed, NullReporter(Budget(steps=6, eval_every=3))) for seed in (3, 3, 4)]
