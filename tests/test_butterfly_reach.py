@@ -253,3 +253,92 @@ def test_a_cuda_arm_is_refused_without_a_gpu():
     why = STUDY.why_not_ready(ButterflyReachConfig(device="cuda"))
     assert why and "cuda" in why.lower()
     assert STUDY.why_not_ready(ButterflyReachConfig(device="cpu")) is None
+
+
+# ------------------------------------------------------------------------------------ v3: messages, clipping
+MULTI = dict(distances=[1, 2, 3, 5, 8, 15], short_lengths=[], short_fraction=0.0, messages=8)
+
+
+def test_defaults_keep_the_one_message_task_and_no_clipping():
+    config = ButterflyReachConfig()
+    assert config.messages == 1 and config.clip_grad_norm is None
+    batch = examples(config, 10)
+    assert "message" not in batch and batch["target"].shape == (10,) and batch["answer"].shape == (10,)
+    # v1/v2's parameter counts (the recorded contracts): no message embedding, no root read
+    counts = {arm: STUDY.param_count(ButterflyReachConfig(arm=arm)) for arm in ARMS}
+    assert counts == {"butterfly": 9036, "adjacent": 9036, "butterfly_relay": 9036,
+                      "root_bottleneck": 11080, "bag_of_leaves": 9032}
+    assert not hasattr(ReachModel(ButterflyReachConfig(arm="root_bottleneck")), "read")
+
+
+def test_multi_message_examples_are_disjoint_id_marked_pairs():
+    config = ButterflyReachConfig(**MULTI)
+    batch = examples(config, 500)
+    m, rows = 8, torch.arange(500)[:, None]
+    for key in ("target", "source", "answer", "distance"):
+        assert batch[key].shape == (500, m)
+    ends = torch.cat([batch["source"], batch["target"]], 1)
+    assert all(len(set(row)) == 2 * m for row in ends.tolist())  # 16 distinct leaves: disjoint pairs
+    assert torch.equal(batch["answer"], batch["values"][rows, batch["source"]])
+    assert torch.equal(batch["distance"], (batch["target"] - batch["source"]).abs())
+    assert (batch["role"][rows, batch["source"]] == SOURCE).all() and (batch["role"][rows, batch["target"]] == TARGET).all()
+    ids = batch["message"][rows, batch["source"]]
+    assert torch.equal(ids, batch["message"][rows, batch["target"]])  # both ends carry the pair's id
+    assert torch.equal(ids.sort(1).values, torch.arange(1, m + 1).expand(500, m))  # ids 1..M, once each
+    assert not torch.equal(ids, torch.arange(1, m + 1).expand(500, m))  # shuffled
+    assert batch["mask"].all() and (batch["distance"] >= 1).all()
+    assert set(batch["distance"].flatten().tolist()) == set(range(1, 16))  # N - 1 = 15 occurs too
+    # a forced distance: pair 0 is at it (its id random), the rest random
+    forced = examples(config, 300, None, 15)
+    assert (forced["distance"][:, 0] == 15).all() and set(forced["source"][:, 0].tolist()) == {0, 15}
+    assert len(set(forced["message"][torch.arange(300), forced["source"][:, 0]].tolist())) == m
+    again = examples(config, 500)
+    assert all(torch.equal(again[k], batch[k]) for k in batch)
+
+
+def test_multi_message_short_sequences_use_present_leaves_only():
+    config = ButterflyReachConfig(**{**MULTI, "messages": 4, "short_lengths": [9, 12, 15], "short_fraction": 0.5})
+    batch = examples(config, 400, config.short_lengths)
+    rows = torch.arange(400)[:, None]
+    assert (batch["source"] < batch["length"][:, None]).all() and (batch["target"] < batch["length"][:, None]).all()
+    assert ((batch["message"] > 0) == (batch["role"] != FILLER)).all()
+    assert (batch["message"][~batch["mask"]] == 0).all() and batch["mask"][rows, batch["source"]].all()
+    forced = examples(config, 200, config.short_lengths, 8)
+    assert (forced["distance"][:, 0] == 8).all() and (forced["length"] > 8).all()
+
+
+def test_multi_message_config_rejects():
+    for bad in (dict(MULTI, messages=9), dict(MULTI, distances=[0, 1]),
+                dict(MULTI, short_lengths=[9, 15], short_fraction=0.5), dict(MULTI, clip_grad_norm=0.0)):
+        with pytest.raises(ValidationError):
+            ButterflyReachConfig(**bad)
+
+
+@pytest.mark.parametrize("arm", ARMS)
+def test_multi_message_shapes_and_no_leak(arm):
+    config = ButterflyReachConfig(arm=arm, **{**MULTI, "messages": 4, "short_lengths": [9, 12]}, **SMALL)
+    torch.manual_seed(0)
+    model = ReachModel(config).eval()
+    batch = examples(config, 6, config.short_lengths)
+    logits = model(batch)
+    assert logits.shape == (6, 4, config.values)
+    assert hasattr(model, "message_embed") and hasattr(model, "read") == (arm == "root_bottleneck")
+    noisy = dict(batch)
+    noisy["values"] = torch.where(batch["mask"], batch["values"], (batch["values"] + 3) % config.values)
+    noisy["message"] = torch.where(batch["mask"], batch["message"], torch.full_like(batch["message"], 2))
+    assert torch.allclose(model(noisy), logits)  # empty leaves never leak
+
+
+def test_clipping_is_applied_to_every_arm_only_when_set(monkeypatch):
+    calls = []
+    real = torch.nn.utils.clip_grad_norm_
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda p, n, *a, **k: calls.append(n) or real(p, n, *a, **k))
+    for arm in ("butterfly", "root_bottleneck"):
+        for clip in (None, 0.5):
+            calls.clear()
+            config = ButterflyReachConfig(arm=arm, clip_grad_norm=clip, **MULTI, **SMALL)
+            out = STUDY.run(config, 1, NullReporter(Budget(4, 2)))
+            assert calls == ([] if clip is None else [0.5] * 4)
+            for key in ("test_acc", "accuracy_near", "accuracy_far", "accuracy_at_distance_15", "val_acc"):
+                assert 0.0 <= out[key] <= 1.0
+            assert set(out) <= set(STUDY.metrics)
