@@ -471,9 +471,11 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
     assert len(evidence["runs"]) == 6 and all(r["status"] == "completed" for r in evidence["runs"])
     assert evidence["preflight"]["arms"]["sandwich"]["flops_ratio"] == 64
 
-    arms = {arm: {**TINY, "arm": arm, "corpus": str(corpus)} for arm in ("biic", "grade0_only")}
+    arms = {arm: {**TINY, "arm": arm, "corpus": str(corpus)} for arm in ("biic", "scalar_wide")}
     data = shrunk("biic-equivariance-null", "biic-null-tiny", arms)
     data["preflight"]["falsifiable_point"]["by_step"] = 10
+    data["preflight"]["capacity_match"]["tolerance"] = 0.05  # the bivectors weigh more at these sizes
+    data["preflight"]["compute_cost"]["max_ratio"] = 5.0  # so do the rotors' FLOPs (V = 100, C = 2)
     (workdir / "contracts" / "biic-null-tiny.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     evidence = run_contract(load_contract(workdir / "contracts" / "biic-null-tiny.yaml"), uri, workdir / "runs")
     assert len(evidence["runs"]) == 4 and all(r["status"] == "completed" for r in evidence["runs"])
