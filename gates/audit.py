@@ -11,7 +11,8 @@ none), compared as `gates verify --replay` compares.
 Which runs: all candidates in a fixed order, shuffled by an RNG seeded from the current git commit
 (so successive commits' CI runs cover different runs; `seed` fixes it), then taken in that order
 while their recorded seconds (plus a small overhead) fit in the budget. Runs that cannot run here
-(a corpus not fetched) are left out and named.
+(a corpus not fetched) or would first need a long setup their recorded seconds do not include
+(`Study.setup_missing`: a teacher not yet trained on this machine) are left out and named.
 """
 
 from __future__ import annotations
@@ -197,6 +198,7 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
 
 def _not_ready(loaded, ev: dict, arm: str) -> str | None:
     try:
-        return loaded.study.why_not_ready(_config(loaded, ev, arm))
+        config = _config(loaded, ev, arm)
+        return loaded.study.why_not_ready(config) or loaded.study.setup_missing(config)
     except Exception as e:  # a recorded config that no longer validates
         return f"{type(e).__name__}: {str(e)[:120]}"

@@ -190,6 +190,12 @@ class Study:
         """What the platform asks before running an arm: its pinned device, then the study's own check."""
         return device_unavailable(config) or self.check_ready(config)
 
+    def setup_missing(self, config: StudyConfig) -> str | None:
+        """What re-running this arm here would first have to build that a run's recorded seconds do not
+        include (e.g. a cached teacher to train, minutes), else None. Audits choose runs by their recorded
+        seconds, so they leave such runs out and name why; `gates run` builds it."""
+        return None
+
     def run(self, config: StudyConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         """Train and measure one arm for one seed; return the final metrics."""
         raise NotImplementedError

@@ -153,6 +153,14 @@ class RelationClosureStudy(Study):
 
         return check_source(config.teacher.corpus, kind="text")
 
+    def setup_missing(self, config: RelationClosureConfig) -> str | None:
+        from models.teacher import is_cached
+
+        if is_cached(config.teacher):
+            return None
+        return (f"its teacher ({config.teacher.steps} steps) is not trained in this machine's cache; "
+                f"training it takes minutes that the run's recorded seconds do not include")
+
     def param_count(self, config: RelationClosureConfig) -> int:
         """Trainable parameters per tree (the dense arm: none besides the leaf keys it reads)."""
         if config.parent in ("dense", "oracle"):

@@ -337,6 +337,12 @@ def teacher_key(config: TeacherConfig) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def is_cached(config: TeacherConfig) -> bool:
+    """Whether this teacher is trained and complete in this machine's cache (nothing is trained)."""
+    key = teacher_key(config)
+    return read_complete(cache_root() / "teachers" / key, key) is not None
+
+
 def read_complete(folder: Path, key: str) -> dict | None:
     """teacher.json of a complete cache entry for `key`, else None (missing, partial or foreign)."""
     try:

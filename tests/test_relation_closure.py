@@ -114,6 +114,15 @@ def test_same_seed_same_metrics(teacher_config):
     assert other["closure_error"] != first["closure_error"]
 
 
+def test_setup_missing_names_an_untrained_teacher(teacher_config):
+    """Audits leave out runs whose teacher would first have to be trained (minutes not in their
+    recorded seconds); the fixture's teacher is cached, another config's is not."""
+    study = RelationClosureStudy()
+    assert study.setup_missing(arm(teacher_config)) is None
+    other = teacher_config.model_copy(update={"steps": teacher_config.steps + 1})
+    assert "is not trained in this machine's cache" in study.setup_missing(arm(other))
+
+
 def test_config_rejects_impossible_shapes(teacher_config):
     from pydantic import ValidationError
 
