@@ -8,7 +8,6 @@ text (tests.test_bif_lm.help_like_lines), no corpus fetch."""
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import numpy as np
@@ -44,7 +43,7 @@ from models.biic_lm import (
     transformer_mlp_hidden_to_match,
 )
 from models.common import count_parameters
-from tests.test_bif_lm import help_like_lines
+from tests.test_bif_lm import corpus  # noqa: F401 (bif_lm's generated corpus, a module fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = BiicLMStudy()
@@ -52,21 +51,6 @@ ALGEBRA = BiicAlgebraStudy()
 ARMS = ("biic", "grade0_only", "scalar_wide", "transformer", "sfe_v10", "sfe_v11")
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """A generated .txt corpus and a private tokenizer cache (TREEHEAP_GATES_CACHE) for this module."""
-    root = tmp_path_factory.mktemp("biic")
-    path = root / "help.txt"
-    path.write_text("\n".join(help_like_lines(3000)) + "\n")
-    before = os.environ.get("TREEHEAP_GATES_CACHE")
-    os.environ["TREEHEAP_GATES_CACHE"] = str(root / "cache")
-    yield path
-    if before is None:
-        os.environ.pop("TREEHEAP_GATES_CACHE", None)
-    else:
-        os.environ["TREEHEAP_GATES_CACHE"] = before
 
 
 TINY = dict(vocab_size=100, seq_len=16, val_windows=4, test_windows=8, layers=2, heads=1, channels=2,
