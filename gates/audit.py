@@ -69,17 +69,27 @@ def choose(candidates: list[Candidate], seconds: float, seed: int) -> list[Candi
 
 def rerun(loaded, evidence: dict, arm: str, seed: int) -> dict[str, float | None]:
     """Train one arm x seed bare (no MLflow, no stop rules) with the config that ran: the contract's,
-    or for a tuned arm the one the evidence records (checked against the tuning by `gates verify`)."""
-    from gates.study import Budget, NullReporter
+    or for a tuned arm the one the evidence records (checked against the tuning by `gates verify`), on
+    the CPU thread count the run recorded."""
+    from gates.study import Budget, NullReporter, cpu_threads
 
     config = _config(loaded, evidence, arm)
     budget = Budget(loaded.contract.budget.steps, loaded.contract.budget.eval_every)
-    final = loaded.study.run(config, seed, NullReporter(budget))
+    with cpu_threads(run_threads(evidence, arm, seed)):
+        final = loaded.study.run(config, seed, NullReporter(budget))
     out = {}
     for name, value in dict(final).items():
         value = float(value)
         out[name] = value if math.isfinite(value) else None  # as evidence stores it
     return out
+
+
+def run_threads(evidence: dict, arm: str, seed: int) -> int | None:
+    """The CPU thread count the evidence records for one arm x seed run (None: not recorded)."""
+    from gates.study import recorded_threads
+
+    run = next((r for r in evidence.get("runs", []) if r.get("arm") == arm and r.get("seed") == seed), {})
+    return recorded_threads(run.get("environment"))
 
 
 def _config(loaded, evidence: dict, arm: str):
@@ -160,7 +170,9 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
     for why, ids in sorted(cannot.items()):
         say(f"audit: cannot run here ({why}): runs of {', '.join(sorted(ids))} left out")
     for c in chosen:
-        say(f"audit: chose {c.name} (recorded {c.seconds:.1f} s)")
+        threads = run_threads(sources[c.contract_id][1], c.arm, c.seed)
+        on = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
+        say(f"audit: chose {c.name} (recorded {c.seconds:.1f} s{on})")
     started = time.perf_counter()
     done = []
     for i, c in enumerate(chosen):

@@ -174,7 +174,9 @@ def run(
     heartbeat: int = typer.Option(10, "--heartbeat", help="With --storage: Optuna heartbeat interval in seconds; "
                                   "a job silent for 3x this long is failed and re-enqueued."),
     fetch: bool = typer.Option(False, "--fetch", help="Fetch the registered corpora the arms need and lack "
-                               "first, as `gates data fetch NAME` does (printing each license)."),
+                               "first, as `gates data fetch NAME` does (printing each license)."),    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads torch computes with "
+                                          "(default: torch's own, one per core). Each run records its count; an "
+                                          "audit or replay re-runs it on that count, as its sums depend on it."),
 ):
     """Preflight, train every arm x seed into MLflow under the stop rules, decide the verdict and write
     runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused.
@@ -183,6 +185,7 @@ def run(
     from gates.allocator import retain_freed_memory
     from gates.runner import run_contract
     from gates.tracking import resolve_uri
+    from gates.study import cpu_threads
 
     loaded = _load(contract)
     loaded.require_current_rules(runs_dir)
@@ -195,7 +198,7 @@ def run(
     progress = _JsonProgress() if as_json else _RichProgress(loaded)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
-        with progress:
+        with progress, cpu_threads(threads):
             if storage is not None:
                 evidence = _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress,
                                             as_json, optuna_storage)
@@ -268,7 +271,9 @@ def worker(
     idle_exit: Optional[float] = typer.Option(None, "--idle-exit", min=0, help="Exit after this many seconds "
                                               "without a claimable job (default: serve forever)."),
     heartbeat: int = typer.Option(10, "--heartbeat", help="Optuna heartbeat interval in seconds (use the "
-                                  "coordinator's value)."),
+                                  "coordinator's value)."),    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads torch computes with "
+                                          "(default: torch's own, one per core). Each run records its count; an "
+                                          "audit or replay re-runs it on that count, as its sums depend on it."),
 ):
     """Claim arm x seed jobs enqueued by `gates run CONTRACT --storage URL` (any contract in that storage),
     run them under the same stop rules into the shared MLflow store, and record each result; a job whose
@@ -278,6 +283,7 @@ def worker(
 
     from gates.allocator import retain_freed_memory
     from gates.distributed import Worker
+    from gates.study import cpu_threads
 
     retain_freed_memory()  # this process trains: keep its large buffers between steps
 
@@ -288,7 +294,8 @@ def worker(
     w = Worker(storage, tracking_uri, heartbeat=heartbeat, log=log)
     log(f"worker {w.id} on {storage.split('@')[-1]}")
     try:
-        w.serve(max_jobs=max_jobs, idle_exit=idle_exit)
+        with cpu_threads(threads):
+            w.serve(max_jobs=max_jobs, idle_exit=idle_exit)
     except KeyboardInterrupt:
         raise typer.Exit(130)
     finally:

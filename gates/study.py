@@ -7,6 +7,7 @@ fires. Studies are registered under the entry-point group `gates.studies` and fo
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import ClassVar, Literal, Protocol
 
@@ -153,6 +154,31 @@ def device_environment(config: StudyConfig) -> dict[str, str]:
     if device == "cuda":
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
+
+
+def recorded_threads(environment: dict | None) -> int | None:
+    """The CPU thread count a recorded run's `environment` names, else None (recorded before it was)."""
+    value = (environment or {}).get("threads")
+    return int(value) if value is not None and str(value).isdigit() and int(value) > 0 else None
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int | None):
+    """Run the block with torch on `threads` CPU threads (None: leave the count as it is), then restore it.
+    How a CPU run's sums are split between threads changes their rounding, and training amplifies it:
+    a re-run reproduces a recorded run only on the thread count it recorded (an sfe_v10 seed recorded
+    on 1 thread ends alpha_cos 0.764 there and 0.731 on 2)."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class Study:

@@ -385,11 +385,15 @@ def _short(x, limit: int = 100) -> str:
 
 
 def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
-    """Re-run the contract into a throwaway store and compare with the evidence."""
+    """Re-run the contract into a throwaway store and compare with the evidence, on the CPU thread count
+    its runs recorded (when they all recorded the same one)."""
     from gates.runner import run_contract
+    from gates.study import cpu_threads, recorded_threads
 
     tol = loaded.contract.replay
-    with tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp:
+    counts = {recorded_threads(r.get("environment")) for r in ev.get("runs", [])}
+    with tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp, \
+            cpu_threads(counts.pop() if len(counts) == 1 else None):
         fresh = run_contract(loaded, f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs", fresh=True)
     problems = []
     if fresh["verdict"] != ev["verdict"]:

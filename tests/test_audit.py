@@ -143,3 +143,31 @@ def test_a_small_budget_chooses_few_runs(project):
     chosen = [line for line in lines if line.startswith("audit: chose ")]
     assert plan.startswith(f"audit: seed 5 (given), budget {budget:g} s: ") and 1 <= len(chosen) <= 2
     assert len(small.audited) <= len(chosen) and small.status == "ok"
+
+
+def test_a_run_is_re_run_on_the_thread_count_it_recorded(project, monkeypatch):
+    """A CPU run's sums depend on how many threads split them (an sfe_v10 seed recorded on 1 thread
+    re-ran 4% off on CI's 2): the audit re-runs each run on its recorded count and restores the
+    process's count afterwards; a run recorded without a count runs on the current one."""
+    import torch
+
+    from gates.audit import rerun
+    from gates.study import cpu_threads, recorded_threads
+
+    monkeypatch.chdir(project)
+    loaded = load_contract("contracts/c05-small.yaml")
+    ev = json.loads((project / "runs" / "c05-small" / "evidence.json").read_text())
+    run = ev["runs"][0]
+    seen = []
+    # what is checked is the audit's thread handling, so the training is replaced by a thread probe
+    monkeypatch.setattr(loaded.study, "run", lambda config, seed, reporter: seen.append(torch.get_num_threads()) or {})
+    with cpu_threads(1):
+        run["environment"] = {"device": "cpu", "threads": "3"}
+        rerun(loaded, ev, run["arm"], run["seed"])
+        assert seen == [3] and torch.get_num_threads() == 1
+        run.pop("environment")
+        rerun(loaded, ev, run["arm"], run["seed"])
+        assert seen == [3, 1]
+    assert recorded_threads({"threads": "2"}) == 2
+    assert recorded_threads(None) is None and recorded_threads({"threads": "0"}) is None
+    assert recorded_threads({"device": "cpu"}) is None

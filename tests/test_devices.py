@@ -4,6 +4,7 @@ machine lacks. Tests run on the CPU; the CUDA paths are exercised by benchmarks/
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -74,6 +75,17 @@ def test_a_pinned_cuda_arm_is_refused_where_there_is_none(workdir):
         assert "arms.path_only: arm cannot run here: the arm pins device cuda" in result.stderr
         assert "Traceback" not in result.stderr
     assert not (workdir / "runs" / "c05-small").exists()
+
+
+def test_run_threads_option_sets_the_count_each_run_records(workdir):
+    """`gates run --threads N` computes on N threads whatever the environment says, and each run records N
+    (what an audit or replay re-runs it on)."""
+    write_contract(workdir / "contracts", small_c05(), "c05-small.yaml")
+    result = subprocess.run([sys.executable, "-m", "gates", "run", "--threads", "2", "contracts/c05-small.yaml"],
+                            capture_output=True, text=True, cwd=workdir, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr
+    evidence = json.loads((workdir / "runs" / "c05-small" / "evidence.json").read_text())
+    assert {r["environment"]["threads"] for r in evidence["runs"]} == {"2"}
 
 
 def test_retaining_freed_memory_changes_no_number():
