@@ -649,7 +649,8 @@ def _run_tuning_trial(ctx: StudyContext, attrs: dict, table: JobTable, on_start)
 
     parent = ctx.parent
     trial = tuning.run_tuning_trial(parent.loaded, attrs["arm"], attrs["tuning_storage"], parent.tracking_uri,
-                                    parent_run_id=parent.parent_id, experiment_id=parent.experiment_id)
+                                    parent_run_id=parent.parent_id, experiment_id=parent.experiment_id,
+                                    index=attrs.get("index"))
     return {"kind": KIND_TUNE, "arm": attrs["arm"], "tuning_trial": trial,
             "mlflow_run_id": (trial or {}).get("mlflow_run_id")}
 

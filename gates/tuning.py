@@ -11,8 +11,10 @@ sampler seed. Here:
   fed to Optuna through `trial.report` / `trial.should_prune` and decided by `StopRulePruner`, whose
   answer is the contract's `StopRuleEngine`: a halt prunes the trial exactly where it would halt a run.
   Its value is the objective's final value, averaged over the tuning seeds;
-- trial n of every arm samples from the seed (sampler.seed, n): with the random sampler every arm
-  tries the same candidates, and a resumed study samples what the interrupted one would have;
+- trial n of every arm (its place n in the arm's budget, `budget_index`) samples from the seed
+  (sampler.seed, n): with the random sampler every arm tries the same candidates, a resumed study
+  samples what the interrupted one would have, and workers running two trials of one arm at once
+  (distributed jobs carry n) sample two candidates, not the same one twice;
 - every trial is one MLflow run nested under the contract's parent run (our own small glue, batched
   like the arm x seed runs);
 - trials already finished in the storage (completed, pruned, or failed by the study) count toward the
@@ -174,6 +176,12 @@ def counted(study) -> list:
     return sorted(out, key=lambda tr: tr.number)
 
 
+def budget_places(trials: list) -> set[int]:
+    """The places in the arm's budget that counted trials hold (a trial recorded before places were
+    recorded holds its position among them, as it was sampled)."""
+    return {int(tr.user_attrs.get("budget_index", i)) for i, tr in enumerate(trials)}
+
+
 def reap_interrupted(loaded: LoadedContract, arm: str, storage_url: str, tracker: Tracker | None = None,
                      code_sha256: str | None = None) -> int:
     """Close the arm's trials left RUNNING by a kill (failed, not counted; their MLflow runs killed).
@@ -216,9 +224,11 @@ def _close_mlflow_run(tracker: Tracker, run_id: str, state: str, value: float | 
 # ---------------------------------------------------------------------------------- one trial
 def run_tuning_trial(loaded: LoadedContract, arm: str, storage_url: str, tracking_uri: str, *,
                      parent_run_id: str | None = None, experiment_id: str | None = None,
-                     prov: provenance.Provenance | None = None) -> dict | None:
+                     prov: provenance.Provenance | None = None, index: int | None = None) -> dict | None:
     """Run one tuning trial of `arm` (all tuning seeds) if its budget is not spent; its record, or None.
 
+    `index`: the trial's place in the arm's budget, which fixes what it samples (a distributed job
+    carries it; None: the first free place). A place a counted trial already holds is not run again.
     Safe to call from several processes on a shared storage: each asks Optuna for a new trial; the
     evidence keeps the first `trials` finished ones by number, so the budget stays the same per arm.
     `prov` (default: measured now) names the study by the code's fingerprint: pass the one measured at
@@ -228,12 +238,18 @@ def run_tuning_trial(loaded: LoadedContract, arm: str, storage_url: str, trackin
     t = c.tuning
     prov = prov or provenance.current(type(study_def).__module__)
     study = open_study(loaded, arm, storage_url, prov.code_sha256)
-    spent = len(counted(study))
-    if spent >= t.trials_per_arm:
+    done = counted(study)
+    taken = budget_places(done)
+    if len(done) >= t.trials_per_arm:
         return None
-    study.sampler = _sampler(t.sampler, spent)
+    if index is None:
+        index = min(set(range(t.trials_per_arm)) - taken)
+    elif index in taken:
+        return None
+    study.sampler = _sampler(t.sampler, index)
     pruner: StopRulePruner = study.pruner
     trial = study.ask(distributions(t.space))
+    trial.set_user_attr("budget_index", index)
     params = dict(trial.params)
 
     tracker = Tracker(tracking_uri)

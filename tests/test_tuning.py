@@ -267,9 +267,29 @@ def test_resume_keeps_finished_trials_and_redoes_an_interrupted_one(workdir, sto
     states = [t.state for t in optuna.load_study(study_name=record["arms"]["subheap_kernel"]["study_name"],
                                                  storage=storage).trials]
     assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
-    # trial n samples from (sampler seed, n counted so far): the same candidates as an uninterrupted run
+    # trial n samples from (sampler seed, its place n in the budget): the same candidates as an
+    # uninterrupted run
     # (another contract id: its own studies, same space and sampler seed)
     other = load_contract(write_contract(workdir / "contracts", {**data, "id": "c05-tuned-resume-b"}, "b.yaml"))
     fresh = tuning.tune(other, uri, storage_url=storage, prov=prov)
     assert [t["params"] for t in fresh["arms"]["subheap_kernel"]["trials"]] == [t["params"] for t in trials]
     assert tuning.tune(loaded, uri, storage_url=storage, prov=prov)["arms"] == record["arms"]  # nothing left to do
+
+
+def test_two_workers_on_one_arm_sample_two_places_of_its_budget(workdir, store):
+    """Distributed jobs of one arm run at once (and in any order): each samples its own place's candidate,
+    the ones a single process samples first and second, not one candidate twice (two workers once both
+    saw 0 trials spent and tried the same lr); a place a counted trial holds is not run again."""
+    data = tuned_c05(trials={"subheap_kernel": 2}, id="c05-tuned-places")
+    loaded = load_contract(write_contract(workdir / "contracts", data))
+    uri, storage = store
+    prov = provenance.current("models.c05_probe")
+    second = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1)  # first to start
+    assert tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1) is None  # held
+    first = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0)
+    assert first["params"] != second["params"]
+    assert tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0) is None
+
+    other = load_contract(write_contract(workdir / "contracts", {**data, "id": "c05-tuned-places-b"}, "b.yaml"))
+    in_order = tuning.tune(other, uri, storage_url=storage, prov=prov)["arms"]["subheap_kernel"]["trials"]
+    assert [t["params"] for t in in_order] == [first["params"], second["params"]]
