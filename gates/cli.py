@@ -37,6 +37,9 @@ app.add_typer(data_app, name="data")
 
 RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", help="Where evidence is written and read (committed).")
 CONTRACTS_DIR = typer.Option(Path("contracts"), "--contracts-dir", help="Where contracts are looked up.")
+THREADS = typer.Option(None, "--threads", min=1, help="CPU threads torch computes with (default: torch's own, "
+                       "one per core). Each run records its count; an audit or replay re-runs it on that count, "
+                       "as its sums depend on it.")
 
 
 def _sigterm_as_interrupt(*_):
@@ -174,9 +177,8 @@ def run(
     heartbeat: int = typer.Option(10, "--heartbeat", help="With --storage: Optuna heartbeat interval in seconds; "
                                   "a job silent for 3x this long is failed and re-enqueued."),
     fetch: bool = typer.Option(False, "--fetch", help="Fetch the registered corpora the arms need and lack "
-                               "first, as `gates data fetch NAME` does (printing each license)."),    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads torch computes with "
-                                          "(default: torch's own, one per core). Each run records its count; an "
-                                          "audit or replay re-runs it on that count, as its sums depend on it."),
+                               "first, as `gates data fetch NAME` does (printing each license)."),
+    threads: Optional[int] = THREADS,
 ):
     """Preflight, train every arm x seed into MLflow under the stop rules, decide the verdict and write
     runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused.
@@ -271,9 +273,8 @@ def worker(
     idle_exit: Optional[float] = typer.Option(None, "--idle-exit", min=0, help="Exit after this many seconds "
                                               "without a claimable job (default: serve forever)."),
     heartbeat: int = typer.Option(10, "--heartbeat", help="Optuna heartbeat interval in seconds (use the "
-                                  "coordinator's value)."),    threads: Optional[int] = typer.Option(None, "--threads", min=1, help="CPU threads torch computes with "
-                                          "(default: torch's own, one per core). Each run records its count; an "
-                                          "audit or replay re-runs it on that count, as its sums depend on it."),
+                                  "coordinator's value)."),
+    threads: Optional[int] = THREADS,
 ):
     """Claim arm x seed jobs enqueued by `gates run CONTRACT --storage URL` (any contract in that storage),
     run them under the same stop rules into the shared MLflow store, and record each result; a job whose
