@@ -1,7 +1,8 @@
 """Relation closure (SPR-096 stages A-C): can a parent summarise how its leaves answer queries?
 
 Stage A (`models.teacher`): a small dense query-key reader trained once on a real corpus, frozen;
-its last attention layer's queries and keys are the leaves and the queries here. Stages B and C
+the queries and keys of one of its attention layers (`teacher_layer`, default the last) are the
+leaves and the queries here. Stages B and C
 (`models.relation_tree`): parents fitted to the exact responses z_p(q) = logsumexp of their
 descendants' scores, then read. This module only picks the data and wires the pieces into a Study.
 
@@ -61,6 +62,8 @@ PROBE_QUERIES = 128  # evaluation queries used for the closure error at intermed
 
 class RelationClosureConfig(DeviceConfig):
     teacher: TeacherConfig = TeacherConfig()
+    teacher_layer: int | None = Field(default=None, ge=0, description="the attention layer whose queries and "
+                                                                     "keys are read (None: the last)")
     leaf_set: Literal["context", "bank"] = "context"
     leaves: int = Field(default=64, ge=4, le=2 ** MAX_DEPTH, description="N, a power of two")
     trees: int = Field(default=32, ge=1, description="per-context trees per seed (bank: 1)")
@@ -88,6 +91,9 @@ class RelationClosureConfig(DeviceConfig):
     def _shape(self):
         if self.leaves & (self.leaves - 1):
             raise ValueError(f"leaves must be a power of two, got {self.leaves}")
+        if self.teacher_layer is not None and self.teacher_layer >= self.teacher.layers:
+            raise ValueError(f"teacher_layer must name one of the teacher's layers 0..{self.teacher.layers - 1}, "
+                             f"got {self.teacher_layer}")
         if self.leaf_set == "context" and self.leaves > self.teacher.max_positions:
             raise ValueError(f"a context tree holds one window: leaves <= teacher.max_positions "
                              f"({self.teacher.max_positions}), got {self.leaves}")
@@ -258,7 +264,7 @@ def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator
         return continuation_data(teacher, config, generator)
     query_window = min(QUERY_WINDOW, teacher.config.max_positions)
     heldout_windows = teacher.stream("heldout").numel() // query_window
-    queries, _ = teacher.record("heldout", heldout_windows, query_window)
+    queries, _ = teacher.record("heldout", heldout_windows, query_window, config.teacher_layer)
     shuffled = queries[torch.randperm(len(queries), generator=generator)]
     half = len(shuffled) // 2
     fit_pool, eval_pool = shuffled[:half].flatten(0, 1), shuffled[half:].flatten(0, 1)
@@ -270,13 +276,13 @@ def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator
 
     if config.leaf_set == "context":
         pool_windows = min(CONTEXT_POOL, teacher.stream("train").numel() // config.leaves)
-        _, window_keys = teacher.record("train", pool_windows, config.leaves)
+        _, window_keys = teacher.record("train", pool_windows, config.leaves, config.teacher_layer)
         keys = window_keys[torch.randperm(pool_windows, generator=generator)[: config.trees]]
     else:
         # a pool of 4x the windows one bank needs: seeds draw different keys from it
         bank_window = min(BANK_WINDOW, teacher.config.max_positions)
         windows = min(teacher.stream("train").numel() // bank_window, 4 * -(-config.leaves // bank_window))
-        _, window_keys = teacher.record("train", windows, bank_window)
+        _, window_keys = teacher.record("train", windows, bank_window, config.teacher_layer)
         pooled = window_keys.flatten(0, 1)
         if len(pooled) < config.leaves:
             raise ValueError(f"the training slice has {len(pooled)} keys, fewer than {config.leaves} leaves")
@@ -288,7 +294,7 @@ def continuation_data(teacher, config: RelationClosureConfig, generator: torch.G
     """Per-context trees read by their own window's later positions (see the module docstring)."""
     window = teacher.config.max_positions
     pool_windows = min(CONTEXT_POOL, teacher.stream("train").numel() // window)
-    queries, window_keys = teacher.record("train", pool_windows, window)
+    queries, window_keys = teacher.record("train", pool_windows, window, config.teacher_layer)
     chosen = torch.randperm(pool_windows, generator=generator)[: config.trees]
     later = config.leaves + torch.randperm(window - config.leaves, generator=generator)
     fit_positions, eval_positions, val_positions = later.split(

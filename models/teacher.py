@@ -21,9 +21,9 @@ Model (pre-norm residual blocks, one attention head, tied input/output embedding
                 a_ts = softmax_{s <= t}(q_t . k_s / sqrt(d_k))
                 h = h + W_O sum_s a_ts v_s;   h = h + MLP(LN(h))   (MLP: d -> 4d -> d, GELU)
     logits_t = LN(h_t) E^T
-`record` returns the last block's q and k, so the study's dense posterior over a window's positions
-(with the causal mask, or without it for a memory bank of keys) is computed from them exactly as
-the teacher does: softmax(q . k / sqrt(d_k)).
+`record` returns a block's q and k (the last block's unless asked for another), so the study's dense
+posterior over a window's positions (with the causal mask, or without it for a memory bank of keys)
+is computed from them exactly as that layer of the teacher does: softmax(q . k / sqrt(d_k)).
 
 Positions. Training windows are `seq_len` tokens; every other step instead uses windows of
 `max_positions` tokens (batch * seq_len // max_positions of them: the same tokens per step). So all
@@ -211,13 +211,13 @@ class TeacherLM(nn.Module):
             h = block(h)
         return self.final_norm(h) @ self.token_embedding.weight.T
 
-    def last_queries_keys(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens (B, T) -> the last block's queries and keys, (B, T, d_k) each."""
+    def queries_keys(self, tokens: torch.Tensor, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens (B, T) -> block `layer`'s queries and keys, (B, T, d_k) each."""
         h = self.embed(tokens)
-        for block in self.blocks[:-1]:
+        for block in self.blocks[:layer]:
             h = block(h)
-        last = self.blocks[-1]
-        return last.attention.queries_keys(last.attention_norm(h))
+        block = self.blocks[layer]
+        return block.attention.queries_keys(block.attention_norm(h))
 
 
 # ------------------------------------------------------------------------------------ training
@@ -394,23 +394,35 @@ class Teacher:
             self._streams[split] = torch.from_numpy(encode_stream(self.tokenizer, train if split == "train" else heldout))
         return self._streams[split]
 
-    def queries_keys(self, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """tokens (B, T) -> the last attention layer's queries and keys, (B, T, d_k) float32 each, on
-        the teacher's device."""
+    def layer(self, layer: int | None) -> int:
+        """The attention layer `layer` names (None: the last), checked against the teacher's layers."""
+        last = self.config.layers - 1
+        if layer is None:
+            return last
+        if not 0 <= layer <= last:
+            raise ValueError(f"the teacher has attention layers 0..{last}, not {layer}")
+        return layer
+
+    def queries_keys(self, tokens: torch.Tensor, layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens (B, T) -> an attention layer's queries and keys (None: the last layer), (B, T, d_k)
+        float32 each, on the teacher's device."""
         with torch.no_grad():
-            q, k = self.model.last_queries_keys(tokens.to(self.device))
+            q, k = self.model.queries_keys(tokens.to(self.device), self.layer(layer))
         return q.float().contiguous(), k.float().contiguous()
 
-    def record(self, split: Split, num_windows: int, window_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Queries and keys of the last attention layer over consecutive windows of a split.
+    def record(self, split: Split, num_windows: int, window_len: int,
+               layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Queries and keys of an attention layer (None: the last) over consecutive windows of a split.
 
         The split's stream is cut into non-overlapping windows of window_len tokens from its start;
         the first num_windows are run through the frozen teacher, each window on its own (positions
         0..window_len-1). Returns (queries, keys), each (num_windows, window_len, d_k) float32, on the
         CPU (computed on the teacher's device). Cached under <teacher>/records/, since every arm of a
         study asks for the same ones; a recording on cuda is kept apart (`-cuda` in its name): its
-        numbers differ from the CPU's by rounding.
+        numbers differ from the CPU's by rounding; one of another layer than the last has
+        `-layer<L>` in its name.
         """
+        layer = self.layer(layer)
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
         if not 1 <= window_len <= self.config.max_positions:
@@ -419,7 +431,8 @@ class Teacher:
         if num_windows < 1:
             raise ValueError(f"num_windows must be >= 1, not {num_windows}")
         on = "" if self.device == "cpu" else f"-{self.device}"
-        path = self.directory / "records" / f"{split}-{num_windows}x{window_len}{on}.pt"
+        which = "" if layer == self.config.layers - 1 else f"-layer{layer}"
+        path = self.directory / "records" / f"{split}-{num_windows}x{window_len}{which}{on}.pt"
         if path.is_file():
             saved = torch.load(path, weights_only=True, map_location="cpu")
             return saved["queries"], saved["keys"]
@@ -430,7 +443,7 @@ class Teacher:
             raise ValueError(f"the {split} split has {len(stream)} tokens: only {available} windows of "
                              f"{window_len} available, {num_windows} asked")
         windows = stream[: num_windows * window_len].view(num_windows, window_len)
-        parts = [self.queries_keys(windows[i: i + RECORD_CHUNK]) for i in range(0, num_windows, RECORD_CHUNK)]
+        parts = [self.queries_keys(windows[i: i + RECORD_CHUNK], layer) for i in range(0, num_windows, RECORD_CHUNK)]
         queries = torch.cat([q for q, _ in parts]).cpu()
         keys = torch.cat([k for _, k in parts]).cpu()
 

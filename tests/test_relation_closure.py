@@ -85,6 +85,26 @@ def test_continuation_queries_are_the_trees_own_later_positions(teacher_config):
     assert metrics["teacher_heldout_loss"] == teacher.meta["heldout_loss"]
 
 
+def test_teacher_layer_reads_that_layer_s_queries_and_keys(teacher_config):
+    """teacher_layer: 0 draws the same windows and positions from the first layer's recording; None is
+    the last layer (what every contract before it read)."""
+    teacher = load_or_train(teacher_config, log=lambda _: None)
+    common = dict(leaves=16, query_set="continuation", fit_queries=20, eval_queries=20, val_queries=8)
+    last = draw_data(teacher, arm(teacher_config, **common), torch.Generator().manual_seed(0))
+    assert all(torch.equal(a, b) for a, b in zip(
+        last, draw_data(teacher, arm(teacher_config, teacher_layer=1, **common), torch.Generator().manual_seed(0))))
+    first = draw_data(teacher, arm(teacher_config, teacher_layer=0, **common), torch.Generator().manual_seed(0))
+    window = teacher_config.max_positions
+    pool = min(2048, teacher.stream("train").numel() // window)
+    queries0, keys0 = teacher.record("train", pool, window, layer=0)
+    queries1, keys1 = teacher.record("train", pool, window)
+    for t in range(4):
+        (row,) = [i for i in range(pool) if torch.equal(keys1[i, :16], last.keys[t])]
+        assert torch.equal(first.keys[t], keys0[row, :16])
+        positions = [(last.fit_queries[t, j] == queries1[row]).all(-1).nonzero().item() for j in range(20)]
+        assert torch.equal(first.fit_queries[t], queries0[row, positions])
+
+
 def test_oracle_parents_read_exactly_and_fitted_parents_report_every_metric(teacher_config):
     metrics, _ = run(arm(teacher_config, parent="oracle"))
     assert metrics["closure_error"] == 0 and metrics["leaf_kl"] < 1e-6
@@ -138,6 +158,8 @@ def test_config_rejects_impossible_shapes(teacher_config):
         arm(teacher_config, val_queries=8)
     with pytest.raises(ValidationError, match="dense arm"):
         arm(teacher_config, parent="dense", read="beam")
+    with pytest.raises(ValidationError, match="teacher_layer must name one of the teacher's layers 0..1"):
+        arm(teacher_config, teacher_layer=2)
 
 
 # ------------------------------------------------------------------------------------ device

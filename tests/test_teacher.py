@@ -203,6 +203,27 @@ def test_record_shapes_windows_and_errors(trained):
         teacher.record("heldout", available + 1, 64)
 
 
+def test_another_layer_is_recorded_apart_and_is_that_block_s_own_projection(trained):
+    """record(..., layer) gives block `layer`'s queries and keys (its own projections of its own input),
+    cached apart from the last layer's; None and the last index are the same recording."""
+    teacher, _, _, _ = trained
+    last_q, last_k = teacher.record("train", 3, 64)
+    assert all(torch.equal(a, b) for a, b in zip(teacher.record("train", 3, 64, layer=1), (last_q, last_k)))
+    first_q, first_k = teacher.record("train", 3, 64, layer=0)
+    assert (teacher.directory / "records" / "train-3x64-layer0.pt").is_file()
+    assert not (teacher.directory / "records" / "train-3x64-layer1.pt").exists()
+    assert first_q.shape == last_q.shape and not torch.allclose(first_q, last_q)
+
+    tokens = teacher.stream("train")[: 3 * 64].view(3, 64)
+    block = teacher.model.blocks[0]
+    with torch.no_grad():
+        x = block.attention_norm(teacher.model.embed(tokens))
+        assert torch.equal(first_q, block.attention.W_Q(x)) and torch.equal(first_k, block.attention.W_K(x))
+    for bad in (2, -1):
+        with pytest.raises(ValueError, match="layers 0..1"):
+            teacher.record("train", 3, 64, layer=bad)
+
+
 def test_queries_and_keys_are_causal(trained):
     teacher, _, _, _ = trained
     tokens = teacher.stream("heldout")[:64].clone()[None, :]
