@@ -106,9 +106,9 @@ class Store:
         with self._lock:
             if self._client is None:
                 try:
-                    from gates.tracking import _client
+                    from gates.tracking import open_client
 
-                    client = _client(self.uri, create=False)  # read-only: never builds or upgrades a store
+                    client = open_client(self.uri, create=False)  # read-only: never builds or upgrades a store
                     client.search_experiments(max_results=1)  # reachable and readable?
                     self._client = client
                 except UserError as e:  # gates.store: a half-built or damaged SQLite store, one line with the fix

@@ -46,9 +46,9 @@ class Candidate:
 
 def commit_seed() -> tuple[int, str]:
     """(seed, where it came from): the current git commit, else random."""
-    from gates.provenance import _git
+    from gates.provenance import git
 
-    commit = _git("rev-parse", "HEAD")
+    commit = git("rev-parse", "HEAD")
     if commit:
         return int(commit[:16], 16), f"from commit {commit[:12]}"
     return int.from_bytes(os.urandom(8), "big"), "random: not a git checkout"
@@ -114,7 +114,7 @@ def tolerance(loaded, default: tuple[float, float] | None = None):
 def compare(loaded, recorded: dict, metrics: dict, default: tuple[float, float] | None = None) -> list[str]:
     """Problems: each recorded metric (machine metrics aside) that the re-run does not reproduce
     within the contract's replay tolerance (see `tolerance`)."""
-    from gates.verify import _close
+    from gates.verify import within_tolerance
 
     tol = tolerance(loaded, default)
     problems = []
@@ -122,7 +122,7 @@ def compare(loaded, recorded: dict, metrics: dict, default: tuple[float, float] 
         if name in loaded.study.machine_metrics:
             continue
         new = metrics.get(name)
-        if not _close(new, value, tol.abs_tolerance, tol.rel_tolerance):
+        if not within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
             problems.append(f"audit: {recorded['arm']}/seed {recorded['seed']} does not reproduce: {name} re-runs as "
                             f"{new}, recorded {value} (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})")
     return problems
@@ -137,7 +137,7 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
     (the ones left are named). `default_tolerance`: (abs, rel) for contracts without a `replay`
     section (default: `Replay()`'s). Returns the runs re-run."""
     from gates import ledger
-    from gates.verify import _load_memo, _raw_evidence
+    from gates.verify import load_contract_cached, raw_evidence
 
     say = log or (lambda line: None)
     by_id = {c.contract_id: c for c in checks}
@@ -146,8 +146,8 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
     for check in checks:
         if check.status != "ok" or check.contract_id not in contracts:
             continue
-        loaded = _load_memo(Path(contracts[check.contract_id]))
-        ev = _raw_evidence(ledger.evidence_dir(runs_root, check.contract_id) / ledger.EVIDENCE)
+        loaded = load_contract_cached(Path(contracts[check.contract_id]))
+        ev = raw_evidence(ledger.evidence_dir(runs_root, check.contract_id) / ledger.EVIDENCE)
         if loaded is None or ev is None or (loaded.contract.replay is not None and loaded.contract.replay.ci):
             continue
         sources[check.contract_id] = (loaded, ev)

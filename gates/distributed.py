@@ -247,7 +247,7 @@ def enqueue(study, storage, parent: runner.ParentRun, jobs: list[dict], result: 
             result.present.append(key)
         elif attrs["kind"] == KIND_RUN and (attrs["arm"], attrs["seed"]) in done:
             token = uuid.uuid4().hex
-            record = {**runner._record(done[(attrs["arm"], attrs["seed"])]), "claim": token}
+            record = {**runner.run_record(done[(attrs["arm"], attrs["seed"])]), "claim": token}
             study.add_trial(optuna.trial.create_trial(
                 state=optuna.trial.TrialState.COMPLETE, value=0.0,
                 user_attrs={**attrs, "record": record, "mlflow_run_id": record["mlflow_run_id"]},

@@ -33,7 +33,7 @@ class Provenance:
         return f"{self.git_commit[:12]}{dirty}"
 
 
-def _git(*args: str, root: Path | None = None) -> str | None:
+def git(*args: str, root: Path | None = None) -> str | None:
     try:
         out = subprocess.run(["git", *args], cwd=root or PROJECT_ROOT, capture_output=True, text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
@@ -109,12 +109,12 @@ def _study_closure(module: str, read: Callable[[str], str | None]) -> list[str]:
 
 
 def current(study_module: str | None = None) -> Provenance:
-    commit = _git("rev-parse", "HEAD") or "unknown"
+    commit = git("rev-parse", "HEAD") or "unknown"
     if commit == "unknown":
         dirty = "unknown"
     else:
         # only the code that runs counts: evidence in runs/, contracts and docs do not make it dirty
-        status = _git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PACKAGES, "pyproject.toml")
+        status = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PACKAGES, "pyproject.toml")
         dirty = "unknown" if status is None else ("true" if status else "false")
     fingerprint, files = _fingerprint(PROJECT_ROOT, code_paths(study_module))
     return Provenance(commit, dirty, fingerprint, files)
@@ -182,7 +182,7 @@ def files_at_commit(commit: str, study_module: str, root: Path | None = None) ->
     root = root or PROJECT_ROOT
     if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
         return None
-    listing = _git("ls-tree", "-r", "--full-tree", commit, "--", "gates", "models", root=root)
+    listing = git("ls-tree", "-r", "--full-tree", commit, "--", "gates", "models", root=root)
     if listing is None:
         return None
     blobs = {}

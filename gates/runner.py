@@ -29,7 +29,7 @@ from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors
 from gates.locks import contract_lock
 from gates.plan import arm_order, job_order, judged_arms, reference_metrics  # noqa: F401 (the order of work)
-from gates.preflight import PreflightReport, _ratio, preflight  # noqa: F401 (importable from here, as before)
+from gates.preflight import PreflightReport, preflight  # noqa: F401 (importable from here, as before)
 from gates.reporter import PlatformReporter
 from gates.rules import StopRuleEngine, convergence
 from gates.study import Budget, Halt, device_environment
@@ -212,7 +212,7 @@ def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *,
                 arm, seed = job.arm, job.seed
                 others = seed_histories.setdefault(seed, {})
                 if (arm, seed) in done:
-                    record = _record(done[(arm, seed)])
+                    record = run_record(done[(arm, seed)])
                     progress.start(arm, seed, budget.steps, skipped=record)
                     others[arm] = {m: tracker.history(record["mlflow_run_id"], m) for m in reference}
                 else:
@@ -256,7 +256,8 @@ def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
     return evidence
 
 
-def _record(summary: dict) -> dict:
+def run_record(summary: dict) -> dict:
+    """The evidence record of one finished arm x seed (what verify re-derives the verdict from)."""
     record = {k: summary[k] for k in ("arm", "seed", "status", "halt_reason", "halt_detail", "metrics",
                                       "seconds", "first_signal", "mlflow_run_id")}
     if summary.get("converged") is not None:  # judged for convergence (a completed run under a convergence rule)

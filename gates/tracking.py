@@ -22,7 +22,7 @@ def resolve_uri(uri: str | None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_URI
 
 
-def _client(uri: str, *, create: bool = True):
+def open_client(uri: str, *, create: bool = True):
     """An MlflowClient for `uri`. A SQLite store is checked first (gates/store.py): a missing one is
     built all-or-nothing (unless not `create`: the read-only dashboard), a damaged one is a one-line
     StoreError naming the file and the fix."""
@@ -87,7 +87,7 @@ class Tracker:
 
     def __init__(self, uri: str):
         self.uri = uri
-        self.client = _client(uri)
+        self.client = open_client(uri)
 
     def experiment_id(self, contract_id: str) -> str:
         found = self.client.get_experiment_by_name(contract_id)

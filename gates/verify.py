@@ -410,13 +410,13 @@ def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
             if name in loaded.study.machine_metrics:  # speed and memory of whichever machine replays
                 continue
             new = run["metrics"].get(name)
-            if not _close(new, value, tol.abs_tolerance, tol.rel_tolerance):
+            if not within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
                 problems.append(f"{run['arm']}/seed {run['seed']}: {name} replays as {new}, recorded {value} "
                                 f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})")
     return problems
 
 
-def _close(a, b, abs_tol: float, rel_tol: float) -> bool:
+def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
     if a is None or b is None:
         return a is None and b is None
     if not (math.isfinite(a) and math.isfinite(b)):
@@ -486,13 +486,13 @@ def _withdrawn(contract_id: str, entry: dict, evidence: Path | None) -> ClaimChe
     """A withdrawn claim: shown with its last verdict, not checked (it is no longer made)."""
     check = ClaimCheck(contract_id, "withdrawn", withdrawn=True,
                        withdrawal=f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})")
-    ev = _raw_evidence(evidence) if evidence is not None else None
+    ev = raw_evidence(evidence) if evidence is not None else None
     if ev is not None:
         check.verdict, check.created_at = ev.get("verdict"), ev.get("created_at")
     return check
 
 
-def _raw_evidence(path: Path) -> dict | None:
+def raw_evidence(path: Path) -> dict | None:
     """The evidence as plain JSON, or None; never blocks on a FIFO or reads past the evidence cap."""
     import json
 
@@ -528,7 +528,7 @@ def _check_history(checks: list[ClaimCheck], runs_root: Path, contracts: dict[st
 _LOADED: dict[tuple, LoadedContract | None] = {}  # (path, mtime, size) -> the contract it loaded to
 
 
-def _load_memo(path: Path) -> LoadedContract | None:
+def load_contract_cached(path: Path) -> LoadedContract | None:
     try:
         st = path.stat()
     except OSError:
@@ -550,10 +550,10 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
 
     loaded = {}
     for path in sorted(list(contracts_root.glob("*.yaml")) + list(contracts_root.glob("*.yml"))):
-        contract = _load_memo(path)
+        contract = load_contract_cached(path)
         if contract is not None:
             loaded.setdefault(contract.id, contract)
-    evidence = {c.contract_id: _raw_evidence(ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE)
+    evidence = {c.contract_id: raw_evidence(ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE)
                 for c in checks}
     history.link_supersession(checks, {cid: lc.contract.supersedes for cid, lc in loaded.items()
                                        if lc.contract.supersedes}, evidence)

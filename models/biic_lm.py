@@ -231,7 +231,7 @@ class GradeNorm(nn.Module):
 
 
 # LEFT_SIGN[k, j] = sign(j xor k, j): (a x)_k = sum_j a_(j xor k) sign(j xor k, j) x_j
-LEFT_SIGN = torch.tensor([[cl._blade_product(j ^ k, j)[0] for j in range(cl.N_BLADES)] for k in range(cl.N_BLADES)])
+LEFT_SIGN = torch.tensor([[cl.blade_product(j ^ k, j)[0] for j in range(cl.N_BLADES)] for k in range(cl.N_BLADES)])
 
 
 def sandwich_matrix(r: torch.Tensor) -> torch.Tensor:
@@ -257,7 +257,7 @@ def rotor_powers(bivector: torch.Tensor, length: int, clamp: float, terms: int) 
     norm = bivector.norm(dim=-1, keepdim=True)
     b = bivector * torch.clamp(clamp / (norm + 1e-12), max=1.0)
     r1 = cl.exp_taylor(b, terms)
-    powers = cl._one_like(r1).unsqueeze(0)  # (1, C, 32): R^0 = 1
+    powers = cl.one_like(r1).unsqueeze(0)  # (1, C, 32): R^0 = 1
     step = r1
     while powers.shape[0] < length:
         powers = torch.cat([powers, cl.gp(powers, step.unsqueeze(0))], 0)  # R^(n..2n-1) = R^(0..n-1) R^n
@@ -734,7 +734,7 @@ class BiicAlgebraStudy(Study):
         scale = project_then_rotate.abs().amax(-1).clamp_min(1e-30)
         equivariance = float(((rotate_then_project - project_then_rotate).abs().amax(-1) / scale).max())
 
-        unit = cl.gp(rotors, cl.reverse(rotors)).double() - cl._one_like(rotors).double()
+        unit = cl.gp(rotors, cl.reverse(rotors)).double() - cl.one_like(rotors).double()
         taylor = {terms: float((cl.exp_taylor(bivectors, terms) - reference).abs().max()) for terms in (12, 16)}
 
         C = config.d_state // cl.N_BLADES

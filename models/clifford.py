@@ -68,7 +68,7 @@ def _popcount(i: int) -> int:
     return bin(i).count("1")
 
 
-def _blade_product(a: int, b: int) -> tuple[int, int]:
+def blade_product(a: int, b: int) -> tuple[int, int]:
     """e_A e_B = sign * e_(A xor B) for blades given as bitmasks."""
     # Reordering: every vector of A that sits after a vector of B must hop over it once.
     swaps, rest = 0, a >> 1
@@ -84,7 +84,7 @@ def _blade_product(a: int, b: int) -> tuple[int, int]:
 
 GRADES = tuple(_popcount(i) for i in range(N_BLADES))
 BLADES_OF_GRADE = tuple(tuple(i for i in range(N_BLADES) if GRADES[i] == k) for k in range(N_VECTORS + 1))
-CAYLEY_SIGN = torch.tensor([[_blade_product(a, b)[0] for b in range(N_BLADES)] for a in range(N_BLADES)])
+CAYLEY_SIGN = torch.tensor([[blade_product(a, b)[0] for b in range(N_BLADES)] for a in range(N_BLADES)])
 XOR = torch.tensor([[a ^ b for b in range(N_BLADES)] for a in range(N_BLADES)])
 # SIGN_IK[i, k] = sign of e_i e_(i xor k) (the pair whose product lands on blade k).
 SIGN_IK = torch.gather(CAYLEY_SIGN, 1, XOR)
@@ -200,7 +200,7 @@ def sandwich(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- rotors
 
-def _one_like(b: torch.Tensor) -> torch.Tensor:
+def one_like(b: torch.Tensor) -> torch.Tensor:
     one = torch.zeros_like(b)
     one[..., 0] = 1.0
     return one
@@ -208,7 +208,7 @@ def _one_like(b: torch.Tensor) -> torch.Tensor:
 
 def exp_taylor(b: torch.Tensor, terms: int = 16) -> torch.Tensor:
     """sum_{n=0}^{terms-1} B^n / n!  (the seed used terms = 16; 12 was not enough for it)."""
-    term = _one_like(b)
+    term = one_like(b)
     out = term
     for n in range(1, terms):
         term = gp(term, b) / n
@@ -234,7 +234,7 @@ def exp_simple(b: torch.Tensor) -> torch.Tensor:
     c = torch.where(beta < 0, torch.cos(a), torch.cosh(a))
     s = torch.where(beta < 0, torch.sin(a), torch.sinh(a)) / safe
     s = torch.where(a > 0, s, torch.ones_like(s))  # sin(a)/a -> 1 as a -> 0
-    return c * _one_like(b) + s * b
+    return c * one_like(b) + s * b
 
 
 def split_bivector(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -89,7 +89,7 @@ def test_rotor_powers_are_exp_of_multiples_and_clamped():
     assert powers.shape == (11, 3, 32)
     for t in (0, 1, 5, 10):
         assert torch.allclose(powers[t], cl.exp_scaling_squaring(t * b), atol=1e-12)
-    unit = cl.gp(powers, cl.reverse(powers)) - cl._one_like(powers)  # R^t R^t~ = 1
+    unit = cl.gp(powers, cl.reverse(powers)) - cl.one_like(powers)  # R^t R^t~ = 1
     assert unit.abs().max() < 1e-12
     big = cl.random_bivector((3,), 5.0, g)
     clamped = rotor_powers(big, 2, clamp=0.03, terms=16)[1]

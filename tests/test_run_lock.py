@@ -24,7 +24,7 @@ from gates import ledger
 from gates.contract import load_contract
 from gates.errors import UserError
 from gates.runner import run_contract
-from gates.tracking import _client
+from gates.tracking import open_client
 from tests.conftest import ROOT, small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -83,7 +83,7 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
     evidence = run_contract(load_contract(path.name), f"sqlite:///{db}", Path("runs"))
     with sqlite3.connect(db) as con:  # nothing is left RUNNING: no arm x seed, no parent run
         assert con.execute("SELECT count(*) FROM runs WHERE status = 'RUNNING'").fetchone()[0] == 0
-    client = _client(f"sqlite:///{db}")
+    client = open_client(f"sqlite:///{db}")
     for run_id in left_running:
         run = client.get_run(run_id)
         assert run.info.status == "KILLED" and run.data.tags["gates.status"] == "killed"
@@ -112,7 +112,7 @@ def test_runs_left_running_by_a_dead_gates_run_are_closed_under_any_parent(tmp_p
     monkeypatch.chdir(tmp_path)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     evidence = run_contract(load_contract(path.name), uri, Path("runs"))
-    client = _client(uri)
+    client = open_client(uri)
     experiment = evidence["mlflow"]["experiment_id"]
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     host = socket.gethostname()

@@ -114,7 +114,7 @@ def test_the_committed_claims_old_evidence_reproduces_from_its_commits():
     from gates.registry import study_module
 
     root = provenance.PROJECT_ROOT
-    if provenance._git("rev-parse", "HEAD") is None:
+    if provenance.git("rev-parse", "HEAD") is None:
         pytest.skip("not a git checkout")
     checked = 0
     for path in sorted((root / "runs").glob("*/evidence.json")):

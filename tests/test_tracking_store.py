@@ -24,7 +24,7 @@ import pytest
 from gates.contract import load_contract
 from gates.errors import UserError
 from gates.runner import run_contract
-from gates.tracking import _client
+from gates.tracking import open_client
 from tests.conftest import ROOT, small_c05, write_contract
 
 # SIGKILL this process right after MLflow's batch migration created its temporary table: the moment
@@ -83,7 +83,7 @@ def is_complete(path: Path) -> bool:
 def store_with_runs(tmp_path_factory) -> Path:
     """A complete store holding one experiment with two runs (copied by the tests that damage it)."""
     path = tmp_path_factory.mktemp("store") / "mlflow.db"
-    client = _client(f"sqlite:///{path}")
+    client = open_client(f"sqlite:///{path}")
     experiment = client.create_experiment("c05-tiny")
     for seed in (0, 1):
         run = client.create_run(experiment, run_name=f"arm/seed{seed}")
@@ -119,7 +119,7 @@ def test_a_half_built_store_that_holds_no_runs_is_rebuilt(half_built, tmp_path):
     path = tmp_path / "mlflow.db"
     shutil.copy(half_built, path)
 
-    client = _client(f"sqlite:///{path}")
+    client = open_client(f"sqlite:///{path}")
     run = client.create_run(client.create_experiment("after"))
     client.log_metric(run.info.run_id, "x", 1.0)
     assert is_complete(path)
@@ -131,12 +131,12 @@ def test_two_first_runs_at_once_both_succeed(tmp_path):
     code = textwrap.dedent("""
         import sys, time
         from pathlib import Path
-        from gates.tracking import _client
+        from gates.tracking import open_client
         import mlflow.store.db.utils  # every import done before the start line
         Path("ready-" + sys.argv[1]).touch()
         while not Path("go").exists():
             time.sleep(0.002)
-        _client("sqlite:///mlflow.db").create_experiment(sys.argv[1])
+        open_client("sqlite:///mlflow.db").create_experiment(sys.argv[1])
     """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     procs = [subprocess.Popen([sys.executable, "-c", code, name], cwd=tmp_path, env=env, stderr=subprocess.PIPE,
@@ -147,7 +147,7 @@ def test_two_first_runs_at_once_both_succeed(tmp_path):
     (tmp_path / "go").touch()
     errors = [p.communicate(timeout=120)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], [e[-1500:] for e in errors]
-    client = _client(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    client = open_client(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert {e.name for e in client.search_experiments()} >= {"first", "second"}
 
 
@@ -157,15 +157,15 @@ def test_a_full_disk_while_creating_leaves_no_store_and_one_line(tmp_path):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
-    proc = python("from gates.tracking import _client\nfrom gates.errors import UserError\n"
-                  "try:\n    _client('sqlite:///mlflow.db')\nexcept UserError as e:\n    print(e.render())\n"
+    proc = python("from gates.tracking import open_client\nfrom gates.errors import UserError\n"
+                  "try:\n    open_client('sqlite:///mlflow.db')\nexcept UserError as e:\n    print(e.render())\n"
                   "    raise SystemExit(2)\n", tmp_path, preexec_fn=limit)
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mlflow.db: cannot create the MLflow store ("), lines
     assert "Traceback" not in proc.stderr
     assert not (tmp_path / "mlflow.db").exists() and leftovers(tmp_path) == []
-    _client(f"sqlite:///{tmp_path / 'mlflow.db'}").create_experiment("after")  # with room again, it is built
+    open_client(f"sqlite:///{tmp_path / 'mlflow.db'}").create_experiment("after")  # with room again, it is built
 
 
 def _truncate(path: Path) -> None:
@@ -196,7 +196,7 @@ def test_a_damaged_store_that_holds_runs_is_one_line_and_left_as_it_is(store_wit
     damage(path)
     before = path.read_bytes()
     with pytest.raises(UserError) as info:
-        _client(f"sqlite:///{path}")
+        open_client(f"sqlite:///{path}")
     text = info.value.render()
     assert len(text.splitlines()) == 1
     assert text.startswith(f"{path}: MLflow store ") and f"mv {path} {path}.damaged" in text, text
@@ -250,10 +250,10 @@ def test_an_older_store_with_runs_is_upgraded_on_a_copy_and_a_kill_mid_upgrade_c
     path = tmp_path / "mlflow.db"
     run_id = _older_store_with_a_run(path)
     before = path.read_bytes()
-    killed_mid_migration("from gates.tracking import _client\n_client('sqlite:///mlflow.db')", tmp_path)
+    killed_mid_migration("from gates.tracking import open_client\nopen_client('sqlite:///mlflow.db')", tmp_path)
     assert path.read_bytes() == before  # the upgrade ran on a copy; the kill left the store as it was
 
-    client = _client(f"sqlite:///{path}")
+    client = open_client(f"sqlite:///{path}")
     assert [r.info.run_id for r in client.search_runs(["1"])] == [run_id]
     assert is_complete(path)
     assert leftovers(tmp_path) == []
