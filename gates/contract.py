@@ -872,6 +872,9 @@ def _explain(error: dict, root: type[BaseModel]) -> str:
     if kind == "literal_error":
         return f"{msg}, got {error.get('input')!r}"
     got = error.get("input")
+    if kind == "value_error" and isinstance(got, (dict, list)) and msg:
+        # our own check of a whole section or list: its message names the values; "got dict" adds nothing
+        return msg[0].lower() + msg[1:]
     shown = repr(got) if not isinstance(got, (dict, list)) else type(got).__name__
     return f"{msg[0].lower() + msg[1:]}, got {shown}" if msg else f"invalid value {shown}"
 

@@ -137,6 +137,16 @@ def test_duplicate_seeds_and_eval_interval(tmp_path):
     assert "eval_every (20) must not exceed steps (10)" in error_of(tmp_path, yaml.safe_dump(data))
 
 
+def test_a_section_check_names_its_values_not_the_section_s_type(tmp_path):
+    # a check of a whole section (budget: a dict) says what is wrong with its values; the type of the
+    # section ("got dict") is noise there, but stays where the type itself is the error (arms: a list)
+    data = small_c05(budget={"steps": 10, "eval_every": 20})
+    assert "got dict" not in error_of(tmp_path, yaml.safe_dump(data))
+    data = small_c05()
+    data["arms"] = list(data["arms"])
+    assert "arms: input should be a valid dictionary, got list" in error_of(tmp_path, yaml.safe_dump(data))
+
+
 def test_unknown_study_suggests(tmp_path):
     data = small_c05(study="c05_prob")
     assert "unknown study 'c05_prob' (did you mean 'c05_probe'?)" in error_of(tmp_path, yaml.safe_dump(data))
