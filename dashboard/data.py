@@ -256,9 +256,10 @@ def _plotted_metrics(contract, ev: dict | None) -> list[str]:
 
 
 def _code_files() -> list[Path]:
-    from gates.provenance import PROJECT_ROOT
+    """The files staleness depends on: gates/, models/ and the packages of studies from elsewhere."""
+    from gates.provenance import watched_paths
 
-    return list((PROJECT_ROOT / "gates").rglob("*.py")) + list((PROJECT_ROOT / "models").rglob("*.py"))
+    return watched_paths()
 
 
 def finite(x) -> bool:

@@ -1,8 +1,23 @@
-"""Where a result came from: git commit and dirty flag, and a fingerprint of the code that ran."""
+"""Where a result came from: git commit and dirty flag, and a fingerprint of the code that ran.
+
+The fingerprint (`code_sha256`, per file `code_files`) covers every file of this repository's `gates/`
+and the study's own code, wherever it is installed:
+
+- a study in this repository's `models` package (the `models` that imports from PROJECT_ROOT/models):
+  its module and the `models` modules it imports, transitively, with models/__init__.py, named
+  `models/<file>.py`;
+- a study from any other package (registered by another distribution, `examples/my_study`): every
+  `*.py` file of its top-level package, recursively, or the single file of a top-level module, named
+  relative to the sys.path entry that holds it (`my_study/study.py`, `faulty_study.py`), so the name
+  does not depend on where it is installed. Which one is decided by where the top-level package's
+  files are (`importlib.util.find_spec`, which imports nothing), never by its name: a researcher's
+  own package called `models` is fingerprinted by its own files.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import re
 import subprocess
 from dataclasses import asdict, dataclass, field
@@ -20,9 +35,12 @@ CODE_PACKAGES = ("gates", "models")
 class Provenance:
     git_commit: str  # "unknown" outside a git checkout
     git_dirty: str  # "true" / "false" / "unknown"
-    code_sha256: str  # sha256 over the source of gates/ and models/: what actually ran
+    code_sha256: str  # sha256 over the source of gates/ and the study's code: what actually ran
     # relative path -> sha256 of each file code_sha256 covers (so a later change can be named)
     code_files: dict[str, str] = field(default_factory=dict, compare=False)
+    # the installed distribution that registers the study and the top-level package its code is in,
+    # e.g. "gates-my-study 0.1.0 (my_study)", "treeheap-gates 0.1.0 (models)"; see `study_package`
+    study_package: str | None = field(default=None, compare=False)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -42,27 +60,120 @@ def git(*args: str, root: Path | None = None) -> str | None:
 
 
 def code_sha256(study_module: str | None = None, root: Path | None = None) -> str:
-    """Fingerprint of the code a run depends on: every file of `gates/`, plus the study's module and
-    the `models` modules it imports (transitively). Editing one study does not invalidate another's
-    finished runs; editing the platform or a shared module does."""
-    return _fingerprint(root or PROJECT_ROOT, code_paths(study_module, root))[0]
+    """Fingerprint of the code a run depends on: every file of `gates/`, plus the study's own code (this
+    repository's study module and the `models` modules it imports, transitively; or every file of the
+    package a study from elsewhere is in: see the module docstring). Editing one study does not
+    invalidate another's finished runs; editing the platform or a shared module does."""
+    return _fingerprint(code_named(study_module, root))[0]
 
 
 def code_paths(study_module: str | None = None, root: Path | None = None) -> list[Path]:
     """The files `code_sha256` covers, in the order it hashes them."""
-    root = root or PROJECT_ROOT
-    files = sorted((root / "gates").rglob("*.py"))
-    files += study_files(study_module, root) if study_module else sorted((root / "models").rglob("*.py"))
-    return files
+    return [path for _, path in code_named(study_module, root)]
 
 
 def code_files(study_module: str | None = None, root: Path | None = None) -> dict[str, str]:
-    """relative path -> sha256 of each file `code_sha256` covers."""
-    return _fingerprint(root or PROJECT_ROOT, code_paths(study_module, root))[1]
+    """relative name -> sha256 of each file `code_sha256` covers."""
+    return _fingerprint(code_named(study_module, root))[1]
 
 
-def _fingerprint(root: Path, files: list[Path]) -> tuple[str, dict[str, str]]:
-    return _digest([(str(p.relative_to(root).as_posix()), p.read_bytes()) for p in files])
+def code_named(study_module: str | None = None, root: Path | None = None) -> list[tuple[str, Path]]:
+    """(name, path) of each file `code_sha256` covers, in the order it hashes them: `gates/...` and
+    this repository's `models/...` relative to `root`, a study package from elsewhere by its import
+    name (`my_study/study.py`). Without a study module: gates/ and all of models/."""
+    root = root or PROJECT_ROOT
+    files = sorted((root / "gates").rglob("*.py"))
+    if study_module:
+        plugin = plugin_files(study_module)
+        if plugin is not None:
+            return [(_rel(p, root), p) for p in files] + plugin
+        files += study_files(study_module, root)
+    else:
+        files += sorted((root / "models").rglob("*.py"))
+    return [(_rel(p, root), p) for p in files]
+
+
+def _rel(path: Path, root: Path) -> str:
+    return str(path.relative_to(root).as_posix())
+
+
+def plugin_files(study_module: str) -> list[tuple[str, Path]] | None:
+    """(name, path) of the files of a study module that is not in this repository's `models` package:
+    every `*.py` of its top-level package (recursively, no __pycache__), named `<package>/<path in
+    it>`, or its top-level module's file, named by its file name; sorted by name. None for a study of
+    this repository's `models` package (fingerprinted by its import closure, `study_files`).
+
+    Decided by where the top-level package's files are, found without importing it (the module
+    already imported in this process, when it is, is the one that ran): a `models` package anywhere
+    but PROJECT_ROOT/models is another package. A `models` that cannot be found is taken as this
+    repository's (its files are then missing, which staleness names). A study module in `gates` has
+    no files beyond gates/, which is always covered; one that cannot be found has none."""
+    top = study_module.strip().partition(".")[0]
+    if top == "gates":
+        return []
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError, AttributeError):  # a broken finder, a module without __spec__
+        spec = None
+    if spec is None:
+        return None if top == "models" else []
+    locations = [Path(p) for p in (spec.submodule_search_locations or [])]
+    if locations:
+        if top == "models" and any(_same_dir(d, PROJECT_ROOT / "models") for d in locations):
+            return None
+        named: dict[str, Path] = {}
+        for folder in locations:  # several for a namespace package; the first holding a name wins
+            for path in sorted(folder.rglob("*.py")):
+                rel = path.relative_to(folder)
+                if "__pycache__" not in rel.parts and path.is_file():
+                    named.setdefault(f"{top}/{rel.as_posix()}", path)
+        return sorted(named.items())
+    if spec.has_location and spec.origin and Path(spec.origin).is_file():
+        return [(Path(spec.origin).name, Path(spec.origin))]
+    return []  # built in, frozen, or in a zip: no files to read
+
+
+def _same_dir(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def study_package(study_module: str | None) -> str | None:
+    """Where the study's code came from, from the installed metadata (nothing imported): the
+    distribution that registers a study in this module (entry-point group `gates.studies`) with its
+    version, and the top-level package the code is in, e.g. "gates-my-study 0.1.0 (my_study)",
+    "treeheap-gates 0.1.0 (models)"; just the package ("my_study") when no installed distribution
+    registers the module; None without a study module."""
+    if not study_module:
+        return None
+    from gates import registry
+
+    top = study_module.strip().partition(".")[0]
+    dists = [e.distribution for e in registry.study_entries() if e.module == study_module.strip() and e.distribution]
+    return f"{dists[0]} ({top})" if dists else top
+
+
+def watched_paths(root: Path | None = None) -> list[Path]:
+    """Every file the fingerprint of some registered study covers: gates/, all of models/ and the
+    files of each study package from elsewhere (what a cache of staleness must watch; nothing
+    imported)."""
+    from gates import registry
+
+    root = root or PROJECT_ROOT
+    files = list((root / "gates").rglob("*.py")) + list((root / "models").rglob("*.py"))
+    seen = set()
+    for entry in registry.study_entries():
+        top = entry.module.partition(".")[0]
+        if top not in seen:
+            seen.add(top)
+            files += [path for _, path in plugin_files(entry.module) or []]
+    return files
+
+
+def _fingerprint(named: list[tuple[str, Path]]) -> tuple[str, dict[str, str]]:
+    return _digest([(name, path.read_bytes()) for name, path in named])
 
 
 def _digest(named: list[tuple[str, bytes]]) -> tuple[str, dict[str, str]]:
@@ -116,8 +227,8 @@ def current(study_module: str | None = None) -> Provenance:
         # only the code that runs counts: evidence in runs/, contracts and docs do not make it dirty
         status = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PACKAGES, "pyproject.toml")
         dirty = "unknown" if status is None else ("true" if status else "false")
-    fingerprint, files = _fingerprint(PROJECT_ROOT, code_paths(study_module))
-    return Provenance(commit, dirty, fingerprint, files)
+    fingerprint, files = _fingerprint(code_named(study_module))
+    return Provenance(commit, dirty, fingerprint, files, study_package(study_module))
 
 
 # ---------------------------------------------------------------------------------- staleness
@@ -142,7 +253,7 @@ def staleness(evidence: dict, study_module: str | None, root: Path | None = None
     if study_module is None:
         return Staleness(True, (UNKNOWN_FILES,), f"study {evidence.get('study')!r} is not registered any more")
     try:
-        now_sha, now_files = _fingerprint(root, code_paths(study_module, root))
+        now_sha, now_files = _fingerprint(code_named(study_module, root))
     except OSError as e:
         return Staleness(True, (UNKNOWN_FILES,), f"cannot read today's code: {e}")
     if now_sha == recorded:
@@ -161,6 +272,11 @@ def staleness(evidence: dict, study_module: str | None, root: Path | None = None
     changed = sorted(p for p in set(then) | set(now_files) if then.get(p) != now_files.get(p))
     if not changed:
         return Staleness(True, (UNKNOWN_FILES,), note)
+    plugin = plugin_files(study_module)
+    if plugin and not set(then) & {name for name, _ in plugin}:
+        top = study_module.strip().partition(".")[0]
+        note = _join(note, f"recorded before the code of the study's package {top} was fingerprinted: its code "
+                           f"then is unknown")
     # Stale means the study's code changed: the models it trains and measures. The platform's files
     # (gates/) change with every feature; `gates verify` re-derives every verdict with today's engine,
     # and replays and audits re-run training, so a platform change alone is noted, not stale.
@@ -178,7 +294,9 @@ def _join(a: str, b: str) -> str:
 @lru_cache(maxsize=64)
 def files_at_commit(commit: str, study_module: str, root: Path | None = None) -> tuple[str, dict[str, str]] | None:
     """(code sha256, per-file sha256) of the files `code_sha256` covers, as they were at `commit`;
-    None when the commit is not available (not a git checkout, a shallow clone, an unknown commit)."""
+    None when the commit is not available (not a git checkout, a shallow clone, an unknown commit).
+    Only this repository's files (gates/ and the `models` closure): a study package from elsewhere is
+    not in its history, and evidence without per-file hashes predates fingerprinting one anyway."""
     root = root or PROJECT_ROOT
     if not re.fullmatch(r"[0-9a-f]{7,40}", commit):
         return None
@@ -223,7 +341,8 @@ def _cat_blobs(blobs: list[str], root: Path) -> dict[str, bytes] | None:
 
 
 def describe_stale(files: list[str], shown: int = 6) -> str:
-    """The changed files, the study's own (models/) first, the platform's (gates/) counted beyond `shown`."""
+    """The changed files, the study's own (models/, or its package's from elsewhere) first, the
+    platform's (gates/) counted beyond `shown`."""
     study = [f for f in files if not f.startswith("gates/")]
     platform = [f for f in files if f.startswith("gates/")]
     parts = study[:]
