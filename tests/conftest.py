@@ -1,4 +1,5 @@
-"""Shared fixtures: small, real C05 contracts written to a temp folder (fast enough for CI)."""
+"""Shared fixtures: small, real C05 contracts written to a temp folder (fast enough for CI), and copies
+of frozen committed claims (tests/fixtures/claims) in a temp project."""
 
 from __future__ import annotations
 
@@ -31,16 +32,55 @@ def small_c05(**overrides) -> dict:
     return data
 
 
-def copy_claims(folder: Path, *contract_ids: str) -> Path:
-    """folder/project with contracts/ and runs/ holding copies of these committed claims."""
+# Frozen copies of committed claims (tests/fixtures/README.md). No test reads the repository's runs/:
+# `gates run`, users and re-derivations by a newer verdict engine rewrite it.
+FIXTURES = ROOT / "tests" / "fixtures" / "claims"
+FIXTURE_CONTRACTS = FIXTURES / "contracts"
+FIXTURE_RUNS = FIXTURES / "runs"
+FIXTURE_CLAIMS = tuple(sorted(p.stem for p in FIXTURE_CONTRACTS.glob("*.yaml")))
+REDERIVED = "fixture brought to today's engine"
+
+
+def _fixture(contract_id: str) -> tuple[Path, Path]:
+    contract, folder = FIXTURE_CONTRACTS / f"{contract_id}.yaml", FIXTURE_RUNS / contract_id
+    if not contract.is_file() or not (folder / "evidence.json").is_file():
+        raise LookupError(f"no frozen copy of claim {contract_id!r} in {FIXTURES} (there are: "
+                          f"{', '.join(FIXTURE_CLAIMS)}); see tests/fixtures/README.md to add one")
+    return contract, folder
+
+
+def frozen_evidence(contract_id: str) -> dict:
+    """A claim's evidence as it was recorded and frozen (engine 2): for facts no verdict engine changes
+    (per-seed values, recorded commit and code hashes). Read only."""
+    import json
+
+    return json.loads((_fixture(contract_id)[1] / "evidence.json").read_text())
+
+
+def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path:
+    """folder/project with contracts/ and runs/ holding copies of these frozen claims (all of them when
+    none is named), entered in a fresh runs/INDEX.jsonl (`backfilled`) and brought to today's verdict
+    engine (gates.runner.rederive: evidence.json and verdict.md rewritten, and a `rederived` entry
+    appended, only where today's engine derives another record), so that `gates verify` holds on the
+    copies. rederive=False: the frozen bytes, no index."""
     import shutil
+
+    from gates import history
+    from gates.contract import load_contract
+    from gates.runner import rederive as rederive_claim
 
     root = folder / "project"
     (root / "contracts").mkdir(parents=True)
     (root / "runs").mkdir()
-    for contract_id in contract_ids:
-        shutil.copy(ROOT / "contracts" / f"{contract_id}.yaml", root / "contracts")
-        shutil.copytree(ROOT / "runs" / contract_id, root / "runs" / contract_id)
+    ids = contract_ids or FIXTURE_CLAIMS
+    for contract_id in ids:
+        contract, evidence = _fixture(contract_id)
+        shutil.copy(contract, root / "contracts")
+        shutil.copytree(evidence, root / "runs" / contract_id)
+    if rederive:
+        history.backfill(root / "runs")
+        for contract_id in ids:
+            rederive_claim(load_contract(root / "contracts" / f"{contract_id}.yaml"), root / "runs", REDERIVED)
     return root
 
 

@@ -1,6 +1,7 @@
 """Commands that answer at once: `gates --help`, `gates status` and `gates studies` import no study (no
 torch), no verdict engine (no scipy) and no MLflow; `gates status` still says what `gates verify` says
-about each committed claim's verdict, hash, history and code (rules: as the evidence recorded them)."""
+about each recorded claim's verdict, hash, history and code (rules: as the evidence recorded them). The
+claims are frozen copies (tests/fixtures/claims) in a temp project, never the repository's runs/."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import FIXTURE_CLAIMS, copy_claims
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "scipy", "mlflow", "optuna", "models", "sklearn", "gates.verdict", "gates.verify")
@@ -43,42 +46,52 @@ def run_cli(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[st
     return done, json.loads(marker[-1].removeprefix("IMPORTED "))
 
 
+@pytest.fixture(scope="module")
+def claims(tmp_path_factory) -> Path:
+    """A project holding every frozen claim, brought to today's engine (read only: for tests that change
+    nothing; `project` below is a fresh copy per test)."""
+    return copy_claims(tmp_path_factory.mktemp("claims"))
+
+
 @pytest.mark.parametrize("args", [("--help",), ("status",), ("status", "--json"), ("studies",)])
-def test_listing_commands_import_no_study_and_no_engine(args):
-    done, imported = run_cli(ROOT, *args)
+def test_listing_commands_import_no_study_and_no_engine(claims, args):
+    done, imported = run_cli(claims, *args)
     assert done.returncode == 0, done.stderr
     assert imported == [], f"gates {' '.join(args)} imported {imported}"
 
 
-def test_status_lists_every_committed_claim_as_verify_sees_it():
-    """The quick listing against `--full` (gates.verify, every study imported) on the committed claims:
-    the same claims, verdicts, statuses, hash checks, history, supersedes chain and staleness; the rules a
-    contract predates are the ones its evidence recorded."""
-    quick, imported = run_cli(ROOT, "status", "--json")
+def test_status_lists_every_recorded_claim_as_verify_sees_it(claims):
+    """The quick listing against `--full` (gates.verify, every study imported) on recorded claims (the
+    frozen copies: evidence with and without per-file code hashes, a supersedes pair, an invalid, a
+    sequential and a non-C05 claim, rule flags): the same claims, verdicts, statuses, hash checks, history,
+    supersedes chain and staleness; the rules a contract predates are the ones its evidence recorded."""
+    quick, imported = run_cli(claims, "status", "--json")
     assert quick.returncode == 0 and imported == []
-    full, imported_full = run_cli(ROOT, "status", "--json", "--full")
+    full, imported_full = run_cli(claims, "status", "--json", "--full")
     assert full.returncode == 0 and "torch" in imported_full  # the full check does load the studies
     rows, checked = json.loads(quick.stdout), {r["id"]: r for r in json.loads(full.stdout)}
     assert [r["id"] for r in rows] == list(checked)
-    assert len([r for r in rows if r["recorded"]]) == len(list((ROOT / "runs").glob("*/evidence.json"))) >= 22
+    assert len([r for r in rows if r["recorded"]]) == len(list((claims / "runs").glob("*/evidence.json"))) \
+        == len(FIXTURE_CLAIMS) >= 8
+    assert {r["status"] for r in rows} == {"ok"}  # the copies hold their evidence under today's engine
     for row in rows:
         want = checked[row["id"]]
         for key in ("verdict", "status", "hash_ok", "stale", "stale_files", "stale_note", "withdrawn", "withdrawal",
                     "superseded_by", "supersedes", "recorded", "problems"):
             assert row[key] == want[key], (row["id"], key)
-        evidence = ROOT / "runs" / row["id"] / "evidence.json"
+        evidence = claims / "runs" / row["id"] / "evidence.json"
         if evidence.exists():
             assert row["rule_flags"] == json.loads(evidence.read_text()).get("rule_flags", [])
-    table, _ = run_cli(ROOT, "status")
+    assert checked["c05-structural-probe"]["superseded_by"] == ["c05-structural-probe-v2"]
+    assert checked["c05-structural-probe-v2"]["supersedes"] == "c05-structural-probe"
+    table, _ = run_cli(claims, "status")
     assert "c05-structural-probe-v2" in table.stdout and "`gates verify` also re-derives every verdict" in table.stdout
 
 
 @pytest.fixture
 def project(tmp_path):
-    """A copy of the committed contracts, evidence and claims history."""
-    shutil.copytree(ROOT / "contracts", tmp_path / "contracts")
-    shutil.copytree(ROOT / "runs", tmp_path / "runs", ignore=shutil.ignore_patterns(".*.lock", ".*.tmp"))
-    return tmp_path
+    """A copy of the frozen claims (contracts, evidence and their claims history) to change."""
+    return copy_claims(tmp_path)
 
 
 def status_rows(project: Path, *extra: str) -> tuple[dict, list[str]]:
@@ -143,12 +156,13 @@ def test_studies_lists_from_metadata_and_shows_metrics_on_request():
     assert "error: NAME: unknown study 'c05_prob' (did you mean 'c05_probe'?)" in unknown.stderr
 
 
-def test_cli_latency_benchmark_writes_its_json(tmp_path):
+def test_cli_latency_benchmark_writes_its_json(claims, tmp_path):
     out = tmp_path / "latency.json"
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cli_latency.py"), "--repeats", "1",
-                           "--json", str(out)], capture_output=True, text=True, timeout=300, cwd=ROOT)
+                           "--json", str(out), "--cwd", str(claims)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     results = json.loads(out.read_text())
     assert set(results["commands"]) == {"gates --help", "gates status", "gates studies"}
-    assert results["claims"] >= 22 and all(r["median_s"] > 0 for r in results["commands"].values())
+    assert results["claims"] == len(FIXTURE_CLAIMS) and all(r["median_s"] > 0 for r in results["commands"].values())
     assert "gates status" in done.stdout and "median" in done.stdout

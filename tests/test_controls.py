@@ -135,21 +135,32 @@ def test_decisions_alone_are_unchanged():
 
 
 def test_the_committed_invalid_example_shows_everywhere(tmp_path):
-    """c05-baseline-control is recorded invalid: verdict.md, status and the dashboard say so."""
+    """c05-baseline-control is recorded invalid (its flat-address baseline cannot locate the pattern even
+    at its training depths): under today's engine its evidence, verdict.md, status and the dashboard say
+    so. On a copy of the frozen claim (tests/fixtures/claims), never the repository's runs/."""
     import json
     import subprocess
     import sys
 
     from dashboard.site import Site
-    from tests.conftest import ROOT
+    from tests.conftest import copy_claims, frozen_evidence
 
-    ev = json.loads((ROOT / "runs" / "c05-baseline-control" / "evidence.json").read_text())
+    recorded = frozen_evidence("c05-baseline-control")  # the per-seed values, as recorded
+    values = {(r["arm"], r["seed"]): r["metrics"] for r in recorded["runs"]}
+    flat = [m["val_acc"] for (arm, _), m in values.items() if arm == "flat_address"]
+    assert len(flat) == 8 and all(0.17 <= v <= 0.31 for v in flat)  # far below the control's bar 0.9
+    assert all(values[("subheap_kernel", seed)]["test_acc"] == 1.0 and m["test_acc"] <= 0.02  # the comparison alone
+               for (arm, seed), m in values.items() if arm == "flat_address")  # is won on every seed
+
+    project = copy_claims(tmp_path, "c05-baseline-control")
+    folder = project / "runs" / "c05-baseline-control"
+    ev = json.loads((folder / "evidence.json").read_text())
     assert ev["verdict"] == "invalid" and ev["controls"][0]["outcome"] == "fails"
-    assert ev["conditions"][0]["outcome"] == "holds"  # the comparison alone would have held
-    assert "**INVALID**" in (ROOT / "runs" / "c05-baseline-control" / "verdict.md").read_text()
+    assert ev["controls"][0]["values"]["flat_address.val_acc"] == flat
+    assert "**INVALID**" in (folder / "verdict.md").read_text()
     status = subprocess.run([sys.executable, "-m", "gates", "status", "--json"], capture_output=True, text=True,
-                            cwd=ROOT, timeout=120)
+                            cwd=project, timeout=120)
     row = next(c for c in json.loads(status.stdout) if c["id"] == "c05-baseline-control")
     assert (row["verdict"], row["status"]) == ("invalid", "ok")
-    site = Site(ROOT / "runs", ROOT / "contracts", f"sqlite:///{tmp_path / 'none.db'}", "http://127.0.0.1:5000")
+    site = Site(project / "runs", project / "contracts", f"sqlite:///{tmp_path / 'none.db'}", "http://127.0.0.1:5000")
     assert "v-invalid" in site.index()

@@ -16,8 +16,8 @@ from gates.ledger import read_evidence, render_report
 from gates.preflight import preflight
 from gates.rules import convergence, is_converged
 from gates.runner import run_contract
-from gates.verify import _check_convergence, check_claim
-from tests.conftest import ROOT, small_c05, write_contract
+from gates.verify import _check_convergence, check_claim, find_contracts
+from tests.conftest import copy_claims, frozen_evidence, small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -121,24 +121,33 @@ def test_a_converged_run_is_marked_converged_and_a_halted_run_is_not_judged(work
 
 
 # ------------------------------------------------------------------------------ recorded claims
-def test_evidence_without_convergence_is_unchanged():
-    """A committed contract without the rule: no run carries convergence, verify asks for none, and
-    verdict.md renders exactly as committed (no converged column)."""
-    folder = ROOT / "runs" / "c05-structural-probe-v2"
+def test_evidence_without_convergence_is_unchanged(tmp_path):
+    """A recorded contract without the rule (a copy of the frozen claim, brought to today's engine): no
+    run carries convergence, verify asks for none, and verdict.md renders exactly as written, with no
+    converged column, as the recorded one has none."""
+    project = copy_claims(tmp_path, "c05-structural-probe-v2")
+    folder = project / "runs" / "c05-structural-probe-v2"
     ev = read_evidence(folder / "evidence.json")
-    loaded = load_contract(ROOT / "contracts" / "c05-structural-probe-v2.yaml")
+    loaded = load_contract(project / "contracts" / "c05-structural-probe-v2.yaml")
     assert loaded.contract.convergence is None
     assert not any("converged" in r or "convergence" in r for r in ev["runs"])
+    assert not any("converged" in r or "convergence" in r for r in frozen_evidence("c05-structural-probe-v2")["runs"])
     assert _check_convergence(loaded, ev) == []
     assert render_report(ev) == (folder / "verdict.md").read_text()
+    assert "converged" not in (folder / "verdict.md").read_text()
+    assert check_claim(folder / "evidence.json", find_contracts(project / "contracts"), replay=False).status == "ok"
     forged = {**ev, "runs": [{**ev["runs"][0], "converged": False}] + ev["runs"][1:]}
     assert "the contract has no convergence rule" in _check_convergence(loaded, forged)[0]
 
 
-def test_the_committed_example_is_inconclusive_for_want_of_steps():
-    ev = read_evidence(ROOT / "runs" / "c05-not-converged" / "evidence.json")
+def test_the_committed_example_is_inconclusive_for_want_of_steps(tmp_path):
+    recorded = frozen_evidence("c05-not-converged")  # as recorded: the subheap kernel still improving
+    assert any(r["arm"] == "subheap_kernel" and r["converged"] is False for r in recorded["runs"])
+    project = copy_claims(tmp_path, "c05-not-converged")  # under today's engine
+    ev = read_evidence(project / "runs" / "c05-not-converged" / "evidence.json")
     assert ev["verdict"] == "inconclusive"
-    assert any(r["arm"] == "subheap_kernel" and r["converged"] is False for r in ev["runs"])
+    assert [r["converged"] for r in ev["runs"] if "converged" in r] == \
+        [r["converged"] for r in recorded["runs"] if "converged" in r]
     assert any("more steps for arm subheap_kernel" in s for s in ev["settle"])
 
 

@@ -13,7 +13,7 @@ import torch
 
 from gates.ledger import devices_of, signature
 from gates.study import DeviceConfig, device_environment, device_unavailable, resolve_device
-from tests.conftest import ROOT, small_c05, write_contract
+from tests.conftest import frozen_evidence, small_c05, write_contract
 
 
 def test_device_field_accepts_auto_cpu_cuda_only():
@@ -52,7 +52,7 @@ def test_environment_names_device_versions_and_threads():
 
 
 def test_signature_names_the_devices_and_old_evidence_keeps_its_signature():
-    old = json.loads((ROOT / "runs" / "c05-structural-probe-v2" / "evidence.json").read_text())
+    old = frozen_evidence("c05-structural-probe-v2")  # as recorded (tests/fixtures/claims)
     assert devices_of(old) == [] and "device:" not in signature(old)  # recorded before devices were
     new = {**old, "runs": [{**r, "environment": {"device": "cpu"}} for r in old["runs"]]}
     assert "|device:cpu|" in signature(new)

@@ -1,8 +1,9 @@
 """`gates verify` checks evidence instead of trusting it (issue #17, section 1).
 
-Every test copies committed evidence from runs/ into a temporary project, tampers with it the way a
-careful forger would (every field derived from the per-seed values recomputed and verdict.md
-re-rendered, so that only the check under test can notice) and runs the real `gates verify`.
+Every test copies frozen committed evidence (tests/fixtures/claims, brought to today's verdict engine by
+tests.conftest.copy_claims) into a temporary project, tampers with it the way a careful forger would
+(every field derived from the per-seed values recomputed and verdict.md re-rendered, so that only the
+check under test can notice) and runs the real `gates verify`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from gates.contract import load_contract
 from gates.verify import check_claim, find_contracts
 from tests.conftest import copy_claims
 
-ROOT = Path(__file__).resolve().parent.parent
 C05 = "c05-structural-probe"
 TUNED = "c05-structural-probe-tuned"
 
@@ -50,11 +50,8 @@ def evidence(project: Path, contract_id: str = C05) -> dict:
 @pytest.fixture
 def project(tmp_path) -> Path:
     """contracts/ and runs/ holding copies of two committed claims (one with tuning), as today's code
-    records them."""
-    root = copy_claims(tmp_path, C05, TUNED)
-    for contract_id in (C05, TUNED):
-        settle(root, contract_id, evidence(root, contract_id))
-    return root
+    records them (copy_claims re-derives them with today's engine and indexes them)."""
+    return copy_claims(tmp_path, C05, TUNED)
 
 
 def check(project: Path, contract_id: str = C05):

@@ -46,7 +46,7 @@ def gates_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subp
 
 @pytest.fixture
 def project(tmp_path) -> Path:
-    """contracts/ and runs/ with copies of two committed claims."""
+    """contracts/ and runs/ with copies of two frozen committed claims (tests/fixtures/claims), indexed."""
     return copy_claims(tmp_path, BROKEN, INTACT)
 
 
@@ -124,6 +124,7 @@ def test_malformed_evidence_is_one_lost_claim_and_everything_else_works(project,
     assert "restore the committed file from git" in done.output  # what to do
     checks = {c.contract_id: c for c in verify(project / "runs", project / "contracts")}
     assert checks[BROKEN].status == "lost" and checks[BROKEN].hash_ok is None
+    assert checks[INTACT].status == "ok", checks[INTACT].problems  # indexed by copy_claims: it holds
     intact_after = check_claim(evidence_path(project, INTACT), find_contracts(project / "contracts"), replay=False)
     assert intact_after.as_dict() == intact_before.as_dict()  # the other claim is checked as before
 
