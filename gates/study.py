@@ -22,20 +22,46 @@ ROLES: tuple[str, ...] = ("train", "validation", "test", "cost", "diagnostic")
 DECISION_ROLES: tuple[str, ...] = ("test", "cost")
 
 
+Scale = Literal["linear", "log"]
+SCALES: tuple[str, ...] = ("linear", "log")
+# controls ask whether an arm works where it can (held-out data of its own distribution included): they
+# may read validation metrics too, never a train metric (memorisation) or a diagnostic
+CONTROL_ROLES: tuple[str, ...] = ("test", "cost", "validation")
+
+
 @dataclass(frozen=True)
 class Metric:
-    """One metric a study reports: its better direction, its role and, where one exists, its range.
+    """One metric a study reports: its better direction, its role, its range, its scale and what
+    chance gives.
 
     The range is what the metric can take at all (accuracy in [0, 1], an NLL >= 0), not what is
     typical: the contract loader uses it to refuse conditions that hold, or cannot hold, whatever
     the data (`test_acc >= -1`), relative margins on metrics that can be negative, and the verdict
-    engine uses it to see values sitting at a bound (where a t-test's normality cannot hold).
+    engine uses it to see values sitting at a bound (where a t-test's normality cannot hold). A study
+    that knows a tighter range for an arm (a rank is at most the node count) says so in
+    `Study.metric_range`.
+
+    The scale says how its per-seed values vary and so what a verdict estimates: `linear` (the
+    default) for metrics whose seed-to-seed spread is roughly symmetric (accuracies away from their
+    bounds, BLEU, NLLs, differences): conditions are about the mean. `log` for positive metrics whose
+    spread is multiplicative and right-skewed (losses that shrink towards 0, perplexities, KLs, MSEs,
+    errors, latencies): conditions are evaluated on the log values, i.e. about the geometric mean
+    (a threshold) and ratios of geometric means (a compare, with a relative margin). A t-test on the
+    raw values of a right-skewed metric does not keep its level (the README's simulation table).
+
+    `chance` is what an arm that learned nothing scores (majority class, uniform guessing), where the
+    study knows it; conditions that an arm at chance would pass are refused. `unit` names what the
+    values measure (e.g. "nats"): a condition may compare two different metrics only when they share
+    a unit (or, paired, come from the same runs).
     """
 
     direction: Direction
     role: Role
     low: float | None = None
     high: float | None = None
+    scale: Scale = "linear"
+    chance: float | None = None
+    unit: str | None = None
 
     def __post_init__(self):
         if self.direction not in ("higher", "lower"):
@@ -44,10 +70,20 @@ class Metric:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, got {self.role!r}")
         if self.low is not None and self.high is not None and not self.low < self.high:
             raise ValueError(f"range low {self.low} must be below high {self.high}")
+        if self.scale not in SCALES:
+            raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
+        if self.scale == "log" and (self.low is None or self.low < 0):
+            raise ValueError("a log-scale metric is positive: declare low = 0 (its values must be > 0)")
+        if self.chance is not None and not self.contains(self.chance):
+            raise ValueError(f"chance {self.chance} lies outside the range {self.describe()}")
 
     @property
     def nonnegative(self) -> bool:
         return self.low is not None and self.low >= 0
+
+    def contains(self, value: float) -> bool:
+        """Whether a value lies in the declared range (a value outside it is not a measurement of this metric)."""
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
 
     def at_bound(self, value: float) -> bool:
         return value == self.low or value == self.high
@@ -56,17 +92,41 @@ class Metric:
         lo = "-inf" if self.low is None else f"{self.low:g}"
         hi = "inf" if self.high is None else f"{self.high:g}"
         span = "" if self.low is None and self.high is None else f", range [{lo}, {hi}]"
-        return f"{self.direction}, {self.role}{span}"
+        extra = "".join([", log scale" if self.scale == "log" else "",
+                         f", chance {self.chance:g}" if self.chance is not None else "",
+                         f", unit {self.unit}" if self.unit else ""])
+        return f"{self.direction}, {self.role}{span}{extra}"
 
 
-def proportion(direction: Direction, role: Role) -> Metric:
-    """A share or rate in [0, 1] (accuracy, recall, hit rate)."""
-    return Metric(direction, role, 0.0, 1.0)
+def proportion(direction: Direction, role: Role, chance: float | None = None) -> Metric:
+    """A share or rate in [0, 1] (accuracy, recall, hit rate); `chance`: what guessing scores."""
+    return Metric(direction, role, 0.0, 1.0, chance=chance)
 
 
 def nonnegative(direction: Direction, role: Role) -> Metric:
-    """A loss, divergence, error, count, latency or size: >= 0, no upper bound."""
+    """A count, size or score >= 0 with no upper bound whose per-seed spread is roughly symmetric (it
+    may be exactly 0). A right-skewed positive metric (a loss, error, KL or latency) is `positive`."""
     return Metric(direction, role, 0.0, None)
+
+
+def positive(direction: Direction, role: Role, unit: str | None = None) -> Metric:
+    """A positive, right-skewed metric on the log scale (a loss shrinking towards 0, a perplexity, KL,
+    MSE, error or latency): conditions are about its geometric mean and ratios (relative margins)."""
+    return Metric(direction, role, 0.0, None, scale="log", unit=unit)
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """The best any arm can do on a metric: a `value` known before the run, or a `metric` each run
+    reports (its per-seed values are the ceiling of that seed), with why."""
+
+    why: str
+    value: float | None = None
+    metric: str | None = None
+
+    def __post_init__(self):
+        if (self.value is None) == (self.metric is None):
+            raise ValueError("a ceiling is either a value known before the run or a metric the runs report")
 
 
 class Halt(Exception):
@@ -194,6 +254,15 @@ class Study:
     # metrics that measure the machine rather than the model (wall-clock speed, resident memory):
     # recorded, but a replay on another machine is not expected to reproduce them
     machine_metrics: ClassVar[frozenset[str]] = frozenset()
+    # arm config fields a contract's `tuning` may search (learning rates, regularisation): what an arm
+    # is (its model, its kernel) is what a contract compares, never something a search picks
+    hyperparameters: ClassVar[frozenset[str]] = frozenset()
+    # arm config fields that set the data and training regime several contracts share (the teacher, its
+    # layer): contracts with the same values are siblings, and when one is superseded because of its
+    # regime the others are flagged until they are superseded or withdrawn too
+    regime_fields: ClassVar[tuple[str, ...]] = ()
+    # whether arms train: a new contract on a training study declares a convergence rule (or why not)
+    trains: ClassVar[bool] = True
 
     def param_count(self, config: StudyConfig) -> int:
         """Trainable parameters of the model an arm builds (measured, not declared)."""
@@ -203,6 +272,27 @@ class Study:
         """Trainable parameters by part (e.g. embeddings, encoder_reader, decoder), measured, for a
         capacity match of the parts being compared rather than of totals; {} when the study has none."""
         return {}
+
+    def metric_range(self, metric: str, config: StudyConfig) -> tuple[float | None, float | None]:
+        """The range an arm can reach on `metric` (default: the declared one); a study that knows a
+        tighter one for an arm's config says so (a mean rank is at most the tree's node count)."""
+        spec = self.metrics[metric]
+        return spec.low, spec.high
+
+    def chance(self, metric: str, config: StudyConfig) -> float | None:
+        """What an arm that learned nothing scores on `metric` (default: the declared `chance`)."""
+        return self.metrics[metric].chance
+
+    def reported_metrics(self, config: StudyConfig) -> frozenset[str]:
+        """The metrics an arm with this config reports (default: every declared one); a condition on a
+        metric the arm cannot report is refused, and a completed run that lacks one has failed."""
+        return frozenset(self.metrics)
+
+    def ceiling(self, metric: str, config: StudyConfig) -> "Ceiling | None":
+        """What the best possible arm reaches on `metric`, where the study knows it: a value known before
+        the run (the accuracy label noise allows), or another metric each run reports (the mass the best
+        leaves hold). A bar beyond it tests nothing: `gates check` refuses it, or the verdict is invalid."""
+        return None
 
     def flops(self, config: StudyConfig) -> int | None:
         """Forward FLOPs per example where the study can count them, else None."""

@@ -105,7 +105,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, proportion, resolve_device
+from gates.study import (DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, positive, proportion,
+                         resolve_device)
 from models import clifford as cl
 from models.bif_lm import (
     Block,
@@ -529,10 +530,11 @@ class BiicLMStudy(Study):
 
     name: ClassVar[str] = "biic_lm"
     Config: ClassVar[type[StudyConfig]] = BiicLMConfig
+    # losses in nats per token, far from 0 (about 4-5) with a small symmetric seed spread: linear
     metrics: ClassVar[dict[str, Metric]] = {
-        "train_loss": nonnegative("lower", "train"),
-        "val_loss": nonnegative("lower", "validation"),
-        "test_loss": nonnegative("lower", "test"),
+        "train_loss": Metric("lower", "train", 0.0, None, unit="nats"),
+        "val_loss": Metric("lower", "validation", 0.0, None, unit="nats"),
+        "test_loss": Metric("lower", "test", 0.0, None, unit="nats"),
         # SFE arms: how alike a token's dynamic alphas are across contexts (1 = g does nothing)
         "alpha_cos": Metric("higher", "test", -1.0, 1.0),
         "alpha_cos_min": Metric("higher", "test", -1.0, 1.0),
@@ -541,9 +543,30 @@ class BiicLMStudy(Study):
         "equivariant_share": proportion("higher", "diagnostic"),
     }
     deterministic: ClassVar[bool] = False  # initialisation and batches depend on the seed
+    # the schedule and regularisation; not g_lr_multiplier or aux_weight, which are what sfe_v11 is
+    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "warmup_steps", "min_lr_ratio", "weight_decay"})
+    # the data: corpus, tokenizer, split, window length and the fixed validation and test windows
+    regime_fields: ClassVar[tuple[str, ...]] = ("corpus", "vocab_size", "train_fraction", "seq_len", "val_windows",
+                                                "test_windows")
 
     def param_count(self, config: BiicLMConfig) -> int:
         return count_parameters(build_model(config))
+
+    def reported_metrics(self, config: BiicLMConfig) -> frozenset[str]:
+        """Every arm the losses; the SFE arms alpha_cos and its minimum and rebound; the biic arms (biic,
+        grade0_only, scalar_wide) equivariant_share."""
+        names = {"train_loss", "val_loss", "test_loss"}
+        if config.arm in SFE_ARMS:
+            names |= {"alpha_cos", "alpha_cos_min", "alpha_cos_rebound"}
+        if config.arm in BIIC_ARMS:
+            names.add("equivariant_share")
+        return frozenset(names)
+
+    def chance(self, metric: str, config: BiicLMConfig) -> float | None:
+        """An LM that learned nothing predicts the vocab_size pieces uniformly: log V nats per token. (Not
+        alpha_cos: g = 0, an SFE arm that learned nothing, scores 1.0, which sfe-alpha-suppression's claim
+        expects of sfe_v10: a chance there would refuse the claim's own condition.)"""
+        return math.log(config.vocab_size) if metric in ("train_loss", "val_loss", "test_loss") else None
 
     def flops(self, config: BiicLMConfig) -> int:
         """Forward FLOPs per token (see `forward_flops`)."""
@@ -694,10 +717,14 @@ class BiicAlgebraStudy(Study):
         "taylor16_error": nonnegative("lower", "diagnostic"),
         "log10_growth_unnormalized": Metric("lower", "diagnostic"),
         "sandwich_cost_ratio": nonnegative("lower", "cost"),
-        "sandwich_time_ratio": nonnegative("lower", "diagnostic"),
+        # a ratio of wall times: positive and multiplicative (187-409 over runs of one arm)
+        "sandwich_time_ratio": positive("lower", "diagnostic"),
     }
+    # the errors stay linear: exact identities whose float64 values (1e-14) may be exactly 0, judged
+    # `evaluation: exact` (deterministic) rather than by seed statistics
     deterministic: ClassVar[bool] = True  # no training: exact identities checked on seeded draws
     machine_metrics: ClassVar[frozenset[str]] = frozenset({"sandwich_time_ratio"})
+    trains: ClassVar[bool] = False  # nothing is fitted: the checks run on random draws
 
     def param_count(self, config: BiicAlgebraConfig) -> int:
         return 0

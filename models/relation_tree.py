@@ -628,6 +628,12 @@ def mass_kept(log_post_t: torch.Tensor, scores: torch.Tensor, keep: int) -> torc
     return dense_nodes.gather(-1, best).sum(dim=-1)
 
 
+def best_mass(scores: torch.Tensor, keep: int) -> torch.Tensor:
+    """The dense posterior mass of the `keep` leaves that hold the most: (T, Q). No pruning read that keeps
+    `keep` leaves (any topology, any parents, any depth) keeps more, so it is mass_kept's ceiling."""
+    return scores.softmax(dim=-1).topk(keep, dim=-1).values.sum(dim=-1)
+
+
 def dense_entropy(scores: torch.Tensor) -> torch.Tensor:
     """Entropy (nats) of the dense posterior over the leaves: (T, Q). log N is a uniform posterior,
     which any summary approximates; a claim about summaries needs it well below log N."""
@@ -641,8 +647,9 @@ def soft_read_metrics(parent: Parent, keys_heap: torch.Tensor, queries: torch.Te
     leaf_kl, kl_at_depth_t and node_kl_at_depth_t for t in resolution_depths(D), the dense mass kept
     when the best half (t >= 1) or quarter (t >= 2) of depth-t nodes are kept
     (mass_kept_top_half_at_depth_t, mass_kept_top_quarter_at_depth_t: 50% or 75% of the leaves
-    pruned), dense_entropy, closure_error and closure_error_level_k (k = depth of the parent,
-    0 = root). Queries go in chunks for memory."""
+    pruned) and the most any read keeping as many leaves can keep (best_mass_top_half,
+    best_mass_top_quarter: the dense mass of the N/2 or N/4 leaves of highest dense posterior), dense_entropy,
+    closure_error and closure_error_level_k (k = depth of the parent, 0 = root). Queries go in chunks for memory."""
     depth = parent.depth
     depths = resolution_depths(depth)
     sums: dict[str, float] = {}
@@ -659,6 +666,8 @@ def soft_read_metrics(parent: Parent, keys_heap: torch.Tensor, queries: torch.Te
             posteriors = tree_log_posteriors(estimate, scores, log_prior)
             add("leaf_kl", leaf_kl(posteriors[-1], scores))
             add("dense_entropy", dense_entropy(scores))
+            for share, keep in (("half", scores.shape[-1] // 2), ("quarter", scores.shape[-1] // 4)):
+                add(f"best_mass_top_{share}", best_mass(scores, keep))
             for t in depths:
                 add(f"kl_at_depth_{t}", kl_at_depth(posteriors[t], scores))
                 add(f"node_kl_at_depth_{t}", node_kl_at_depth(posteriors[t], scores))

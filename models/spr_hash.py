@@ -241,6 +241,9 @@ class SprHashStudy(Study):
         "shuffled_cos": Metric("lower", "test", -1.0, 1.0),
     }
     deterministic: ClassVar[bool] = False  # the sentences are drawn by the seed
+    trains: ClassVar[bool] = False  # the hash has no parameters; the embeddings are an SVD fit, no training steps
+    # the embeddings every arm hashes: corpus, vocabulary, co-occurrence window, width
+    regime_fields: ClassVar[tuple[str, ...]] = ("corpus", "vocab_size", "window", "dim")
 
     def param_count(self, config: SprHashConfig) -> int:
         return 0  # the hash has no parameters; the embeddings are fitted by SVD, not trained

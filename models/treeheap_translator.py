@@ -55,7 +55,7 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import DeviceConfig, Metric, Reporter, Study, nonnegative, proportion, resolve_device
+from gates.study import DeviceConfig, Metric, Reporter, Study, nonnegative, positive, proportion, resolve_device
 from models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
 from models.translation_data import EOS, PAD, Example, TranslationData, collate, directions_of, load_translation_data
 from models.treeheap import Butterfly, Fold, NodeAttention, Read, fold_levels, mlp, random_pairing, unfold_levels
@@ -88,6 +88,9 @@ class TranslatorConfig(DeviceConfig):
     lr: float = Field(2e-3, gt=0)
     warmup_steps: int = Field(20, ge=0)
     clip_grad_norm: float = Field(1.0, gt=0)
+    # regularisation (issue #25: something for `tuning` to search besides lr); 0 = none, as every recorded run
+    dropout: float = Field(0.0, ge=0, lt=1)  # on the token embeddings and on the output layer's input, in training
+    weight_decay: float = Field(0.0, ge=0)  # AdamW's decoupled weight decay
     valid_fraction: float = Field(0.05, gt=0, lt=0.5)
     test_fraction: float = Field(0.05, gt=0, lt=0.5)
     valid_examples: int = Field(256, ge=2)
@@ -203,7 +206,7 @@ class Translator(nn.Module):
             return {"batch": src.shape[0]}
         if intervention == "source_shuffle":
             src, mask = src[permutation], mask[permutation]
-        leaves = self.src_embed(src)
+        leaves = self.dropout(self.src_embed(src))
         if intervention == "pad_noise":  # a no-op by construction: padding must not reach anything
             noise = torch.randn(leaves.shape, generator=generator).to(leaves.device)
             leaves = torch.where(mask.unsqueeze(-1), leaves, 100 * noise)
@@ -248,6 +251,13 @@ class Translator(nn.Module):
             return torch.einsum("bn,bnd->bd", weights, memory["leaves"]), None
         return query.new_zeros(query.shape[0], self.config.d_model), None
 
+    def dropout(self, x: torch.Tensor) -> torch.Tensor:
+        """Dropout in training (where a standard seq2seq model has it: the token embeddings and the output
+        layer's input). At `dropout` 0 (the default) the input comes back untouched and nothing is drawn from
+        the random stream, so a run is bit for bit what it was before the field existed."""
+        p = self.config.dropout
+        return F.dropout(x, p, training=True) if p > 0 and self.training else x
+
     def batch(self, examples: list[Example]) -> dict[str, torch.Tensor]:
         """`collate`d examples on the model's device."""
         device = self.tgt_embed.weight.device
@@ -277,7 +287,7 @@ class Translator(nn.Module):
 
     def input_gates(self, y: torch.Tensor) -> torch.Tensor:
         """W_ih's token-embedding columns applied to E_tgt(y), plus b_ih (... x 3d)."""
-        return F.linear(self.tgt_embed(y), self.gru.weight_ih[:, :self.config.d_model], self.gru.bias_ih)
+        return F.linear(self.dropout(self.tgt_embed(y)), self.gru.weight_ih[:, :self.config.d_model], self.gru.bias_ih)
 
     def step(self, x_gates: torch.Tensor, h: torch.Tensor, memory: dict, fused: "Fused"):
         """One decoder step, h_{t+1} = GRU([E_tgt(y_t), c_t], h_t) written out (torch's GRUCell, term by
@@ -322,7 +332,7 @@ class Translator(nn.Module):
             features.append(feature)
             masses.append(mass)
             targets.append(tgt_out[:n, t])
-        logits = self.out(torch.cat(features))  # one large matmul for all steps
+        logits = self.out(self.dropout(torch.cat(features)))  # one large matmul for all steps
         return Decoded(logits, torch.cat(targets), torch.cat(masses) if masses[0] is not None else None)
 
 
@@ -561,20 +571,55 @@ class TranslatorStudy(Study):
 
     name = "treeheap_translator"
     Config = TranslatorConfig
+    # NLLs are nats per target token, far from 0 with a small symmetric seed spread (test_nll 2.70-2.72 for
+    # one arm): linear, one unit with the NLL differences damage_*. test_ppl = exp(test_nll), so its log
+    # scale is test_nll's linear one. unfold_mse is float rounding (~3e-14) and peak_mem_mb is often exactly
+    # 0 (a step that does not raise the peak RSS): linear. Throughput is multiplicative: log scale.
     metrics: ClassVar[dict[str, Metric]] = {
-        "train_loss": nonnegative("lower", "train"), "val_nll": nonnegative("lower", "validation"),
-        "test_nll": nonnegative("lower", "test"), "test_ppl": Metric("lower", "test", 1.0, None),
-        **{f"test_nll_{d}": nonnegative("lower", "test") for d in ("zh2en", "en2zh")},
+        "train_loss": Metric("lower", "train", 0.0, None, unit="nats"),
+        "val_nll": Metric("lower", "validation", 0.0, None, unit="nats"),
+        "test_nll": Metric("lower", "test", 0.0, None, unit="nats"),
+        "test_ppl": Metric("lower", "test", 1.0, None, scale="log"),
+        **{f"test_nll_{d}": Metric("lower", "test", 0.0, None, unit="nats") for d in ("zh2en", "en2zh")},
         "bleu": Metric("higher", "test", 0.0, 100.0), "chrf": Metric("higher", "test", 0.0, 100.0),
         **{f"{m}_{d}": Metric("higher", "test", 0.0, 100.0) for m in ("bleu", "chrf") for d in ("zh2en", "en2zh")},
         # NLL differences on the test split: no range (an intervention can lower the NLL)
-        **{f"damage_{i}": Metric("higher", "test") for i in INTERVENTIONS},
+        **{f"damage_{i}": Metric("higher", "test", unit="nats") for i in INTERVENTIONS},
         "unfold_mse": nonnegative("lower", "diagnostic"),
         **{f"stop_mass_depth_{k}": proportion("higher", "diagnostic") for k in range(11)},
-        "train_tokens_per_s": nonnegative("higher", "cost"), "peak_mem_mb": nonnegative("lower", "cost"),
+        "train_tokens_per_s": positive("higher", "cost", unit="tokens/s"), "peak_mem_mb": nonnegative("lower", "cost"),
         "best_val_step": nonnegative("higher", "diagnostic"),  # keep_best: the step whose weights were measured
     }
     machine_metrics = frozenset({"train_tokens_per_s", "peak_mem_mb"})
+    hyperparameters = frozenset({"lr", "warmup_steps", "clip_grad_norm", "dropout", "weight_decay"})
+    # the data (corpus, its columns and directions, the tokenizer, the split, the leaves a sentence must fit
+    # in: depth drops longer pairs) and how test weights are chosen (keep_best: the v2 contracts' early stopping)
+    regime_fields = ("corpus", "languages", "directions", "vocab_size", "depth", "valid_fraction", "test_fraction",
+                     "valid_examples", "test_examples", "keep_best")
+
+    def reported_metrics(self, config: TranslatorConfig) -> frozenset[str]:
+        """What run() returns for this arm: per-direction NLL, BLEU and chrF for its directions, the damage of
+        the interventions that apply to it, READ's (or all_nodes') stopped mass per depth 0..D, unfold_mse for
+        the lifting-form folds, best_val_step with keep_best."""
+        names = {"train_loss", "val_nll", "test_nll", "test_ppl", "bleu", "chrf", "train_tokens_per_s", "peak_mem_mb"}
+        names |= {f"{m}_{d}" for m in ("test_nll", "bleu", "chrf") for d in config.directions}
+        names |= {f"damage_{i}" for i in applicable_interventions(config.arm)}
+        if config.arm in (*TREE_ARMS, "all_nodes"):
+            names |= {f"stop_mass_depth_{k}" for k in range(config.depth + 1)}
+        if config.arm in ("lifting", "bilinear", "root_only", "all_nodes"):
+            names.add("unfold_mse")
+        if config.keep_best:
+            names.add("best_val_step")
+        return frozenset(names)
+
+    def chance(self, metric: str, config: TranslatorConfig) -> float | None:
+        """A decoder that learned nothing spreads its probability uniformly over the vocab_size pieces (the
+        tokenizer has exactly that many): NLL log V nats per token, perplexity V."""
+        if metric == "test_ppl":
+            return float(self.vocab_size(config))
+        if metric in ("train_loss", "val_nll", "test_nll") or metric.startswith("test_nll_"):
+            return math.log(self.vocab_size(config))
+        return None
 
     def vocab_size(self, config: TranslatorConfig) -> int:
         return config.vocab_size  # the tokenizer is trained to exactly this size
@@ -598,7 +643,7 @@ class TranslatorStudy(Study):
         data = load_data(config)
         seed_everything(seed)
         model = Translator(config, data.vocab_size).to(resolve_device(config.device))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
         train, valid, test = data.splits["train"], data.splits["valid"], data.splits["test"]
         valid = valid[:config.valid_examples]
         test = test[:config.test_examples] if config.test_examples else test

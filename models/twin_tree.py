@@ -236,6 +236,10 @@ class TwinTreeStudy(Study):
         "train_loss": nonnegative("lower", "train"),
     }
     deterministic: ClassVar[bool] = False  # initialisation and minibatches depend on the seed
+    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr"})
+    # the data: which pairs, the sentence lengths and split, the vocabularies, the tree both sides fill
+    regime_fields: ClassVar[tuple[str, ...]] = ("pairs", "depth", "vocab_size", "min_tokens", "max_tokens",
+                                                "train_pairs", "test_pairs", "test_fraction")
 
     def vocab_sizes(self, config: TwinTreeConfig) -> tuple[int, int]:
         """(source, target) vocabulary sizes the arm builds from its data; when the data is not there
@@ -247,6 +251,19 @@ class TwinTreeStudy(Study):
 
     def param_count(self, config: TwinTreeConfig) -> int:
         return count_parameters(TwinTree(config, *self.vocab_sizes(config)))
+
+    def chance(self, metric: str, config: TwinTreeConfig) -> float | None:
+        """token_acc (and train_token_acc): a decoder that ignores the source and always emits the training
+        targets' most frequent token (<unk> included) scores that token's share of the evaluated non-pad target
+        leaves: the majority class. None while the data is not there (check_ready says what to fetch)."""
+        if metric not in ("token_acc", "train_token_acc") or self.check_ready(config) is not None:
+            return None
+        data = build_data(config)
+        train = data["train_tgt"][data["train_tgt"] != 0]
+        majority = int(torch.bincount(train).argmax())
+        target = data["test_tgt"] if metric == "token_acc" else data["train_tgt"][:len(data["test_tgt"])]
+        target = target[target != 0]
+        return float((target == majority).double().mean())
 
     def flops(self, config: TwinTreeConfig) -> int:
         """Per sentence, 2 x multiply-adds: the bridge (d^2), the splits (2^D - 1 nodes x d^2) and the

@@ -11,7 +11,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from gates.study import Metric, Reporter, Study, StudyConfig, nonnegative, proportion
+from gates.study import Ceiling, Metric, Reporter, Study, StudyConfig, nonnegative, proportion
 
 
 class MyConfig(StudyConfig):                 # one arm; strict and frozen: unknown fields are refused
@@ -44,6 +44,17 @@ class MyStudy(Study):
         "train_loss": nonnegative("lower", "train"),   # better lower, role train, range [0, inf]
         "test_acc": proportion("higher", "test"),      # better higher, role test, range [0, 1]
     }
+    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr"})  # what a contract's `tuning` may search
+
+    def chance(self, metric, config):        # the majority class (outside): P(inside) = pi 0.5 / 4, then noise
+        inside = np.pi / 8 * (1 - config.label_noise) + (1 - np.pi / 8) * config.label_noise
+        return max(inside, 1 - inside) if metric == "test_acc" else None
+
+    def ceiling(self, metric, config):       # what the best possible classifier reaches
+        if metric == "test_acc":
+            return Ceiling(f"{config.label_noise:.0%} of labels flipped: no classifier exceeds 1 - label_noise "
+                           "in expectation", value=1 - config.label_noise)
+        return None
 
     def param_count(self, config):           # measured by gate 1 (compute cost)
         return 6 if config.features == "quadratic" else 3
