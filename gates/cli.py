@@ -84,10 +84,11 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs
     """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
     each condition can reach significance with its seeds), without training anything. A contract with
     evidence recorded under older rules is shown with the rules it predates instead of refused."""
-    from gates.runner import preflight
-    from gates.verdict import exact_fallback_note, predictions
+    from gates.runner import check_existing_evidence, preflight
+    from gates.verdict import exact_test_notes, linear_skew_notes, predictions
 
     loaded = _load(contract)
+    check_existing_evidence(loaded, runs_dir)  # edited after its evidence: refused here as by run and verify
     loaded.require_current_rules(runs_dir)
     c = loaded.contract
     report = preflight(loaded)
@@ -110,7 +111,7 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs
     power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
     if pa.sd is not None:
         out.print(f"  with sd {pa.sd:g} per seed: {power or 'more than 1000'} seeds per arm for 80% power at "
-                  f"alpha / {len(c.conditions())} (Holm's strictest step); the contract has {len(c.seeds)}",
+                  f"alpha {c.decision.alpha:g} (a supported_if is tested at alpha); the contract has {len(c.seeds)}",
                   markup=False)
     out.print(f"gate 4 task fit: {gates_text.task_fit}", markup=False)
     fp = gates_text.falsifiable_point
@@ -127,9 +128,9 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs
                   f"objective {t.objective.metric} ({t.objective.direction}) on tuning seeds {t.seeds}; "
                   f"{t.sampler.kind} sampler, seed {t.sampler.seed}", markup=False)
     out.print(f"decision: alpha {c.decision.alpha:g} ({'explicit' if 'alpha' in c.decision.model_fields_set else 'default'}), "
-              f"{c.decision.evaluation} evaluation, Holm-corrected at that alpha for the family; "
-              f"{len(c.decision.supported_if)} supported_if, "
-              f"{len(c.decision.refuted_if)} refuted_if")
+              f"{c.decision.evaluation} evaluation; {len(c.decision.supported_if)} supported_if (all must hold: each "
+              f"tested at alpha), {len(c.decision.refuted_if)} refuted_if (the {len(c.conditions())} ways to refute "
+              f"Holm-corrected at alpha)")
     if c.sequential is not None:
         from gates.sequential import spent
         from gates.verdict import supportable
@@ -144,10 +145,10 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs
                       f"{'' if exact_ok else ' (values that tie or sit at a bound need the exact test)' if t_ok else ''}",
                       markup=False)
     for i, ctl in enumerate(c.controls):
-        out.print(f"control {i} ({ctl.control}): must hold, else the verdict is invalid (Holm within the controls)",
+        out.print(f"control {i} ({ctl.control}): must hold (tested at alpha), else the verdict is invalid",
                   markup=False)
-    note = exact_fallback_note(c.decision, len(c.seeds), loaded.study.metrics)
-    if note:
+    for note in exact_test_notes(c.decision, len(c.seeds), loaded.study.metrics) + linear_skew_notes(
+            c.decision, loaded.study.metrics):
         out.print(note, markup=False)
     for flag in loaded.rule_flags:
         out.print(f"recorded under older rules: {flag}", markup=False)
@@ -159,12 +160,18 @@ def check(contract: Path = typer.Argument(..., help="Contract YAML file."), runs
 
 @app.command()
 def run(
-    contract: Path = typer.Argument(..., help="Contract YAML file."),
+    contract: Path = typer.Argument(..., help="Contract YAML file, in the project's contracts folder."),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", help="MLflow tracking URI "
                                                "(default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)."),
     runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
     fresh: bool = typer.Option(False, "--fresh", help="Redo arm x seeds already finished for this contract and code."),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON lines (one per run, then the verdict) for machines."),
+    record: bool = typer.Option(False, "--record", help="For a contract that already has evidence: record this run "
+                                "as a new attempt (needs --reason) instead of reproducing and comparing the record."),
+    reason: Optional[str] = typer.Option(None, "--reason", help="With --record: why another attempt is recorded "
+                                         "(kept in the claims history and shown beside the verdict)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines (one per run, then what was reused, then "
+                                 "the verdict) for machines."),
     optuna_storage: Optional[str] = typer.Option(None, "--optuna-storage", help="Optuna storage URL for contracts "
                                                  "with `tuning` (default: optuna.db beside an SQLite MLflow store, "
                                                  "else sqlite:///optuna.db)."),
@@ -180,17 +187,22 @@ def run(
                                "first, as `gates data fetch NAME` does (printing each license)."),
     threads: Optional[int] = THREADS,
 ):
-    """Preflight, train every arm x seed into MLflow under the stop rules, decide the verdict and write
-    runs/<id>/evidence.json and verdict.md. Finished runs of the same contract and code are reused.
-    A contract with `tuning` first searches each tuned arm's config (Optuna trials, same budget per arm);
-    the best config per arm then runs over the seeds."""
+    """Preflight, train every arm x seed into MLflow under the stop rules and decide the verdict. A contract
+    without evidence records it (attempt 1) in runs/<id>/evidence.json, verdict.md and runs/INDEX.jsonl; a
+    contract with evidence is reproduced and compared with its record, writing nothing under runs/, unless
+    --record --reason TEXT records another attempt. Finished runs of the same contract and code are reused
+    (never runs recorded under other code). A contract with `tuning` first searches each tuned arm's config
+    (Optuna trials, same budget per arm); the best config per arm then runs over the seeds."""
     from gates.allocator import retain_freed_memory
-    from gates.runner import run_contract
-    from gates.tracking import resolve_uri
+    from gates.attempts import plan_recording
+    from gates.runner import execute
     from gates.study import cpu_threads
+    from gates.tracking import resolve_uri
 
     loaded = _load(contract)
+    _require_in_contracts(loaded, contracts_dir)
     loaded.require_current_rules(runs_dir)
+    recording = plan_recording(loaded, runs_dir, record=record, reason=reason)  # bad flags: exit 2 before any step
     retain_freed_memory()  # this process trains: keep its large buffers between steps
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:
@@ -202,24 +214,60 @@ def run(
     try:
         with progress, cpu_threads(threads):
             if storage is not None:
-                evidence = _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress,
-                                            as_json, optuna_storage)
-                if evidence is None:
+                outcome = _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress,
+                                           as_json, optuna_storage, recording)
+                if outcome is None:
                     return
             else:
-                evidence = run_contract(loaded, uri, runs_dir, fresh=fresh, progress=progress,
-                                        optuna_storage=optuna_storage)
+                outcome = execute(loaded, uri, runs_dir, fresh=fresh, progress=progress,
+                                  optuna_storage=optuna_storage, record=record, reason=reason)
     except KeyboardInterrupt:
         err.print("interrupted: finished runs are kept in MLflow and are reused by the next `gates run`; "
                   "no evidence was written" + ("; queued jobs stay queued for the workers" if storage else ""))
         raise typer.Exit(130)
+    evidence = outcome.evidence
     if as_json:
-        print(json.dumps({"event": "verdict", **{k: evidence[k] for k in (
-            "contract_id", "contract_sha256", "verdict", "reasons", "settle", "conditions", "git_commit")}}))
-        return
-    _print_verdict(evidence, runs_dir)
-    out.print(f"MLflow: {uri} (experiment {evidence['contract_id']!r}); "
-              f"open with `mlflow ui --backend-store-uri {uri}`", markup=False, highlight=False)
+        print(json.dumps({"event": "reuse", **outcome.reuse.as_dict(), "line": outcome.reuse.line()}))
+        print(json.dumps({"event": "verdict", "mode": outcome.recording.mode, "attempt": outcome.recording.number,
+                          "recorded": outcome.recorded, **{k: evidence[k] for k in (
+                              "contract_id", "contract_sha256", "verdict", "reasons", "settle", "conditions",
+                              "git_commit")},
+                          **({"reproduction": outcome.reproduction.as_dict()} if outcome.reproduction else {})}))
+    else:
+        _print_verdict(evidence, runs_dir, outcome)
+        out.print(f"MLflow: {uri} (experiment {evidence['contract_id']!r}); "
+                  f"open with `mlflow ui --backend-store-uri {uri}`", markup=False, highlight=False)
+    if outcome.reproduction is not None and not outcome.reproduction.reproduces:
+        raise typer.Exit(1)
+
+
+def _require_in_contracts(loaded, contracts_dir: Path) -> None:
+    """A claim's contract lives in the project's contracts folder, where `gates verify`, `status` and the
+    dashboard find it by its id: a run of a file elsewhere (whose evidence verify would call LOST), or of
+    a second file with an id another contract there has, is refused."""
+    folder = contracts_dir.resolve()
+    path = loaded.path.resolve()
+    if path.parent != folder:
+        raise UserError(f"the contract is outside the project's contracts folder {contracts_dir}/ (where `gates verify` "
+                        f"finds a claim's contract by its id); expected contracts/{loaded.id}.yaml: copy it there "
+                        f"(cp {loaded.path} {contracts_dir / (loaded.id + '.yaml')}) and run that file, or pass "
+                        f"--contracts-dir", file=str(loaded.path), field="id")
+    from gates.contract import MAX_CONTRACT_BYTES
+    from gates.yamlsafe import load_yaml
+
+    others = []
+    for other in sorted(list(folder.glob("*.yaml")) + list(folder.glob("*.yml"))):
+        if other == path:
+            continue
+        try:
+            data, _ = load_yaml(other, max_bytes=MAX_CONTRACT_BYTES)
+        except UserError:
+            continue
+        if isinstance(data, dict) and data.get("id") == loaded.id:
+            others.append(other.name)
+    if others:
+        raise UserError(f"{', '.join(others)} in {contracts_dir}/ also has id {loaded.id!r}; expected exactly one "
+                        f"contract per id (a new version needs a new id)", file=str(loaded.path), field="id")
 
 
 def _fetch_corpora(loaded, console) -> None:
@@ -237,7 +285,8 @@ def _fetch_corpora(loaded, console) -> None:
         fetch_and_describe(name, say=lambda line: console.print(line, markup=False, highlight=False))
 
 
-def _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress, as_json, optuna_storage):
+def _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, progress, as_json, optuna_storage,
+                     recording):
     from gates.distributed import DeadJobs, describe, run_distributed
 
     def announce(enqueued):
@@ -253,7 +302,8 @@ def _run_distributed(loaded, uri, runs_dir, storage, fresh, no_wait, heartbeat, 
 
     try:
         result = run_distributed(loaded, uri, runs_dir, storage, fresh=fresh, wait=not no_wait, progress=progress,
-                                 heartbeat=heartbeat, on_enqueued=announce, optuna_storage=optuna_storage)
+                                 heartbeat=heartbeat, on_enqueued=announce, optuna_storage=optuna_storage,
+                                 recording=recording)
     except DeadJobs as e:
         err.print(f"error: {e}", markup=False, highlight=False)
         raise typer.Exit(1)
@@ -378,10 +428,18 @@ def _claim_notes(c, describe_stale, short: bool = False) -> list[str]:
     """What a reader of a claim should know beyond pass/fail: withdrawal, supersedes chain, stale
     code, rules the recorded contract predates (`short`: each rule by its name only)."""
     notes = []
+    if c.attempts > 1:
+        notes.append(f"attempt {c.attempts}; earlier: {'; '.join(c.earlier)}")
     if c.withdrawn:
         notes.append(f"withdrawn: {c.withdrawal}")
     if c.superseded_by:
         notes.append(f"superseded by {', '.join(c.superseded_by)}")
+    if c.regime_left:
+        notes.append(f"regime left: {c.regime_left}")
+    if c.shared_runs:
+        from gates.siblings import describe_shared
+
+        notes.append(describe_shared(c.shared_runs))
     if c.supersedes:
         notes.append(f"supersedes {c.supersedes}")
     if c.stale:
@@ -425,7 +483,7 @@ def rederive(contracts: List[Path] = typer.Argument(..., help="Contract YAML fil
 def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
            as_json: bool = typer.Option(False, "--json", help="Print a JSON list, per claim: id, verdict, status, "
                                         "hash_ok, stale, stale_files, withdrawn, superseded_by, supersedes, "
-                                        "rule_flags, problems."),
+                                        "rule_flags, attempts, earlier_attempts, problems."),
            full: bool = typer.Option(False, "--full", help="Check every claim as `gates verify` does (re-derive "
                                      "each verdict, apply today's rules to each contract: imports every study; "
                                      "seconds instead of a fraction of one).")):
@@ -445,6 +503,8 @@ def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
                            "stale": c.stale, "stale_files": c.stale_files, "stale_note": c.stale_note,
                            "withdrawn": c.withdrawn, "withdrawal": c.withdrawal, "superseded_by": c.superseded_by,
                            "supersedes": c.supersedes, "rule_flags": c.rule_flags, "recorded": c.created_at,
+                           "attempts": c.attempts, "earlier_attempts": c.earlier, "shared_runs": c.shared_runs,
+                           "regime_left": c.regime_left,
                            "problems": c.problems} for c in checks], indent=2))
         return
     table = Table("contract", "verdict", "recorded", "hash ok", "code", "notes and problems")
@@ -477,6 +537,7 @@ class _Claim:
         self.withdrawn = self.stale = False
         self.stale_note = ""
         self.problems, self.superseded_by, self.stale_files, self.rule_flags = [], [], [], []
+        self.attempts, self.earlier, self.shared_runs, self.regime_left = 0, [], {}, ""
         self.__dict__.update(fields)
 
 
@@ -492,6 +553,7 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
     from gates.contract import MAX_CONTRACT_BYTES
     from gates.new import placeholders
     from gates.registry import study_module
+    from gates.siblings import annotate as annotate_siblings
     from gates.yamlsafe import load_yaml
 
     contracts, raw, duplicates, unloadable = {}, {}, {}, {}
@@ -555,8 +617,12 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
         claim.problems += found
     history.link_supersession(claims, {cid: d["supersedes"] for cid, d in raw.items()
                                        if isinstance(d.get("supersedes"), str)}, evidence)
+    annotate_siblings(claims, evidence)
+    attempts = history.attempts(runs_dir)
     for claim in claims:
         cid = claim.contract_id
+        tried = attempts.get(cid, [])
+        claim.attempts, claim.earlier = len(tried), [a.line() for a in tried[:-1]]
         ev = evidence.get(cid)
         if ev is None:
             continue
@@ -757,7 +823,7 @@ def studies(names: Optional[List[str]] = typer.Argument(None, help="Show these s
 
 
 # ---------------------------------------------------------------------------------- output
-def _print_verdict(ev: dict, runs_dir: Path) -> None:
+def _print_verdict(ev: dict, runs_dir: Path, outcome=None) -> None:
     from gates.ledger import signature
 
     colour = {"supported": "green", "refuted": "red", "inconclusive": "yellow", "invalid": "magenta"}[ev["verdict"]]
@@ -773,15 +839,28 @@ def _print_verdict(ev: dict, runs_dir: Path) -> None:
             if c.get("ci_low") is not None:
                 stats += f" [{c['ci_low']:.4g}, {c['ci_high']:.4g}]"
             if c.get("p_hold_adj") is not None:
-                stats += f", Holm p(holds) {c['p_hold_adj']:.3g}, p(fails) {c['p_fail_adj']:.3g}"
+                stats += f", p(holds) {c['p_hold_adj']:.3g}, p(fails) {c['p_fail_adj']:.3g}"
         out.print(f"               {observed}; {stats} ({c['test']})", markup=False, highlight=False)
     out.print("why:", highlight=False)
     for r in ev["reasons"]:
         out.print(f"  - {r}", markup=False, highlight=False)
     for s in ev.get("settle", []):
         out.print(f"  to settle: {s}", markup=False, highlight=False)
-    out.print(f"evidence: {runs_dir / ev['contract_id'] / 'evidence.json'}", highlight=False)
     out.print(signature(ev), markup=False, highlight=False)
+    if outcome is None:
+        return
+    out.print(outcome.reuse.line(), markup=False, highlight=False)
+    path = runs_dir / ev["contract_id"] / "evidence.json"
+    if outcome.recorded:
+        earlier = len(outcome.recording.earlier)
+        out.print(f"recorded attempt {outcome.recording.number}" + (f" (earlier attempts: {earlier}, kept on the record)"
+                                                                     if earlier else "")
+                  + f": {path} and {runs_dir / 'INDEX.jsonl'}", markup=False, highlight=False)
+        return
+    for line in outcome.reproduction.lines():
+        out.print(line, markup=False, highlight=False)
+    out.print(f"nothing was written under {runs_dir}/ (the record: {path}); to record this run as attempt "
+              f"{outcome.recording.number + 1}: gates run CONTRACT --record --reason TEXT", markup=False, highlight=False)
 
 
 class _RichProgress:

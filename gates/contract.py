@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from gates.errors import UserError, UserErrors, did_you_mean
-from gates.study import DECISION_ROLES, Direction, Study
+from gates.study import Direction, Study
 from gates.yamlsafe import load_yaml
 
 SLUG = r"^[a-z0-9][a-z0-9-]*$"
@@ -131,19 +131,52 @@ class BudgetRule(Strict):
     max_seconds: float = Field(gt=0)
 
 
+class FailureRule(Strict):
+    """Stop running an arm whose runs keep failing: a study that raises, or returns what it does not
+    declare, on this many seeds in a row is broken, and its remaining seeds are not run (recorded as
+    `skipped`, naming the first error). Failed runs are never results: a decision arm without a
+    completed run makes the verdict invalid."""
+
+    max_consecutive: int = Field(default=3, ge=1, description="failed runs of one arm in a row after which "
+                                 "its remaining seeds are not run")
+
+
 class StopRules(Strict):
     futility: list[FutilityRule] = Field(default_factory=list)
     divergence: DivergenceRule = Field(default_factory=DivergenceRule)
     budget: BudgetRule | None = None
+    failures: FailureRule = Field(default_factory=FailureRule)
 
 
 # ---------------------------------------------------------------------------------- decision
+class CeilingRef(Strict):
+    """What the best possible arm reaches on a condition's metric, declared by the contract (a study may
+    declare it too, `Study.ceiling`): a value known before the run, a metric the condition's arm reports
+    in every run (its per-seed ceiling), or an oracle arm of the contract (its values of the same
+    metric). A bar beyond a known ceiling is refused by `gates check`; a bar beyond the measured one
+    makes the verdict invalid: the condition tests nothing."""
+
+    why: str = Field(min_length=1, description="what reaches the ceiling, and why nothing can do better")
+    value: float | None = None
+    metric: str | None = None
+    arm: str | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self):
+        if sum(x is not None for x in (self.value, self.metric, self.arm)) != 1:
+            raise ValueError("give exactly one of value (known before the run), metric (reported by the arm's "
+                             "runs) or arm (an oracle arm)")
+        return self
+
+
 class _Condition(Strict):
-    # One alpha for the whole family (decision.alpha): a per-condition alpha compared with Holm
-    # p-values computed at the family's alpha is not a valid test, so there is none.
+    # One alpha for the whole family (decision.alpha): a per-condition alpha compared with p-values
+    # computed at the family's alpha is not a valid test, so there is none.
     interval: Literal["t", "bootstrap"] = Field(default="t", description="t: t-test where the per-seed values "
-                                                "allow it, else an exact randomization test; bootstrap: "
-                                                "bootstrap interval, p-values from the exact randomization test")
+                                                "allow it, else an exact test (sign test, permutation); "
+                                                "bootstrap: bootstrap interval, p-values from the exact test")
+    ceiling: CeilingRef | None = Field(default=None, description="what the best possible arm reaches on this "
+                                       "condition's metric (threshold and compare conditions)")
 
 
 class Threshold(_Condition):
@@ -304,6 +337,31 @@ def _distinct(seeds: list[int]) -> list[int]:
 MAX_SEED = 2**32  # exclusive: numpy's legacy seeding (np.random.seed) takes 0 <= seed < 2**32
 
 
+def _seed_list(value):
+    """`seeds: 5` (seeds 0-4), `seeds: {count: 5, start: 10}` (10-14), or a list (contiguous, or a recorded
+    contract's): the platform derives the seeds from a count, so a hand-picked list cannot be registered."""
+    if isinstance(value, bool):
+        return value  # refused by the list's own validation
+    if isinstance(value, int):
+        if value < 1:
+            raise ValueError(f"seeds: {value} is not a positive count; expected seeds: N (runs seeds 0..N-1)")
+        return list(range(value))
+    if isinstance(value, dict):
+        extra = set(value) - {"count", "start"}
+        count, start = value.get("count"), value.get("start", 0)
+        if extra or not isinstance(count, int) or isinstance(count, bool) or count < 1 \
+                or not isinstance(start, int) or isinstance(start, bool) or start < 0:
+            raise ValueError(f"expected seeds: {{count: N, start: S}} with a positive count and a start >= 0, got "
+                             f"{value}")
+        return list(range(start, start + count))
+    return value
+
+
+def is_contiguous(seeds: list[int]) -> bool:
+    """Seeds the platform could have derived from a count: start, start + 1, ..., in that order."""
+    return list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))) if seeds else True
+
+
 def _seed_range(seed: int) -> int:
     if not 0 <= seed < MAX_SEED:
         raise ValueError(f"seed {seed} is outside 0 <= seed < 2**32; expected a seed every study can use")
@@ -333,6 +391,9 @@ class SpaceParam(Strict):
     log: bool = Field(default=False, description="float/int: sample on a log scale (low > 0)")
     step: float | None = Field(default=None, gt=0, description="float/int: grid step (int default 1)")
     choices: list[Union[bool, int, float, str]] | None = Field(default=None, description="categorical: the values")
+    hard: list[Literal["low", "high"]] = Field(default_factory=list, description="float/int: ends of the range that "
+                                               "are hard limits (dropout cannot go below 0): a best trial at that "
+                                               "edge is not flagged as a search stopped short")
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -341,8 +402,8 @@ class SpaceParam(Strict):
                 raise ValueError("a categorical parameter needs `choices` with at least 2 values")
             if len({canonical_json(c) for c in self.choices}) != len(self.choices):
                 raise ValueError(f"choices must be distinct, got {self.choices}")
-            if any(getattr(self, f) not in (None, False) for f in ("low", "high", "log", "step")):
-                raise ValueError("a categorical parameter takes only `choices` (no low, high, log, step)")
+            if any(getattr(self, f) not in (None, False) for f in ("low", "high", "log", "step")) or self.hard:
+                raise ValueError("a categorical parameter takes only `choices` (no low, high, log, step, hard)")
             return self
         if self.choices is not None:
             raise ValueError(f"a {self.type} range takes low/high, not `choices`")
@@ -438,6 +499,21 @@ class Contract(Strict):
     supersedes: str | None = Field(default=None, pattern=SLUG, max_length=80,
                                    description="id of the earlier contract this version replaces (its "
                                    "evidence stays, shown as superseded)")
+    factor: list[str] | None = Field(default=None, min_length=1, description="the arm config fields under test: "
+                                     "arms a condition compares may differ only in these (and in `differences`)")
+    differences: dict[str, str] = Field(default_factory=dict, description="other arm config fields in which "
+                                        "compared arms differ, each with why (printed beside the verdict)")
+    blind: dict[str, str] = Field(default_factory=dict, description="arm -> why it fails by construction (it "
+                                  "cannot see what the task needs): a condition asserting it fails needs no "
+                                  "positive control; printed beside the verdict")
+    no_convergence: str | None = Field(default=None, min_length=1, description="why this contract's runs cannot "
+                                       "be judged for convergence (a contract of a training study declares a "
+                                       "`convergence` rule, or this); printed beside the verdict")
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_from_count(cls, value):
+        return _seed_list(value)
 
 
     @field_validator("arms")
@@ -500,6 +576,26 @@ class LoadedContract:
         # (`require_current_rules`); a recorded one keeps loading and is flagged wherever it is shown.
         self.rule_flags: list[str] = []
         self._rule_errors: list[UserError] = []
+        # the tuning record of the run being judged (gates.tuning: a tuned arm's search may have stopped at
+        # an edge); set by the runner after tuning and by verify from the evidence
+        self.tuning_record: dict | None = None
+
+    def ceilings(self) -> dict[str, dict]:
+        """condition label -> its ceiling ({why, value | metric | arm}): the contract's `ceiling`, else what
+        the study knows for the condition's arm and metric (`Study.ceiling`); threshold and compare only."""
+        out = {}
+        for name, i, c in self.contract.conditions():
+            if isinstance(c, Trend):
+                continue
+            if c.ceiling is not None:
+                out[f"{name}[{i}]"] = c.ceiling.model_dump(exclude_none=True)
+                continue
+            config = self.arm_configs.get(c.arm)
+            known = self.study.ceiling(c.metric, config) if config is not None else None
+            if known is not None:
+                out[f"{name}[{i}]"] = {k: v for k, v in (("why", known.why), ("value", known.value),
+                                                          ("metric", known.metric)) if v is not None}
+        return out
 
     def recorded_in(self, runs_root: Path) -> bool:
         """Whether runs_root holds evidence recorded for exactly this contract (same sha256)."""
@@ -567,104 +663,11 @@ def load_contract(path: str | Path) -> LoadedContract:
     canonical["arms"] = {a: c.model_dump(mode="json", exclude_unset=True) for a, c in arm_configs.items()}
     sha = hashlib.sha256(canonical_json(canonical).encode()).hexdigest()
     loaded = LoadedContract(contract, path, study, arm_configs, sha, lines)
-    loaded._rule_errors = _check_rules(contract, study, err)
+    from gates.design import check_rules  # the design rules read contracts, so they import this module
+
+    loaded._rule_errors = check_rules(contract, study, arm_configs, err)
     loaded.rule_flags = [f"{e.field}: {e.message}" if e.field else e.message for e in loaded._rule_errors]
     return loaded
-
-
-# ---------------------------------------------------------------------------------- rules
-# Rules that came after some contracts were recorded: a contract without evidence must follow them
-# (`LoadedContract.require_current_rules`), a recorded one keeps loading and is flagged instead.
-def _check_rules(contract: Contract, study: Study, err) -> list[UserError]:
-    errors = []
-    decision = contract.decision
-    for list_name, i, c in contract.conditions():
-        base = ("decision", list_name, i)
-        for loc, metric in _condition_metric_locs(c):
-            spec = study.metrics.get(metric)
-            if spec is not None and spec.role not in DECISION_ROLES:
-                errors.append(err(base + loc, f"the decision reads {metric!r}, a {spec.role} metric of study "
-                                              f"{study.name!r}; expected a held-out test or cost metric "
-                                              f"(rule: decisions read only test and cost metrics)"))
-        errors += [err(base + loc, msg) for loc, msg in _vacuous(c, study, decision.evaluation == "exact")]
-        if isinstance(c, Compare) and c.relative_margin is not None:
-            for loc, metric in _condition_metric_locs(c):
-                spec = study.metrics.get(metric)
-                if spec is not None and not spec.nonnegative:
-                    errors.append(err(base + ("relative_margin",),
-                                      f"a relative margin scales {metric!r}, which study {study.name!r} does not "
-                                      f"declare non-negative: with negative values a worse arm would hold; "
-                                      f"expected an absolute `margin`"))
-    baselines = sorted({c.other for _, _, c in contract.conditions() if isinstance(c, Compare) and c.other != c.arm})
-    positive = {arm for c in contract.controls if c.control == "positive" for arm, _ in condition_terms(c)}
-    for arm in baselines:
-        if arm not in positive:
-            errors.append(err(("controls",), f"the decision compares with baseline arm {arm!r}, but no positive control "
-                                             f"names it; expected a control showing the baseline works (e.g. "
-                                             f"{{kind: compare, arm: {arm}, ..., control: positive}} against an arm "
-                                             f"it must beat), so a win over a broken baseline cannot pass as support"))
-    comparators = contract.arms_named_by_decision() - arms_under_test(decision)
-    for i, rule in enumerate(contract.stop_rules.futility):
-        halted = sorted(comparators & set(rule.arms or contract.arms))
-        if halted:
-            errors.append(err(("stop_rules", "futility", i, "arms" if rule.arms else "metric"),
-                              f"the futility rule can halt comparator arm(s) {halted}: a halt is evidence against "
-                              f"the arm it halts, not against the hypothesis; expected `arms` listing only arms "
-                              f"under test ({', '.join(sorted(arms_under_test(decision)))})"))
-    if decision.evaluation == "interval":
-        from gates.verdict import unreachable  # statistics live in the verdict engine
-
-        for list_name, i, why in unreachable(decision, len(contract.seeds)):
-            errors.append(err(("decision", list_name, i, "interval"), why))
-    return errors
-
-
-def _vacuous(c, study: Study, inclusive: bool) -> list[tuple[tuple, str]]:
-    """(field, why) when a condition holds, or cannot hold, for every value its metrics can take.
-    A statistical test needs the bar strictly inside the range (theta = 0 is no evidence); exact
-    evaluation (`inclusive`) holds at the bar itself, so there a bar at the range's end can hold."""
-    def beyond(x, end):  # the bar leaves no value on the condition's side
-        return end is not None and (x > end if inclusive else x >= end)
-
-    def span(metric):
-        spec = study.metrics.get(metric)
-        return (spec.low, spec.high) if spec is not None else (None, None)
-
-    if isinstance(c, Threshold):
-        low, high = span(c.metric)
-        if c.direction == "lower":  # metric <= value
-            always, never = high is not None and c.value >= high, beyond(-c.value, None if low is None else -low)
-        else:
-            always, never = low is not None and c.value <= low, beyond(c.value, high)
-        what = f"{c.metric} {'<=' if c.direction == 'lower' else '>='} {c.value:g}"
-    elif isinstance(c, Compare) and c.relative_margin is None:
-        (low_a, high_a), (low_b, high_b) = span(c.metric), span(c.other_metric or c.metric)
-        m = c.margin or 0.0
-        if c.direction == "higher":  # arm - other - m >= 0
-            lo, hi = _diff_span(low_a, high_a, low_b, high_b)
-        else:  # other - arm - m >= 0
-            lo, hi = _diff_span(low_b, high_b, low_a, high_a)
-        always, never = lo is not None and lo - m >= 0, beyond(m, hi)
-        what = f"margin {m:g}"
-    else:
-        return []
-    spec = study.metrics.get(c.metric)
-    shown = spec.describe() if spec is not None else "?"
-    field = ("value",) if isinstance(c, Threshold) else ("margin",)
-    if always:
-        return [(field, f"{what} holds for every value the metric can take ({shown}): the condition tests "
-                        f"nothing; expected a bar inside the metric's range")]
-    if never:
-        return [(field, f"{what} cannot hold for any value the metric can take ({shown}): a condition that can "
-                        f"never hold (a statistical test needs the bar strictly inside the range)")]
-    return []
-
-
-def _diff_span(low_a, high_a, low_b, high_b):
-    """The range of a - b given the ranges of a and b (None: unbounded on that side)."""
-    lo = None if low_a is None or high_b is None else low_a - high_b
-    hi = None if high_a is None or low_b is None else high_a - low_b
-    return lo, hi
 
 
 def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
@@ -809,7 +812,7 @@ def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
                                                f"seeds disjoint from {contract.seeds}, so no verdict run is a tuning run"))
     for list_name, i, c in contract.conditions():
         base = ("decision", list_name, i)
-        for loc, metric in _condition_metric_locs(c):
+        for loc, metric in metric_locs(c):
             if metric == obj.metric or is_validation_metric(metric):
                 what = "is the tuning objective" if metric == obj.metric else "is measured on the validation split"
                 errors.append(err(base + loc, f"{metric!r} {what}: tuning selected every arm's config on that "
@@ -824,7 +827,7 @@ def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
     return errors
 
 
-def _condition_metric_locs(c) -> list[tuple[tuple, str]]:
+def metric_locs(c) -> list[tuple[tuple, str]]:
     """(field path within the condition, metric) of every metric a condition reads."""
     if isinstance(c, Threshold):
         return [(("metric",), c.metric)]

@@ -314,17 +314,22 @@ def close_leftovers(parent: runner.ParentRun, records: list[dict]) -> list[str]:
 def run_distributed(loaded: LoadedContract, tracking_uri: str, runs_root: Path, storage_url: str, *,
                     fresh: bool = False, wait: bool = True, progress: runner.Progress | None = None,
                     heartbeat: int = HEARTBEAT_SECONDS, poll: float = 1.0, optuna_storage: str | None = None,
-                    on_enqueued: Callable[[Enqueued], None] | None = None) -> dict | Enqueued:
-    """Enqueue the contract's jobs; unless `wait` is False, wait for them and return the evidence
-    (written exactly as a single-process run writes it).
+                    on_enqueued: Callable[[Enqueued], None] | None = None,
+                    recording: runner.Recording | None = None) -> runner.Outcome | Enqueued:
+    """Enqueue the contract's jobs; unless `wait` is False, wait for them and return the outcome (the
+    evidence recorded, or a recorded claim reproduced, exactly as a single-process run does:
+    `recording`, default as `gates.attempts.plan_recording` decides).
 
     A contract with `tuning` goes in two phases: its tuning trials are jobs first (gates.tuning
     .run_tuning_trial on the workers; studies in `optuna_storage`, default the job storage); once they
     are all done, the coordinator takes the tuning record and best configs (gates.tuning.tune_and_apply,
     which finds the budget spent) and enqueues the arm x seed jobs with the tuned configs. With
     `wait=False` only the phase that can be enqueued now is."""
+    recording = recording or runner.plan_recording(loaded, runs_root)
     storage = open_storage(storage_url, heartbeat)
     parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
+    reuse = runner.Reuse()
+    reuse.other_code, reuse.other_code_sha256 = runner.runs_under_other_code(parent)
     study = open_queue(parent, storage)
     result = Enqueued(study.study_name, _safe(storage.url))
     if getattr(loaded.contract, "tuning", None) is not None:
@@ -355,7 +360,11 @@ def run_distributed(loaded: LoadedContract, tracking_uri: str, runs_root: Path, 
             return result
         records += wait_for_jobs(storage, study.study_name, jobs, progress, steps=parent.budget.steps, poll=poll)
     close_leftovers(parent, records)
-    return runner.finish(parent, records, runs_root)
+    run_keys = {plan.job_key(r["arm"], r["seed"]) for r in records}
+    reuse.total, reuse.reused = len(records), len(run_keys & set(result.reused))
+    reuse.skipped = sum(r.get("status") == "skipped" for r in records)
+    reuse.trained = reuse.total - reuse.reused - reuse.skipped
+    return runner.finish(parent, records, runs_root, recording, reuse)
 
 
 def _delete_tuning_studies(loaded: LoadedContract, parent: runner.ParentRun, url: str) -> None:
@@ -633,13 +642,30 @@ def _run_arm_seed(ctx: StudyContext, attrs: dict, table: JobTable, on_start) -> 
         loaded = copy.copy(parent.loaded)  # the tuned config the coordinator chose (the contract's otherwise)
         loaded.arm_configs = {**loaded.arm_configs, arm: loaded.study.Config.model_validate(attrs["config"])}
         parent = dataclasses.replace(parent, loaded=loaded)
+    seed = int(attrs["seed"])
+    failing = plan.failing_streak(parent.loaded, _earlier_runs(parent.loaded, table, arm, seed), arm)
+    if failing:  # its arm failed on the seeds just before this one: not run, as a single process would not
+        return runner.skipped_record(arm, seed, failing)
     reference = plan.reference_metrics(parent.loaded)
     others = {}
     for dep in attrs.get("after", []):  # the arms before this one on its seed, as a single process has them
         record = table.records[dep]
         others[record["arm"]] = {m: parent.tracker.history(record["mlflow_run_id"], m) for m in reference}
-    record, _ = runner.run_job(parent, arm, int(attrs["seed"]), others=others, on_start=on_start)
+    record, _ = runner.run_job(parent, arm, seed, others=others, on_start=on_start)
     return record
+
+
+def _earlier_runs(loaded: LoadedContract, table: JobTable, arm: str, seed: int) -> list[dict]:
+    """The arm's records of the seeds just before `seed` (in the contract's order), back to the first seed
+    without a record yet: what a single process would have seen when it came to this seed."""
+    seeds = list(loaded.contract.seeds)
+    earlier = []
+    for s in reversed(seeds[:seeds.index(seed)] if seed in seeds else []):
+        record = table.records.get(plan.job_key(arm, s))
+        if record is None:
+            break
+        earlier.append(record)
+    return earlier[::-1]
 
 
 def _run_tuning_trial(ctx: StudyContext, attrs: dict, table: JobTable, on_start) -> dict:

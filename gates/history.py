@@ -28,6 +28,7 @@ import fcntl
 import hashlib
 import json
 import os
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -276,6 +277,7 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
             add(neighbour, text)
 
     last = latest(runs_root)
+    tried = attempts(runs_root)
     where = f"runs/{INDEX}" if runs_root.name == "runs" else str(index_path(runs_root))
     for cid, entry in sorted(last.items()):
         evidence = runs_root / cid / EVIDENCE
@@ -302,12 +304,84 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
             if isinstance(ev, dict) and ev.get(key) != entry.get(key):
                 add(cid, f"the latest index entry ({said}) says {key} {entry.get(key)!r}, its evidence "
                          f"{ev.get(key)!r}: the entry was edited")
+        if isinstance(ev, dict):
+            for text in attempt_problems(ev, tried.get(cid, [])):
+                add(cid, text)
     for evidence in sorted(runs_root.glob(f"*/{EVIDENCE}")):
         cid = evidence.parent.name
         if cid not in last:
             add(cid, f"{evidence} has no entry in {where}: evidence is indexed when `gates run` writes it "
                      f"(a run killed between the two is repaired by running it again)")
     return out
+
+
+# ---------------------------------------------------------------------------------- attempts
+@dataclass
+class Attempt:
+    """One attempt at a claim: a `recorded` (or `backfilled`) entry and what later entries said of it
+    (re-derived by a corrected engine, withdrawn), up to the next attempt."""
+
+    number: int
+    verdict: str | None
+    time: str | None
+    contract_sha256: str | None
+    evidence_sha256: str | None
+    reason: str  # why it was recorded (empty for a first attempt)
+    rederived: int = 0  # times its verdict was re-derived from its recorded per-seed values
+    withdrawn: str | None = None  # the withdrawal's reason, when one followed it
+
+    def line(self) -> str:
+        """'attempt 1 inconclusive (2026-11-30; withdrawn: ...)', as status and the dashboard show it."""
+        notes = [str(self.time or "?")[:10]]
+        if self.reason:
+            notes.append(f"recorded because: {self.reason}")
+        if self.withdrawn is not None:
+            notes.append(f"withdrawn: {self.withdrawn}")
+        return f"attempt {self.number} {self.verdict or '-'} ({'; '.join(notes)})"
+
+
+ATTEMPT_KINDS = ("recorded", "backfilled")
+
+
+def attempts(runs_root: Path, contract_id: str | None = None) -> dict[str, list[Attempt]]:
+    """contract id -> its attempts in order, from the claims history (or only `contract_id`'s). Every
+    `recorded` or `backfilled` entry starts an attempt; a `rederived` entry updates its verdict and
+    evidence hash; a `withdrawn` entry marks it withdrawn."""
+    out: dict[str, list[Attempt]] = {}
+    for e in _entries(Path(runs_root))[0]:
+        cid = e.get("contract_id")
+        if not isinstance(cid, str) or (contract_id is not None and cid != contract_id):
+            continue
+        found = out.setdefault(cid, [])
+        kind = e.get("kind")
+        if kind in ATTEMPT_KINDS:
+            found.append(Attempt(len(found) + 1, e.get("verdict"), e.get("time"), e.get("contract_sha256"),
+                                 e.get("evidence_sha256"), str(e.get("reason") or "") if kind == "recorded" else ""))
+        elif found and kind == "rederived":
+            found[-1].verdict, found[-1].evidence_sha256 = e.get("verdict"), e.get("evidence_sha256")
+            found[-1].rederived += 1
+        elif found and kind == "withdrawn":
+            found[-1].withdrawn = str(e.get("reason") or "no reason given")
+    return out
+
+
+def attempt_problems(evidence: dict, found: list[Attempt]) -> list[str]:
+    """What the evidence's own `attempt` record says that the claims history contradicts: its number,
+    and the number and verdict of each earlier attempt (evidence from before attempts were recorded has
+    no `attempt` and is not checked)."""
+    said = evidence.get("attempt")
+    if not isinstance(said, dict):
+        return []
+    problems = []
+    if said.get("number") != len(found):
+        problems.append(f"the evidence says it is attempt {said.get('number')}, the claims history ({INDEX}) has "
+                        f"{len(found)} attempt{'s' * (len(found) != 1)} of this claim: an attempt is missing from "
+                        f"one of them")
+    earlier = [(a.get("number"), a.get("verdict")) for a in said.get("earlier") or [] if isinstance(a, dict)]
+    indexed = [(a.number, a.verdict) for a in found[:-1]]
+    if earlier != indexed:
+        problems.append(f"the evidence lists earlier attempts {earlier}, the claims history {indexed}")
+    return problems
 
 
 def _evidence_ids(runs_root: Path) -> list[str]:

@@ -430,20 +430,57 @@ def _converged_cell(r: dict) -> str:
     return ("yes" if r["converged"] else "**no**") + change
 
 
+def _design_lines(ev: dict) -> list[str]:
+    """What the contract declares about its design, its regime and the runs it shares, beside the verdict."""
+    from gates.siblings import describe_regime, describe_shared
+
+    design, lines = ev.get("design") or {}, []
+    if design.get("factor"):
+        lines.append(f"- factor under test: {', '.join(design['factor'])} (the arm config fields compared arms differ in)")
+    lines += [f"- also differs between compared arms: {k}: {why}" for k, why in (design.get("differences") or {}).items()]
+    lines += [f"- {arm} fails by construction: {why}" for arm, why in (design.get("blind") or {}).items()]
+    if design.get("no_convergence"):
+        lines.append(f"- runs not judged for convergence: {design['no_convergence']}")
+    if ev.get("regime"):
+        lines.append(f"- regime: {describe_regime(ev['regime'])}")
+    if ev.get("shared_runs"):
+        lines.append(f"- {describe_shared(ev['shared_runs'])} (contracts recorded before this one)")
+    return ["Design:", ""] + lines + [""] if lines else []
+
+
+def _families(ev: dict) -> str:
+    """How the conditions' p-values were compared with alpha (the evidence's correction)."""
+    alpha, n = ev["settings"]["alpha"], len(ev["conditions"])
+    tail = ("t intervals are two-sided at 1 - 2*alpha (their ends are the one-sided bounds at alpha), an exact test "
+            "shows the per-seed range of the effect.")
+    if ev["settings"].get("correction") == "iut+holm":
+        refute = sum(1 for c in ev["conditions"] if c["list_name"] in ("supported_if", "refuted_if"))
+        return (f"Every supported_if condition must hold, so each is tested at alpha {alpha} (an intersection-union "
+                f"test: no correction is needed to keep false support at alpha); the claim is refuted when any "
+                f"refuted_if condition holds or any supported_if fails, and those {refute} ways to refute are "
+                f"Holm-corrected at alpha {alpha}. {tail}")
+    return f"Holm-corrected across all {n} conditions at alpha {alpha}; {tail}"
+
+
 def render_report(ev: dict) -> str:
     """verdict.md: the verdict, why, each condition's statistics, per-seed values, signature."""
+    from gates.attempts import describe as describe_attempt
+
+    package = f" (code: {ev['study_package']})" if ev.get("study_package") else ""
     lines = [
         f"# {ev['contract_id']}: **{ev['verdict'].upper()}**",
         "",
         f"> {ev.get('claim', '')}",
         "",
         f"Source: {ev.get('source', '-')}  ",
-        f"Study: `{ev.get('study', '-')}`, contract `{ev.get('contract_path', '-')}`, "
+        f"Study: `{ev.get('study', '-')}`{package}, contract `{ev.get('contract_path', '-')}`, "
         f"recorded {ev['created_at']}",
         "",
     ]
+    lines += describe_attempt(ev.get("attempt"))
     if ev.get("supersedes"):
         lines += [f"Supersedes `{ev['supersedes']}` (its evidence stays, shown as superseded).", ""]
+    lines += _design_lines(ev)
     if ev.get("rule_flags"):
         lines += ["Recorded under older rules (a new version that follows them is how this claim is brought "
                   "up to date):", ""] + [f"- {f}" for f in ev["rule_flags"]] + [""]
@@ -451,13 +488,14 @@ def render_report(ev: dict) -> str:
     lines += [f"- {r}" for r in ev.get("reasons", [])]
     if ev.get("settle"):
         lines += ["", "What would settle it:", ""] + [f"- {s}" for s in ev["settle"]]
+    if ev.get("tuning_edges"):
+        lines += ["", "Tuning stopped at the edge of its search (every decision condition reading these arms is "
+                  "undetermined):", ""] + [f"- {arm}: {why}" for arm, why in ev["tuning_edges"].items()]
     lines += [
         "",
         "## Conditions",
         "",
-        f"Holm-corrected across all {len(ev['conditions'])} conditions at alpha {ev['settings']['alpha']}; "
-        f"t intervals are two-sided at 1 - 2*alpha (their ends are the one-sided bounds at alpha), an exact "
-        f"randomization test shows the per-seed range of the effect.",
+        _families(ev),
         "",
         "| condition | outcome | estimate | interval | p(holds) adj | p(fails) adj | test |",
         "|---|---|---|---|---|---|---|",
@@ -468,14 +506,18 @@ def render_report(ev: dict) -> str:
             f"| {c['list_name']}[{c['index']}]: `{c['description']}` | **{c['outcome']}** | "
             f"{_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
             f"{_fmt(c.get('p_fail_adj'), 3)} | {c['test']} |")
+    estimands = [f"- {c['list_name']}[{c['index']}]: {c['estimand']}" for c in ev["conditions"] if c.get("estimand")]
+    if estimands:
+        lines += ["", "What each condition estimates (its estimate, interval and test are on this scale; on the log "
+                  "scale exp(estimate) is the factor by which the bar is cleared):", ""] + estimands
     reasons = [f"- {c['list_name']}[{c['index']}]: {c['test']}: {c['test_reason']}"
                for c in ev["conditions"] if c.get("test_reason")]
     if reasons:
         lines += ["", "Why each test:", ""] + reasons
     if ev.get("controls"):
-        lines += ["", "## Controls", "", "Each must hold for the experiment to be interpretable (Holm within the "
-                  "controls' own family at the same alpha); one that fails or cannot be settled makes the verdict "
-                  "invalid.", "", "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
+        lines += ["", "## Controls", "", "Each must hold for the experiment to be interpretable (each tested at "
+                  "alpha: all must hold, an intersection-union test); one that fails or cannot be settled makes the "
+                  "verdict invalid.", "", "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
                   "|---|---|---|---|---|---|---|"]
         for c in ev["controls"]:
             ci = f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]" if c.get("ci_low") is not None else "-"

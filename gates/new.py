@@ -81,6 +81,16 @@ def _decision_metric(study) -> tuple[str | None, str]:
     return None, "higher"
 
 
+def _control_metric(study) -> tuple[str, str]:
+    """The metric a positive control would read: a validation metric (the arm works where it can), else the
+    decision's."""
+    for name, metric in study.metrics.items():
+        if metric.role == "validation":
+            return name, metric.direction
+    name, better = _decision_metric(study)
+    return name or _todo("a test or validation metric of the study"), better
+
+
 def skeleton(contract_id: str, study_name: str, study) -> str:
     """The text of a new contract `contract_id` for the registered study `study_name`."""
     metric, better = _decision_metric(study)
@@ -90,6 +100,15 @@ def skeleton(contract_id: str, study_name: str, study) -> str:
         ", ".join(f"{m} ({spec.direction}, {spec.role})" for m, spec in study.metrics.items()), 96))
     arm = "\n".join(_arm_lines(study.Config))
     support, refute = _todo("the bar for support"), _todo("the bar for refutation")
+    control_metric, control_better = _control_metric(study)
+    convergence = ""
+    if study.trains:
+        watched = next((m for m, spec in study.metrics.items() if spec.role in ("train", "validation")), None)
+        convergence = ("# Convergence: a run still improving at its end leaves every condition reading its arm "
+                       "undetermined\n# (or, where runs cannot be judged so: `no_convergence: why`).\n"
+                       f"convergence:\n  metric: {watched or _todo('a train or validation metric reported at every evaluation')}\n"
+                       f"  window: {_todo('steps at the end of the run over which improvement is measured')}\n"
+                       f"  max_rel_improvement: 0.01\n")
     return f"""\
 # {contract_id}: a hypothesis contract for study {study_name!r}, written by `gates new`.
 # Fix everything here before any training step. Replace every "TODO: ..." value: `gates check`
@@ -108,8 +127,11 @@ arms:
 {arm}
   variant:
 {arm}
-seeds: [0, 1, 2, 3, 4, 5, 6, 7]  # fixed now; `gates check` says whether they can reach significance
-budget:
+seeds: 8  # a count: seeds 0-7 ({{count: N, start: S}} for others); `gates check` says whether they can reach significance
+# The arm config fields under test: arms a condition compares may differ only in these (declare any other
+# difference, e.g. a width matched for capacity, as `differences: {{field: why}}`).
+factor: [{_todo("the config field(s) the arms differ in")}]
+{convergence}budget:
   steps: {_todo("training steps per arm x seed")}
   eval_every: {_todo("report metrics every this many steps")}
 preflight:
@@ -138,7 +160,13 @@ preflight:
     threshold: {_todo("the value the variant must reach")}
     by_step: {_todo("the step by which it must reach it")}
     statement: {_todo("the first observation that would count against the hypothesis")}
-# Optional: stop_rules (futility, divergence, budget), controls, convergence, tuning, sequential, replay.
+# A negative result needs an arm that works where it can: refuted_if below asserts that the variant fails,
+# so a positive control shows it works (in its metric's better direction, beyond chance), else the
+# verdict is invalid. An arm that fails by construction is declared instead: `blind: {{arm: why}}`.
+controls:
+  - {{kind: threshold, arm: variant, metric: {control_metric}, direction: {control_better}, value: {_todo("a bar a working variant clears and an arm at chance does not")}, control: positive}}
+# Optional: stop_rules (futility, divergence, budget), tuning, sequential, replay, ceilings (a condition's
+# `ceiling:`), differences, blind.
 decision:
   alpha: 0.05
   supported_if:

@@ -82,14 +82,27 @@ def looks(loaded: LoadedContract) -> list[int]:
     return list(seq.looks) if seq is not None else [len(loaded.contract.seeds)]
 
 
+def failing_streak(loaded: LoadedContract, records: list[dict], arm: str) -> list[dict]:
+    """The arm's last runs when they all failed (raised, or returned what the study does not declare) and
+    are at least `stop_rules.failures.max_consecutive` in a row: its remaining seeds are not run. Else []."""
+    streak = []
+    for r in reversed([r for r in records if r["arm"] == arm and r["status"] != "skipped"]):
+        if r["status"] != "failed":
+            break
+        streak.append(r)
+    limit = loaded.contract.stop_rules.failures.max_consecutive
+    return streak[::-1] if len(streak) >= limit else []
+
+
 def next_seeds(loaded: LoadedContract, records: list[dict]) -> list[int] | None:
     """The decision point between looks: the seeds to run next given the records so far (one per
     arm x seed run, finished or not), or None when there is nothing more to run."""
     c = loaded.contract
     if c.sequential is not None:
         from gates.sequential import next_look
+        from gates.verdict import claim_inputs
 
-        return next_look(c, records, loaded.study.metrics)
+        return next_look(c, records, loaded.study.metrics, **claim_inputs(loaded))
     have = {(r["arm"], r["seed"]) for r in records}
     lacking = [s for s in c.seeds if any((a, s) not in have for a in loaded.arm_configs)]
     return lacking or None

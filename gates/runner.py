@@ -27,10 +27,12 @@ import gates
 from gates import history, ledger, plan, plots, provenance, verdict
 from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors
+from gates.attempts import RECORD, Recording, Reproduction, attempt_field, compare, plan_recording  # noqa: F401
 from gates.locks import contract_lock
 from gates.plan import arm_order, job_order, judged_arms, reference_metrics  # noqa: F401 (the order of work)
 from gates.preflight import PreflightReport, preflight  # noqa: F401 (importable from here, as before)
 from gates.reporter import PlatformReporter
+from gates.siblings import regime_of, shared_runs
 from gates.rules import StopRuleEngine, convergence
 from gates.study import Budget, Halt, device_environment
 from gates.tracking import MLflowMetricSink, Tracker, flatten, run_summary
@@ -169,19 +171,71 @@ def run_job(parent: ParentRun, arm: str, seed: int, progress: Progress | None = 
                     others=dict(others or {}), on_start=on_start)
 
 
+@dataclass
+class Reuse:
+    """What a `gates run` trained and what it took from MLflow, said in one line after the run."""
+
+    total: int = 0  # arm x seed records
+    trained: int = 0
+    reused: int = 0  # finished runs of the same contract hash and code
+    skipped: int = 0  # not run: their arm failed on its last runs (stop_rules.failures)
+    other_code: int = 0  # finished runs of this contract under other code: never reused
+    other_code_sha256: str | None = None
+
+    def line(self) -> str:
+        text = f"reused {self.reused} of {self.total} runs, trained {self.trained}"
+        if self.skipped:
+            text += f", {self.skipped} not run (their arm kept failing)"
+        if self.other_code:
+            text += (f"; {self.other_code} runs recorded under other code ({self.other_code_sha256[:12]}) were not "
+                     f"reused: the code changed since")
+        return text
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Outcome:
+    """What `gates run` did: the evidence these runs give, whether it was recorded as a new attempt or
+    compared with the recorded one (`reproduction`), and what was reused."""
+
+    evidence: dict
+    recording: Recording
+    reuse: Reuse
+    reproduction: Reproduction | None = None
+
+    @property
+    def recorded(self) -> bool:
+        return self.recording.mode == RECORD
+
+
 def run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
                  progress: Progress | None = None, optuna_storage: str | None = None) -> dict:
-    """Run everything the contract asks for and return its evidence (also written to runs/<id>/).
-    One process at a time per contract (runs/.<id>.lock): a second is a UserError naming the first's
-    pid, before it opens the store, so it neither trains the same runs again nor closes the first's
-    running runs as killed. Runs a killed process left RUNNING are closed (KILLED) and redone."""
+    """Run everything the contract asks for and return its evidence (recorded in runs/<id>/ unless the
+    contract already has evidence, which is reproduced and compared instead: see `execute`)."""
+    return execute(loaded, tracking_uri, runs_root, fresh=fresh, progress=progress,
+                   optuna_storage=optuna_storage).evidence
+
+
+def execute(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
+            progress: Progress | None = None, optuna_storage: str | None = None, record: bool = False,
+            reason: str | None = None) -> Outcome:
+    """Run everything the contract asks for. A contract without evidence (or whose evidence was
+    withdrawn) records attempt 1 (N + 1) in runs/<id>/ and the claims history; one with evidence is
+    reproduced and compared with it, writing nothing under runs/, unless `record` (with a `reason`)
+    records another attempt (gates.attempts). One process at a time per contract (runs/.<id>.lock): a
+    second is a UserError naming the first's pid, before it opens the store, so it neither trains the
+    same runs again nor closes the first's running runs as killed. Runs a killed process left RUNNING
+    are closed (KILLED) and redone."""
+    recording = plan_recording(loaded, runs_root, record=record, reason=reason)
     with contract_lock(runs_root, loaded.id):
-        return _run_contract(loaded, tracking_uri, runs_root, fresh=fresh, progress=progress,
+        return _run_contract(loaded, tracking_uri, runs_root, recording, fresh=fresh, progress=progress,
                              optuna_storage=optuna_storage)
 
 
-def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False,
-                  progress: Progress | None = None, optuna_storage: str | None = None) -> dict:
+def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, recording: Recording, *,
+                  fresh: bool = False, progress: Progress | None = None, optuna_storage: str | None = None) -> Outcome:
     progress = progress or SilentProgress()
     c = loaded.contract
     parent = prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
@@ -191,6 +245,8 @@ def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *,
     tracker.client.set_tag(parent.parent_id, OWNER_TAG, owner)
     close_abandoned(parent)
     done = finished_runs(parent)
+    reuse = Reuse()
+    reuse.other_code, reuse.other_code_sha256 = runs_under_other_code(parent)
     if c.tuning is not None:  # tune first (gates/tuning.py): the seeds run each tuned arm's best config
         from gates.tuning import tune_and_apply
         loaded, parent.tuning = tune_and_apply(loaded, tracking_uri, parent_run_id=parent.parent_id,
@@ -211,49 +267,109 @@ def _run_contract(loaded: LoadedContract, tracking_uri: str, runs_root: Path, *,
             for job in plan.run_jobs(loaded, seeds):
                 arm, seed = job.arm, job.seed
                 others = seed_histories.setdefault(seed, {})
+                failing = plan.failing_streak(loaded, records, arm)
                 if (arm, seed) in done:
                     record = run_record(done[(arm, seed)])
                     progress.start(arm, seed, budget.steps, skipped=record)
                     others[arm] = {m: tracker.history(record["mlflow_run_id"], m) for m in reference}
+                    reuse.reused += 1
+                elif failing:
+                    record = skipped_record(arm, seed, failing)
+                    progress.start(arm, seed, budget.steps, skipped=record)
+                    reuse.skipped += 1
                 else:
                     progress.start(arm, seed, budget.steps)
                     record, history = run_job(parent, arm, seed, progress, others=others)
                     others[arm] = history
+                    reuse.trained += 1
                 records.append(record)
                 progress.end(record)
     except KeyboardInterrupt:
         tracker.client.set_terminated(parent.parent_id, status="KILLED")
         raise
-    return finish(parent, records, runs_root)
+    reuse.total = len(records)
+    return finish(parent, records, runs_root, recording, reuse)
 
 
-def finish(parent: ParentRun, records: list[dict], runs_root: Path) -> dict:
-    """The verdict from the records (one per arm x seed, in job order), the evidence and report written
-    atomically to runs/<id>/, and the parent run's outcome tags, metrics, plots and artifacts."""
+def runs_under_other_code(parent: ParentRun) -> tuple[int, str | None]:
+    """(finished arm x seed runs of this contract hash recorded under another code fingerprint, the latest
+    such fingerprint): runs a code change keeps `gates run` from reusing."""
+    found = parent.tracker.client.search_runs(
+        [parent.experiment_id],
+        filter_string=(f"tags.`gates.role` = 'run' and tags.`gates.contract_sha256` = '{parent.loaded.sha256}' and "
+                       f"tags.`gates.code_sha256` != '{parent.prov.code_sha256}' and attributes.status = 'FINISHED'"),
+        order_by=["attributes.start_time DESC"], max_results=10000)
+    return len(found), (found[0].data.tags.get("gates.code_sha256") if found else None)
+
+
+def skipped_record(arm: str, seed: int, failing: list[dict]) -> dict:
+    """The record of an arm x seed not run because its arm failed on its last runs (no MLflow run)."""
+    first = next((r for r in failing if r.get("error")), failing[0])
+    error = first.get("error") or {}
+    where = f"{error.get('where')}: " if error.get("where") else ""
+    what = f"{error.get('type')}: {error.get('message')}" if error.get("type") else str(first.get("halt_detail"))
+    detail = (f"not run: arm {arm} failed on its last {len(failing)} runs (seeds "
+              f"{', '.join(str(r['seed']) for r in failing)}); first error: {where}{what}")
+    return {"arm": arm, "seed": seed, "status": "skipped", "halt_reason": "failures", "halt_detail": detail[:2000],
+            "metrics": {}, "seconds": 0.0, "first_signal": None, "mlflow_run_id": None}
+
+
+def finish(parent: ParentRun, records: list[dict], runs_root: Path, recording: Recording | None = None,
+           reuse: Reuse | None = None) -> Outcome:
+    """The verdict from the records (one per arm x seed, in job order), then either a new attempt
+    (evidence and report written atomically to runs/<id>/ and indexed) or, for a recorded claim, the
+    comparison with its record (nothing written under runs/); and the parent run's outcome tags,
+    metrics, plots and artifacts."""
     loaded, tracker = parent.loaded, parent.tracker
     c = loaded.contract
-    result = verdict.judge(c, records, parent.loaded.study.metrics)
+    recording = recording or plan_recording(loaded, runs_root)
+    result = verdict.judge_claim(loaded, records)
     evidence = _evidence(loaded, parent.prov, records, result, parent.pre, parent.tracking_uri,
                          parent.experiment_id, parent.parent_id)
     if parent.tuning is not None:
         evidence["tuning"] = parent.tuning
-    path = ledger.write_evidence(runs_root, evidence)
-    # the claims index vouches for these exact bytes; a kill before this line leaves evidence that
-    # `gates verify` reports as unindexed, and running the contract again writes and indexes it anew
-    history.record(runs_root, path, "recorded")
-    outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome for r in result.conditions + result.controls}
-    outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions
-                       for k in ("estimate", "p_hold_adj", "p_fail_adj")
-                       if isinstance(getattr(r, k), (int, float)) and math.isfinite(getattr(r, k))}
+    shared = shared_runs(_recorded_evidence(runs_root, c.id, evidence), only=c.id).get(c.id)
+    if shared:  # runs other recorded contracts ran too: one observation, said beside this verdict
+        evidence["shared_runs"] = shared
+    reproduction = None
     with tempfile.TemporaryDirectory(prefix="gates-plots-") as tmp:
-        histories = {(r["arm"], r["seed"]): {m: tracker.history(r["mlflow_run_id"], m)
-                                             for m in plots.plotted_metrics(c)} for r in records}
+        if recording.mode == RECORD:
+            evidence["attempt"] = attempt_field(recording)
+            path = ledger.write_evidence(runs_root, evidence)
+            # the claims index vouches for these exact bytes; a kill before this line leaves evidence that
+            # `gates verify` reports as unindexed, and running the contract again writes and indexes it anew
+            history.record(runs_root, path, "recorded", recording.reason)
+        else:  # a recorded claim, reproduced: compared with its record, written only to the MLflow parent run
+            reproduction = compare(recording.recorded, evidence, recording.number, loaded.study.machine_metrics)
+            evidence["attempt"] = (recording.recorded or {}).get("attempt")
+            path = Path(tmp) / "reproduced" / ledger.EVIDENCE
+            path.parent.mkdir()
+            ledger.atomic_write_text(path, json.dumps(evidence, indent=2, allow_nan=False) + "\n")
+            ledger.atomic_write_text(path.parent / ledger.REPORT, ledger.render_report(evidence))
+        outcome_tags = {f"gates.condition.{r.list_name}.{r.index}": r.outcome
+                        for r in result.conditions + result.controls}
+        outcome_metrics = {f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k) for r in result.conditions
+                           for k in ("estimate", "p_hold_adj", "p_fail_adj")
+                           if isinstance(getattr(r, k), (int, float)) and math.isfinite(getattr(r, k))}
+        histories = {(r["arm"], r["seed"]): {m: tracker.history(r["mlflow_run_id"], m) for m in plots.plotted_metrics(c)}
+                     for r in records if r.get("mlflow_run_id")}
         figures = [plots.learning_curves(c, histories, records, Path(tmp) / "learning_curves.png"),
                    plots.condition_intervals(c.id, evidence["conditions"], Path(tmp) / "conditions.png")]
-        tracker.finish_parent(parent.parent_id, {**outcome_tags, "gates.verdict": result.verdict,
-                                                 "gates.signature": ledger.signature(evidence)},
-                              outcome_metrics, [str(path), str(path.parent / ledger.REPORT), *map(str, figures)])
-    return evidence
+        tags = {**outcome_tags, "gates.verdict": result.verdict, "gates.signature": ledger.signature(evidence),
+                "gates.mode": recording.mode, "gates.attempt": str(recording.number)}
+        if reproduction is not None:
+            tags["gates.reproduces"] = "true" if reproduction.reproduces else "false"
+        tracker.finish_parent(parent.parent_id, tags, outcome_metrics,
+                              [str(path), str(path.parent / ledger.REPORT), *map(str, figures)])
+    return Outcome(evidence, recording, reuse or Reuse(total=len(records)), reproduction)
+
+
+def _recorded_evidence(runs_root: Path, contract_id: str, evidence: dict) -> dict[str, dict | None]:
+    """Every other claim's evidence in runs_root (plain JSON), and this one's as computed now."""
+    from gates.verify import raw_evidence
+
+    found = {p.parent.name: raw_evidence(p) for p in sorted(Path(runs_root).glob(f"*/{ledger.EVIDENCE}"))}
+    return {**found, contract_id: evidence}
 
 
 def run_record(summary: dict) -> dict:
@@ -282,10 +398,10 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
     sink = MLflowMetricSink(tracker.client, run_id)
     reporter = PlatformReporter(budget, StopRuleEngine(c.stop_rules, arm, study.metrics, others=others), sink,
                                 on_report=lambda step, m: progress.update(arm, seed, step, m))
-    status, halt_reason, halt_detail = "completed", None, None
+    status, halt_reason, halt_detail, error = "completed", None, None, None
     started = time.perf_counter()
     try:
-        final = returned_metrics(c.study, study, study.run(cfg, seed, reporter))
+        final = returned_metrics(c.study, study, study.run(cfg, seed, reporter), cfg)
     except Halt as halt:
         status, halt_reason, halt_detail, final = "halted", halt.reason, str(halt), dict(reporter.last)
     except KeyboardInterrupt:
@@ -294,10 +410,13 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
         raise
     except StudyInterfaceError as e:  # run returned what the study does not declare: failed, named
         status, halt_reason, halt_detail, final = "failed", "error", str(e), dict(reporter.last)
+        error = {"type": "StudyInterfaceError", "message": str(e), "where": code_location(*_source_of(study.run))}
     except Exception as e:  # a study crashed: record it, keep going with the other runs
         status, halt_reason, final = "failed", "error", dict(reporter.last)
-        halt_detail = (f"study {c.study!r} raised {type(e).__name__} in run(): {e}\n"
-                       f"{traceback.format_exc(limit=8)}")
+        frame = traceback.extract_tb(e.__traceback__)[-1]  # where it raised: the innermost frame
+        error = {"type": type(e).__name__, "message": _one_line(e), "where": code_location(frame.filename, frame.lineno)}
+        halt_detail = (f"study {c.study!r} raised {type(e).__name__} at {error['where']} in run(): {e}\n"
+                       f"{traceback.format_exc(limit=-8)}")
     final = {k: float(v) for k, v in final.items()}
     seconds = round(time.perf_counter() - started, 3)
     point = c.preflight.falsifiable_point
@@ -314,15 +433,18 @@ def _run_one(loaded, tracker: Tracker, experiment_id, parent_id, base_tags, arm,
     tracker.finish_child(run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds, signal)
     return {"arm": arm, "seed": seed, "status": status, "halt_reason": halt_reason, "halt_detail": halt_detail,
             "metrics": final, "seconds": seconds, "first_signal": signal, "mlflow_run_id": run_id,
-            **({"environment": environment} if environment else {}), **judged}, reporter.history
+            **({"environment": environment} if environment else {}), **({"error": error} if error else {}),
+            **judged}, reporter.history
 
 
 class StudyInterfaceError(Exception):
     """A study's run() returned something other than its declared metrics (the run is failed)."""
 
 
-def returned_metrics(name: str, study, returned) -> dict[str, float]:
-    """What run() returned as {declared metric: float}; a StudyInterfaceError naming the study otherwise."""
+def returned_metrics(name: str, study, returned, config=None) -> dict[str, float]:
+    """What run() returned as {declared metric: float}: only declared metrics, numbers, inside their declared
+    ranges, and (given the arm's `config`) every metric the study says the arm reports; a StudyInterfaceError
+    naming the study otherwise."""
     if not hasattr(returned, "items"):
         raise StudyInterfaceError(f"study {name!r}: run() returned {type(returned).__name__}; expected a dict "
                                   f"of its final metrics (metric name -> number)")
@@ -337,7 +459,47 @@ def returned_metrics(name: str, study, returned) -> dict[str, float]:
         except (TypeError, ValueError):
             raise StudyInterfaceError(f"study {name!r}: run() returned {key} = {str(value)[:60]!r}, not a "
                                       f"number") from None
+        spec = study.metrics[key]
+        if math.isfinite(final[key]) and not spec.contains(final[key]):  # non-finite: the divergence rule's
+            raise StudyInterfaceError(f"study {name!r}: run() returned {key} = {final[key]:.6g}, outside its declared "
+                                      f"range ({spec.describe()})")
+    missing = sorted(study.reported_metrics(config) - set(final)) if config is not None else []
+    if missing:
+        raise StudyInterfaceError(f"study {name!r}: run() did not return {', '.join(missing)}, which the study says "
+                                  f"this arm reports (reported_metrics); expected every one of them")
     return final
+
+
+def code_location(filename: str, line: int | None) -> str:
+    """`path:line` of a source file as a reader finds it: relative to the innermost import root or the
+    current folder that holds it (site-packages/my_study/study.py -> my_study/study.py)."""
+    import sys
+
+    path = Path(filename).resolve()
+    roots = sorted({Path.cwd().resolve(), *(Path(p).resolve() for p in sys.path if p)}, key=lambda r: -len(r.parts))
+    for root in roots:
+        try:
+            shown = path.relative_to(root).as_posix()
+            break
+        except ValueError:
+            continue
+    else:
+        shown = path.name
+    return f"{shown}:{line}" if line else shown
+
+
+def _source_of(function) -> tuple[str, int | None]:
+    import inspect
+
+    try:
+        return inspect.getsourcefile(function) or "?", inspect.getsourcelines(function)[1]
+    except (OSError, TypeError):
+        return "?", None
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:300] or "(no message)"
 
 
 def first_signal(point, series: list[tuple[int, float]]) -> dict:
@@ -359,11 +521,22 @@ def verdict_fields(loaded, evidence: dict, result) -> dict:
             "conditions": v["conditions"], "halts": v["halts"], "lost": v["lost"],
             **({"controls": v["controls"]} if loaded.contract.controls else {}),
             **({"looks": v["looks"]} if loaded.contract.sequential is not None else {}),
+            **{k: v[k] for k in ("not_run", "beyond_ceiling", "tuning_edges") if v[k]},
             "engine_version": v["engine_version"],
             "settings": {**evidence["settings"], "correction": v["correction"]},
             "predictions": verdict.predictions(loaded.contract, evidence["runs"],
                                                evidence["falsifiable_point"]["runs"]),
+            **{k: v for k, v in (("design", design_of(loaded.contract)), ("regime", regime_of(loaded))) if v},
             "rule_flags": list(loaded.rule_flags)}
+
+
+def design_of(contract) -> dict:
+    """What a contract declares about its design that a reader of the verdict must see beside it: the factor
+    under test, other declared differences between compared arms, arms blind by construction, why its runs
+    are not judged for convergence (only what it declares)."""
+    design = {"factor": contract.factor, "differences": contract.differences, "blind": contract.blind,
+              "no_convergence": contract.no_convergence}
+    return {k: v for k, v in design.items() if v}
 
 
 def rederive(loaded: LoadedContract, runs_root: Path, reason: str) -> tuple[dict, dict] | None:
@@ -381,7 +554,9 @@ def rederive(loaded: LoadedContract, runs_root: Path, reason: str) -> tuple[dict
         raise UserError(f"{path} was recorded for another version of this contract (sha256 "
                         f"{old['contract_sha256'][:16]} != {loaded.sha256[:16]}); re-deriving needs the contract "
                         f"it was recorded under", file=str(loaded.path))
-    new = verdict_fields(loaded, old, verdict.judge(loaded.contract, old["runs"], loaded.study.metrics))
+    loaded.tuning_record = old.get("tuning")
+    fresh = {k: v for k, v in old.items() if k not in ("not_run", "beyond_ceiling", "tuning_edges", "design", "regime")}
+    new = verdict_fields(loaded, fresh, verdict.judge_claim(loaded, old["runs"]))
     if new == old:
         return None
     written = ledger.write_evidence(runs_root, new)
@@ -412,6 +587,7 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
         "git_dirty": prov.git_dirty,
         "code_sha256": prov.code_sha256,
         "code_files": prov.code_files,
+        **({"study_package": prov.study_package} if getattr(prov, "study_package", None) else {}),
         "gates_version": gates.__version__,
         "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "settings": {

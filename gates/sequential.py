@@ -14,8 +14,9 @@ spending function alpha(t) says how much of the decision's alpha may have been u
 * Pocock type: alpha(t) = alpha * ln(1 + (e - 1) t): spread more evenly over the looks.
 
 Both reach alpha at t = 1. Look k is judged by `verdict.decide` on the runs of the first looks[k]
-seeds at alpha_k = alpha(t_k) - alpha(t_{k-1}), the part of alpha spent at that look (Holm across
-the conditions at that level, controls in their own family at that level, as at a single look).
+seeds at alpha_k = alpha(t_k) - alpha(t_{k-1}), the part of alpha spent at that look, with the same
+families as at a single look (each supported_if and each control at that level, the ways to refute
+Holm-corrected at that level).
 
 Why this holds the error rate: a false support needs some look to support falsely; the chance of
 that is at most the sum over looks of the chance at each look (the union bound), and each look's is
@@ -40,11 +41,13 @@ DECIDED = ("supported", "refuted", "invalid")
 
 def stops(result, last_look: bool) -> bool:
     """Whether a judged look ends the sequence: it supports or refutes, or it is invalid. At a look
-    before the last, an invalid verdict stops only when a control fails; a control that cannot be
-    settled yet (the look's share of alpha is small: 0.0003 at 3 of 10 seeds under O'Brien-Fleming)
-    waits for the next look's seeds instead of ending a working experiment as invalid."""
+    before the last, an invalid verdict stops only when a control fails, an arm did not run as designed
+    or a bar lies beyond its ceiling; a control that cannot be settled yet (the look's share of alpha is
+    small: 0.0003 at 3 of 10 seeds under O'Brien-Fleming) waits for the next look's seeds instead of
+    ending a working experiment as invalid."""
     if result.verdict == "invalid" and not last_look:
-        return any(c.outcome == "fails" for c in result.controls)
+        return (any(c.outcome == "fails" for c in result.controls) or bool(result.not_run)
+                or bool(result.beyond_ceiling))
     return result.verdict in DECIDED
 
 
@@ -83,7 +86,8 @@ def _look_runs(runs: list[dict], seeds: list[int]) -> list[dict]:
     return [r for r in runs if r["seed"] in keep]
 
 
-def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None):
+def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *,
+                     ceilings=None, edges=None):
     """The verdict of a sequential contract on its runs: its looks in order over the runs present,
     stopping at the first decided look; the Verdict of the look it stopped at, with `looks` filled.
 
@@ -102,7 +106,7 @@ def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] |
             break
         cum, at_look = levels[k]
         result = v.decide(contract.decision, _look_runs(runs, seeds[:n]), metrics, alpha=at_look,
-                          controls=contract.controls)
+                          controls=contract.controls, seeds=seeds[:n], ceilings=ceilings, edges=edges)
         looks.append({"look": k + 1, "seeds": seeds[:n], "alpha_spent": cum, "alpha_look": at_look,
                       "verdict": result.verdict,
                       "outcomes": {r.label: r.outcome for r in result.conditions + result.controls}})
@@ -127,7 +131,8 @@ def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] |
     return result
 
 
-def next_look(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None) -> list[int] | None:
+def next_look(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *, ceilings=None,
+              edges=None) -> list[int] | None:
     """The seeds to run next: those of the first look that some arm lacks a run for, once every
     earlier look was judged undetermined; None when a look decided or every look has run."""
     from gates import verdict as v
@@ -140,13 +145,14 @@ def next_look(contract, runs: list[dict], metrics: Mapping[str, Metric] | None =
         if lacking:
             return lacking
         result = v.decide(contract.decision, _look_runs(runs, seeds[:n]), metrics, alpha=levels[k][1],
-                          controls=contract.controls)
+                          controls=contract.controls, seeds=seeds[:n], ceilings=ceilings, edges=edges)
         if stops(result, k == len(seq.looks) - 1):
             return None
     return None
 
 
-def stopping_seeds(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None) -> list[int]:
-    """The seeds of the look the sequence stops at on these runs (what the evidence must hold)."""
-    result = judge_sequential(contract, runs, metrics)
+def stopping_seeds(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, **inputs) -> list[int]:
+    """The seeds of the look the sequence stops at on these runs (what the evidence must hold); `inputs`:
+    the ceilings and tuning edges (`verdict.claim_inputs`)."""
+    result = judge_sequential(contract, runs, metrics, **inputs)
     return list(result.looks[-1]["seeds"])

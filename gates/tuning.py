@@ -403,10 +403,42 @@ def tune_and_apply(loaded: LoadedContract, tracking_uri: str, *, parent_run_id: 
     record = tune(loaded, tracking_uri, storage_url=storage_url, parent_run_id=parent_run_id,
                   experiment_id=experiment_id, fresh=fresh, progress=progress, prov=prov)
     tuned = apply(loaded, record)
+    tuned.tuning_record = record
     pre = preflight(tuned)
     if pre.errors:
         raise UserErrors([loaded.error(("tuning",), f"the tuned configs fail preflight: {e.message}") for e in pre.errors])
     return tuned, record
+
+
+def edges(contract, record: dict) -> dict[str, str]:
+    """tuned arm -> why its search may have stopped short of its best config: for a numeric parameter, the
+    best trial's value is the lowest or the highest value any completed trial tried (the optimum may lie
+    beyond it), on a side the contract does not declare a hard limit (`hard: [low]`), or only one value
+    was tried. A decision condition reading such an arm is undetermined (gates.verdict)."""
+    space = contract.tuning.space if contract.tuning is not None else {}
+    out = {}
+    for arm, r in (record.get("arms") or {}).items():
+        best = r.get("best")
+        if not best:
+            continue
+        done = [t for t in r.get("trials", []) if t.get("state") == "completed" and t.get("value") is not None
+                and math.isfinite(t["value"])]
+        notes = []
+        for key, p in space.items():
+            if p.type == "categorical" or key not in best["params"]:
+                continue
+            tried = sorted({float(t["params"][key]) for t in done if key in t.get("params", {})})
+            value = float(best["params"][key])
+            if len(tried) < 2:
+                notes.append(f"{key}: only one value was tried ({value:.4g}), so nothing was searched")
+                continue
+            for side, at_edge, where in (("low", value <= tried[0], "below"), ("high", value >= tried[-1], "above")):
+                if at_edge and side not in p.hard:
+                    notes.append(f"{key} = {value:.4g} is the {'lowest' if side == 'low' else 'highest'} of the "
+                                 f"{len(tried)} values tried; widen the search {where} {value:.4g}")
+        if notes:
+            out[arm] = "; ".join(notes)
+    return out
 
 
 # ---------------------------------------------------------------------------------- verify

@@ -1,62 +1,87 @@
-"""Verdicts: per-seed final metrics + a contract's decision -> supported, refuted or inconclusive.
+"""Verdicts: per-seed final metrics + a contract's decision -> supported, refuted, inconclusive or invalid.
 
 `decide(decision, runs, metrics)` is pure and deterministic, because `gates verify` re-derives every
 verdict from the recorded metrics and compares it with the one recorded. Choices, fixed here once
-(README "What a verdict means" says the same in plain words):
+(README "What a verdict means" says the same in plain words, with the simulation table):
 
 * Only runs with status "completed" give values; non-finite values are dropped (and said so).
-* Every condition reduces to effects theta = const + sum(coef * mean(term)), oriented so that
-  theta > 0 means the condition holds. Threshold: one term. Compare: two terms, an absolute margin
-  goes into const, a relative margin r into the other term's coefficient (-(1+r) or (1-r)).
-  Trend: one Compare-like effect per consecutive pair, margin 0.
+* Every condition reduces to effects theta = const + sum(coef * centre(term)), oriented so that
+  theta > 0 means the condition holds, on the condition's scale: the metrics' own values (`linear`),
+  or their logs when every metric it reads is declared `log` (positive, right-skewed: losses, KLs,
+  latencies) and the condition is multiplicative (a threshold, a compare with a relative margin or
+  none, a trend). Threshold: one term. Compare: two terms, an absolute margin in const, a relative
+  margin r as log(1 + r) / log(1 - r) on the log scale (or in the other term's coefficient on the
+  linear scale). Trend: one compare-like effect per consecutive pair, margin 0. Each condition
+  records what it estimates (`estimand`): a mean, a geometric mean, a median, a ratio.
 * Each effect is tested one-sided, H0: theta <= 0 (p_hold) and H0: theta >= 0 (p_fail), by one of:
-  - the t-test (one-sample / Welch / paired), which assumes roughly normal per-seed values. It is
-    used only where nothing in the data contradicts that: no term without spread, no repeated
-    value (a metric that takes a few discrete values), no value at the metric's declared bound.
-  - otherwise an exact randomization test, whose smallest p-value is what the seeds can give:
-    sign-flip for one term or paired differences (smallest p = 2^-n, 1/8 at 3 seeds), permutation
-    of the two samples for an unpaired compare (smallest p = 1 / C(n1+n2, n1), 1/20 at 3 + 3).
-    Exact enumeration up to 2^16 arrangements, beyond that Monte Carlo with a fixed seed and
-    p = (k + 1) / (B + 1). Ties count against the condition (p includes the observed arrangement).
+  - the t-test (one-sample / Welch / paired) on the condition's scale, which assumes roughly normal
+    per-seed values there. Used only where nothing in what the test reads contradicts that: no term
+    (for a paired test: the paired differences) without spread, no repeated value, no value at the
+    metric's declared bound. A t-test on raw right-skewed values does not keep its level (lognormal
+    per-seed losses: 16-18% false support for a 5% test): such metrics are declared `log`.
+  - otherwise an exact test, whose smallest p-value is what the seeds can give: the sign test for
+    one term or paired differences (estimand: the median; it assumes nothing about the shape, where
+    the sign-flip test it replaces assumed symmetry and gave 10-18% on skewed values; smallest p =
+    2^-n), permutation of the two samples for an unpaired compare (it assumes the two arms' values
+    are exchangeable when the condition sits at its bar; smallest p = 1 / C(n1+n2, n1)). Exact
+    enumeration up to 2^16 arrangements, beyond that Monte Carlo with a fixed seed and
+    p = (k + 1) / (B + 1). Ties count against the condition.
   - `interval: bootstrap`: the percentile bootstrap's own p-value does not hold its level at few
-    seeds (false support 24% at 2 seeds, 13% at 3 with the true mean at the bar), so its p-values
-    come from the exact randomization test; the bootstrap gives the interval only.
+    seeds, so its p-values come from the exact test; the bootstrap gives the interval only.
 * A trend holds iff every pair holds (intersection-union: p_hold = max pair p_hold) and fails iff
-  some pair fails (p_fail = min(1, pairs * min pair p_fail), Bonferroni within the trend); its
-  estimate and interval are those of the weakest pair.
+  some pair fails (p_fail = min(1, pairs * min pair p_fail), Bonferroni within the trend).
+* Families. A claim is supported only if ALL its supported_if conditions hold: an intersection-union
+  test, so each is tested at alpha with no correction (false support stays at most alpha: it needs
+  every one of them to hold falsely, and one false null is enough to bound it). The claim is refuted
+  if ANY refuted_if condition holds or ANY supported_if condition fails: that disjunction is one
+  family, Holm-corrected at alpha. Controls must all hold (intersection-union at alpha); a control
+  fails in its own Holm family. refuted_if conditions failing (which decides nothing) are shown with
+  Holm across the refuted_if list.
 * Intervals (t and bootstrap) are two-sided at level 1 - 2 alpha, so each end is a one-sided alpha
-  bound; a randomization-tested effect shows the per-seed range of the effect instead.
-* Holm across all conditions of the decision (supported_if and refuted_if together), separately for
-  the p_hold family and the p_fail family, at the decision's alpha (one alpha for the family).
+  bound; an exactly tested effect shows the per-seed range of the effect instead.
 * A term with < 2 values leaves its effect undetermined (p = 1 both ways).
-* Lost runs never vanish: a seed with no finite value of an (arm, metric) that a supported_if
-  condition reads (failed, killed, diverged, over budget, halted on a comparator, non-finite) keeps
+* Lost runs never vanish: a seed (of those the contract, or a sequential look, expects) with no
+  finite value of an (arm, metric) that a supported_if condition or a control reads (failed,
+  skipped, killed, diverged, over budget, halted on a comparator, non-finite, never recorded) keeps
   that condition from holding, so the verdict cannot be supported on the survivors; refutation by
-  the survivors stays possible. A futility halt refutes only when it halts an arm under test (not a
-  comparator: a hopeless baseline is evidence against the baseline, not against the claim).
-* seeds_needed: per arm, for 80% power at the strictest Holm level alpha / m at the observed effect
-  and spread (noncentral t), and at least the seeds at which the exact test could reach that level;
-  an estimate from the observed effect, not a promise.
-* evaluation "exact" (deterministic studies): no statistics. Per-seed effects (threshold, paired
-  compare, trend pairs on the seeds every item has) hold iff they hold on every seed and fail iff
-  they fail on every seed; an unpaired compare is judged on the means.
+  the survivors stays possible. A futility halt refutes only when it halts an arm under test.
+* The experiment did not run as designed, and the verdict is invalid, when an arm the decision or a
+  control reads has no completed run (every run failed, was skipped, killed or diverged), naming the
+  arm, the counts and the first error; or when a condition's bar lies beyond the ceiling measured for
+  it (what the best possible arm reaches: the condition tests nothing).
+* seeds_needed: per arm, for 80% power at the level the condition is tested at (alpha to hold for a
+  supported_if, Holm's strictest alpha / m to fail or to refute) at the observed effect and spread
+  (noncentral t), and at least the seeds at which the exact test could reach that level; an
+  estimate from the observed effect, not a promise.
+* evaluation "exact" (deterministic studies): no statistics. Per-seed effects on the metrics' own
+  scale (threshold, paired compare, trend pairs on the seeds every item has) hold iff they hold on
+  every seed and fail iff they fail on every seed; an unpaired compare is judged on the means.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Mapping
 
 import numpy as np
 from scipy import stats
 
-from gates.contract import Compare, Decision, Threshold, Trend, arms_under_test, condition_terms
+from gates.contract import (
+    Compare,
+    Decision,
+    Threshold,
+    Trend,
+    arms_under_test,
+    condition_terms,
+)
 from gates.study import Metric
 
 # Bumped whenever a change can change a recorded verdict; the claims index records it.
-ENGINE_VERSION = "2"
+# 3: intersection-union for supported_if and controls, log scale, sign test, arms not run as designed,
+#    ceilings, tuning edges, lost seeds of a look
+ENGINE_VERSION = "3"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 20240601
 RANDOMIZATION_EXACT_LIMIT = 1 << 16  # arrangements enumerated exactly; beyond, Monte Carlo
@@ -64,26 +89,29 @@ RANDOMIZATION_DRAWS = 20_000
 RANDOMIZATION_SEED = 20261130
 MAX_SEEDS_SEARCHED = 1000
 POWER = 0.8
+CORRECTION = "iut+holm"  # supported_if and controls: intersection-union; the refutation: Holm
 
-T_TEST_REASON = "per-seed values taken as roughly normal: every term has spread, no repeated value, none at a bound"
+T_TEST_REASON = ("per-seed values taken as roughly normal on the condition's scale: every term has spread, no "
+                 "repeated value, none at a bound")
+PAIRED_T_REASON = "paired differences taken as roughly normal: they have spread and no repeated value"
 BOOTSTRAP_REASON = ("interval: bootstrap; its own p-value does not hold its level at few seeds, so p comes "
-                    "from the exact randomization test and the bootstrap gives the interval")
+                    "from the exact test and the bootstrap gives the interval")
 
 
 # ---------------------------------------------------------------------------------- results
 @dataclass
 class ConditionResult:
-    list_name: str  # "supported_if" | "refuted_if"
+    list_name: str  # "supported_if" | "refuted_if" | "controls"
     index: int
     kind: str
     description: str
-    estimate: float | None  # theta: > 0 means the condition holds (trend: the weakest pair)
+    estimate: float | None  # theta on the condition's scale: > 0 means the condition holds (trend: weakest pair)
     ci_low: float | None
     ci_high: float | None
     ci_level: float | None
     p_hold: float | None  # raw one-sided p-values
     p_fail: float | None
-    p_hold_adj: float | None  # Holm-adjusted across every condition of the decision
+    p_hold_adj: float | None  # as compared with alpha: see `adjustment`
     p_fail_adj: float | None
     test: str
     n: dict[str, int]
@@ -93,6 +121,9 @@ class ConditionResult:
     seeds_needed: int | None = None
     test_reason: str = ""  # why this test: the t-test's assumption, or what in the data rules it out
     control: str | None = None  # "positive" | "negative" for a control
+    estimand: str = ""  # what the condition's estimate estimates (a mean, a geometric mean, a median, a ratio)
+    scale: str = "linear"  # "linear" | "log": the scale theta, its interval and the test are on
+    adjustment: str = ""  # how p_hold_adj / p_fail_adj were adjusted (intersection-union, Holm over m)
 
     @property
     def label(self) -> str:
@@ -104,7 +135,7 @@ class ConditionResult:
 
 @dataclass
 class Verdict:
-    verdict: str  # "supported" | "refuted" | "inconclusive" | "invalid" (a control does not hold)
+    verdict: str  # "supported" | "refuted" | "inconclusive" | "invalid"
     reasons: list[str]
     conditions: list[ConditionResult]
     alpha: float
@@ -116,6 +147,9 @@ class Verdict:
     engine_version: str = ENGINE_VERSION
     controls: list[ConditionResult] = field(default_factory=list)
     looks: list[dict] = field(default_factory=list)  # a sequential contract's looks (gates.sequential)
+    not_run: list[dict] = field(default_factory=list)  # arms read without a completed run (invalid)
+    beyond_ceiling: list[dict] = field(default_factory=list)  # conditions whose bar the best arm cannot reach
+    tuning_edges: dict[str, str] = field(default_factory=dict)  # tuned arm -> why its search stopped at an edge
 
     def signature(self) -> str:
         """The statistical settings the verdict was reached under, compact, for comparing records."""
@@ -158,20 +192,41 @@ class _Term:
 
 @dataclass(frozen=True)
 class _Effect:
-    """theta = const + sum(coef * mean(term)); strict: theta == 0 does not count as holding."""
+    """theta = const + sum(coef * centre(term)) on the condition's scale (`log`: of the terms' log values);
+    strict: theta == 0 does not count as holding."""
 
     terms: tuple[_Term, ...]
     const: float
     strict: bool = False
+    log: bool = False
 
 
-def _effects(c) -> list[_Effect]:
+def condition_scale(c, metrics: Mapping[str, Metric]) -> str:
+    """'log' when every metric the condition reads is declared log-scale and the condition is
+    multiplicative (a threshold above 0, a compare with a relative margin or none, a trend); else
+    'linear'. A compare with an absolute margin on log-scale metrics stays linear (refused for new
+    contracts: a log-scale metric compares by ratio)."""
+    if not condition_terms(c) or not all(getattr(metrics.get(m), "scale", "linear") == "log"
+                                         for _, m in condition_terms(c)):
+        return "linear"
+    if isinstance(c, Threshold):
+        return "log" if c.value > 0 else "linear"
+    if isinstance(c, Compare):
+        return "log" if not c.margin else "linear"
+    return "log"
+
+
+def _effects(c, log: bool = False) -> list[_Effect]:
     if isinstance(c, Threshold):
         sign = 1.0 if c.direction == "higher" else -1.0
-        return [_Effect((_Term(c.arm, c.metric, sign),), -sign * c.value)]
+        return [_Effect((_Term(c.arm, c.metric, sign),), -sign * (math.log(c.value) if log else c.value), log=log)]
     if isinstance(c, Compare):
         other_metric = c.other_metric or c.metric
         r, margin = c.relative_margin, c.margin or 0.0
+        if log:  # higher: log A - log B - log(1+r); lower: log B + log(1-r) - log A
+            sign_a = 1.0 if c.direction == "higher" else -1.0
+            const = -math.log1p(r or 0.0) if c.direction == "higher" else math.log1p(-(r or 0.0))
+            return [_Effect((_Term(c.arm, c.metric, sign_a), _Term(c.other, other_metric, -sign_a)), const, log=True)]
         if c.direction == "higher":  # A - B - m  or  A - (1+r) B
             sign_a, coef_b = 1.0, (-(1 + r) if r is not None else -1.0)
         else:  # B - A - m  or  (1-r) B - A
@@ -180,8 +235,27 @@ def _effects(c) -> list[_Effect]:
         return [_Effect((_Term(c.arm, c.metric, sign_a), _Term(c.other, other_metric, coef_b)), const)]
     items = c.items()
     sign = 1.0 if c.direction == "higher" else -1.0  # lower: theta_k = mu_{k-1} - mu_k
-    return [_Effect((_Term(*items[k - 1], -sign), _Term(*items[k], sign)), 0.0, strict=True)
+    return [_Effect((_Term(*items[k - 1], -sign), _Term(*items[k], sign)), 0.0, strict=True, log=log)
             for k in range(1, len(items))]
+
+
+def _estimand(c, log: bool, exact_test: bool) -> str:
+    """What the condition's estimate estimates, in words (the test decides between mean and median)."""
+    def pair(a: str, b: str, paired: bool) -> str:
+        if paired:
+            what = "per-seed ratios" if log else "per-seed differences"
+            centre = "median" if exact_test else "geometric mean" if log else "mean"
+            return f"{centre} of the {what} {a} {'/' if log else '-'} {b}"
+        if log:
+            return f"ratio of the geometric means {a} / {b}" + (" (permutation test)" if exact_test else "")
+        return f"difference of the means {a} - {b}" + (" (permutation test)" if exact_test else "")
+
+    if isinstance(c, Threshold):
+        centre = "median" if exact_test else "geometric mean" if log else "mean"
+        return f"{centre} of {c.arm}.{c.metric} across seeds"
+    if isinstance(c, Compare):
+        return pair(f"{c.arm}.{c.metric}", f"{c.other}.{c.other_metric or c.metric}", c.test == "paired")
+    return "each consecutive pair: " + pair("item k", "item k-1", c.test == "paired")
 
 
 def _describe(c) -> str:
@@ -214,6 +288,7 @@ class _Stat:
     test_reason: str = ""
     ci_level: float | None = None
     plan: tuple | None = None  # (spread_parts, one_sample, sizes): seeds_needed, computed when asked
+    exact_test: bool = False  # tested by the sign or permutation test (its estimand: a median, exchangeability)
 
     def needed(self, level: float) -> int | None:
         if self.plan is None or self.theta is None:
@@ -231,17 +306,35 @@ def _var(x: np.ndarray) -> float:
     return 0.0 if np.all(x == x[0]) else float(x.var(ddof=1))
 
 
-def _lacking(effect: _Effect, columns: list[np.ndarray], need: int, paired: bool) -> str:
-    """Why an effect cannot be judged: which terms have fewer than `need` values."""
-    where = " among the seeds every term has" if paired else ""
-    return "; ".join(f"only {len(col)} completed seed{'' if len(col) == 1 else 's'} of arm {t.arm} "
-                     f"({t.key}){where}" for t, col in zip(effect.terms, columns) if len(col) < need)
+def _log(x: np.ndarray) -> np.ndarray:
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(x)  # 0 -> -inf (a value at the bound of a positive metric); the t-test is then unfit
 
 
-def _t_unfit(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None,
-             metrics: Mapping[str, Metric]) -> str:
-    """Why the t-test's normality cannot hold for these values ('' when nothing contradicts it)."""
-    for t, col in zip(effect.terms, columns):
+def _lacking(effect: _Effect, columns: list[np.ndarray], need: int, paired: bool, counts: dict[str, int]) -> str:
+    """Why an effect cannot be judged: which terms have fewer than `need` values, counting each arm's
+    completed seeds as they are (and, paired, how many seeds every term has)."""
+    if paired and len(columns) > 1 and len(columns[0]) < need:
+        have = ", ".join(f"{t.key} {counts.get(t.key, 0)}" for t in effect.terms)
+        return (f"only {len(columns[0])} seed{'' if len(columns[0]) == 1 else 's'} have completed values of every "
+                f"term (completed seeds: {have})")
+    return "; ".join(f"only {counts.get(t.key, 0)} completed seed{'' if counts.get(t.key, 0) == 1 else 's'} of "
+                     f"arm {t.arm} ({t.key})" for t, col in zip(effect.terms, columns) if len(col) < need)
+
+
+def _t_unfit(effect: _Effect, raw: list[np.ndarray], scaled: list[np.ndarray], d: np.ndarray | None,
+             paired: bool, metrics: Mapping[str, Metric]) -> str:
+    """Why the t-test's normality cannot hold for what it reads ('' when nothing contradicts it): the paired
+    differences for a paired test, else each term's values."""
+    if paired:
+        if not np.all(np.isfinite(d)):
+            return "a paired ratio has a value at 0 (log scale)"
+        if np.all(d == d[0]):
+            return "the paired differences have no spread"
+        if len(np.unique(d)) < len(d):
+            return "the paired differences repeat a value"
+        return ""
+    for t, col, values in zip(effect.terms, raw, scaled):
         if np.all(col == col[0]):
             return f"{t.key} has no spread across seeds"
         if len(np.unique(col)) < len(col):
@@ -249,41 +342,37 @@ def _t_unfit(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None,
         spec = metrics.get(t.metric)
         if spec is not None and any(spec.at_bound(float(v)) for v in col):
             return f"{t.key} has a value at its bound ({spec.low if np.any(col == spec.low) else spec.high:g})"
-    if d is not None:
-        if np.all(d == d[0]):
-            return "the paired differences have no spread"
-        if len(np.unique(d)) < len(d):
-            return "the paired differences repeat a value"
+        if not np.all(np.isfinite(values)):
+            return f"{t.key} has a value at 0 (log scale)"
     return ""
 
 
-def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: float, bootstrap: bool,
-              metrics: Mapping[str, Metric]) -> _Stat:
-    note = _lacking(effect, columns, 2, paired)
+def _interval(effect: _Effect, raw: list[np.ndarray], paired: bool, alpha: float, bootstrap: bool,
+              metrics: Mapping[str, Metric], counts: dict[str, int]) -> _Stat:
+    note = _lacking(effect, raw, 2, paired, counts)
     if note:
         return _Stat(theta=None, note=note)
+    columns = [_log(c) for c in raw] if effect.log else raw
     one_sample = paired or len(columns) == 1
     d = effect.const + sum(t.coef * col for t, col in zip(effect.terms, columns)) if one_sample else None
-    if one_sample:
-        theta, n = _mean(d), len(d)
-        spread_parts = [_var(d)]
-    else:
-        theta = effect.const + sum(t.coef * _mean(col) for t, col in zip(effect.terms, columns))
-        spread_parts = [t.coef ** 2 * _var(col) for t, col in zip(effect.terms, columns)]
-    plan = (spread_parts, one_sample, [len(d)] if one_sample else [len(c) for c in columns])
-    unfit = _t_unfit(effect, columns, d if paired else None, metrics)
+    unfit = _t_unfit(effect, raw, columns, d, paired, metrics)
     if bootstrap or unfit:
-        stat = _randomization(effect, columns, d)
+        stat = _exact_test(effect, columns, d)
         stat.test_reason = BOOTSTRAP_REASON if bootstrap else f"{unfit}: the t-test's normality cannot hold"
-        if bootstrap:
+        if stat.theta is not None and bootstrap:
             draws = _bootstrap(effect, columns, d)
             stat.ci_low, stat.ci_high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
             stat.ci_level = 1 - 2 * alpha
-        stat.plan = plan
+        if stat.theta is not None and np.all(np.isfinite(d if d is not None else np.concatenate(columns))):
+            stat.plan = _plan(effect, columns, d, one_sample)
         return stat
     if one_sample:
+        theta, n = _mean(d), len(d)
+        spread_parts = [_var(d)]
         se, df = math.sqrt(spread_parts[0] / n), n - 1.0
     else:
+        theta = effect.const + sum(t.coef * _mean(col) for t, col in zip(effect.terms, columns))
+        spread_parts = [t.coef ** 2 * _var(col) for t, col in zip(effect.terms, columns)]
         parts = [s / len(col) for s, col in zip(spread_parts, columns)]
         se = math.sqrt(sum(parts))
         df = sum(parts) ** 2 / sum(p ** 2 / (len(col) - 1) for p, col in zip(parts, columns))  # Welch
@@ -291,45 +380,52 @@ def _interval(effect: _Effect, columns: list[np.ndarray], paired: bool, alpha: f
     half = float(stats.t.ppf(1 - alpha, df)) * se
     test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
     return _Stat(theta, theta - half, theta + half, float(stats.t.sf(t_obs, df)), float(stats.t.cdf(t_obs, df)),
-                 test=test, test_reason=T_TEST_REASON, ci_level=1 - 2 * alpha, plan=plan)
+                 test=test, test_reason=PAIRED_T_REASON if paired else T_TEST_REASON, ci_level=1 - 2 * alpha,
+                 plan=_plan(effect, columns, d, one_sample))
 
 
-def _randomization(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> _Stat:
-    """Exact sign-flip (one term, or paired differences) or two-sample permutation test of theta."""
+def _plan(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None, one_sample: bool) -> tuple:
+    if one_sample:
+        return [_var(d)], True, [len(d)]
+    return [t.coef ** 2 * _var(col) for t, col in zip(effect.terms, columns)], False, [len(c) for c in columns]
+
+
+def _exact_test(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> _Stat:
+    """The sign test (one term, or paired differences: about the median) or the two-sample
+    permutation test of theta (the arms exchangeable at the bar)."""
     if d is not None:
-        stats_, exact = _sign_flip_means(d)
-        observed, test = _mean(d), "sign-flip"
-        low, high = float(d.min()), float(d.max())
-    else:
-        # theta = mean(x) - mean(y) with x = coef_a * a and y = -(const + coef_b * b)
-        (ta, a), (tb, b) = zip(effect.terms, columns)
-        x, y = ta.coef * a, -(effect.const + tb.coef * b)
-        stats_, exact = _permutation_diffs(x, y)
-        observed, test = _mean(x) - _mean(y), "permutation"
-        low = high = None
+        return _sign_test(d)
+    if not all(np.all(np.isfinite(c)) for c in columns):
+        return _Stat(theta=None, note="a value at 0 on a log-scale metric: the ratio of geometric means is undefined")
+    # theta = mean(x) - mean(y) with x = coef_a * a and y = -(const + coef_b * b)
+    (ta, a), (tb, b) = zip(effect.terms, columns)
+    x, y = ta.coef * a, -(effect.const + tb.coef * b)
+    diffs, exact = _permutation_diffs(x, y)
+    observed = _mean(x) - _mean(y)
     # ties count against the condition: a tolerance keeps float noise from breaking exact ties
-    tol = 1e-12 * max(1.0, float(np.max(np.abs(stats_))))
-    k_hold, k_fail = int(np.sum(stats_ >= observed - tol)), int(np.sum(stats_ <= observed + tol))
+    tol = 1e-12 * max(1.0, float(np.max(np.abs(diffs))))
+    k_hold, k_fail = int(np.sum(diffs >= observed - tol)), int(np.sum(diffs <= observed + tol))
     if exact:
-        total = len(stats_)
+        total = len(diffs)
         p_hold, p_fail = k_hold / total, k_fail / total
     else:  # Monte Carlo: the observed arrangement counts as one draw
-        total = len(stats_) + 1
+        total = len(diffs) + 1
         p_hold, p_fail = (k_hold + 1) / total, (k_fail + 1) / total
-    note = (f"exact {test} test over {total} arrangements" if exact
-            else f"{test} test, {RANDOMIZATION_DRAWS} random arrangements (seed {RANDOMIZATION_SEED})")
-    return _Stat(observed, low, high, min(1.0, p_hold), min(1.0, p_fail),
-                 test=f"{test} (exact)" if exact else f"{test} (Monte Carlo)", note=note)
+    note = (f"exact permutation test over {total} arrangements" if exact
+            else f"permutation test, {RANDOMIZATION_DRAWS} random arrangements (seed {RANDOMIZATION_SEED})")
+    return _Stat(observed, None, None, min(1.0, p_hold), min(1.0, p_fail), note=note,
+                 test="permutation (exact)" if exact else "permutation (Monte Carlo)", exact_test=True)
 
 
-def _sign_flip_means(d: np.ndarray) -> tuple[np.ndarray, bool]:
-    n = len(d)
-    if 2 ** n <= RANDOMIZATION_EXACT_LIMIT:
-        signs = 1 - 2 * ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1)
-        return (signs * d).mean(axis=1), True
-    rng = np.random.default_rng(RANDOMIZATION_SEED)
-    signs = rng.choice([-1.0, 1.0], size=(RANDOMIZATION_DRAWS, n))
-    return (signs * d).mean(axis=1), False
+def _sign_test(d: np.ndarray) -> _Stat:
+    """Exact sign test of the median of d: under H0 (median at 0) each value falls on either side with
+    probability 1/2 whatever the distribution; a value at 0 (a tie) counts against both sides."""
+    finite = np.abs(d[np.isfinite(d)])
+    tol = 1e-12 * max(1.0, float(finite.max()) if len(finite) else 1.0)
+    n, above, below = len(d), int(np.sum(d > tol)), int(np.sum(d < -tol))
+    p_hold, p_fail = float(stats.binom.sf(above - 1, n, 0.5)), float(stats.binom.sf(below - 1, n, 0.5))
+    return _Stat(float(np.median(d)), float(np.min(d)), float(np.max(d)), p_hold, p_fail, test="sign (exact)",
+                 note=f"exact sign test: {above} of {n} seeds above the bar, {below} below", exact_test=True)
 
 
 def _permutation_diffs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -350,10 +446,20 @@ def _permutation_diffs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, bool]:
 
 
 def smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
-    """The smallest p-value the exact randomization test can give with these numbers of seeds."""
+    """The smallest p-value the exact test can give with these numbers of seeds (sign test: 2^-n;
+    permutation: 1 / C(n1 + n2, n1))."""
     if paired_or_one_term:
         return 2.0 ** -min(sizes)
     return math.exp(-math.log(math.comb(sum(sizes), sizes[0])))  # huge counts: 0.0, not an overflow
+
+
+def second_smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
+    """The next p-value the exact test can give: the sign test with one seed disagreeing ((n+1) / 2^n),
+    the permutation test with the two samples' extremes swapped once (2 / C(n1 + n2, n1))."""
+    if paired_or_one_term:
+        n = min(sizes)
+        return (n + 1) * 2.0 ** -n
+    return 2 * smallest_p(False, sizes)
 
 
 def _bootstrap(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> np.ndarray:
@@ -400,8 +506,8 @@ def seeds_for_power(size: float, sd: float, level: float) -> int | None:
     return _seeds_needed(size, [sd ** 2, sd ** 2], level, False, [2, 2])
 
 
-def _exact(effect: _Effect, columns: list[np.ndarray], by_seed: bool) -> _Stat:
-    note = _lacking(effect, columns, 1, by_seed)
+def _exact(effect: _Effect, columns: list[np.ndarray], by_seed: bool, counts: dict[str, int]) -> _Stat:
+    note = _lacking(effect, columns, 1, by_seed, counts)
     if note:
         return _Stat(theta=None, note=note)
     ok = (lambda v: v > 0) if effect.strict else (lambda v: v >= 0)
@@ -449,16 +555,18 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float, exact: bool,
     # paired tests (and exact trends, judged seed by seed) use the seeds every term has
     by_seed = getattr(c, "test", None) == "paired" or (exact and isinstance(c, Trend))
     per_term = {t: samples.get(t, {}) for t in terms}
+    counts = {f"{a}.{m}": len(v) for (a, m), v in per_term.items()}
     if by_seed:
         common = set.intersection(*(set(v) for v in per_term.values()))
         per_term = {t: {s: v[s] for s in common} for t, v in per_term.items()}
     columns = {t: np.array([v[s] for s in sorted(v)], dtype=float) for t, v in per_term.items()}
+    log = not exact and condition_scale(c, metrics) == "log"
     bootstrap = c.interval == "bootstrap"
     pair_stats = []
-    for effect in _effects(c):
+    for effect in _effects(c, log):
         cols = [columns[(t.arm, t.metric)] for t in effect.terms]
-        pair_stats.append(_exact(effect, cols, by_seed) if exact
-                          else _interval(effect, cols, by_seed, alpha, bootstrap, metrics))
+        pair_stats.append(_exact(effect, cols, by_seed, counts) if exact
+                          else _interval(effect, cols, by_seed, alpha, bootstrap, metrics, counts))
     known = [s for s in pair_stats if s.theta is not None]
     weakest = min(known, key=lambda s: s.theta) if known else _Stat(theta=None)
     notes = list(dict.fromkeys(s.note for s in pair_stats if s.note))
@@ -469,7 +577,7 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float, exact: bool,
         p_hold = p_fail = None
         test, reason = "exact", "evaluation: exact (a deterministic study): judged seed by seed, no statistics"
     else:
-        outcome = "undetermined"  # settled after the Holm correction, across conditions
+        outcome = "undetermined"  # settled after the families are corrected, across conditions
         p_hold = max(s.p_hold for s in pair_stats)
         p_fail = min(1.0, len(pair_stats) * min(s.p_fail for s in pair_stats))
         tests = list(dict.fromkeys(s.test for s in pair_stats if s.test))
@@ -483,7 +591,9 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float, exact: bool,
         p_hold=p_hold, p_fail=p_fail, p_hold_adj=None, p_fail_adj=None, test=test,
         n={f"{a}.{m}": len(col) for (a, m), col in columns.items()},
         values={f"{a}.{m}": [float(v) for v in col] for (a, m), col in columns.items()},
-        outcome=outcome, note="; ".join(notes), test_reason=reason)
+        outcome=outcome, note="; ".join(notes), test_reason=reason,
+        estimand=_estimand(c, log, any(s.exact_test for s in pair_stats)) + (" (on the log scale)" if log else ""),
+        scale="log" if log else "linear")
     return result, pair_stats
 
 
@@ -498,38 +608,113 @@ def _trend_seeds_needed(stats_: list[_Stat], level: float) -> int | None:
     return None if any(n is None for n in needed) else max(needed, default=None)
 
 
+# ---------------------------------------------------------------------------------- families
+def _apply_families(results: list[ConditionResult], alpha: float) -> dict[str, float]:
+    """Each outcome from the families: a supported_if condition holds at alpha (intersection-union: all
+    must hold); the ways to refute (a refuted_if holding, a supported_if failing) are one Holm family;
+    refuted_if failing, shown only, is Holm across the refuted_if list. Returns each condition's level
+    for planning seeds (label -> the alpha its undecided side is tested at)."""
+    supported = [r for r in results if r.list_name == "supported_if"]
+    refuted = [r for r in results if r.list_name == "refuted_if"]
+    refute = holm([r.p_hold for r in refuted] + [r.p_fail for r in supported])
+    m = len(refute)
+    for r, adj in zip(refuted, refute[:len(refuted)]):
+        r.p_hold_adj = adj
+    for r, adj in zip(supported, refute[len(refuted):]):
+        r.p_hold_adj, r.p_fail_adj = r.p_hold, adj
+    for r, adj in zip(refuted, holm([r.p_fail for r in refuted])):
+        r.p_fail_adj = adj
+    levels = {}
+    for r in results:
+        r.outcome = "holds" if r.p_hold_adj <= alpha else "fails" if r.p_fail_adj <= alpha else "undetermined"
+        ways = f"Holm over the {m} ways to refute (a refuted_if holding, a supported_if failing)"
+        if r.list_name == "supported_if":
+            r.adjustment = f"p(hold): intersection-union, at alpha unadjusted; p(fail): {ways}"
+            levels[r.label] = alpha if (r.estimate or 0) > 0 else alpha / m
+            raw, adj = r.p_fail, r.p_fail_adj
+        else:
+            r.adjustment = f"p(hold): {ways}; p(fail): Holm over the {len(refuted)} refuted_if conditions"
+            levels[r.label] = alpha / m if (r.estimate or 0) > 0 else alpha / len(refuted)
+            raw, adj = r.p_hold, r.p_hold_adj
+        if r.outcome == "undetermined" and raw <= alpha < adj:
+            r.note = _join(r.note, f"significant alone, p = {raw:.3g}, but not after Holm over the {m} ways to refute")
+    return levels
+
+
+def _evaluate_controls(controls, samples, alpha: float, exact: bool, metrics) -> list[ConditionResult]:
+    """Each control as a condition that must hold: all must hold (intersection-union at alpha); a control
+    fails in the controls' own Holm family."""
+    out = []
+    for i, c in enumerate(controls):
+        result, _ = _evaluate("controls", i, c, samples, alpha, exact, metrics)
+        result.control = c.control
+        out.append(result)
+    if out and not exact:
+        for r, adj in zip(out, holm([r.p_fail for r in out])):
+            r.p_hold_adj, r.p_fail_adj = r.p_hold, adj
+            r.outcome = "holds" if r.p_hold_adj <= alpha else "fails" if r.p_fail_adj <= alpha else "undetermined"
+            r.adjustment = (f"p(hold): intersection-union (every control must hold), at alpha unadjusted; "
+                            f"p(fail): Holm over the {len(out)} controls")
+    return out
+
+
 # ---------------------------------------------------------------------------------- the verdict
-def judge(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None) -> Verdict:
-    """A contract's verdict on its runs: its decision with its controls, and for a sequential contract
-    look by look (gates.sequential). Every caller (a run, verify, rederive) goes through here."""
+def judge(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *,
+          ceilings: Mapping[str, dict] | None = None, edges: Mapping[str, str] | None = None) -> Verdict:
+    """A contract's verdict on its runs: its decision with its controls over its seeds, and for a
+    sequential contract look by look (gates.sequential). `ceilings` (condition label -> a resolved
+    ceiling) and `edges` (tuned arm -> why its search stopped at an edge) come from the contract's study
+    and its tuning record (`judge_claim`)."""
     if getattr(contract, "sequential", None) is not None:
         from gates.sequential import judge_sequential
 
-        return judge_sequential(contract, runs, metrics)
-    return decide(contract.decision, runs, metrics, controls=contract.controls)
+        return judge_sequential(contract, runs, metrics, ceilings=ceilings, edges=edges)
+    return decide(contract.decision, runs, metrics, controls=contract.controls, seeds=list(contract.seeds),
+                  ceilings=ceilings, edges=edges)
+
+
+def claim_inputs(loaded) -> dict:
+    """What a verdict needs beyond the runs, from a loaded contract: each condition's ceiling (the contract's
+    or its study's) and the tuned arms whose search stopped at an edge (its tuning record, when it tunes)."""
+    edges = None
+    record = getattr(loaded, "tuning_record", None)
+    if record:
+        from gates.tuning import edges as tuning_edges  # Optuna only where a contract tunes
+
+        edges = tuning_edges(loaded.contract, record)
+    return {"ceilings": loaded.ceilings(), "edges": edges}
+
+
+def judge_claim(loaded, runs: list[dict]) -> Verdict:
+    """The verdict of a loaded contract on its runs, with its study's metrics, its ceilings and its tuning
+    record (`loaded.tuning_record`): what every caller (a run, verify, rederive) goes through."""
+    return judge(loaded.contract, runs, loaded.study.metrics, **claim_inputs(loaded))
 
 
 def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *,
-           alpha: float | None = None, controls=()) -> Verdict:
+           alpha: float | None = None, controls=(), seeds: list[int] | None = None,
+           ceilings: Mapping[str, dict] | None = None, edges: Mapping[str, str] | None = None) -> Verdict:
     """The verdict the decision rules give on these runs (plain dicts, as stored in evidence.json).
 
-    `metrics` is the study's metric declarations (ranges show values at a bound); without it no
-    value counts as being at a bound. `alpha` replaces the decision's (a sequential look spends part
-    of it). `controls` must all hold, in their own Holm family at the same alpha, else the verdict is
-    invalid. A completed run recorded with `converged: false` leaves every decision condition that
-    reads its arm undetermined."""
+    `metrics` is the study's metric declarations (scales, ranges); without it every metric is linear and
+    no value counts as being at a bound. `alpha` replaces the decision's (a sequential look spends part
+    of it). `controls` must all hold, else the verdict is invalid. `seeds`: the seeds the runs should
+    cover (default: those any run has): a seed without a value is lost. A completed run recorded with
+    `converged: false`, or a tuned arm whose search stopped at an edge (`edges`), leaves every decision
+    condition reading its arm undetermined. `ceilings` (label -> {why, value | metric | arm}): a bar the
+    best possible arm does not reach makes the verdict invalid."""
     metrics = metrics or {}
     alpha = decision.alpha if alpha is None else alpha
     exact = decision.evaluation == "exact"
     samples, dropped = _samples(runs)
     listed = decision.conditions()
-    level = alpha / len(listed)  # Holm's strictest step, for planning seeds
     evaluated = [_evaluate(name, i, c, samples, alpha, exact, metrics) for name, i, c in listed]
     results = [r for r, _ in evaluated]
     if not exact:
-        _apply_holm(results, alpha)
+        levels = _apply_families(results, alpha)
         for (r, pair_stats), (_, _, c) in zip(evaluated, listed):
             if r.outcome == "undetermined":
+                level = levels[r.label]
                 r.seeds_needed = (_trend_seeds_needed(pair_stats, level) if isinstance(c, Trend)
                                   else pair_stats[0].needed(level))
 
@@ -539,7 +724,7 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
     futile = [h for h in halts if h["arm"] in under_test and _is_futility(h["reason"])]
     checked = _evaluate_controls(controls, samples, alpha, exact, metrics)
     read = [t for _, _, c in listed for t in condition_terms(c)] + [t for c in controls for t in condition_terms(c)]
-    lost = _lost_values(read, runs, samples)
+    lost = _lost_values(read, runs, samples, seeds)
     for r, c in zip(results + checked, [c for _, _, c in listed] + list(controls)):
         missing = [x for x in lost if (x["arm"], x["metric"]) in condition_terms(c)]
         if r.list_name in ("supported_if", "controls") and missing and r.outcome == "holds":
@@ -547,27 +732,29 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
             r.note = _join(r.note, "cannot hold while runs it reads are lost: "
                                    + ", ".join(f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})"
                                                for x in missing))
-    unconverged = _unconverged(runs)
-    stalled: dict[str, dict[str, list[int]]] = {}  # condition label -> arm -> seeds still improving
-    for r, (_, _, c) in zip(results, listed):
-        still = {a: unconverged[a] for a, _ in condition_terms(c) if a in unconverged}
-        if still:
-            stalled[r.label] = still
-            r.outcome = "undetermined"
-            r.note = _join(r.note, "still improving at the end of training: "
-                                   + "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
-                                               for a, v in still.items()) + "; needs more steps")
+    stalled = _withhold(results, listed, runs, edges or {})
+    not_run = _not_run(list(dict.fromkeys(a for a, _ in read)), runs, seeds, under_test)
+    beyond = _beyond_ceiling(results, listed, ceilings or {}, samples, metrics)
 
     supported = [r for r in results if r.list_name == "supported_if"]
     refuted = [r for r in results if r.list_name == "refuted_if"]
     reasons: list[str] = []
     broken = [r for r in checked if r.outcome != "holds"]
-    if broken:
+    if broken or not_run or beyond:
         verdict = "invalid"
+        reasons += [f"arm {x['arm']} did not run as designed: {x['text']}" for x in not_run]
+        reasons += [x["text"] for x in beyond]
         reasons += [f"{r.label} ({r.control} control) {'fails' if r.outcome == 'fails' else 'cannot be settled'}: "
                     f"{_line(r)}" for r in broken]
-        reasons.append("a control that does not hold means the setup cannot be trusted to show the effect or its "
-                       "absence: the claim is neither supported nor refuted")
+        if not_run:
+            reasons.append("an arm the decision reads has no completed run: the experiment did not run as designed, "
+                           "so the claim is neither supported nor refuted (failed runs are never results)")
+        if beyond:
+            reasons.append("a bar beyond what the best possible arm reaches tests nothing: the claim is neither "
+                           "supported nor refuted")
+        if broken:
+            reasons.append("a control that does not hold means the setup cannot be trusted to show the effect or its "
+                           "absence: the claim is neither supported nor refuted")
     elif (any(r.outcome == "holds" for r in refuted) or any(r.outcome == "fails" for r in supported)
             or futile):
         verdict = "refuted"
@@ -584,31 +771,43 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
         reasons.append("not every supported_if condition holds, and nothing refutes the claim")
         reasons += [f"{r.label} holds: {_line(r)}" for r in supported if r.outcome == "holds"]
         reasons += [f"{r.label} undetermined: {_line(r)}" for r in results if r.outcome == "undetermined"]
-    lost_runs = [r for r in runs if r["arm"] in {a for _, _, c in listed for a, _ in condition_terms(c)}
-                 and r.get("status") in ("failed", "killed", "halted")]
-    reasons += [f"arm {r['arm']} seed {r['seed']} did not complete ({r.get('status')}"
-                f"{': ' + str(r['halt_reason']) if r.get('halt_reason') else ''}); its values are missing"
-                for r in lost_runs if not (r["arm"] in under_test and _is_futility(r.get("halt_reason")))]
+    reasons += _run_notes(runs, read, under_test, seeds, not_run)
     if dropped:
         reasons.append("non-finite values dropped: " + ", ".join(dropped))
-    settle = ([_settle_line(r, stalled.get(r.label)) for r in results if r.outcome == "undetermined"]
-              if verdict == "inconclusive"
-              else [_settle_line(r) for r in broken if r.outcome == "undetermined"] if verdict == "invalid" else [])
+    if verdict == "inconclusive":
+        settle = [_settle_line(r, stalled.get(r.label)) for r in results if r.outcome == "undetermined"]
+    elif verdict == "invalid":
+        settle = ([f"arm {x['arm']}: {x['settle']}" for x in not_run] + [x["settle"] for x in beyond]
+                  + [_settle_line(r) for r in broken if r.outcome == "undetermined"])
+    else:
+        settle = []
     return Verdict(verdict=verdict, reasons=reasons, conditions=results, alpha=alpha,
-                   evaluation=decision.evaluation, correction="none" if exact else "holm",
-                   settle=settle, halts=halts, lost=lost, controls=checked)
+                   evaluation=decision.evaluation, correction="none" if exact else CORRECTION,
+                   settle=settle, halts=halts, lost=lost, controls=checked, not_run=not_run, beyond_ceiling=beyond,
+                   tuning_edges=dict(edges or {}))
 
 
-def _evaluate_controls(controls, samples, alpha: float, exact: bool, metrics) -> list[ConditionResult]:
-    """Each control as a condition that must hold; Holm within the controls' own family."""
-    out = []
-    for i, c in enumerate(controls):
-        result, _ = _evaluate("controls", i, c, samples, alpha, exact, metrics)
-        result.control = c.control
-        out.append(result)
-    if out and not exact:
-        _apply_holm(out, alpha)
-    return out
+def _withhold(results, listed, runs: list[dict], edges: Mapping[str, str]) -> dict[str, dict]:
+    """Leave undetermined every decision condition that reads an arm still improving at the end of its runs
+    (`convergence`) or tuned by a search that stopped at an edge; condition label -> {"still": arm -> seeds
+    still improving, "edges": [arm: why]} (for the settle line)."""
+    unconverged = _unconverged(runs)
+    stalled: dict[str, dict] = {}
+    for r, (_, _, c) in zip(results, listed):
+        arms = list(dict.fromkeys(a for a, _ in condition_terms(c)))
+        still = {a: unconverged[a] for a in arms if a in unconverged}
+        at_edge = [f"{a}: {edges[a]}" for a in arms if a in edges]
+        if still or at_edge:
+            stalled[r.label] = {"still": still, "edges": at_edge}
+        if still:
+            r.outcome = "undetermined"
+            r.note = _join(r.note, "still improving at the end of training: "
+                                   + "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                                               for a, v in still.items()) + "; needs more steps")
+        if at_edge:
+            r.outcome = "undetermined"
+            r.note = _join(r.note, "tuning stopped at the edge of its search: " + "; ".join(at_edge))
+    return stalled
 
 
 def _unconverged(runs: list[dict]) -> dict[str, list[int]]:
@@ -620,14 +819,17 @@ def _unconverged(runs: list[dict]) -> dict[str, list[int]]:
     return still
 
 
-def _lost_values(read: list[tuple[str, str]], runs: list[dict], samples) -> list[dict]:
-    """Every (arm, metric, seed) among `read` that the runs do not give a finite value for: the
-    seeds are those any run was recorded with."""
-    seeds = sorted({r["seed"] for r in runs})
+def _expected(runs: list[dict], seeds: list[int] | None) -> list[int]:
+    return sorted(set(seeds) if seeds is not None else {r["seed"] for r in runs})
+
+
+def _lost_values(read: list[tuple[str, str]], runs: list[dict], samples, seeds: list[int] | None) -> list[dict]:
+    """Every (arm, metric, seed) among `read` that the runs do not give a finite value for, over the
+    expected seeds (default: those any run was recorded with)."""
     by_key = {(r["arm"], r["seed"]): r for r in runs}
     lost = []
     for arm, metric in dict.fromkeys(read):
-        for seed in seeds:
+        for seed in _expected(runs, seeds):
             if seed in samples.get((arm, metric), {}):
                 continue
             run = by_key.get((arm, seed))
@@ -641,16 +843,115 @@ def _lost_values(read: list[tuple[str, str]], runs: list[dict], samples) -> list
     return lost
 
 
-def _apply_holm(results: list[ConditionResult], alpha: float) -> None:
-    """Holm over every condition, once for p_hold and once for p_fail; then each outcome."""
-    hold_adj, fail_adj = holm([r.p_hold for r in results]), holm([r.p_fail for r in results])
-    for r, h, f in zip(results, hold_adj, fail_adj):
-        r.p_hold_adj, r.p_fail_adj = h, f
-        r.outcome = "holds" if h <= alpha else "fails" if f <= alpha else "undetermined"
-        raw = min(r.p_hold, r.p_fail)
-        if r.outcome == "undetermined" and raw <= alpha:
-            r.note = _join(r.note, f"significant alone, p = {raw:.3g}, but not after Holm "
-                                   f"across {len(results)} conditions")
+def first_error(runs: list[dict]) -> str | None:
+    """'where: Type: message' of the first failed run's error (its last frame), else its detail's first line."""
+    for r in runs:
+        error = r.get("error")
+        if r.get("status") == "failed" and isinstance(error, dict) and error.get("type"):
+            where = f"{error['where']}: " if error.get("where") else ""
+            return f"{where}{error['type']}: {error.get('message', '')}"
+    for r in runs:
+        if r.get("status") in ("failed", "skipped") and r.get("halt_detail"):
+            return str(r["halt_detail"]).splitlines()[0][:300]
+    return None
+
+
+def _not_run(arms: list[str], runs: list[dict], seeds: list[int] | None, under_test: set[str]) -> list[dict]:
+    """The arms read by the decision or a control that have no completed run among the expected seeds
+    (a futility halt of an arm under test excepted: that is a designed outcome, which refutes)."""
+    expected = _expected(runs, seeds)
+    out = []
+    for arm in arms:
+        mine = [r for r in runs if r["arm"] == arm and r["seed"] in expected]
+        if not expected or any(r.get("status") == "completed" for r in mine):
+            continue
+        if arm in under_test and any(_is_futility(r.get("halt_reason")) for r in mine):
+            continue
+        statuses: dict[str, int] = {}
+        for r in mine:
+            statuses[r.get("status") or "?"] = statuses.get(r.get("status") or "?", 0) + 1
+        if len(expected) > len(mine):
+            statuses["not recorded"] = len(expected) - len(mine)
+        error = first_error(mine)
+        text = (f"0 of {len(expected)} runs completed ("
+                + ", ".join(f"{n} {_status_words(s)}" for s, n in statuses.items()) + ")"
+                + (f"; first error: {error}" if error else ""))
+        settle = ("find and fix what fails" + (f" ({error})" if error else "") + ", then record a new attempt "
+                  "(`gates run CONTRACT --record --reason TEXT`; this one stays on the record)")
+        out.append({"arm": arm, "runs": len(expected), "completed": 0, "statuses": statuses, "first_error": error,
+                    "text": text, "settle": settle})
+    return out
+
+
+def _status_words(status: str) -> str:
+    return {"skipped": "not run after its arm kept failing", "halted": "halted by a stop rule"}.get(status, status)
+
+
+def _run_notes(runs: list[dict], read, under_test: set[str], seeds, not_run: list[dict]) -> list[str]:
+    """A line per run the decision reads that did not complete, and one per other arm with failures."""
+    read_arms = {a for a, _ in read}
+    broken_arms = {x["arm"] for x in not_run}
+    notes = []
+    for r in runs:
+        if r["arm"] not in read_arms or r["arm"] in broken_arms or r.get("status") == "completed":
+            continue
+        if r.get("status") not in ("failed", "killed", "halted", "skipped"):
+            continue
+        if r["arm"] in under_test and _is_futility(r.get("halt_reason")):
+            continue
+        why = first_error([r]) if r.get("status") in ("failed", "skipped") else r.get("halt_reason")
+        notes.append(f"arm {r['arm']} seed {r['seed']} did not complete ({r.get('status')}"
+                     f"{': ' + str(why) if why else ''}); its values are missing")
+    others: dict[str, list[dict]] = {}
+    for r in runs:
+        if r["arm"] not in read_arms and r.get("status") in ("failed", "skipped"):
+            others.setdefault(r["arm"], []).append(r)
+    for arm, bad in others.items():
+        total = len([r for r in runs if r["arm"] == arm])
+        notes.append(f"arm {arm} (not read by the decision) did not complete {len(bad)} of {total} runs; first error: "
+                     f"{first_error(bad) or '-'}")
+    return notes
+
+
+def _beyond_ceiling(results, listed, ceilings: Mapping[str, dict], samples, metrics) -> list[dict]:
+    """The conditions whose bar (in the metric's better direction) the best possible arm does not reach:
+    its ceiling, a value known before the run, or measured per seed by a metric the arm reports or by an
+    oracle arm, is no better than the bar on the condition's scale."""
+    out = []
+    for r, (_, _, c) in zip(results, listed):
+        ceiling = ceilings.get(r.label)
+        spec = metrics.get(getattr(c, "metric", None) or "")
+        if ceiling is None or isinstance(c, Trend) or spec is None or c.direction != spec.direction:
+            continue
+        if ceiling.get("value") is not None:
+            values, source = [float(ceiling["value"])], "known before the run"
+        elif ceiling.get("metric"):
+            values, source = list(samples.get((c.arm, ceiling["metric"]), {}).values()), f"{c.arm}.{ceiling['metric']}"
+        else:
+            values, source = list(samples.get((ceiling["arm"], c.metric), {}).values()), f"{ceiling['arm']}.{c.metric}"
+        if not values:
+            continue
+        log = r.scale == "log" and all(v > 0 for v in values)
+        centre = float(np.exp(np.mean(np.log(values)))) if log else float(np.mean(values))
+        effect = _effects(c, log)[0]
+        best = effect.const + effect.terms[0].coef * (math.log(centre) if log else centre)
+        if len(effect.terms) > 1:
+            other = list(samples.get((effect.terms[1].arm, effect.terms[1].metric), {}).values())
+            if not other:
+                continue
+            other_centre = float(np.mean(np.log(other))) if log else float(np.mean(other))
+            best += effect.terms[1].coef * other_centre
+        if best > 0:
+            continue
+        shown = (f"{min(values):.4g}-{max(values):.4g} over {len(values)} seeds (centre {centre:.4g})"
+                 if len(values) > 1 else f"{centre:.4g}")
+        out.append({"condition": r.label, "description": r.description, "ceiling": centre, "min": min(values),
+                    "max": max(values), "source": source, "why": ceiling.get("why", ""),
+                    "text": f"{r.label} `{r.description}`: the best possible arm reaches {shown} ({source}: "
+                            f"{ceiling.get('why', '')}), which does not clear the bar: the condition tests nothing",
+                    "settle": f"{r.label}: the claim as stated asks more than the best possible arm reaches here; a "
+                              f"new version needs a claim (or a regime) where the ceiling clears the bar"})
+    return out
 
 
 def _is_futility(halt_reason) -> bool:
@@ -668,23 +969,27 @@ def _num(x: float | None) -> str:
 
 def _line(r: ConditionResult) -> str:
     """One plain line: the condition, its estimate, its interval and p-values, and any note."""
-    parts = [r.description, f"estimate {_num(r.estimate)}"]
+    parts = [r.description, f"estimate {_num(r.estimate)}" + (" (log scale)" if r.scale == "log" else "")]
     if r.ci_level is not None and r.ci_low is not None:
         parts.append(f"{r.ci_level:.0%} CI [{_num(r.ci_low)}, {_num(r.ci_high)}]")
-    elif r.ci_low is not None:  # exact evaluation, or an exact randomization test
+    elif r.ci_low is not None:  # exact evaluation, or an exact test
         parts.append(f"per-seed range [{_num(r.ci_low)}, {_num(r.ci_high)}]")
     if r.p_hold_adj is not None:
-        parts.append(f"{r.test}, Holm p(hold) {r.p_hold_adj:.3g}, p(fail) {r.p_fail_adj:.3g}")
+        parts.append(f"{r.test}, p(hold) {r.p_hold_adj:.3g}, p(fail) {r.p_fail_adj:.3g}")
     return ", ".join(parts) + (f" ({r.note})" if r.note else "")
 
 
-def _settle_line(r: ConditionResult, still: dict[str, list[int]] | None = None) -> str:
+def _settle_line(r: ConditionResult, withheld: dict | None = None) -> str:
     head = f"{r.label} {r.description}"
+    still, at_edge = (withheld or {}).get("still"), (withheld or {}).get("edges")
     if still:  # arms it reads were still improving when training stopped (`convergence`)
         arms = ", ".join(still)
         runs = "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}" for a, v in still.items())
         return (f"{head}: more steps for arm{'s' if len(still) > 1 else ''} {arms} (still improving at the end of "
                 f"training: {runs}); a new version of the contract with a longer budget")
+    if at_edge:
+        return (f"{head}: a new version whose tuning searches beyond the edge its best trial sits at "
+                f"({'; '.join(at_edge)}), with the same budget for every arm")
     if any(n < (1 if r.test == "exact" else 2) for n in r.n.values()):
         need = 1 if r.test == "exact" else 2
         short = ", ".join(f"{k} has {n}" for k, n in r.n.items() if n < need)
@@ -694,8 +999,8 @@ def _settle_line(r: ConditionResult, still: dict[str, list[int]] | None = None) 
     if r.seeds_needed is not None:
         which = "hold" if r.estimate > 0 else "fail"
         current = max(r.n.values())
-        return (f"{head}: about {r.seeds_needed} seeds per arm for 80% power at the strictest Holm level "
-                f"(it would {which}; an estimate from the observed effect and spread, now {current} seeds)")
+        return (f"{head}: about {r.seeds_needed} seeds per arm for 80% power at the level it is tested at (it would "
+                f"{which}; an estimate from the observed effect and spread, now {current} seeds)")
     if r.estimate == 0:
         return f"{head}: the observed effect is 0; more seeds alone are unlikely to settle it"
     return (f"{head}: more than {MAX_SEEDS_SEARCHED} seeds per arm at the observed spread; "
@@ -703,38 +1008,30 @@ def _settle_line(r: ConditionResult, still: dict[str, list[int]] | None = None) 
 
 
 # ---------------------------------------------------------------------------------- preflight
-# Can this contract reach a verdict at all? Under Holm, the supported_if conditions that must hold
-# together take the first ranks, so the j-th smallest p among them is multiplied by m - j + 1; a
-# condition tested exactly cannot go below the smallest p its seeds can give.
-def _sign_flip_shape(c) -> bool:
+# Can this contract reach a verdict at all? Every supported_if condition is tested at alpha itself
+# (intersection-union); a refuted_if condition, in the Holm family of the m ways to refute, needs at
+# best m * p <= alpha. A condition tested exactly cannot go below the smallest p its seeds can give.
+def _one_sample_shape(c) -> bool:
     return isinstance(c, Threshold) or getattr(c, "test", None) == "paired"
+
+
+def _sizes(c, n_seeds: int) -> list[int]:
+    return [n_seeds] * (1 if _one_sample_shape(c) else 2)
 
 
 def _p_floor(c, n_seeds: int, exact_everywhere: bool) -> float:
     if c.interval == "t" and not exact_everywhere:
         return 0.0  # a t-test can give any p (where its assumption holds)
-    one = _sign_flip_shape(c)
-    return smallest_p(one, [n_seeds] * (1 if one else 2))
+    return smallest_p(_one_sample_shape(c), _sizes(c, n_seeds))
 
 
-def _holm_offenders(floors: list[float], m: int, alpha: float) -> list[tuple[int, float, int]]:
-    """(index, floor, multiplier) of the conditions that could not all hold together, best case."""
-    order = sorted(range(len(floors)), key=lambda i: floors[i])
-    return [(i, floors[i], m - rank) for rank, i in enumerate(order) if (m - rank) * floors[i] > alpha]
-
-
-def _unreachable_at(decision: Decision, n_seeds: int, exact_everywhere: bool) -> list[tuple[str, int, float, int]]:
-    listed = decision.conditions()
-    m, out = len(listed), []
-    for name in ("supported_if", "refuted_if"):
-        conds = [(i, c) for lname, i, c in listed if lname == name]
-        floors = [_p_floor(c, n_seeds, exact_everywhere) for _, c in conds]
-        if name == "supported_if":  # all must hold together
-            out += [(name, conds[k][0], q, mult) for k, q, mult in _holm_offenders(floors, m, decision.alpha)]
-        else:  # any one suffices; the others may rank ahead of it
-            out += [(name, i, q, m - len(conds) + 1) for (i, _), q in zip(conds, floors)
-                    if (m - len(conds) + 1) * q > decision.alpha]
-    return out
+def _unreachable_at(decision: Decision, n_seeds: int, exact_everywhere: bool) -> list[tuple[str, int, float, float]]:
+    """(list, index, the smallest p its test can give, the level it must reach) of each condition that
+    cannot reach its level with `n_seeds` seeds."""
+    m = len(decision.conditions())
+    levels = {"supported_if": decision.alpha, "refuted_if": decision.alpha / m}
+    return [(name, i, q, levels[name]) for name, i, c in decision.conditions()
+            if (q := _p_floor(c, n_seeds, exact_everywhere)) > levels[name]]
 
 
 def _seeds_to_reach(decision: Decision, exact_everywhere: bool, start: int) -> int | None:
@@ -745,38 +1042,67 @@ def _seeds_to_reach(decision: Decision, exact_everywhere: bool, start: int) -> i
 
 
 def supportable(decision: Decision, n_seeds: int, alpha: float, exact_everywhere: bool) -> bool:
-    """Whether every supported_if condition could hold together with `n_seeds` seeds at `alpha` (a
-    sequential look's share), best case, with the exact test everywhere or only where declared."""
+    """Whether every supported_if condition could hold with `n_seeds` seeds at `alpha` (a sequential
+    look's share), best case, with the exact test everywhere or only where declared."""
     at = decision.model_copy(update={"alpha": alpha})
     return not any(name == "supported_if" for name, *_ in _unreachable_at(at, n_seeds, exact_everywhere))
 
 
 def unreachable(decision: Decision, n_seeds: int) -> list[tuple[str, int, str]]:
     """(list, index, why) for each condition that can never hold at the decision's alpha with
-    `n_seeds` seeds, because its test cannot give a small enough p-value after Holm."""
-    m, out = len(decision.conditions()), []
+    `n_seeds` seeds, because its test cannot give a small enough p-value."""
+    out = []
     enough = _seeds_to_reach(decision, False, n_seeds)
-    for name, i, q, mult in _unreachable_at(decision, n_seeds, False):
-        out.append((name, i, f"with {n_seeds} seeds and {m} conditions under Holm, {name}[{i}] cannot hold at "
-                             f"alpha {decision.alpha:g}: the smallest p its exact randomization test can give is "
-                             f"{q:.3g}, {min(1.0, mult * q):.3g} after Holm; expected at least "
-                             f"{enough or 'more than 64'} seeds, or the t-test (interval: t)"))
+    for name, i, q, level in _unreachable_at(decision, n_seeds, False):
+        how = ("each supported_if is tested at alpha" if name == "supported_if"
+               else f"a refuted_if is in the Holm family of the {len(decision.conditions())} ways to refute")
+        why = (f"with {n_seeds} seeds, {name}[{i}] cannot hold at alpha {decision.alpha:g} ({how}): the smallest p "
+               f"its exact test can give is {q:.3g}, above {level:.3g}; expected at least {enough or 'more than 64'} "
+               f"seeds, or the t-test (interval: t)")
+        out.append((name, i, why))
     return out
 
 
-def exact_fallback_note(decision: Decision, n_seeds: int, metrics: Mapping[str, Metric]) -> str | None:
-    """A warning for `gates check`: if the per-seed values tie or sit at a bound (likely for bounded or
-    discrete metrics), the exact test takes over; could the claim still be supported then?"""
+def exact_test_notes(decision: Decision, n_seeds: int, metrics: Mapping[str, Metric]) -> list[str]:
+    """Warnings for `gates check` about conditions the exact test may decide (interval: bootstrap, or a
+    metric whose values may tie or reach a bound): one that could then not hold at all, and one that
+    could hold only if every seed agrees, each with the seeds that would do."""
     if decision.evaluation != "interval":
-        return None
-    bounded = sorted({m for c in decision.supported_if for _, m in condition_terms(c)
-                      if m in metrics and (metrics[m].low is not None or metrics[m].high is not None)})
-    if not bounded or not any(name == "supported_if" for name, *_ in _unreachable_at(decision, n_seeds, True)):
-        return None
-    enough = _seeds_to_reach(decision, True, n_seeds)
-    return (f"note: if the per-seed values of {', '.join(bounded)} tie or reach their bound, the exact "
-            f"randomization test replaces the t-test, and with {n_seeds} seeds the supported_if conditions "
-            f"could not all hold after Holm; {enough or 'more than 64'} seeds could")
+        return []
+    notes = []
+    alpha = decision.alpha
+    for i, c in enumerate(decision.supported_if):
+        bounded = [m for _, m in condition_terms(c)
+                   if m in metrics and (metrics[m].low is not None or metrics[m].high is not None)]
+        if c.interval != "bootstrap" and not bounded:
+            continue
+        when = ("its p-values come from the exact test" if c.interval == "bootstrap" else
+                f"if the per-seed values of {', '.join(dict.fromkeys(bounded))} tie or reach a bound, the exact test "
+                f"replaces the t-test, and")
+        one = _one_sample_shape(c)
+        floor, next_p = smallest_p(one, _sizes(c, n_seeds)), second_smallest_p(one, _sizes(c, n_seeds))
+        if floor > alpha:
+            enough = next((n for n in range(n_seeds, 65) if smallest_p(one, _sizes(c, n)) <= alpha), None)
+            notes.append(f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could not hold at alpha {alpha:g} "
+                         f"(smallest p {floor:.3g}); {enough or 'more than 64'} seeds could")
+        elif next_p > alpha:
+            enough = next((n for n in range(n_seeds, 65) if second_smallest_p(one, _sizes(c, n)) <= alpha), None)
+            every = ("every seed agrees" if one else "the two arms' values do not overlap at all")
+            notes.append(f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could hold only if {every} "
+                         f"(p {floor:.3g}; one seed the other way gives {next_p:.3g} > alpha {alpha:g}); "
+                         f"{enough or 'more than 64'} seeds would allow one seed to disagree")
+    return notes
+
+
+def linear_skew_notes(decision: Decision, metrics: Mapping[str, Metric]) -> list[str]:
+    """A note for each metric a condition reads that is positive and unbounded but declared linear: if its
+    per-seed values are right-skewed (losses, errors, latencies) a t-test on them does not keep its level."""
+    read = dict.fromkeys(m for _, _, c in decision.conditions() for _, m in condition_terms(c))
+    return [f"note: {m} is declared on the linear scale ({metrics[m].describe()}): the t-test assumes its per-seed "
+            f"values are roughly symmetric; a right-skewed positive metric (a loss near 0, an error, a KL, a "
+            f"latency) is declared `positive(...)` by its study and judged on the log scale"
+            for m in read if m in metrics and metrics[m].scale == "linear" and metrics[m].low is not None
+            and metrics[m].low >= 0 and metrics[m].high is None]
 
 
 # ---------------------------------------------------------------------------------- the gates, measured
@@ -793,8 +1119,8 @@ def predictions(contract, runs: list[dict], first_signals: list[dict]) -> dict:
     if a and b:
         diff = float(np.mean(list(a.values())) - np.mean(list(b.values())))
         measured = diff if pa.direction == "higher" else -diff
-    m = len(contract.decision.supported_if) + len(contract.decision.refuted_if)
-    power = (seeds_for_power(pa.size, pa.sd, contract.decision.alpha / m)
+    # a supported_if condition is tested at alpha itself (intersection-union)
+    power = (seeds_for_power(pa.size, pa.sd, contract.decision.alpha)
              if pa.sd is not None and pa.size > 0 else None)
     met = [bool(r.get("met")) for r in first_signals]
     return {

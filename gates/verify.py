@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates import ledger, verdict
+from gates import ledger, siblings, verdict
 from gates.contract import LoadedContract, load_contract
 from gates.errors import UserError
 from gates.provenance import describe_stale
@@ -46,6 +46,10 @@ class ClaimCheck:
     stale_note: str = ""
     rule_flags: list[str] = field(default_factory=list)  # rules the recorded contract predates
     audited: list[str] = field(default_factory=list)  # runs re-run by a spot-check audit, with their outcome
+    attempts: int = 0  # attempts at this claim in the claims history (gates.history.attempts)
+    earlier: list[str] = field(default_factory=list)  # each earlier attempt in a line ("attempt 1 invalid (...)")
+    shared_runs: dict[str, list[str]] = field(default_factory=dict)  # other claim -> runs it ran too (gates.siblings)
+    regime_left: str = ""  # a superseded sibling left this claim's regime (gates.siblings)
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -120,10 +124,11 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
         return _lost(check, f"{path} was edited after its evidence: sha256 {loaded.sha256[:16]} != recorded "
                             f"{ev['contract_sha256'][:16]} (a new version needs a new id){elsewhere}")
 
+    loaded.tuning_record = ev.get("tuning")
     check.problems += _check_runs(loaded, ev)
     check.problems += _check_convergence(loaded, ev)
     check.problems += _check_settings(loaded, ev)
-    again = verdict.judge(loaded.contract, ev["runs"], loaded.study.metrics)
+    again = verdict.judge_claim(loaded, ev["runs"])
     check.problems += _rederive(again, ev)
     check.problems += _check_derived(loaded, ev, again)
     check.problems += _check_report(evidence_path.parent, ev)
@@ -173,7 +178,8 @@ SHOWN = 4  # arm x seeds named per problem line
 # that today's code derives may be absent (evidence recorded before the field existed), never different.
 SHOWN_CONDITION_FIELDS = ("description", "outcome", "estimate", "ci_low", "ci_high", "p_hold_adj", "p_fail_adj",
                           "test", "values")
-DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost", "controls", "looks")  # the verdict's own fields, where recorded
+OPTIONAL_DERIVED = ("not_run", "beyond_ceiling", "tuning_edges")  # engine 3's, written only when not empty
+DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost", "controls", "looks") + OPTIONAL_DERIVED  # the verdict's own fields, where recorded
 
 
 def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
@@ -185,7 +191,7 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
     if loaded.contract.sequential is not None:
         from gates.sequential import stopping_seeds
 
-        seeds = stopping_seeds(loaded.contract, ev["runs"], loaded.study.metrics)
+        seeds = stopping_seeds(loaded.contract, ev["runs"], loaded.study.metrics, **verdict.claim_inputs(loaded))
     expected = [(a, s) for a in arms for s in seeds]
     counts = Counter((r["arm"], r["seed"]) for r in ev["runs"])
     problems = []
@@ -260,6 +266,12 @@ def _check_settings(loaded: LoadedContract, ev: dict) -> list[str]:
     for arm, cfg in loaded.arm_configs.items():
         if arm in recorded and arm not in tuned:
             problems += _stated_problems(f"settings.arm_configs.{arm}", recorded[arm], cfg, "the study's config")
+    from gates.runner import design_of
+    from gates.siblings import regime_of
+
+    for key, want in (("design", design_of(c)), ("regime", regime_of(loaded))):
+        if not _same(ev.get(key) or None, want or None):
+            problems.append(f"the recorded {key} {_short(ev.get(key))} is not the contract's {_short(want)}")
     point = ev.get("falsifiable_point")
     if point is not None:
         want = c.preflight.falsifiable_point.model_dump(exclude={"statement"})
@@ -302,6 +314,8 @@ def _check_derived(loaded: LoadedContract, ev: dict, again: verdict.Verdict) -> 
     if "predictions" in ev:
         derived["predictions"] = verdict.predictions(loaded.contract, ev["runs"],
                                                      (ev.get("falsifiable_point") or {}).get("runs", []))
+    for key in OPTIONAL_DERIVED:  # recorded only when not empty: absent and empty are the same
+        ev = {**ev, key: ev.get(key) or type(derived[key])()}
     for key in DERIVED_TOP_LEVEL + ("predictions",):
         if key in ev and key in derived and not _same(ev[key], derived[key]):
             problems.append(f"the recorded {key} are not what the runs give: {_diff(ev[key], derived[key])}")
@@ -557,7 +571,11 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
                 for c in checks}
     history.link_supersession(checks, {cid: lc.contract.supersedes for cid, lc in loaded.items()
                                        if lc.contract.supersedes}, evidence)
+    siblings.annotate(checks, evidence)
+    attempts = history.attempts(runs_root)
     for check in checks:
+        tried = attempts.get(check.contract_id, [])
+        check.attempts, check.earlier = len(tried), [a.line() for a in tried[:-1]]
         cid = check.contract_id
         if cid in loaded:
             check.rule_flags = list(getattr(loaded[cid], "rule_flags", []) or [])
@@ -571,5 +589,3 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
             check.problems.append(f"stale (--strict-code): the code changed since its evidence: "
                                   f"{describe_stale(check.stale_files)}"
                                   + (f" ({found.note})" if found.note else ""))
-
-

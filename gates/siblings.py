@@ -1,0 +1,109 @@
+"""Claims that stand together: contracts sharing a regime, and runs shared across contracts.
+
+* A study declares the arm config fields that set the data and training regime several contracts
+  share (`Study.regime_fields`: relation_closure's teacher and teacher_layer). Each evidence records
+  its contract's regime (`regime`). When a contract is superseded by one in another regime, that
+  regime was left for a reason about it: every other claim still standing in it (not superseded, not
+  withdrawn) is flagged in `gates status`, `gates verify` and the dashboard until it is superseded or
+  withdrawn too.
+* Two contracts that run the same study, arm config, seed and budget run the same experiment: their
+  runs are one observation, not independent replications. Each verdict names the runs it shares.
+
+Everything here reads evidence as plain JSON (no study is imported), so `gates status` can show it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from gates.contract import canonical_json
+
+
+def regime_of(loaded) -> dict | None:
+    """The contract's regime: {field: value} over the study's regime fields (a field whose value differs
+    between arms lists the distinct values); None for a study that declares none."""
+    fields = tuple(getattr(loaded.study, "regime_fields", ()) or ())
+    if not fields:
+        return None
+    regime = {}
+    for name in fields:
+        values = list(dict.fromkeys(canonical_json(cfg.model_dump(mode="json").get(name))
+                                    for cfg in loaded.arm_configs.values()))
+        regime[name] = json.loads(values[0]) if len(values) == 1 else [json.loads(v) for v in values]
+    return regime
+
+
+def _regime_key(ev: dict) -> str | None:
+    regime = ev.get("regime")
+    return canonical_json([ev.get("study"), regime]) if isinstance(regime, dict) else None
+
+
+def describe_regime(regime: dict) -> str:
+    return ", ".join(f"{k}={canonical_json(v)[:60]}" for k, v in regime.items())
+
+
+def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, str]:
+    """contract id -> a note for each claim still standing in a regime that a superseded sibling left
+    (claims: objects with contract_id, superseded_by, withdrawn; evidence: id -> its JSON or None)."""
+    keys = {cid: _regime_key(ev) for cid, ev in evidence.items() if isinstance(ev, dict)}
+    left: dict[str, tuple[str, str]] = {}  # regime key -> (superseded id, superseding id)
+    for claim in claims:
+        old = keys.get(claim.contract_id)
+        for new in claim.superseded_by:
+            if old is not None and keys.get(new) is not None and keys[new] != old:
+                left.setdefault(old, (claim.contract_id, new))
+    notes = {}
+    for claim in claims:
+        key = keys.get(claim.contract_id)
+        if key is None or key not in left or claim.superseded_by or claim.withdrawn:
+            continue
+        old, new = left[key]
+        if old == claim.contract_id:
+            continue
+        regime = evidence[claim.contract_id].get("regime") or {}
+        notes[claim.contract_id] = (f"its regime ({describe_regime(regime)}) was left when its sibling {old} was "
+                                    f"superseded by {new} in another regime; supersede or withdraw this claim too")
+    return notes
+
+
+def run_keys(ev: dict) -> dict[str, str]:
+    """arm/seed -> what makes the run the experiment it is: study, the arm config that ran, seed, budget."""
+    settings = ev.get("settings") or {}
+    configs, budget = settings.get("arm_configs") or {}, settings.get("budget")
+    return {f"{r['arm']}/seed {r['seed']}": canonical_json([ev.get("study"), configs.get(r["arm"]), r["seed"], budget])
+            for r in ev.get("runs") or [] if isinstance(r, dict) and r.get("arm") in configs}
+
+
+def shared_runs(evidence: dict[str, dict | None], only: str | None = None) -> dict[str, dict[str, list[str]]]:
+    """contract id -> {other contract id: [arm/seed of this contract's runs that the other ran too]}."""
+    by_key: dict[str, list[tuple[str, str]]] = {}
+    keys = {cid: run_keys(ev) for cid, ev in evidence.items() if isinstance(ev, dict)}
+    for cid, runs in keys.items():
+        for run, key in runs.items():
+            by_key.setdefault(key, []).append((cid, run))
+    out: dict[str, dict[str, list[str]]] = {}
+    for cid, runs in keys.items():
+        if only is not None and cid != only:
+            continue
+        for run, key in runs.items():
+            for other, _ in by_key[key]:
+                if other != cid:
+                    out.setdefault(cid, {}).setdefault(other, []).append(run)
+    return out
+
+
+def describe_shared(shared: dict[str, list[str]]) -> str:
+    """'shares 10 runs with X (lifting/seed 0, ...): ...', one line."""
+    parts = [f"{len(runs)} with {other} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})"
+             for other, runs in sorted(shared.items())]
+    return (f"shares runs with other contracts (same study, arm config, seed and budget): {'; '.join(parts)}; "
+            f"each shared run is one observation, not an independent replication")
+
+
+def annotate(claims: list, evidence: dict[str, dict | None]) -> None:
+    """Set each claim's `shared_runs` and `regime_left` (claims: gates.verify's ClaimCheck, or what `gates
+    status` lists; their `superseded_by` and `withdrawn` already set)."""
+    shared, left = shared_runs(evidence), regimes_left(claims, evidence)
+    for claim in claims:
+        claim.shared_runs = shared.get(claim.contract_id, {})
+        claim.regime_left = left.get(claim.contract_id, "")
