@@ -66,7 +66,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy import stats
+from scipy import special, stats
 
 from gates.contract import (
     Compare,
@@ -425,7 +425,8 @@ def _sign_test(d: np.ndarray) -> _Stat:
     n, above, below = len(d), int(np.sum(d > tol)), int(np.sum(d < -tol))
     p_hold, p_fail = float(stats.binom.sf(above - 1, n, 0.5)), float(stats.binom.sf(below - 1, n, 0.5))
     return _Stat(float(np.median(d)), float(np.min(d)), float(np.max(d)), p_hold, p_fail, test="sign (exact)",
-                 note=f"exact sign test: {above} of {n} seeds above the bar, {below} below", exact_test=True)
+                 note=f"exact sign test: {above} of {n} seeds on the condition's side of its bar, {below} on the other",
+                 exact_test=True)
 
 
 def _permutation_diffs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -489,7 +490,10 @@ def _seeds_needed(theta: float, spread_parts: list[float], level: float, one_sam
     def powered(n: int) -> bool:
         # Welch df with n per term: (n-1) (sum a)^2 / sum a^2; one term or paired: n - 1
         df = (n - 1.0) if one_sample else (n - 1.0) * s2 ** 2 / sum(a ** 2 for a in spread_parts)
-        return stats.nct.sf(stats.t.ppf(1 - level, df), df, abs(theta) / math.sqrt(s2 / n)) >= POWER
+        # scipy.special's t quantile and noncentral t cdf: what stats.t.ppf / stats.nct.sf compute, without
+        # their argument checking (this runs for every undetermined condition, many times per bisection)
+        critical = special.stdtrit(df, 1 - level)
+        return 1.0 - special.nctdtr(df, abs(theta) / math.sqrt(s2 / n), critical) >= POWER
 
     if not powered(MAX_SEEDS_SEARCHED):
         return None
