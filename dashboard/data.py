@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -55,6 +56,16 @@ class Claim:
     stale_files: list[str] = field(default_factory=list)
     stale_note: str = ""
     rule_flags: list[str] = field(default_factory=list)  # rules the recorded contract predates
+    # every attempt on the record (gates.history.attempts, as `gates status` shows them)
+    attempts: int = 0
+    earlier: list[str] = field(default_factory=list)  # a line per earlier attempt ("attempt 1 invalid (...)")
+    # claims that stand together (gates.siblings)
+    shared_runs: dict[str, list[str]] = field(default_factory=dict)  # other claim -> "arm/seed N" it ran too
+    regime_left: str = ""  # a superseded sibling left this claim's regime
+    # what the recorded verdict says did not work as designed (from the evidence; the index shows them in brief)
+    not_run: list[str] = field(default_factory=list)  # arms without a completed run
+    beyond_ceiling: list[str] = field(default_factory=list)  # conditions whose bar the best possible arm cannot reach
+    tuning_edges: list[str] = field(default_factory=list)  # tuned arms whose search stopped at an edge
 
 
 def hash_status(check: ClaimCheck) -> str:
@@ -169,7 +180,10 @@ class Claims:
         return Claim(check.contract_id, text, check.verdict, check.created_at, check.status, hash_status(check),
                      list(check.problems), check.withdrawn, check.withdrawal, check.supersedes,
                      list(check.superseded_by), check.stale, list(check.stale_files), check.stale_note,
-                     list(check.rule_flags))
+                     list(check.rule_flags), attempts=getattr(check, "attempts", 0) or 0,
+                     earlier=list(getattr(check, "earlier", []) or []),
+                     shared_runs={k: list(v) for k, v in (getattr(check, "shared_runs", {}) or {}).items()},
+                     regime_left=getattr(check, "regime_left", "") or "", **_design_flags(ev))
 
     def evidence(self, contract_id: str) -> dict | None:
         try:
@@ -218,23 +232,44 @@ class Claims:
         if client is None:
             return {}, why
         histories, missing = {}, []
+        never = [r for r in ev["runs"] if not r.get("mlflow_run_id")]  # skipped after its arm kept failing
         for r in ev["runs"]:
             run_id = r.get("mlflow_run_id")
+            if not run_id:
+                continue
             try:
-                series = {m: self.store.history(client, run_id, m) for m in metrics} if run_id else {}
+                series = {m: self.store.history(client, run_id, m) for m in metrics}
             except Exception as e:
                 return histories, f"MLflow store {self.store.uri} failed reading run {run_id}: {type(e).__name__}: {e}"
             if any(series.values()):
                 histories[(r["arm"], r["seed"])] = series
             else:
                 missing.append(f"{r['arm']}/seed {r['seed']}")
-        note = None
+        notes = []
         if missing:
-            recorded = ev.get("mlflow", {}).get("tracking_uri", "?")
-            note = (f"{len(missing)} of {len(ev['runs'])} runs have no metric history in {self.store.uri} "
-                    f"(the evidence was recorded into {recorded}): {', '.join(missing[:6])}"
-                    + (" ..." if len(missing) > 6 else ""))
-        return histories, note
+            recorded = (ev.get("mlflow") or {}).get("tracking_uri", "?")
+            notes.append(f"{len(missing)} of {len(ev['runs'])} runs have no metric history in {self.store.uri} "
+                         f"(the evidence was recorded into {recorded}): {', '.join(missing[:6])}"
+                         + (" ..." if len(missing) > 6 else ""))
+        if never:
+            shown = ", ".join(f"{r['arm']}/seed {r['seed']} ({r.get('status')})" for r in never[:6])
+            notes.append(f"{len(never)} of {len(ev['runs'])} runs have no MLflow run (never started: "
+                         f"{shown}{' ...' if len(never) > 6 else ''})")
+        return histories, "; ".join(notes) or None
+
+
+def _design_flags(ev: dict | None) -> dict:
+    """The evidence's verdict-level fields that say the experiment did not run as designed, in brief."""
+    if not ev:
+        return {}
+
+    def dicts(value):  # fields the evidence schema does not check: another shape shows as nothing
+        return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+    not_run = [str(x.get("arm")) for x in dicts(ev.get("not_run"))]
+    beyond = [str(x.get("condition")) for x in dicts(ev.get("beyond_ceiling"))]
+    edges = ev.get("tuning_edges") if isinstance(ev.get("tuning_edges"), dict) else {}
+    return {"not_run": not_run, "beyond_ceiling": beyond, "tuning_edges": [str(a) for a in edges]}
 
 
 def _plotted_metrics(contract, ev: dict | None) -> list[str]:
@@ -255,11 +290,26 @@ def _plotted_metrics(contract, ev: dict | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+CODE_FILES_TTL = 10.0  # seconds the list of watched code files is reused (their stats are taken every time)
+_code_files_cache: tuple[float, list[Path]] | None = None
+_code_files_lock = threading.Lock()
+
+
 def _code_files() -> list[Path]:
-    """The files staleness depends on: gates/, models/ and the packages of studies from elsewhere."""
+    """The files staleness depends on: gates/, models/ and the packages of studies from elsewhere.
+
+    Finding them reads every installed study distribution's metadata (tens of milliseconds), which a
+    burst of page loads must not pay per request: the list is reused for CODE_FILES_TTL seconds. A change
+    to any file on it is still seen at once (`Claims._fingerprint` stats each one per request); only a
+    newly installed study package waits that long."""
+    global _code_files_cache
     from gates.provenance import watched_paths
 
-    return watched_paths()
+    with _code_files_lock:
+        now = time.monotonic()
+        if _code_files_cache is None or now - _code_files_cache[0] > CODE_FILES_TTL:
+            _code_files_cache = (now, watched_paths())
+        return list(_code_files_cache[1])
 
 
 def finite(x) -> bool:

@@ -6,6 +6,7 @@ pages carry a Content-Security-Policy that allows no script at all.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote
@@ -13,6 +14,7 @@ from urllib.parse import quote
 from dashboard import svg
 from dashboard.data import Claim, ContractView, finite
 from dashboard.svg import e
+from gates.siblings import describe_regime, describe_shared
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -46,7 +48,8 @@ vertical-align:top;text-align:left}th{background:#eceff1}td.num{text-align:right
 .lost{background:#ffebee;border-left:4px solid #c62828;padding:6px 10px;margin:8px 0}
 blockquote{margin:8px 0;padding:6px 12px;border-left:4px solid #90a4ae;background:#fff;font-size:15px}
 code,.mono{font-family:ui-monospace,Menlo,Consolas,monospace;font-size:12px}.mono{word-break:break-all}
-td.id,td.date{white-space:nowrap}
+td.id,td.date{white-space:nowrap}pre{white-space:pre-wrap;max-width:900px;margin:4px 0}
+.s-failed,.s-skipped{color:#c62828;font-weight:600}.s-halted{color:#b26a00;font-weight:600}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 14px}dt{font-weight:600}dd{margin:0}
 .small{font-size:12px;color:#555}footer{padding:12px 24px;color:#777;font-size:12px}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg .t{font-weight:600;font-size:13px}
@@ -85,16 +88,34 @@ def check_cell(c: Claim) -> str:
 
 def verdict_cell(c: Claim, links: Links) -> str:
     """The verdict badge (a withdrawn claim: "withdrawn" and its last verdict struck through), with the
-    supersedes chain, stale code and older rules in brief."""
+    notes `gates status` prints in brief: attempts, supersedes chain, a regime left, shared runs, what did
+    not run as designed, stale code and older rules (long lists as a count: the contract page has them)."""
     if c.withdrawn:
         out = f'<span class="v v-withdrawn">withdrawn</span> <s class="small">{e(c.verdict or "-")}</s>'
     else:
         out = verdict_badge(c.verdict)
     notes = []
+    if c.attempts > 1:
+        earlier = "; ".join(_clip(x) for x in c.earlier)
+        notes.append(f'<span class="attempts">attempt {e(c.attempts)}; earlier: {earlier}</span>')
     if c.superseded_by:
         notes.append("superseded by " + ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in c.superseded_by))
     if c.supersedes:
         notes.append(f'supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>')
+    if c.regime_left:
+        notes.append(f'<span class="regime-left" title="{e(c.regime_left)}">{_regime_left_brief(c.regime_left, links)}</span>')
+    if c.shared_runs:
+        others = ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a> ({len(runs)})'
+                           for x, runs in sorted(c.shared_runs.items()))
+        n = len(c.shared_runs)
+        notes.append(f'<span class="shared" title="{e(describe_shared(c.shared_runs))}">shares runs with {n} other '
+                     f'contract{"s" if n != 1 else ""}: {others}</span>')
+    if c.not_run:
+        notes.append(f'<span class="not-run">not run as designed: {e(", ".join(c.not_run))}</span>')
+    if c.beyond_ceiling:
+        notes.append(f'<span class="beyond-ceiling">bar beyond the ceiling: {e(", ".join(c.beyond_ceiling))}</span>')
+    if c.tuning_edges:
+        notes.append(f'<span class="tuning-edge">tuning stopped at an edge: {_list_brief(c.tuning_edges)}</span>')
     if c.stale:
         study = [f for f in c.stale_files if not f.startswith("gates/")]
         platform = len(c.stale_files) - len(study)
@@ -105,10 +126,43 @@ def verdict_cell(c: Claim, links: Links) -> str:
     return out + "".join(f'<br><span class="small">{n}</span>' for n in notes)
 
 
+INDEX_TEXT = 160  # characters of one free-text note (an attempt's reason) shown on the index
+
+
+def _clip(text: str, limit: int = INDEX_TEXT) -> str:
+    """Escaped text, cut to `limit` characters on the index (the whole text in its title)."""
+    text = str(text)
+    if len(text) <= limit:
+        return e(text)
+    return f'<span title="{e(text)}">{e(text[:limit - 3])}...</span>'
+
+
+def _list_brief(items: list[str], shown: int = 3) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return e(", ".join(items[:shown]) + more)
+
+
+_LEFT = re.compile(r"its sibling (\S+) was superseded by (\S+) in another regime")
+
+
+def _regime_left_brief(note: str, links: Links) -> str:
+    """'regime left: sibling X superseded by Y' (links) from gates.siblings' note, else 'regime left'."""
+    m = _LEFT.search(note)
+    if not m:
+        return "regime left"
+    old, new = m.groups()
+    return (f'regime left: sibling <a href="{e(links.contract(old))}">{e(old)}</a> superseded by '
+            f'<a href="{e(links.contract(new))}">{e(new)}</a> in another regime')
+
+
 def history_notes(c: Claim, links: Links) -> str:
-    """A contract page's notes on its history and code: withdrawal, supersedes chain, stale code with
-    the files, rules the recorded contract predates."""
+    """A contract page's notes on its history and code: attempts, withdrawal, supersedes chain, a regime
+    left by a superseded sibling, stale code with the files, rules the recorded contract predates."""
     out = []
+    if c.attempts > 1:
+        items = "".join(f"<li>{e(x)}</li>" for x in c.earlier)
+        out.append(f'<div class="note attempts">Attempt {e(c.attempts)} at this claim in the claims history '
+                   f'(runs/INDEX.jsonl); earlier:<ul class="small">{items}</ul></div>')
     if c.withdrawn:
         out.append(f'<p class="lost">Withdrawn: {e(c.withdrawal or "")}. The claim is no longer made; its record '
                    f'stays in runs/INDEX.jsonl (and its evidence, where kept, below).</p>')
@@ -118,6 +172,8 @@ def history_notes(c: Claim, links: Links) -> str:
                    f'recorded as it was.</p>')
     if c.supersedes:
         out.append(f'<p class="small">Supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>.</p>')
+    if c.regime_left:
+        out.append(f'<p class="note regime-left">Regime left: {e(c.regime_left)}.</p>')
     if c.stale:
         items = "".join(f"<li><code>{e(f)}</code></li>" for f in c.stale_files)
         how = f" ({e(c.stale_note)})" if c.stale_note else ""
@@ -176,38 +232,180 @@ def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str)
         return page(c.contract_id, "".join(parts), links, footer)
     parts.append(f'<p class="small">Source: {e(ev.get("source", "-"))}<br>Study <code>{e(ev.get("study", "-"))}</code>, '
                  f'recorded {e(ev["created_at"])}</p>')
-    parts += [_reasons(ev), _conditions(ev), _curves(view), _gate5(ev), _runs(view, mlflow_ui), _provenance(ev, mlflow_ui)]
+    parts += [_attempt(ev), _design(ev, c, links), _reasons(ev), _not_run(ev), _beyond_ceiling(ev), _conditions(ev),
+              _controls(ev), _lost(ev), _curves(view), _gate5(ev), _runs(view, mlflow_ui), _provenance(ev, mlflow_ui)]
     return page(c.contract_id, "".join(parts), links, footer)
+
+
+def _dicts(value) -> list[dict]:
+    """The dicts of a list from the evidence (fields the evidence schema does not check: any other shape
+    shows as nothing rather than breaking the page)."""
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+def _strings(value) -> list[str]:
+    return [str(x) for x in value] if isinstance(value, list) else ([str(value)] if value else [])
+
+
+def _mapping(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _attempt(ev: dict) -> str:
+    """The evidence's own attempt record, as verdict.md has it (gates.attempts.describe): its number, why
+    it was recorded, and each earlier attempt with its verdict and why (none for a lone first attempt)."""
+    attempt = ev.get("attempt")
+    if not isinstance(attempt, dict):
+        return ""
+    number = attempt.get("number")
+    if not (isinstance(number, int) and number > 1) and not _dicts(attempt.get("earlier")):
+        return ""
+    because = f", recorded because: {e(attempt['reason'])}" if attempt.get("reason") else ""
+    items = []
+    for a in _dicts(attempt.get("earlier")):
+        head = (f'attempt {e(a.get("number"))}: {verdict_badge(a.get("verdict") or "pending")}, recorded '
+                f'{e(a.get("recorded") or "?")}')
+        if a.get("reason"):
+            head += f" (because: {e(a['reason'])})"
+        if a.get("withdrawn"):
+            head += f"; withdrawn: {e(a['withdrawn'])}"
+        why = "".join(f"<li>{e(w)}</li>" for w in _strings(a.get("why")))
+        items.append(f"<li>{head}" + (f'<ul class="small">{why}</ul>' if why else "") + "</li>")
+    return (f'<h2>Attempts</h2><p class="attempt">Attempt {e(attempt.get("number"))} at this claim{because}; '
+            f'earlier:</p><ul class="attempts">{"".join(items)}</ul>')
+
+
+def _design(ev: dict, c: Claim, links: Links) -> str:
+    """What the contract declares about its design, its regime and the runs it shares, beside the verdict
+    (verdict.md's "Design"); shared runs as `gates status` finds them now (every recorded claim)."""
+    design = _mapping(ev.get("design"))
+    items = []
+    if design.get("factor"):
+        items.append(f"factor under test: <code>{e(', '.join(_strings(design['factor'])))}</code> (the arm config "
+                     f"fields compared arms differ in)")
+    items += [f"also differs between compared arms: <code>{e(k)}</code>: {e(why)}"
+              for k, why in _mapping(design.get("differences")).items()]
+    items += [f'<span class="blind"><code>{e(arm)}</code> fails by construction: {e(why)}</span>'
+              for arm, why in _mapping(design.get("blind")).items()]
+    if design.get("no_convergence"):
+        items.append(f"runs not judged for convergence: {e(design['no_convergence'])}")
+    if isinstance(ev.get("regime"), dict) and ev["regime"]:
+        items.append(f'<span class="regime">regime: {e(describe_regime(ev["regime"]))}</span>')
+    if c.shared_runs:
+        pages = ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in sorted(c.shared_runs))
+        items.append(f'<span class="shared">{e(describe_shared(c.shared_runs))}</span> ({pages})')
+    if not items:
+        return ""
+    return "<h2>Design</h2><ul class=\"design\">" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
 
 
 def _reasons(ev: dict) -> str:
     out = "<h2>Why</h2><ul>" + "".join(f"<li>{e(r)}</li>" for r in ev.get("reasons", [])) + "</ul>"
     if ev.get("settle"):
         out += "<p>What would settle it:</p><ul>" + "".join(f"<li>{e(s)}</li>" for s in ev["settle"]) + "</ul>"
+    edges = ev.get("tuning_edges")
+    if isinstance(edges, dict) and edges:
+        out += ('<div class="note tuning-edges">Tuning stopped at the edge of its search (every decision condition '
+                'reading these arms is undetermined):<ul>'
+                + "".join(f"<li><code>{e(arm)}</code>: {e(why)}</li>" for arm, why in edges.items()) + "</ul></div>")
     return out
 
 
-def _conditions(ev: dict) -> str:
-    alpha = ev.get("settings", {}).get("alpha")
-    rows = []
-    for cond in ev["conditions"]:
-        values = "<br>".join(f"{e(term)}: {', '.join(_num(v) for v in vals)}" for term, vals in cond.get("values", {}).items())
-        interval = (f"[{_num(cond.get('ci_low'))}, {_num(cond.get('ci_high'))}]" if cond.get("ci_low") is not None else "-")
-        note = f'<br><span class="small">{e(cond["note"])}</span>' if cond.get("note") else ""
-        reason = f'<br><span class="small">{e(cond["test_reason"])}</span>' if cond.get("test_reason") else ""
-        rows.append(
-            f'<tr><td>{e(cond["list_name"])}[{e(cond["index"])}]: <code>{e(cond["description"])}</code>{note}</td>'
+def _not_run(ev: dict) -> str:
+    """Arms the decision or a control reads without a completed run: the verdict is invalid."""
+    rows = _dicts(ev.get("not_run"))
+    if not rows:
+        return ""
+    items = []
+    for x in rows:
+        what = str(x.get("text") or f"{x.get('completed', 0)} of {x.get('runs', '?')} runs completed")
+        error = (f'<br>first error: <code class="mono">{e(x["first_error"])}</code>'
+                 if x.get("first_error") and str(x["first_error"]) not in what else "")
+        settle = f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else ""
+        items.append(f"<li><code>{e(x.get('arm'))}</code>: {e(what)}{error}{settle}</li>")
+    return ('<h2>Did not run as designed</h2><div class="lost not-run">Invalid: an arm the decision or a control '
+            'reads has no completed run, so the claim is neither supported nor refuted (failed runs are never '
+            f'results).<ul>{"".join(items)}</ul></div>')
+
+
+def _beyond_ceiling(ev: dict) -> str:
+    """Conditions whose bar the best possible arm does not reach: they test nothing; invalid."""
+    rows = _dicts(ev.get("beyond_ceiling"))
+    if not rows:
+        return ""
+    items = "".join(
+        f"<li>{e(x.get('condition'))} <code>{e(x.get('description', ''))}</code>: the best possible arm reaches "
+        f"{_num(x.get('ceiling'))}" + (f" ({_num(x.get('min'))} to {_num(x.get('max'))})"
+                                       if finite(x.get("min")) and x.get("min") != x.get("max") else "")
+        + f" ({e(x.get('source', '-'))}: {e(x.get('why', ''))}), which does not clear the bar"
+        + (f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else "") + "</li>"
+        for x in rows)
+    return ('<h2>Bars beyond the ceiling</h2><div class="lost beyond-ceiling">Invalid: a bar beyond what the best '
+            f'possible arm reaches tests nothing.<ul>{items}</ul></div>')
+
+
+def _condition_row(cond: dict) -> str:
+    values = "<br>".join(f"{e(term)}: {', '.join(_num(v) for v in vals)}" for term, vals in cond.get("values", {}).items())
+    interval = (f"[{_num(cond.get('ci_low'))}, {_num(cond.get('ci_high'))}]" if cond.get("ci_low") is not None else "-")
+    log = ('<br><span class="small scale">log scale</span>' if cond.get("scale") == "log" else "")
+    control = f' <span class="small">({e(cond["control"])} control)</span>' if cond.get("control") else ""
+    estimand = (f'<br><span class="small estimand">estimates: {e(cond["estimand"])}</span>'
+                if cond.get("estimand") else "")
+    note = f'<br><span class="small">{e(cond["note"])}</span>' if cond.get("note") else ""
+    reason = f'<br><span class="small">{e(cond["test_reason"])}</span>' if cond.get("test_reason") else ""
+    return (f'<tr><td>{e(cond["list_name"])}[{e(cond["index"])}]: <code>{e(cond["description"])}</code>{control}'
+            f'{estimand}{note}</td>'
             f'<td class="o-{e(cond["outcome"])}">{e(cond["outcome"])}</td><td>{svg.condition_interval(cond)}</td>'
-            f'<td class="num">{_num(cond.get("estimate"))}</td><td class="num">{interval}</td>'
+            f'<td class="num">{_num(cond.get("estimate"))}{log}</td><td class="num">{interval}{log}</td>'
             f'<td class="num">{_num(cond.get("p_hold_adj"))}</td><td class="num">{_num(cond.get("p_fail_adj"))}</td>'
+            f'<td class="small adjustment">{e(cond.get("adjustment") or "-")}</td>'
             f'<td>{e(cond.get("test", "-"))}{reason}</td><td class="small">{values}</td></tr>')
-    return (f'<h2>Conditions</h2><p class="small">Each condition\'s effect beyond its bar (threshold or margin; '
-            f'&gt; 0 means it holds) with its two-sided interval at 1 &minus; 2&alpha; (&alpha; = {_num(alpha)}; an exact randomization '
-            f'test shows the per-seed range of the effect), Holm-corrected p-values across all conditions; '
-            f'under each test, why it was used. The black line is the bar; green side: holds.</p>'
-            f'<table class="conditions"><thead><tr><th>condition</th><th>outcome</th><th>interval against the bar</th>'
-            f'<th>estimate</th><th>interval</th><th>p(holds) adj</th><th>p(fails) adj</th><th>test</th>'
-            f'<th>per-seed values</th></tr></thead><tbody>{"".join(rows)}</tbody></table>')
+
+
+CONDITION_HEAD = ('<thead><tr><th>condition</th><th>outcome</th><th>interval against the bar</th><th>estimate</th>'
+                  '<th>interval</th><th>p(holds) adj</th><th>p(fails) adj</th><th>adjusted</th><th>test</th>'
+                  '<th>per-seed values</th></tr></thead>')
+
+
+def families(ev: dict) -> str:
+    """How the conditions' p-values were compared with alpha, by the evidence's correction (verdict.md's
+    wording, gates.ledger._families)."""
+    s = ev.get("settings", {})
+    alpha, correction = _num(s.get("alpha")), s.get("correction")
+    if correction == "iut+holm":
+        refute = sum(1 for c in ev["conditions"] if c.get("list_name") in ("supported_if", "refuted_if"))
+        return (f"Every supported_if condition must hold, so each is tested at &alpha; = {alpha} with no correction "
+                f"(an intersection-union test: p(holds) is unadjusted); the claim is refuted when any refuted_if "
+                f"condition holds or any supported_if fails, and those {refute} ways to refute are Holm-corrected "
+                f"at &alpha; = {alpha}."
+                + (" Controls are intersection-union tests at &alpha; too." if ev.get("controls") else ""))
+    if correction == "holm":
+        return f"Holm-corrected p-values across all {len(ev['conditions'])} conditions (&alpha; = {alpha})."
+    if correction == "none":
+        return "Exact evaluation: each condition holds or fails on every seed (no p-values)."
+    return f"p-values adjusted by {e(correction)} (&alpha; = {alpha})."
+
+
+def _conditions(ev: dict) -> str:
+    rows = "".join(_condition_row(cond) for cond in ev["conditions"])
+    log = any(c.get("scale") == "log" for c in ev["conditions"] + (ev.get("controls") or []))
+    scale = (" A log-scale condition's estimate and interval are on the log scale: exp(estimate) is the factor by "
+             "which the bar is cleared." if log else "")
+    return (f'<h2>Conditions</h2><p class="small families">{families(ev)}</p><p class="small">Each condition\'s '
+            f'effect beyond its bar (threshold or margin; &gt; 0 means it holds), what it estimates, with its '
+            f'two-sided interval at 1 &minus; 2&alpha; (an exact test shows the per-seed range of the effect); under '
+            f'each test, why it was used.{scale} The black line is the bar; green side: holds.</p>'
+            f'<table class="conditions">{CONDITION_HEAD}<tbody>{rows}</tbody></table>')
+
+
+def _controls(ev: dict) -> str:
+    controls = _dicts(ev.get("controls"))
+    if not controls:
+        return ""
+    return ('<h2>Controls</h2><p class="small">Each must hold for the experiment to be interpretable (each tested at '
+            '&alpha;: all must hold, an intersection-union test; a control fails in the controls\' own Holm family); '
+            'one that fails or cannot be settled makes the verdict invalid.</p>'
+            f'<table class="controls">{CONDITION_HEAD}<tbody>{"".join(_condition_row(c) for c in controls)}</tbody></table>')
 
 
 def _curves(view: ContractView) -> str:
@@ -260,8 +458,7 @@ def _gate5(ev: dict) -> str:
     items = "".join(f"<li>seed {e(r['seed'])}: {_num(r.get('value'))} at step {e(r.get('step'))}: "
                     f"{'met' if r.get('met') else 'not met'}</li>" for r in fp.get("runs", []))
     return (f"<h2>Falsifiable point (gate 5)</h2><p><code>{e(fp['arm'])}.{e(fp['metric'])} {op} "
-            f"{_num(fp['threshold'])}</code> by step {e(fp['by_step'])}</p><ul>{items}</ul>{_predictions(ev)}"
-            f"{_lost(ev)}")
+            f"{_num(fp['threshold'])}</code> by step {e(fp['by_step'])}</p><ul>{items}</ul>{_predictions(ev)}")
 
 
 def _predictions(ev: dict) -> str:
@@ -281,8 +478,9 @@ def _lost(ev: dict) -> str:
     if not lost:
         return ""
     items = "".join(f"<li>{e(x['arm'])}.{e(x['metric'])} seed {e(x['seed'])}: {e(x['why'])}</li>" for x in lost)
-    return (f'<h2>Lost values</h2><p class="small">A supported_if condition that reads one cannot hold.</p>'
-            f"<ul>{items}</ul>")
+    return (f'<h2>Lost values</h2><p class="small">Seeds without a finite value of a metric a condition reads (a run '
+            f'failed, skipped after its arm kept failing, halted or killed); a supported_if condition or a control '
+            f'that reads one cannot hold.</p><ul class="lost-values">{items}</ul>')
 
 
 def _converged_cell(r: dict) -> str:
@@ -298,9 +496,34 @@ def _converged_cell(r: dict) -> str:
             f'reading this arm is undetermined">not converged{change}</td>')
 
 
+STATUS_WORDS = {"skipped": "not run after its arm kept failing", "halted": "halted by a stop rule",
+                "failed": "raised an error or returned what its study does not declare"}
+DETAIL_SHOWN = 200  # characters of a run's halt detail shown in the table (the rest folded away)
+
+
+def _run_detail(r: dict) -> str:
+    """Why a run did not complete: its error (where: Type: message) and its halt detail (first line shown,
+    the whole text folded away)."""
+    parts = []
+    error = r.get("error")
+    if isinstance(error, dict) and error.get("type"):
+        where = f"{error['where']}: " if error.get("where") else ""
+        parts.append(f'<code class="mono error">{e(where)}{e(error["type"])}: {e(error.get("message", ""))}</code>')
+    detail = str(r.get("halt_detail") or "")
+    if detail:
+        first = detail.splitlines()[0] if detail.strip() else detail
+        if len(first) > DETAIL_SHOWN:
+            first = first[:DETAIL_SHOWN - 3] + "..."
+        parts.append(f'<span class="small halt-detail">{e(first)}</span>')
+        if first != detail:
+            parts.append(f'<details><summary class="small">whole detail</summary><pre class="mono small">{e(detail)}'
+                         f'</pre></details>')
+    return "<br>".join(parts) or "-"
+
+
 def _runs(view: ContractView, mlflow_ui: str) -> str:
     ev = view.evidence
-    exp = ev.get("mlflow", {}).get("experiment_id")
+    exp = (ev.get("mlflow") or {}).get("experiment_id")
     shown = [m for m in view.metrics if any(m in r["metrics"] for r in ev["runs"])]
     head = "".join(f"<th>{e(m)}</th>" for m in shown)
     judged = any("converged" in r for r in ev["runs"])  # the contract has a convergence rule
@@ -308,17 +531,29 @@ def _runs(view: ContractView, mlflow_ui: str) -> str:
         head = "<th>converged</th>" + head
     rows, full = [], []
     for r in ev["runs"]:
-        link = (f'<a href="{e(mlflow_run_url(mlflow_ui, exp, r["mlflow_run_id"]))}">{e(r["mlflow_run_id"][:8])}</a>'
-                if r.get("mlflow_run_id") and exp is not None else "-")
+        if r.get("mlflow_run_id") and exp is not None:
+            link = (f'<a href="{e(mlflow_run_url(mlflow_ui, exp, r["mlflow_run_id"]))}">'
+                    f'{e(r["mlflow_run_id"][:8])}</a>')
+        else:  # a run skipped after its arm kept failing was never started: there is no MLflow run
+            link = '<span class="small">none</span>' if not r.get("mlflow_run_id") else "-"
         cells = (_converged_cell(r) if judged else "") + "".join(
             f'<td class="num">{_num(r["metrics"].get(m))}</td>' for m in shown)
-        rows.append(f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td><td>{e(r["status"])}</td>'
-                    f'<td>{e(r.get("halt_reason") or "-")}</td>{cells}<td class="num">{_num(r.get("seconds"))}</td>'
-                    f'<td class="mono">{link}</td></tr>')
+        status = r.get("status")
+        words = STATUS_WORDS.get(status)
+        status_cell = (f'<td class="s-{e(status)}" title="{e(words)}">{e(status)}</td>' if words and status != "completed"
+                       else f"<td>{e(status)}</td>")
+        rows.append(f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td>{status_cell}'
+                    f'<td>{e(r.get("halt_reason") or "-")}</td>'
+                    f'<td class="detail">{_run_detail(r) if status != "completed" else "-"}</td>{cells}'
+                    f'<td class="num">{_num(r.get("seconds"))}</td><td class="mono">{link}</td></tr>')
         metrics = ", ".join(f"{e(k)}={_num(v)}" for k, v in sorted(r["metrics"].items()))
-        full.append(f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td><td class="small">{metrics}</td></tr>')
-    return (f'<h2>Runs: final metrics per arm and seed</h2><table class="runs"><thead><tr><th>arm</th><th>seed</th>'
-            f'<th>status</th><th>halt</th>{head}<th>seconds</th><th>MLflow run</th></tr></thead>'
+        full.append(f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td><td class="small">{metrics or "-"}</td></tr>')
+    skipped = sum(r.get("status") == "skipped" for r in ev["runs"])
+    note = (f'<p class="small">{skipped} run{"s were" if skipped != 1 else " was"} skipped: not run after its arm '
+            f'kept failing (stop_rules.failures), so there is no MLflow run to open.</p>' if skipped else "")
+    return (f'<h2>Runs: final metrics per arm and seed</h2>{note}<table class="runs"><thead><tr><th>arm</th>'
+            f'<th>seed</th><th>status</th><th>halt</th><th>error or detail</th>{head}<th>seconds</th>'
+            f'<th>MLflow run</th></tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table><details><summary>every final metric</summary>'
             f'<table><tbody>{"".join(full)}</tbody></table></details>')
 
@@ -330,7 +565,7 @@ def _provenance(ev: dict, mlflow_ui: str) -> str:
         sig = signature(ev)
     except (KeyError, TypeError):
         sig = "-"
-    ml = ev.get("mlflow", {})
+    ml = ev.get("mlflow") or {}
     parent = (f'<a href="{e(mlflow_run_url(mlflow_ui, ml["experiment_id"], ml["parent_run_id"]))}">'
               f'{e(ml["parent_run_id"])}</a>' if ml.get("parent_run_id") and ml.get("experiment_id") is not None else "-")
     s = ev.get("settings", {})

@@ -127,6 +127,7 @@ def condition_interval(c: dict, width: int = 300, height: int = 34) -> str:
         return pad + (x - lo) / (hi - lo) * (width - 2 * pad)
 
     colour = OUTCOME_COLOUR.get(c.get("outcome"), "#555")
+    scale = " (log scale)" if c.get("scale") == "log" else ""
     mid = 14
     return (f'<svg class="condition-interval" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
             f'viewBox="0 0 {width} {height}" role="img" aria-label="interval of {e(c.get("description", ""))}">'
@@ -138,7 +139,7 @@ def condition_interval(c: dict, width: int = 300, height: int = 34) -> str:
             f'<line x1="{px(low):.1f}" x2="{px(low):.1f}" y1="{mid - 6}" y2="{mid + 6}" stroke="{colour}" stroke-width="2"/>'
             f'<line x1="{px(high):.1f}" x2="{px(high):.1f}" y1="{mid - 6}" y2="{mid + 6}" stroke="{colour}" stroke-width="2"/>'
             f'<circle cx="{px(est):.1f}" cy="{mid}" r="4.5" fill="{colour}"><title>estimate {fmt(est)}, interval '
-            f'[{fmt(low)}, {fmt(high)}]</title></circle>'
+            f'[{fmt(low)}, {fmt(high)}]{scale}</title></circle>'
             f'<text x="{pad}" y="{height - 1}" class="xs">{fmt(lo)}</text>'
             + (f'<text x="{px(0):.1f}" y="{height - 1}" class="xl">0</text>' if 40 < px(0) < width - 40 else "")
             + f'<text x="{width - pad}" y="{height - 1}" class="xe">{fmt(hi)}</text></svg>')

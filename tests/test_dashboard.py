@@ -88,6 +88,11 @@ def row(html: str, contract_id: str) -> str:
     return re.search(rf'<tr id="row-{contract_id}">.*?</tr>', html, re.S).group(0)
 
 
+def conditions_table(html: str) -> str:
+    """The decision's conditions (controls have a table of their own)."""
+    return re.search(r'<table class="conditions">.*?</table>', html, re.S).group(0)
+
+
 # ---------------------------------------------------------------------------------- HTTP
 def test_index_lists_every_contract_with_verdict_and_hash_status(server):
     status, headers, html = fetch(server)
@@ -115,7 +120,10 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
     assert status == 200
     estimated = [c for c in ev["conditions"] if c["estimate"] is not None]
     assert len(ev["conditions"]) == 8 and len(estimated) == 4  # the halted arms have no completed seed
-    assert html.count('<svg class="condition-interval"') == 4 and html.count("no estimate") == 4
+    table = conditions_table(html)
+    assert table.count('<svg class="condition-interval"') == 4 and table.count("no estimate") == 4
+    controls = ev.get("controls", [])  # the subheap arms' positive controls: not halted, estimated
+    assert html.count('<svg class="condition-interval"') == 4 + sum(c["estimate"] is not None for c in controls)
     assert html.count('<svg class="learning-curve"') == 2  # test_acc (decision, gate 5), train_acc (futility)
     assert "futility look at step 40" in html and "futility bar: worse than 0.5" in html
     halted = [r for r in ev["runs"] if r["status"] == "halted"]
@@ -124,7 +132,7 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
         assert f"{r['arm']} seed {r['seed']} halted at step 40" in html
     assert "decision threshold on subheap_kernel: 0.95" in html
     # which test each condition got and why; the halted arms' values listed as lost; gate 3 measured
-    assert "sign-flip (exact)" in html and "the t-test&#x27;s normality cannot hold" in html
+    assert "sign (exact)" in html and "the t-test&#x27;s normality cannot hold" in html
     assert "<h2>Lost values</h2>" in html and "flat_address.test_acc seed 0: halted" in html
     assert "<h2>Predicted ablation (gate 3)</h2>" in html
     exp = ev["mlflow"]["experiment_id"]
@@ -157,7 +165,7 @@ def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_pat
     site = Site(clone / "runs", clone / "contracts", f"sqlite:///{clone / 'mlflow.db'}", "http://127.0.0.1:5000")
     html = site.contract("c05-small")
     assert f"MLflow store sqlite:///{clone / 'mlflow.db'} not found" in html
-    assert '<svg class="learning-curve"' not in html and html.count('<svg class="condition-interval"') == 8
+    assert '<svg class="learning-curve"' not in html and conditions_table(html).count('<svg class="condition-interval"') == 8
     assert "v-inconclusive" in row(site.index(), "c05-small")
     assert not (clone / "mlflow.db").exists()
 
@@ -232,16 +240,16 @@ def open_page(browser):
 
 def check_in_browser(page, dialogs, index_url: str, shots: Path, name: str):
     page.goto(index_url)
-    assert page.locator("#row-c05-small .verdict").inner_text().strip() == "inconclusive"
-    assert page.locator("#row-markup-claim .verdict").inner_text().strip() == "refuted"
-    assert page.locator("#row-c05-pending .verdict").inner_text().strip() == "pending"
+    assert page.locator("#row-c05-small .verdict .v").inner_text().strip() == "inconclusive"
+    assert page.locator("#row-markup-claim .verdict .v").inner_text().strip() == "refuted"
+    assert page.locator("#row-c05-pending .verdict .v").inner_text().strip() == "pending"
     assert MARKUP in page.locator("#row-markup-claim").inner_text()  # shown as text
     page.screenshot(path=str(shots / f"{name}-index.png"), full_page=True)
     page.click("#row-markup-claim a")
     page.wait_for_load_state()
     assert "markup-claim" in page.url
     assert page.locator("h1").inner_text().startswith("markup-claim")
-    assert page.locator("svg.condition-interval").count() == 4  # 8 conditions, 4 on halted arms: no estimate
+    assert page.locator("table.conditions svg.condition-interval").count() == 4  # 8 conditions, 4 on halted arms
     curves = page.locator("svg.learning-curve")
     assert curves.count() == 2 and curves.first.bounding_box()["width"] > 500
     assert page.locator("svg.learning-curve polyline").count() == 2 * 8  # 2 metrics x 8 runs
