@@ -53,17 +53,21 @@ def plan_recording(loaded, runs_root: Path, *, record: bool = False, reason: str
                and latest.get("evidence_sha256") == history.sha256_file(path))
     if not vouched:
         # nothing recorded, withdrawn, unreadable, or written but not indexed (a run killed in between):
-        # this run records; an interrupted attempt is completed under its own number
-        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current))
+        # this run records; an interrupted attempt is completed under its own number, with its reason
+        interrupted = (current or {}).get("attempt") or {}
+        if not reason and latest is not None and not history.is_withdrawn(latest) \
+                and interrupted.get("number") == len(found) + 1:
+            reason = str(interrupted.get("reason") or "")
+        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
     if current.get("contract_sha256") != loaded.sha256:
-        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current))  # refused by the runner
+        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))  # refused by the runner
     if not record:
         return Recording(REPRODUCE, len(found), recorded=current)
     if not reason:
         raise UserError(f"{loaded.id} already has evidence (attempt {len(found)}, {current.get('verdict')}, recorded "
                         f"{current.get('created_at')}); recording another attempt needs --reason TEXT (kept in the "
                         f"claims history), or a new contract id", file=str(loaded.path), field="--record")
-    return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current))
+    return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
 
 
 def _readable(path: Path) -> dict | None:
@@ -73,9 +77,11 @@ def _readable(path: Path) -> dict | None:
         return None
 
 
-def _earlier(found: list[history.Attempt], current: dict | None) -> list[dict]:
+def _earlier(found: list[history.Attempt], current: dict | None, path: Path) -> list[dict]:
     """Summaries of the attempts in the history, each with its why: from the evidence on disk for the
-    latest (when it is that attempt's), and from that evidence's own list for the ones before it."""
+    latest (when it is that attempt's: its bytes are the ones indexed), and from that evidence's own
+    list for the ones before it."""
+    own = current is not None and bool(found) and found[-1].evidence_sha256 == history.sha256_file(path)
     carried = {}
     if current is not None:
         for a in (current.get("attempt") or {}).get("earlier") or []:
@@ -84,7 +90,7 @@ def _earlier(found: list[history.Attempt], current: dict | None) -> list[dict]:
     out = []
     for a in found:
         why = carried.get(a.number, [])
-        if current is not None and a.evidence_sha256 and a is found[-1] and not why:
+        if own and a is found[-1] and not why:
             why = list(current.get("reasons") or [])[:WHY_SHOWN]
         out.append({"number": a.number, "verdict": a.verdict, "recorded": a.time, "reason": a.reason,
                     "contract_sha256": a.contract_sha256, "withdrawn": a.withdrawn, "why": why})

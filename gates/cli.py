@@ -618,7 +618,7 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
     history.link_supersession(claims, {cid: d["supersedes"] for cid, d in raw.items()
                                        if isinstance(d.get("supersedes"), str)}, evidence)
     annotate_siblings(claims, evidence)
-    attempts = history.attempts(runs_dir)
+    attempts, today = history.attempts(runs_dir), {}
     for claim in claims:
         cid = claim.contract_id
         tried = attempts.get(cid, [])
@@ -629,7 +629,7 @@ def _quick_claims(runs_dir: Path, contracts_dir: Path) -> list:
         flags = ev.get("rule_flags")
         claim.rule_flags = [f for f in flags if isinstance(f, str)] if isinstance(flags, list) else []
         if isinstance(ev.get("study"), str):
-            found = provenance.staleness(ev, study_module(ev["study"]))
+            found = provenance.staleness(ev, study_module(ev["study"]), today=today)
             claim.stale, claim.stale_files, claim.stale_note = found.stale, list(found.files), found.note
     return claims
 

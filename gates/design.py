@@ -18,13 +18,32 @@ from gates.errors import UserError
 from gates.study import CONTROL_ROLES, DECISION_ROLES, Study
 
 
+# each rule's short name, which ends its messages "(rule: ...)" and names it in flags of recorded contracts
+RULES = {
+    "roles": "decisions read only test and cost metrics, controls also validation ones",
+    "ranges_and_chance": "no bar outside the arm's range or cleared by an arm at chance",
+    "scales": "metrics compared on their declared scale and unit",
+    "controls": "a positive control asserts its arm works",
+    "negative_results": "negative results need a working arm",
+    "ceilings": "no bar beyond a known ceiling",
+    "comparisons": "compared arms differ only in the declared factor",
+    "identical_arms": "no two arms with one config",
+    "prediction": "conditions follow the predicted direction",
+    "futility": "futility rules halt only arms under test",
+    "seeds": "seeds are a count",
+    "reported": "conditions read metrics the arm reports",
+    "tuning": "tuning searches only declared hyperparameters",
+    "convergence": "a training study's contract judges convergence",
+    "reachable": "conditions can reach significance with the seeds",
+}
+
+
 def check_rules(contract: Contract, study: Study, arm_configs: dict, err) -> list[UserError]:
     """Every design rule's errors for this contract (empty when it follows them all)."""
     rules = _Rules(contract, study, arm_configs, err)
-    for check in (rules.roles, rules.ranges_and_chance, rules.scales, rules.controls, rules.negative_results, rules.ceilings, rules.comparisons, rules.identical_arms,
-                  rules.prediction, rules.futility, rules.seeds, rules.reported, rules.tuning, rules.convergence,
-                  rules.reachable):
-        check()
+    for name, rule in RULES.items():
+        rules.current = rule
+        getattr(rules, name)()
     return rules.errors
 
 
@@ -32,10 +51,13 @@ class _Rules:
     def __init__(self, contract: Contract, study: Study, arm_configs: dict, err):
         self.c, self.study, self.configs, self.err = contract, study, arm_configs, err
         self.errors: list[UserError] = []
+        self.current = ""  # the rule being checked (its short name)
         self.located = ([(("decision", name, i), c) for name, i, c in contract.conditions()]
                         + [(("controls", i), c) for i, c in enumerate(contract.controls)])
 
     def add(self, loc: tuple, msg: str) -> None:
+        if "(rule: " not in msg:
+            msg = f"{msg} (rule: {self.current})"
         self.errors.append(self.err(loc, msg))
 
     # ------------------------------------------------------------------ what a metric is
@@ -69,9 +91,7 @@ class _Rules:
                 spec = self.spec(metric)
                 if spec is not None and spec.role not in allowed:
                     self.add(base + loc, f"{who} reads {metric!r}, a {spec.role} metric of study {self.study.name!r}; "
-                                         f"expected a {' or '.join(allowed)} metric (rule: "
-                                         f"{'controls' if base[0] == 'controls' else 'decisions'} read only "
-                                         f"{', '.join(allowed)} metrics)")
+                                         f"expected a {' or '.join(allowed)} metric")
 
     def ranges_and_chance(self) -> None:
         """No condition (or control) holds, or cannot hold, for every value its arm can reach; none that
@@ -86,8 +106,7 @@ class _Rules:
                 if passes:
                     self.add(base + ("value",), f"an arm that learned nothing ({c.metric} at chance, {level:.4g}) "
                                                 f"already satisfies {c.metric} {'>=' if c.direction == 'higher' else '<='} "
-                                                f"{c.value:g}: the condition tests nothing; expected a bar beyond chance "
-                                                f"(rule: no bar an arm at chance clears)")
+                                                f"{c.value:g}: the condition tests nothing; expected a bar beyond chance")
 
     def vacuous(self, c, inclusive: bool) -> list[tuple[tuple, str]]:
         """(field, why) when a condition holds, or cannot hold, for every value its arms can reach. A
@@ -229,7 +248,7 @@ class _Rules:
             if (c.value >= value) if c.direction == "higher" else (c.value <= value):
                 self.add(base + ("value",), f"the bar {c.value:g} is not below what the best possible arm reaches "
                                             f"({value:g}: {why}): the condition tests nothing; expected a bar the "
-                                            f"ceiling clears (rule: no bar beyond a known ceiling)")
+                                            f"ceiling clears")
 
     def comparisons(self) -> None:
         """Arms a condition compares differ only in the declared factor under test, or in differences

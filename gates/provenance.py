@@ -244,16 +244,21 @@ class Staleness:
     note: str = ""  # how the files were found, when not from the evidence's own per-file hashes
 
 
-def staleness(evidence: dict, study_module: str | None, root: Path | None = None) -> Staleness:
+def staleness(evidence: dict, study_module: str | None, root: Path | None = None,
+              today: dict | None = None) -> Staleness:
     """Compare the code fingerprint the evidence recorded (`code_sha256`) with today's files. The
     changed files come from the evidence's `code_files` (per-file sha256, recorded since the claims
-    index) or, for older evidence, from the tree of its recorded `git_commit`."""
+    index) or, for older evidence, from the tree of its recorded `git_commit`. `today`: a dict the
+    caller keeps across the claims it checks at once, so each study's files are read and hashed once."""
     root = root or PROJECT_ROOT
     recorded = evidence.get("code_sha256")
     if study_module is None:
         return Staleness(True, (UNKNOWN_FILES,), f"study {evidence.get('study')!r} is not registered any more")
+    today = {} if today is None else today
     try:
-        now_sha, now_files = _fingerprint(code_named(study_module, root))
+        if (study_module, root) not in today:
+            today[(study_module, root)] = _fingerprint(code_named(study_module, root))
+        now_sha, now_files = today[(study_module, root)]
     except OSError as e:
         return Staleness(True, (UNKNOWN_FILES,), f"cannot read today's code: {e}")
     if now_sha == recorded:

@@ -18,7 +18,8 @@ verdict from the recorded metrics and compares it with the one recorded. Choices
     per-seed values there. Used only where nothing in what the test reads contradicts that: no term
     (for a paired test: the paired differences) without spread, no repeated value, no value at the
     metric's declared bound. A t-test on raw right-skewed values does not keep its level (lognormal
-    per-seed losses: 16-18% false support for a 5% test): such metrics are declared `log`.
+    per-seed losses, true mean at the bar: 22-24% false support for a 5% test, benchmarks/verdict_levels.py):
+    such metrics are declared `log`.
   - otherwise an exact test, whose smallest p-value is what the seeds can give: the sign test for
     one term or paired differences (estimand: the median; it assumes nothing about the shape, where
     the sign-flip test it replaces assumed symmetry and gave 10-18% on skewed values; smallest p =
@@ -451,7 +452,7 @@ def smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
     permutation: 1 / C(n1 + n2, n1))."""
     if paired_or_one_term:
         return 2.0 ** -min(sizes)
-    return math.exp(-math.log(math.comb(sum(sizes), sizes[0])))  # huge counts: 0.0, not an overflow
+    return 1 / math.comb(sum(sizes), sizes[0])  # exactly 1/20 at 3 + 3 (int / int: huge counts give 0.0)
 
 
 def second_smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
@@ -492,8 +493,11 @@ def _seeds_needed(theta: float, spread_parts: list[float], level: float, one_sam
         df = (n - 1.0) if one_sample else (n - 1.0) * s2 ** 2 / sum(a ** 2 for a in spread_parts)
         # scipy.special's t quantile and noncentral t cdf: what stats.t.ppf / stats.nct.sf compute, without
         # their argument checking (this runs for every undetermined condition, many times per bisection)
-        critical = special.stdtrit(df, 1 - level)
-        return 1.0 - special.nctdtr(df, abs(theta) / math.sqrt(s2 / n), critical) >= POWER
+        critical, noncentrality = special.stdtrit(df, 1 - level), abs(theta) / math.sqrt(s2 / n)
+        power = 1.0 - special.nctdtr(df, noncentrality, critical)
+        if not math.isfinite(power):  # nctdtr gives NaN at large noncentrality (~40 and up): the slow, exact path
+            power = float(stats.nct.sf(critical, df, noncentrality))
+        return power >= POWER
 
     if not powered(MAX_SEEDS_SEARCHED):
         return None
@@ -648,17 +652,21 @@ def _apply_families(results: list[ConditionResult], alpha: float) -> dict[str, f
 def _evaluate_controls(controls, samples, alpha: float, exact: bool, metrics) -> list[ConditionResult]:
     """Each control as a condition that must hold: all must hold (intersection-union at alpha); a control
     fails in the controls' own Holm family."""
-    out = []
+    evaluated = []
     for i, c in enumerate(controls):
-        result, _ = _evaluate("controls", i, c, samples, alpha, exact, metrics)
+        result, pair_stats = _evaluate("controls", i, c, samples, alpha, exact, metrics)
         result.control = c.control
-        out.append(result)
+        evaluated.append((result, pair_stats, c))
+    out = [r for r, _, _ in evaluated]
     if out and not exact:
-        for r, adj in zip(out, holm([r.p_fail for r in out])):
+        for (r, pair_stats, c), adj in zip(evaluated, holm([r.p_fail for r in out])):
             r.p_hold_adj, r.p_fail_adj = r.p_hold, adj
             r.outcome = "holds" if r.p_hold_adj <= alpha else "fails" if r.p_fail_adj <= alpha else "undetermined"
             r.adjustment = (f"p(hold): intersection-union (every control must hold), at alpha unadjusted; "
                             f"p(fail): Holm over the {len(out)} controls")
+            if r.outcome == "undetermined":  # it must hold: seeds for power at alpha
+                r.seeds_needed = (_trend_seeds_needed(pair_stats, alpha) if isinstance(c, Trend)
+                                  else pair_stats[0].needed(alpha))
     return out
 
 

@@ -572,7 +572,7 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
     history.link_supersession(checks, {cid: lc.contract.supersedes for cid, lc in loaded.items()
                                        if lc.contract.supersedes}, evidence)
     siblings.annotate(checks, evidence)
-    attempts = history.attempts(runs_root)
+    attempts, today = history.attempts(runs_root), {}
     for check in checks:
         tried = attempts.get(check.contract_id, [])
         check.attempts, check.earlier = len(tried), [a.line() for a in tried[:-1]]
@@ -582,7 +582,7 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
         ev = evidence.get(cid)
         if ev is None or not isinstance(ev.get("study"), str):
             continue
-        found = provenance.staleness(ev, study_module(ev["study"]))
+        found = provenance.staleness(ev, study_module(ev["study"]), today=today)
         check.stale, check.stale_files, check.stale_note = found.stale, list(found.files), found.note
         if strict_code and found.stale and check.status in ("ok", "lost"):
             check.status = "lost"

@@ -11,12 +11,21 @@ from gates.contract import Contract, Decision, load_contract
 from gates.errors import UserError
 from gates.ledger import render_report
 from gates.verdict import decide
-from tests.conftest import C05, write_contract
-from tests.test_verdict import decision, runs, thr
+from gates.verdict import holm
+from tests.conftest import C05, c05_current, write_contract
+from tests.test_verdict import runs, thr
 
 WINS = {"kind": "compare", "arm": "tree", "metric": "nll", "other": "dense", "direction": "lower", "margin": 0.1}
 BASELINE_WORKS = {"kind": "compare", "arm": "dense", "metric": "nll", "other": "no_source", "direction": "lower",
                   "margin": 0.5, "control": "positive"}
+
+
+def decision(supported, refuted=None) -> Decision:
+    """A decision whose default refuted_if never holds and reads an arm that ran (engine 3: an arm the
+    decision reads without a completed run makes the verdict invalid)."""
+    arm, metric = supported[0]["arm"], supported[0]["metric"]
+    never = thr(arm, metric, "higher", 1e9)
+    return Decision.model_validate({"supported_if": supported, "refuted_if": refuted or [never]})
 
 
 def controls(*items):
@@ -61,7 +70,7 @@ def test_a_negative_control_must_hold_as_written():
     random_fails = {"kind": "threshold", "arm": "random", "metric": "kl", "direction": "higher", "value": 0.5,
                     "control": "negative"}
     good = runs("tree", kl=[0.11, 0.12, 0.13]) + runs("random", kl=[0.91, 0.95, 0.93])
-    d = decision([thr("tree", "kl", "lower", 0.2)])
+    d = decision([thr("tree", "kl", "lower", 0.2)])  # its refuted_if: tree.kl >= 1e9, never
     assert decide(d, good, controls=controls(random_fails)).verdict == "supported"
     passes_too = runs("tree", kl=[0.11, 0.12, 0.13]) + runs("random", kl=[0.12, 0.14, 0.13])
     v = decide(d, passes_too, controls=controls(random_fails))
@@ -69,13 +78,24 @@ def test_a_negative_control_must_hold_as_written():
 
 
 def test_controls_have_their_own_holm_family():
-    """Adding controls does not make the decision's conditions harder to pass, and vice versa."""
+    """Adding controls does not make the decision's conditions harder to pass, and vice versa. Engine 3:
+    every control must hold, an intersection-union test at alpha (p(hold) unadjusted); a control fails in
+    the controls' own Holm family."""
     data = experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02])
     alone = decide(decision([WINS]), data)
-    with_controls = decide(decision([WINS]), data, controls=controls(BASELINE_WORKS, BASELINE_WORKS))
+    weak = {**BASELINE_WORKS, "margin": 1.5}  # dense only 1.09 below no_source: fails
+    with_controls = decide(decision([WINS]), data, controls=controls(BASELINE_WORKS, weak))
     assert with_controls.conditions[0].p_hold_adj == alone.conditions[0].p_hold_adj
-    raw = with_controls.controls[0].p_hold
-    assert with_controls.controls[0].p_hold_adj == pytest.approx(min(1.0, 2 * raw))
+    assert with_controls.conditions[0].p_fail_adj == alone.conditions[0].p_fail_adj
+    works, broken = with_controls.controls
+    assert (works.p_hold_adj, broken.p_hold_adj) == (works.p_hold, broken.p_hold)
+    assert [works.p_fail_adj, broken.p_fail_adj] == pytest.approx(holm([works.p_fail, broken.p_fail]))
+    assert broken.p_fail_adj == pytest.approx(min(1.0, 2 * broken.p_fail))  # the smaller of 2 raw p(fail)
+    assert "intersection-union" in works.adjustment and "Holm over the 2 controls" in works.adjustment
+    assert (works.outcome, broken.outcome, with_controls.verdict) == ("holds", "fails", "invalid")
+    # two controls that hold: each at alpha, neither made harder by the other
+    both = decide(decision([WINS]), data, controls=controls(BASELINE_WORKS, BASELINE_WORKS))
+    assert [c.p_hold_adj for c in both.controls] == [works.p_hold, works.p_hold] and both.verdict == "supported"
 
 
 def test_a_lost_run_keeps_a_control_from_holding():
@@ -91,28 +111,40 @@ def test_verdict_md_shows_the_controls():
     ev = {"contract_id": "x", "contract_sha256": "0" * 64, "verdict": v["verdict"], "git_commit": "0" * 40,
           "git_dirty": "false", "code_sha256": "0" * 64, "created_at": "now", "runs": [], "reasons": v["reasons"],
           "conditions": v["conditions"], "controls": v["controls"],
-          "settings": {"alpha": 0.05, "evaluation": "interval", "correction": "holm", "seeds": [0]}}
+          "settings": {"alpha": 0.05, "evaluation": "interval", "correction": "iut+holm", "seeds": [0]}}
     text = render_report(ev)
     assert "**INVALID**" in text and "## Controls" in text and "| positive | **fails** |" in text
 
 
 def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
-    data = yaml.safe_load(C05.read_text())
+    data = c05_current()  # the C05 contract as today's design rules want it, then changed
     data["id"] = "c05-compare"
     data["decision"]["supported_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
                                          "other": "flat_address", "direction": "higher", "margin": 0.5}]
     data["decision"]["refuted_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
                                        "other": "flat_address", "direction": "lower", "margin": -0.1}]
-    data["seeds"] = list(range(8))
+    data["seeds"] = 8
+    del data["blind"]["flat_address"]  # neither blind nor shown to work
     path = write_contract(tmp_path, data)
     with pytest.raises(UserError) as info:
         check(path, runs_dir=tmp_path / "runs")
-    assert "controls: the decision compares with baseline arm 'flat_address', but no positive control names it" \
-        in info.value.render()
-    data["controls"] = [{"kind": "threshold", "arm": "flat_address", "metric": "train_acc", "direction": "higher",
-                         "value": 0.2, "control": "positive"}]
+    out = info.value.render()
+    assert "decision.supported_if.0: compares with baseline arm 'flat_address', but no positive control asserts " \
+           "that it works where it can" in out
+    assert "`blind: {flat_address: why it fails by construction}`" in out
+    # a control on a train metric shows memorisation, not that the arm works: refused
+    data["controls"].append({"kind": "threshold", "arm": "flat_address", "metric": "train_acc", "direction": "higher",
+                             "value": 0.2, "control": "positive"})
     loaded = load_contract(write_contract(tmp_path, data))
-    assert not [f for f in loaded.rule_flags if "positive control" in f]
+    assert any("controls.2.metric" in f and "train metric" in f for f in loaded.rule_flags)
+    # on held-out trees of its training depths (val_acc, beyond chance ~0.1): the contract follows every rule
+    data["controls"][-1]["metric"] = "val_acc"
+    loaded = load_contract(write_contract(tmp_path, data))
+    assert loaded.rule_flags == []
+    loaded.require_current_rules(tmp_path / "runs")
+    # or the baseline declared blind, failing by construction
+    blind = {**data, "controls": data["controls"][:-1], "blind": {**data["blind"], "flat_address": "no node values"}}
+    assert load_contract(write_contract(tmp_path, blind)).rule_flags == []
     # recorded contracts that predate the rule keep loading, flagged
     assert any("positive control" in f for f in load_contract(C05.parent / "treeheap-vs-dense.yaml").rule_flags)
 

@@ -199,7 +199,9 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
         log = log_a if pid == a.pid else log_b
         wait_for(lambda: "its result is not recorded" in log.read_text(), 60, "the thawed worker to void its result")
         assert storage.get_trial(trial._trial_id).state == TrialState.FAIL
-        evidence = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
+        outcome = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
+        assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded like a single run
+        evidence = outcome.evidence
     finally:
         stop_all(procs.values())
     assert comparable(evidence) == comparable(reference)
@@ -424,7 +426,9 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
     assert sorted(queued.enqueued) == sorted(f"tune:{a}:{i}" for a in data["arms"] for i in range(2))
     worker, log = start_worker(storage_url, workdir, "w")
     try:
-        evidence = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
+        outcome = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
+        assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded like a single run
+        evidence = outcome.evidence
     finally:
         stop_all([worker])
     assert comparable(evidence) == comparable(single)

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from gates.contract import load_contract
 from gates.errors import UserError, UserErrors
-from gates.runner import run_contract
+from gates.runner import execute, run_contract
 from gates.verify import verify
 from tests.conftest import small_c05, write_contract
 
@@ -38,7 +38,8 @@ def finished(tmp_path_factory):
 def test_evidence_has_every_run_and_condition(finished):
     root, _, _, evidence = finished
     on_disk = json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())
-    # test_acc 1.0 / 0.0 on both seeds sits at its bound: the exact sign-flip test, p 1/4 at best
+    # test_acc 1.0 / 0.0 on both seeds sits at its bound: the exact sign test, p 1/4 at best; the positive
+    # controls (the subheap arms' val_loss, log scale) hold, so the verdict is inconclusive, not invalid
     assert on_disk["verdict"] == evidence["verdict"] == "inconclusive"
     assert {(r["arm"], r["seed"]) for r in on_disk["runs"]} == {
         (a, s) for a in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel") for s in (0, 1)}
@@ -49,7 +50,9 @@ def test_evidence_has_every_run_and_condition(finished):
     assert point["arm"] == "subheap_kernel" and [r["seed"] for r in point["runs"]] == [0, 1]
     assert all(r["step"] == 60 and r["met"] == (r["value"] >= 0.95) for r in point["runs"])
     report = (root / "runs" / "c05-small" / "verdict.md").read_text()
-    assert "sign-flip (exact)" in report and "Why each test" in report
+    assert all(c["outcome"] == "holds" for c in on_disk["controls"]) and len(on_disk["controls"]) == 2
+    assert on_disk["attempt"] == {"number": 1, "reason": "", "earlier": []}
+    assert "sign (exact)" in report and "Why each test" in report
     assert "INCONCLUSIVE" in report and f"sha256:{evidence['contract_sha256'][:16]}" in report
 
 
@@ -87,13 +90,19 @@ def test_rerun_reuses_finished_runs_and_fresh_redoes_them(finished, monkeypatch)
     root, _, uri, evidence = finished
     monkeypatch.chdir(root)
     loaded = load_contract("contracts/c05-small.yaml")
-    again = run_contract(loaded, uri, root / "runs")
+    recorded = {p: p.read_bytes() for p in (root / "runs").rglob("*") if p.is_file()}
+    # a contract with evidence is reproduced and compared with its record, writing nothing under runs/
+    outcome = execute(loaded, uri, root / "runs")
+    assert not outcome.recorded and outcome.reproduction.reproduces and outcome.reproduction.max_rel_diff == 0
+    assert (outcome.reuse.reused, outcome.reuse.trained) == (8, 0)
+    again = outcome.evidence
     assert [r["mlflow_run_id"] for r in again["runs"]] == [r["mlflow_run_id"] for r in evidence["runs"]]
     assert [r["environment"] for r in again["runs"]] == [r["environment"] for r in evidence["runs"]]
     assert [r["metrics"] for r in again["runs"]] == [r["metrics"] for r in evidence["runs"]]  # deterministic
     fresh = run_contract(loaded, uri, root / "runs", fresh=True)
     assert not {r["mlflow_run_id"] for r in fresh["runs"]} & {r["mlflow_run_id"] for r in evidence["runs"]}
     assert [r["metrics"] for r in fresh["runs"]] == [r["metrics"] for r in evidence["runs"]]
+    assert {p: p.read_bytes() for p in (root / "runs").rglob("*") if p.is_file()} == recorded
 
 
 def test_verify_accepts_comment_edit_and_catches_threshold_edit_and_forgery(finished, tmp_path):

@@ -25,7 +25,8 @@ FILLED = {
     "budget.steps": "60", "budget.eval_every": "20", "preflight.compute_cost.max_ratio": "2",
     "preflight.predicted_ablation.size": "0.5", "preflight.falsifiable_point.threshold": "0.9",
     "preflight.falsifiable_point.by_step": "60", "decision.supported_if.0.value": "0.9",
-    "decision.refuted_if.0.value": "0.9",
+    "decision.refuted_if.0.value": "0.9", "factor.0": "features", "convergence.window": "20",
+    "controls.0.value": "0.5",
 }
 
 
@@ -60,6 +61,11 @@ def test_new_check_refuses_placeholders_then_passes_when_filled(tmp_path):
     defaults = get_study("c05_probe").Config().model_dump(mode="json")
     assert data["arms"]["baseline"] == data["arms"]["variant"] == defaults  # the study's defaults, every field
     assert data["study"] == "c05_probe" and data["id"] == "my-claim"
+    # what today's design rules ask of a new contract, as prompts: seeds as a count, the factor under test, a
+    # convergence rule (c05_probe trains), a positive control on the arm refuted_if asserts may fail
+    assert data["seeds"] == 8 and "factor" in data and set(data["convergence"]) == {"metric", "window",
+                                                                                    "max_rel_improvement"}
+    assert [(c["arm"], c["control"]) for c in data["controls"]] == [("variant", "positive")]
 
     status = json.loads(gates(tmp_path, "status", "--json").stdout)
     assert [(r["id"], r["status"]) for r in status] == [("my-claim", "pending")]
@@ -84,6 +90,11 @@ def test_new_check_refuses_placeholders_then_passes_when_filled(tmp_path):
     assert not (tmp_path / "mlflow.db").exists()
 
     fill(path)
+    # `gates new` writes both arms with the study's defaults: one experiment run twice, which the design
+    # rules refuse; the researcher changes what the arms differ in (the declared factor, features)
+    same = gates(tmp_path, "check", "contracts/my-claim.yaml")
+    assert same.returncode == 2 and "arm 'variant' has the same config as arm 'baseline'" in same.stderr
+    path.write_text(path.read_text().replace('features: "subheap_kernel"', 'features: "path_only"', 1))
     partly = path.read_text()
     path.write_text(partly.replace("by_step: 60", 'by_step: "TODO: later"'))  # one left: named alone
     one = gates(tmp_path, "check", "contracts/my-claim.yaml")

@@ -284,27 +284,33 @@ def test_running_again_after_a_withdrawal_records_the_claim_anew(project, monkey
 
 
 def test_kill_between_evidence_and_index_is_named_and_the_next_run_repairs_it(project):
-    """SIGKILL `gates run` right after evidence.json is in place and before its index entry: verify
-    names the unindexed evidence; running the contract again writes and indexes it."""
+    """SIGKILL `gates run --record` (another attempt: a plain `gates run` of a recorded contract reproduces it
+    and writes nothing) right after evidence.json is in place and before its index entry: verify names the
+    unindexed evidence; running the contract again completes that attempt under its own number."""
     root, uri = project
     killer = ("import os, signal, sys\n"
               "import gates.history\n"
               "gates.history.record = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
               "from gates.cli import main\n"
-              f"sys.argv = ['gates', 'run', 'contracts/c05-small.yaml', '--tracking-uri', {uri!r}]\n"
+              f"sys.argv = ['gates', 'run', 'contracts/c05-small.yaml', '--tracking-uri', {uri!r}, '--record',\n"
+              "            '--reason', 'a second attempt']\n"
               "main()\n")
     before = history.sha256_file(root / "runs" / "c05-small" / "evidence.json")
     killed = subprocess.run([sys.executable, "-c", killer], cwd=root, capture_output=True, text=True)
     assert killed.returncode == -9, killed.stderr
     assert history.sha256_file(root / "runs" / "c05-small" / "evidence.json") != before  # new evidence, unindexed
+    assert json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())["attempt"]["number"] == 2
     result = gates(root, "verify")
     assert result.returncode == 1
     assert "c05-small/evidence.json changed without an index entry" in result.stdout
     assert "re-running an interrupted one repairs this" in result.stdout
-    rerun = gates(root, "run", "contracts/c05-small.yaml", "--tracking-uri", uri)
+    rerun = gates(root, "run", "contracts/c05-small.yaml", "--tracking-uri", uri)  # no --record: a repair
     assert rerun.returncode == 0, rerun.stderr
+    assert "recorded attempt 2" in rerun.stdout
     assert gates(root, "verify").returncode == 0
     assert [e["kind"] for e in history.read(root / "runs")] == ["recorded", "recorded"]
+    attempt = json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())["attempt"]
+    assert attempt["number"] == 2 and [a["number"] for a in attempt["earlier"]] == [1]
 
 
 def test_supersedes_chain_in_evidence_report_and_status(project, monkeypatch):

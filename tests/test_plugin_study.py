@@ -137,10 +137,10 @@ def gates(site: Path, cwd: Path, *args: str, script: str | None = None, env: dic
 
 
 def contract_text(contract_id: str, study: str, arms: str) -> str:
-    """The example contract as another id, study and arms."""
+    """The example contract as another id, study and arms (its factor, blind arm and the rest kept)."""
     text = CONTRACT.read_text().replace("id: circle-quadratic", f"id: {contract_id}")
     text = text.replace("study: my_study", f"study: {study}")
-    start, end = text.index("arms:\n"), text.index("seeds:")
+    start, end = text.index("arms:\n"), text.index("factor:")
     return text[:start] + "arms:\n" + textwrap.indent(textwrap.dedent(arms).strip() + "\n", "  ") + text[end:]
 
 
@@ -243,11 +243,15 @@ def failed_run(project, arm: str, seed: int):
 def test_an_exception_in_run_fails_that_run_by_name_and_loses_nothing_else(project):
     ev, record, others, run = failed_run(project, "crashing", 1)
     assert record["status"] == "failed" and record["halt_reason"] == "error"
-    assert record["halt_detail"].startswith("study 'faulty' raised RuntimeError in run(): simulated crash in seed 1")
+    # where it raised: the innermost frame, file:line as a reader finds it (relative to its import root)
+    line = FAULTY.splitlines().index('            raise RuntimeError("simulated crash in seed 1")') + 1
+    where = f"faulty_study.py:{line}"
+    first = f"study 'faulty' raised RuntimeError at {where} in run(): simulated crash in seed 1"
+    assert record["halt_detail"].splitlines()[0] == first and "Traceback" in record["halt_detail"]
+    assert record["error"] == {"type": "RuntimeError", "message": "simulated crash in seed 1", "where": where}
     assert run.info.status == "FAILED" and run.data.tags["gates.status"] == "failed"
-    assert run.data.tags["gates.halt_detail"].startswith("study 'faulty' raised RuntimeError")
-    assert "crashing seed 1: failed (error): study 'faulty' raised RuntimeError in run(): simulated crash" in \
-        project["faulty"].stdout
+    assert run.data.tags["gates.halt_detail"].startswith(first)
+    assert f"crashing seed 1: failed (error): {first}" in project["faulty"].stdout
     assert len(ev["runs"]) == 24 and all(r["status"] == "completed" for r in others
                                          if (r["arm"], r["seed"]) != ("undeclared", 2))
     assert ev["verdict"] == "supported"  # the decision reads other arms: their runs all count

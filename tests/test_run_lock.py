@@ -52,7 +52,9 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
     path = write_contract(tmp_path, small_c05(id="c05-lock"), "c05-lock.yaml")
     db = tmp_path / "mlflow.db"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-m", "gates", "run", path.name, "--tracking-uri", "sqlite:///mlflow.db", "--json"]
+    # the contract sits in the project folder itself: --contracts-dir . (gates run refuses one outside it)
+    cmd = [sys.executable, "-m", "gates", "run", path.name, "--contracts-dir", ".", "--tracking-uri",
+           "sqlite:///mlflow.db", "--json"]
     first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert json.loads(first.stdout.readline())["event"] == "run"  # one run finished, the next one trains

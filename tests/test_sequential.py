@@ -171,11 +171,14 @@ def test_futility_halt_on_arm_under_test_refutes_at_its_look(no_power_planning):
 
 
 # ---------------------------------------------------------------------------------- real runs
-def _sequential_c05(id_: str, seeds: list[int], looks: list[int], spending: str = "pocock") -> dict:
+def _sequential_c05(id_: str, seeds: int, looks: list[int], spending: str = "pocock") -> dict:
     """Two arms; flat_address at unseen depths scores about 0 (test patterns sit where training never
-    put one), at the metric's bound, so the decision uses the exact sign-flip test (smallest p 2^-n)."""
+    put one), at the metric's bound, so the decision uses the exact sign test (smallest p 2^-n). The
+    decision reads flat_address alone, blind by construction: no positive control is needed."""
     data = small_c05(id=id_, seeds=seeds)
     data["arms"] = {a: data["arms"][a] for a in ("flat_address", "subheap_kernel")}
+    data["blind"] = {"flat_address": data["blind"]["flat_address"]}
+    data["controls"] = []
     data["stop_rules"]["futility"] = []
     data["decision"] = {
         "alpha": 0.1,
@@ -193,8 +196,9 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
     from gates.runner import run_contract
     from gates.verify import _check_runs, verify
 
-    # pocock, alpha 0.1: look 1 (5 of 7 seeds) spends 0.080; 5 sign-flips give p = 1/32, Holm x 2 = 0.0625
-    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-early", list(range(7)), [5, 7]))
+    # pocock, alpha 0.1: look 1 (5 of 7 seeds) spends 0.080; 5 seeds below the bar give the sign test's
+    # p = 1/32 (engine 3: the supported_if tested at the look's alpha itself, intersection-union)
+    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-early", 7, [5, 7]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     loaded = load_contract(path)
     ev = run_contract(loaded, uri, workdir / "runs")
@@ -228,7 +232,7 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     from gates.runner import run_contract
     from gates.verify import _check_runs, verify
 
-    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", [0, 1, 2], [2, 3]))
+    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 3, [2, 3]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     proc = subprocess.Popen([sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
                             cwd=workdir, stdout=subprocess.PIPE, text=True)
@@ -272,7 +276,7 @@ def test_coordinator_enqueues_one_look_at_a_time(workdir):
 
     from gates import distributed
 
-    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-dist", list(range(7)), [5, 7]))
+    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-dist", 7, [5, 7]))
     loaded = load_contract(path)
     uri, storage_url = f"sqlite:///{workdir / 'mlflow.db'}", f"sqlite:///{workdir / 'queue.db'}"
     queued = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=2)
@@ -281,7 +285,9 @@ def test_coordinator_enqueues_one_look_at_a_time(workdir):
     worker = distributed.Worker(storage_url, uri, heartbeat=2, poll=0.1)
     thread = threading.Thread(target=worker.serve, kwargs={"max_jobs": 10, "idle_exit": 60.0}, daemon=True)
     thread.start()
-    ev = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2)
+    outcome = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2)
     thread.join(timeout=60)
+    assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded
+    ev = outcome.evidence
     assert ev["verdict"] == "supported" and len(ev["looks"]) == 1
     assert sorted({r["seed"] for r in ev["runs"]}) == [0, 1, 2, 3, 4]

@@ -94,7 +94,8 @@ def store_with_runs(tmp_path_factory) -> Path:
 
 def test_gates_run_killed_while_mlflow_creates_tables_leaves_no_store_and_the_next_run_works(tmp_path, monkeypatch):
     contract = tiny_contract(tmp_path)
-    argv = ["gates", "run", contract.name, "--tracking-uri", "sqlite:///mlflow.db", "--json"]
+    # the contract sits in the project folder itself: --contracts-dir . (gates run refuses one outside it)
+    argv = ["gates", "run", contract.name, "--contracts-dir", ".", "--tracking-uri", "sqlite:///mlflow.db", "--json"]
     killed_mid_migration(f"import sys\nfrom gates.cli import main\nsys.argv = {argv!r}\nmain()", tmp_path)
     assert not (tmp_path / "mlflow.db").exists()  # no store rather than half of one
 
@@ -211,8 +212,9 @@ def test_gates_run_on_a_truncated_store_is_one_line_exit_2(store_with_runs, tmp_
     shutil.copy(store_with_runs, tmp_path / "mlflow.db")
     _truncate(tmp_path / "mlflow.db")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "gates", "run", "c05-tiny.yaml", "--tracking-uri",
-                           "sqlite:///mlflow.db"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([sys.executable, "-m", "gates", "run", "c05-tiny.yaml", "--contracts-dir", ".",
+                           "--tracking-uri", "sqlite:///mlflow.db"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: mlflow.db: MLflow store is truncated"), lines

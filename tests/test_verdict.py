@@ -50,7 +50,12 @@ def test_threshold_clearly_held_matches_one_sample_t():
     assert c.test == "one-sample t" and c.description == "a.acc >= 0.9"
     p = stats.ttest_1samp(x, 0.9, alternative="greater").pvalue
     assert c.p_hold == pytest.approx(p, rel=1e-9)
-    assert c.p_hold_adj == pytest.approx(2 * p, rel=1e-9)  # Holm, smallest of 2 conditions
+    # engine 3: a supported_if is an intersection-union test at alpha, its p(hold) unadjusted; its p(fail)
+    # is Holm over the 2 ways to refute (refuted_if[0] holding, supported_if[0] failing)
+    assert c.p_hold_adj == c.p_hold
+    assert c.p_fail_adj == pytest.approx(holm([cond(v, "refuted_if[0]").p_hold, c.p_fail])[1], rel=1e-12)
+    assert "intersection-union" in c.adjustment and "Holm over the 2 ways to refute" in c.adjustment
+    assert (c.scale, c.estimand) == ("linear", "mean of a.acc across seeds")
     assert c.estimate == pytest.approx(np.mean(x) - 0.9)
     assert c.ci_level == pytest.approx(0.9)
     assert c.n == {"a.acc": 5} and c.values == {"a.acc": x}
@@ -69,16 +74,18 @@ def test_threshold_in_the_undetermined_zone_says_how_many_seeds():
     v = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x))
     c = cond(v, "supported_if[0]")
     assert c.outcome == "undetermined" and v.verdict == "inconclusive"
-    # smallest n with 80% power at Holm's strictest level alpha / m (m = 2 conditions), by hand
+    # smallest n with 80% power at the level the condition would hold at: a supported_if with a positive
+    # estimate is tested at alpha itself (intersection-union), by hand
     theta, s = np.mean(x) - 0.9, np.std(x, ddof=1)
-    power = lambda n: stats.nct.sf(stats.t.ppf(1 - 0.05 / 2, n - 1), n - 1, theta / (s / math.sqrt(n)))  # noqa: E731
+    assert theta > 0
+    power = lambda n: stats.nct.sf(stats.t.ppf(1 - 0.05, n - 1), n - 1, theta / (s / math.sqrt(n)))  # noqa: E731
     assert c.seeds_needed is not None and power(c.seeds_needed) >= 0.8 > power(c.seeds_needed - 1)
     assert any(line.startswith("supported_if[0]") and f"about {c.seeds_needed} seeds" in line
                and "80% power" in line for line in v.settle)
 
 
-def test_zero_spread_gets_the_exact_sign_flip_p_not_zero():
-    """Three seeds that agree are three observations: p = 1/8, never 0."""
+def test_zero_spread_gets_the_exact_sign_test_p_not_zero():
+    """Three seeds that agree are three observations: p = 1/8, never 0 (engine 3: the sign test)."""
     d = decision([thr("a", "acc", "higher", 0.95), thr("b", "acc", "lower", 0.25),
                   thr("c", "acc", "higher", 0.95)],
                  [thr("a", "acc", "lower", 0.5)])
@@ -86,9 +93,10 @@ def test_zero_spread_gets_the_exact_sign_flip_p_not_zero():
     v = decide(d, rs)
     for label in ("supported_if[0]", "supported_if[1]"):
         c = cond(v, label)
-        assert (c.p_hold, c.p_fail) == (1 / 8, 1.0) and c.test == "sign-flip (exact)"
+        assert (c.p_hold, c.p_fail) == (1 / 8, 1.0) and c.test == "sign (exact)"
         assert "no spread" in c.test_reason and c.outcome == "undetermined"
         assert c.ci_low == c.ci_high == c.estimate  # the per-seed range of the effect
+        assert c.estimand == f"median of {c.description.split()[0]} across seeds"
     tie = cond(v, "supported_if[2]")  # exactly at the bar: no evidence either way
     assert tie.estimate == 0.0 and (tie.p_hold, tie.p_fail) == (1.0, 1.0)
     r = cond(v, "refuted_if[0]")
@@ -192,25 +200,56 @@ def test_holm_function_on_a_known_vector():
     assert holm([0.9, 0.8]) == pytest.approx([1.0, 1.0])
 
 
-def test_holm_across_conditions_drops_the_largest_raw_pass():
-    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+def _bars(x: np.ndarray, targets: list[float], direction: str) -> list[float]:
+    """Bars whose one-sample t-test on x gives exactly these one-sided p(hold)."""
     se = x.std(ddof=1) / math.sqrt(len(x))
+    sign = -1.0 if direction == "higher" else 1.0
+    return [float(x.mean() + sign * se * stats.t.isf(p, len(x) - 1)) for p in targets]
+
+
+def test_supported_if_conditions_are_an_intersection_union_test_at_alpha():
+    """Engine 3: every supported_if must hold, so each is tested at alpha unadjusted (engine 2's Holm
+    would have dropped the largest raw pass, 4 * 0.04 > 0.05)."""
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     targets = [0.005, 0.01, 0.04]  # all pass alone at 0.05
-    thresholds = [float(x.mean() - se * stats.t.isf(p, len(x) - 1)) for p in targets]
-    supported = [thr("a", f"m{i}", "higher", v) for i, v in enumerate(thresholds)]
-    d = decision(supported, [thr("a", "m0", "lower", -100.0)])
-    v = decide(d, runs("a", m0=list(x), m1=list(x), m2=list(x)))
+    supported = [thr("a", f"m{i}", "higher", v) for i, v in enumerate(_bars(x, targets, "higher"))]
+    v = decide(decision(supported, [thr("a", "m0", "lower", -100.0)]), runs("a", m0=list(x), m1=list(x), m2=list(x)))
     raw = [cond(v, f"supported_if[{i}]").p_hold for i in range(3)]
-    assert raw == pytest.approx(targets, rel=1e-6) and max(raw) <= 0.05
-    # by hand: m = 4 (the refuted_if condition is in the family); ascending (m - rank) * p, running max
-    p4 = cond(v, "refuted_if[0]").p_hold
-    hand = [4 * raw[0], max(4 * raw[0], 3 * raw[1]), max(4 * raw[0], 3 * raw[1], 2 * raw[2])]
-    assert [cond(v, f"supported_if[{i}]").p_hold_adj for i in range(3)] == pytest.approx(hand)
-    assert cond(v, "refuted_if[0]").p_hold_adj == pytest.approx(min(1.0, max(hand[2], p4)))
-    assert [cond(v, f"supported_if[{i}]").outcome for i in range(3)] == ["holds", "holds", "undetermined"]
-    assert v.verdict == "inconclusive"
-    assert "not after Holm" in cond(v, "supported_if[2]").note
+    assert raw == pytest.approx(targets, rel=1e-6)
+    assert [cond(v, f"supported_if[{i}]").p_hold_adj for i in range(3)] == raw
+    assert [cond(v, f"supported_if[{i}]").outcome for i in range(3)] == ["holds"] * 3
+    assert v.verdict == "supported" and v.correction == "iut+holm"
+    # one just above alpha is not carried by the others
+    above = supported[:2] + [thr("a", "m2", "higher", _bars(x, [0.06], "higher")[0])]
+    v = decide(decision(above, [thr("a", "m0", "lower", -100.0)]), runs("a", m0=list(x), m1=list(x), m2=list(x)))
+    assert cond(v, "supported_if[2]").p_hold_adj == pytest.approx(0.06, rel=1e-6)
+    assert cond(v, "supported_if[2]").outcome == "undetermined" and v.verdict == "inconclusive"
     assert any(line.startswith("supported_if[2]") for line in v.settle)
+
+
+def test_holm_across_the_ways_to_refute_drops_the_largest_raw_pass():
+    """The claim is refuted when any refuted_if holds or any supported_if fails: those ways to refute are one
+    Holm family (refuted_if p(hold) and supported_if p(fail)); refuted_if p(fail) is Holm within refuted_if."""
+    x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
+    targets = [0.005, 0.01, 0.04]  # all refute alone at 0.05
+    refuted = [thr("a", f"m{i}", "lower", v) for i, v in enumerate(_bars(x, targets, "lower"))]
+    supported = [thr("a", "m0", "higher", float(x.mean()) - 3.0)]
+    v = decide(decision(supported, refuted), runs("a", m0=list(x), m1=list(x), m2=list(x)))
+    raw = [cond(v, f"refuted_if[{i}]").p_hold for i in range(3)]
+    assert raw == pytest.approx(targets, rel=1e-6) and max(raw) <= 0.05
+    # by hand: m = 4 (the supported_if condition's failing is in the family); ascending (m - rank) * p, running max
+    s = cond(v, "supported_if[0]")
+    hand = [4 * raw[0], max(4 * raw[0], 3 * raw[1]), max(4 * raw[0], 3 * raw[1], 2 * raw[2])]
+    assert [cond(v, f"refuted_if[{i}]").p_hold_adj for i in range(3)] == pytest.approx(hand)
+    assert s.p_fail_adj == pytest.approx(min(1.0, max(hand[2], s.p_fail)))
+    assert s.p_hold_adj == s.p_hold and s.outcome == "holds"
+    # refuted_if failing decides nothing and is shown with Holm across the refuted_if list only (m = 3)
+    assert [cond(v, f"refuted_if[{i}]").p_fail_adj for i in range(3)] == pytest.approx(
+        holm([cond(v, f"refuted_if[{i}]").p_fail for i in range(3)]))
+    assert [cond(v, f"refuted_if[{i}]").outcome for i in range(3)] == ["holds", "holds", "undetermined"]
+    assert v.verdict == "refuted"
+    assert "not after Holm over the 4 ways to refute" in cond(v, "refuted_if[2]").note
+    assert sum("refuted_if[" in r and " holds" in r for r in v.reasons) == 2
 
 
 def test_a_condition_cannot_carry_its_own_alpha():
@@ -292,7 +331,7 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
 
 def test_signature_names_the_settings():
     v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
-    assert v.signature() == "engine=2|alpha=0.05|eval=interval|correction=holm|tests=one-sample t"
+    assert v.signature() == "engine=3|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
 
 
 def test_verdict_module_never_imports_torch():
@@ -312,3 +351,81 @@ def test_a_negative_margin_states_non_inferiority():
     assert v.verdict == "supported"
     far_above = runs("a", nll=[1.2, 1.21, 1.19]) + runs("b", nll=[1.0, 1.001, 0.999])
     assert cond(decide(decision([c]), far_above), "supported_if[0]").outcome == "fails"
+
+
+# ---------------------------------------------------------------------------------- engine 3
+def test_a_log_scale_metric_is_judged_on_its_logs():
+    """A `positive(...)` metric (right-skewed, > 0): a threshold is about the geometric mean, a compare with a
+    relative margin about the ratio of geometric means, each tested on the log values."""
+    from gates.study import positive
+
+    metrics = {"loss": positive("lower", "test")}
+    a, b = [0.5, 0.6, 0.7, 0.4, 0.55], [1.1, 0.9, 1.3, 1.0, 1.2]
+    threshold = thr("a", "loss", "lower", 1.0)
+    ratio = {"kind": "compare", "arm": "a", "metric": "loss", "other": "b", "direction": "lower",
+             "relative_margin": 0.1}
+    v = decide(decision([threshold, ratio], [thr("a", "loss", "higher", 100.0)]), runs("a", loss=a) + runs("b", loss=b),
+               metrics)
+    t, c = cond(v, "supported_if[0]"), cond(v, "supported_if[1]")
+    assert (t.scale, c.scale) == ("log", "log") and t.test == "one-sample t" and c.test == "welch t"
+    assert t.estimand == "geometric mean of a.loss across seeds (on the log scale)"
+    assert c.estimand == "ratio of the geometric means a.loss / b.loss (on the log scale)"
+    assert t.estimate == pytest.approx(math.log(1.0) - np.mean(np.log(a)))
+    assert t.p_hold == pytest.approx(stats.ttest_1samp(np.log(a), 0.0, alternative="less").pvalue, rel=1e-9)
+    # a <= 0.9 b  <=>  log(0.9) + log b - log a >= 0
+    assert c.estimate == pytest.approx(math.log(0.9) + np.mean(np.log(b)) - np.mean(np.log(a)))
+    welch = stats.ttest_ind(np.log(b) + math.log(0.9), np.log(a), equal_var=False, alternative="greater")
+    assert c.p_hold == pytest.approx(welch.pvalue, rel=1e-9)
+    # without the declaration the same values are judged on the linear scale (about the mean)
+    linear = cond(decide(decision([threshold]), runs("a", loss=a)), "supported_if[0]")
+    assert linear.scale == "linear" and linear.estimate == pytest.approx(1.0 - np.mean(a))
+
+
+def test_an_arm_with_no_completed_run_makes_the_verdict_invalid():
+    """Failed runs are never results: an arm the decision reads without a completed run means the experiment
+    did not run as designed, naming the arm, the counts and the first error's last frame."""
+    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
+    broken = runs("b", seeds=[0, 1, 2], status="failed")
+    for r in broken:
+        r["error"] = {"type": "RuntimeError", "message": "boom", "where": "my_study/study.py:12"}
+    v = decide(decision([c]), runs("a", acc=[0.9, 0.91, 0.92]) + broken)
+    assert v.verdict == "invalid"
+    assert v.reasons[0] == ("arm b did not run as designed: 0 of 3 runs completed (3 failed); first error: "
+                            "my_study/study.py:12: RuntimeError: boom")
+    assert [(x["arm"], x["completed"], x["runs"]) for x in v.not_run] == [("b", 0, 3)]
+    assert "--record --reason" in v.settle[0]
+    # one completed run of b is a result again (too few to decide, but not invalid)
+    some = decide(decision([c]), runs("a", acc=[0.9, 0.91, 0.92]) + runs("b", acc=[0.5]) + broken[1:])
+    assert some.verdict == "inconclusive" and some.not_run == []
+
+
+def test_seeds_the_contract_expects_without_a_run_are_lost():
+    d = decision([thr("a", "acc", "higher", 0.9)])
+    rs = runs("a", acc=[0.96, 0.97, 0.98])
+    assert decide(d, rs).verdict == "supported"
+    v = decide(d, rs, seeds=[0, 1, 2, 3])
+    assert [(x["seed"], x["why"]) for x in v.lost if x["arm"] == "a"] == [(3, "no run recorded")]
+    assert v.verdict == "inconclusive" and "cannot hold while runs it reads are lost" in v.conditions[0].note
+
+
+def test_a_bar_beyond_the_ceiling_makes_the_verdict_invalid():
+    from gates.study import proportion
+
+    d = decision([thr("a", "acc", "higher", 0.95)])
+    rs = runs("a", acc=[0.96, 0.97, 0.98])
+    metrics = {"acc": proportion("higher", "test")}
+    ceiling = {"supported_if[0]": {"why": "10% label noise", "value": 0.9}}
+    v = decide(d, rs, metrics, ceilings=ceiling)
+    assert v.verdict == "invalid" and [x["condition"] for x in v.beyond_ceiling] == ["supported_if[0]"]
+    assert "the best possible arm reaches 0.9 (known before the run: 10% label noise)" in v.reasons[0]
+    assert decide(d, rs, metrics, ceilings={"supported_if[0]": {"why": "no noise", "value": 1.0}}).verdict == "supported"
+
+
+def test_linear_skew_notes_name_unbounded_positive_linear_metrics():
+    from gates.study import nonnegative, positive, proportion
+    from gates.verdict import linear_skew_notes
+
+    d = decision([thr("a", "lat", "lower", 3.0), thr("a", "acc", "higher", 0.5), thr("a", "loss", "lower", 1.0)])
+    notes = linear_skew_notes(d, {"lat": nonnegative("lower", "cost"), "acc": proportion("higher", "test"),
+                                  "loss": positive("lower", "test")})
+    assert len(notes) == 1 and notes[0].startswith("note: lat is declared on the linear scale")

@@ -17,7 +17,7 @@ from gates.contract import Decision, load_contract
 from gates.errors import UserError
 from gates.study import Metric, proportion
 from gates.verdict import decide, smallest_p, unreachable
-from tests.conftest import C05, small_c05, write_contract
+from tests.conftest import C05, c05_current, small_c05, write_contract
 from tests.test_verdict import decision, runs, thr
 
 DRAWS = 2000
@@ -31,7 +31,40 @@ def compare(arm, other, direction="higher", **kw):
 def test_agreeing_seeds_get_the_p_their_number_can_give():
     v = decide(decision([thr("a", "acc", "higher", 0.95)]), runs("a", acc=[1.0, 1.0, 1.0]), ACC)
     c = v.conditions[0]
-    assert c.p_hold == 1 / 8 and c.test == "sign-flip (exact)" and v.verdict != "supported"
+    assert c.p_hold == 1 / 8 and c.test == "sign (exact)" and v.verdict != "supported"
+
+
+def test_the_sign_test_counts_seeds_above_the_bar_and_estimates_the_median():
+    """Engine 3: tied or bounded values go to the sign test: p(hold) = P(Binomial(n, 1/2) >= seeds strictly
+    above the bar), the estimate is the median effect (the sign-flip test assumed symmetry)."""
+    from scipy import stats
+
+    x = [1.0, 1.0, 1.0, 1.0, 0.9, 1.0]  # at accuracy's bound, one seed below the bar
+    c = decide(decision([thr("a", "acc", "higher", 0.95)]), runs("a", acc=x), ACC).conditions[0]
+    assert c.test == "sign (exact)" and "repeats a value" in c.test_reason
+    assert c.p_hold == pytest.approx(stats.binom.sf(5 - 1, 6, 0.5)) == pytest.approx(7 / 64)
+    assert c.p_fail == pytest.approx(stats.binom.sf(1 - 1, 6, 0.5))
+    assert c.estimate == pytest.approx(np.median(np.array(x) - 0.95)) and c.estimate == pytest.approx(0.05)
+    assert (c.ci_low, c.ci_high) == (pytest.approx(-0.05), pytest.approx(0.05))  # the per-seed range
+    assert c.estimand == "median of a.acc across seeds" and c.outcome == "undetermined"
+    # a seed exactly at the bar is a tie: it counts for neither side
+    tie = decide(decision([thr("a", "acc", "higher", 0.95)]), runs("a", acc=[1.0, 1.0, 1.0, 0.95]), ACC)
+    assert tie.conditions[0].p_hold == pytest.approx(stats.binom.sf(3 - 1, 4, 0.5))
+
+
+def test_a_paired_test_judges_ties_on_the_differences_not_the_columns():
+    """Raw columns at accuracy's bound, but the paired differences spread without ties: the paired t-test."""
+    from scipy import stats
+
+    a, b = [1.0, 0.9, 0.95, 1.0], [0.5, 0.45, 0.52, 0.41]
+    v = decide(decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b), ACC)
+    c = v.conditions[0]
+    assert c.test == "paired t" and "paired differences" in c.test_reason
+    assert c.p_hold == pytest.approx(stats.ttest_rel(a, b, alternative="greater").pvalue, rel=1e-9)
+    # differences that repeat a value go to the sign test, whatever the columns look like
+    b_tied = [0.5, 0.4, 0.45, 0.5]  # differences 0.5, 0.5, 0.5, 0.5
+    c = decide(decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b_tied), ACC).conditions[0]
+    assert c.test == "sign (exact)" and "paired differences" in c.test_reason and c.p_hold == 1 / 16
 
 
 def test_two_paired_seeds_cannot_support():
@@ -85,13 +118,23 @@ def test_bootstrap_conditions_hold_their_level_at_few_seeds(n):
 
 # ---------------------------------------------------------------------------------- 3-5. the contract
 def c05_with(tmp_path, mutate) -> str:
-    data = yaml.safe_load(C05.read_text())
+    """`gates check`'s errors for the C05 contract as today's design rules want it, changed by `mutate`."""
+    data = c05_current()
     data["id"] = "c05-loophole"
     mutate(data)
     path = write_contract(tmp_path, data)
     with pytest.raises(UserError) as info:  # `gates` prints it as one line per error and exits 2
         check(path, runs_dir=tmp_path / "runs")
     return info.value.render()
+
+
+def test_the_test_contracts_follow_todays_design_rules(tmp_path):
+    """c05_with and small_c05 start from contracts a new claim could register (each test changes one thing)."""
+    for data in (c05_current(), small_c05()):
+        loaded = load_contract(write_contract(tmp_path, data))
+        assert loaded.rule_flags == []
+        loaded.require_current_rules(tmp_path / "runs")  # no evidence here: refused if it broke a rule
+    assert any("blind" in f or "positive control" in f for f in load_contract(C05).rule_flags)  # as recorded
 
 
 def test_a_per_condition_alpha_is_refused(tmp_path):
@@ -133,25 +176,25 @@ def test_decisions_read_only_test_and_cost_metrics(tmp_path):
 
 
 def test_a_relative_margin_on_a_metric_that_can_be_negative_is_refused():
-    from gates.contract import _check_rules, Compare
-    from gates.study import Study
+    from gates.contract import Compare, Contract
+    from gates.design import check_rules
+    from gates.study import Study, StudyConfig
 
     class Signed(Study):
         name = "signed"
+        Config = StudyConfig
         metrics = {"gain": Metric("higher", "test"), "loss": Metric("lower", "test", 0.0)}
 
     def err(loc, msg):
         return UserError(msg, field=".".join(map(str, loc)))
 
-    data = yaml.safe_load(C05.read_text())
+    data = c05_current()
     data["decision"]["supported_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "gain",
                                         "other": "flat_address", "direction": "higher", "relative_margin": 0.1}]
     data["decision"]["refuted_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "loss",
                                       "other": "flat_address", "direction": "higher", "relative_margin": 0.1}]
     data["stop_rules"]["futility"] = []
-    from gates.contract import Contract
-
-    errors = [e for e in _check_rules(Contract.model_validate(data), Signed(), err) if "relative" in e.field]
+    errors = [e for e in check_rules(Contract.model_validate(data), Signed(), {}, err) if "relative" in e.field]
     assert [e.field for e in errors] == ["decision.supported_if.0.relative_margin"]
     assert "non-negative" in errors[0].message
     # with negative values a clearly worse arm "held": -1.1 >= -1 * (1 + 0.1)
@@ -216,19 +259,38 @@ def test_a_condition_that_can_never_hold_is_refused_before_any_run(tmp_path):
     out = c05_with(tmp_path, mutate)
     first = out.splitlines()[0]
     assert "contract.yaml:" in first and "decision.supported_if.0.interval:" in first
-    assert "with 3 seeds and 8 conditions under Holm, supported_if[0] cannot hold at alpha 0.05" in first
-    assert "smallest p its exact randomization test can give is 0.125" in first and "at least 8 seeds" in first
+    # engine 3: a supported_if is tested at alpha itself (intersection-union), a refuted_if at alpha / m (Holm
+    # over the 8 ways to refute); the sign test's smallest p with 3 seeds is 1/8
+    assert ("with 3 seeds, supported_if[0] cannot hold at alpha 0.05 (each supported_if is tested at alpha): the "
+            "smallest p its exact test can give is 0.125, above 0.05; expected at least 8 seeds") in first
+    refuted = next(line for line in out.splitlines() if "decision.refuted_if.0.interval:" in line)
+    assert "in the Holm family of the 8 ways to refute" in refuted and "above 0.00625" in refuted
     d = Decision.model_validate({**yaml.safe_load(C05.read_text())["decision"]})
     assert unreachable(d, 3) == []  # t-tests can reach any p where their assumption holds
+    # with 5 seeds every supported_if could hold (2^-5 <= 0.05), the refuted_if conditions could not (> 0.05 / 8)
+    bootstrap = Decision.model_validate({**d.model_dump(), "supported_if": [
+        {**c.model_dump(), "interval": "bootstrap"} for c in d.supported_if], "refuted_if": [
+        {**c.model_dump(), "interval": "bootstrap"} for c in d.refuted_if]})
+    assert {name for name, _, _ in unreachable(bootstrap, 5)} == {"refuted_if"}
+    assert unreachable(bootstrap, 8) == []
 
 
 def test_check_prints_seeds_for_power_and_the_exact_fallback(tmp_path):
-    data = small_c05(seeds=[0, 1, 2])
+    data = small_c05(seeds=3)
     data["preflight"]["predicted_ablation"]["sd"] = 0.2
     result = CliRunner().invoke(app, ["check", str(write_contract(tmp_path, data)), "--runs-dir", str(tmp_path)])
     assert result.exit_code == 0, result.output
     assert "with sd 0.2 per seed:" in result.output and "80% power" in result.output
-    assert "the exact randomization test replaces the t-test" in result.output and "8 seeds could" in result.output
+    assert ("if the per-seed values of test_acc tie or reach a bound, the exact test replaces the t-test, and with 3 "
+            "seeds it could not hold at alpha 0.05 (smallest p 0.125); 5 seeds could") in result.output
+    # engine 3 also warns where the claim could hold only if every seed agrees: 5 seeds give 2^-5, one seed the
+    # other way 6/32 > 0.05; 8 seeds allow one (9/256)
+    result = CliRunner().invoke(app, ["check", str(write_contract(tmp_path, small_c05(seeds=5))),
+                                      "--runs-dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "could hold only if every seed agrees (p 0.0312; one seed the other way gives 0.188 > alpha 0.05); 8 " \
+           "seeds would allow one seed to disagree" in result.output
+    assert "ready to run" in result.output
 
 
 def test_a_recorded_contract_under_older_rules_loads_and_is_flagged(tmp_path):
@@ -251,9 +313,10 @@ def test_gates_3_and_5_are_compared_with_what_was_measured():
     met = [{"seed": 0, "met": True}, {"seed": 1, "met": True}, {"seed": 2, "met": False}]
     got = predictions(contract, rs, met)
     assert got["predicted_ablation"]["measured_size"] == pytest.approx(0.98)
-    # a 7-sd effect is powered at 3 seeds by the t-test, but at alpha / 8 the exact permutation test (what
-    # decides if the values tie or sit at a bound) needs 1 / C(2n, n) <= 0.00625: n = 5
-    assert got["predicted_ablation"]["came_true"] is True and got["predicted_ablation"]["seeds_for_80pct_power"] == 5
+    # a 7-sd effect is powered at 2 seeds by the t-test; engine 3 tests a supported_if at alpha itself
+    # (intersection-union; engine 2: alpha / 8), where the exact permutation test (what decides if the values
+    # tie or sit at a bound) needs 1 / C(2n, n) <= 0.05: n = 3 (1/20 = 0.05, which holds: p <= alpha)
+    assert got["predicted_ablation"]["came_true"] is True and got["predicted_ablation"]["seeds_for_80pct_power"] == 3
     assert got["falsifiable_point"] == {"met_on": 2, "of": 3, "came_true": False}
     short = runs("subheap_kernel", test_acc=[0.6, 0.61, 0.62]) + runs("flat_address", test_acc=[0.02, 0.0, 0.01])
     assert predictions(contract, short, met)["predicted_ablation"]["came_true"] is False
