@@ -15,6 +15,7 @@ from pathlib import Path
 
 from gates import ledger
 from gates.errors import UserError
+from gates.siblings import RegimeLeft
 from gates.verify import ClaimCheck, verify
 
 # hash status of a claim: its contract file's sha256 against the sha256 its evidence recorded
@@ -61,7 +62,7 @@ class Claim:
     earlier: list[str] = field(default_factory=list)  # a line per earlier attempt ("attempt 1 invalid (...)")
     # claims that stand together (gates.siblings)
     shared_runs: dict[str, list[str]] = field(default_factory=dict)  # other claim -> "arm/seed N" it ran too
-    regime_left: str = ""  # a superseded sibling left this claim's regime
+    regime_left: RegimeLeft | None = None  # a superseded sibling left this claim's regime
     # what the recorded verdict says did not work as designed (from the evidence; the index shows them in brief)
     not_run: list[str] = field(default_factory=list)  # arms without a completed run
     beyond_ceiling: list[str] = field(default_factory=list)  # conditions whose bar the best possible arm cannot reach
@@ -183,7 +184,7 @@ class Claims:
                      list(check.rule_flags), attempts=getattr(check, "attempts", 0) or 0,
                      earlier=list(getattr(check, "earlier", []) or []),
                      shared_runs={k: list(v) for k, v in (getattr(check, "shared_runs", {}) or {}).items()},
-                     regime_left=getattr(check, "regime_left", "") or "", **_design_flags(ev))
+                     regime_left=getattr(check, "regime_left", None), **_design_flags(ev))
 
     def evidence(self, contract_id: str) -> dict | None:
         try:

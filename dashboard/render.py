@@ -6,7 +6,6 @@ pages carry a Content-Security-Policy that allows no script at all.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote
@@ -103,7 +102,7 @@ def verdict_cell(c: Claim, links: Links) -> str:
     if c.supersedes:
         notes.append(f'supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>')
     if c.regime_left:
-        notes.append(f'<span class="regime-left" title="{e(c.regime_left)}">{_regime_left_brief(c.regime_left, links)}</span>')
+        notes.append(f'<span class="regime-left" title="{e(c.regime_left.note)}">{_regime_left_brief(c.regime_left, links)}</span>')
     if c.shared_runs:
         others = ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a> ({len(runs)})'
                            for x, runs in sorted(c.shared_runs.items()))
@@ -142,17 +141,10 @@ def _list_brief(items: list[str], shown: int = 3) -> str:
     return e(", ".join(items[:shown]) + more)
 
 
-_LEFT = re.compile(r"its sibling (\S+) was superseded by (\S+) in another regime")
-
-
-def _regime_left_brief(note: str, links: Links) -> str:
-    """'regime left: sibling X superseded by Y' (links) from gates.siblings' note, else 'regime left'."""
-    m = _LEFT.search(note)
-    if not m:
-        return "regime left"
-    old, new = m.groups()
-    return (f'regime left: sibling <a href="{e(links.contract(old))}">{e(old)}</a> superseded by '
-            f'<a href="{e(links.contract(new))}">{e(new)}</a> in another regime')
+def _regime_left_brief(left, links: Links) -> str:
+    """'regime left: sibling X superseded by Y', linked (gates.siblings.RegimeLeft)."""
+    return (f'regime left: sibling <a href="{e(links.contract(left.sibling))}">{e(left.sibling)}</a> superseded by '
+            f'<a href="{e(links.contract(left.superseded_by))}">{e(left.superseded_by)}</a> in another regime')
 
 
 def history_notes(c: Claim, links: Links) -> str:
@@ -173,7 +165,7 @@ def history_notes(c: Claim, links: Links) -> str:
     if c.supersedes:
         out.append(f'<p class="small">Supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>.</p>')
     if c.regime_left:
-        out.append(f'<p class="note regime-left">Regime left: {e(c.regime_left)}.</p>')
+        out.append(f'<p class="note regime-left">Regime left: {e(c.regime_left.note)}.</p>')
     if c.stale:
         items = "".join(f"<li><code>{e(f)}</code></li>" for f in c.stale_files)
         how = f" ({e(c.stale_note)})" if c.stale_note else ""

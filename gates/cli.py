@@ -435,7 +435,7 @@ def _claim_notes(c, describe_stale, short: bool = False) -> list[str]:
     if c.superseded_by:
         notes.append(f"superseded by {', '.join(c.superseded_by)}")
     if c.regime_left:
-        notes.append(f"regime left: {c.regime_left}")
+        notes.append(f"regime left: {c.regime_left.note}")
     if c.shared_runs:
         from gates.siblings import describe_shared
 
@@ -504,7 +504,7 @@ def status(runs_dir: Path = RUNS_DIR, contracts_dir: Path = CONTRACTS_DIR,
                            "withdrawn": c.withdrawn, "withdrawal": c.withdrawal, "superseded_by": c.superseded_by,
                            "supersedes": c.supersedes, "rule_flags": c.rule_flags, "recorded": c.created_at,
                            "attempts": c.attempts, "earlier_attempts": c.earlier, "shared_runs": c.shared_runs,
-                           "regime_left": c.regime_left,
+                           "regime_left": c.regime_left.as_dict() if c.regime_left else None,
                            "problems": c.problems} for c in checks], indent=2))
         return
     table = Table("contract", "verdict", "recorded", "hash ok", "code", "notes and problems")
@@ -537,7 +537,7 @@ class _Claim:
         self.withdrawn = self.stale = False
         self.stale_note = ""
         self.problems, self.superseded_by, self.stale_files, self.rule_flags = [], [], [], []
-        self.attempts, self.earlier, self.shared_runs, self.regime_left = 0, [], {}, ""
+        self.attempts, self.earlier, self.shared_runs, self.regime_left = 0, [], {}, None
         self.__dict__.update(fields)
 
 

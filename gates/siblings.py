@@ -15,6 +15,7 @@ Everything here reads evidence as plain JSON (no study is imported), so `gates s
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from gates.contract import canonical_json
 
@@ -42,9 +43,29 @@ def describe_regime(regime: dict) -> str:
     return ", ".join(f"{k}={canonical_json(v)[:60]}" for k, v in regime.items())
 
 
-def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, str]:
-    """contract id -> a note for each claim still standing in a regime that a superseded sibling left
-    (claims: objects with contract_id, superseded_by, withdrawn; evidence: id -> its JSON or None)."""
+@dataclass(frozen=True)
+class RegimeLeft:
+    """A claim still standing in a regime its sibling left: which sibling, superseded by which contract,
+    and the regime fields that changed."""
+
+    sibling: str
+    superseded_by: str
+    changes: tuple[str, ...]
+
+    @property
+    def note(self) -> str:
+        return (f"its regime was left when its sibling {self.sibling} was superseded by {self.superseded_by} "
+                f"({', '.join(self.changes)}); supersede or withdraw this claim too, unless the change does not "
+                f"concern it")
+
+    def as_dict(self) -> dict:
+        return {"sibling": self.sibling, "superseded_by": self.superseded_by, "changes": list(self.changes),
+                "note": self.note}
+
+
+def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, RegimeLeft]:
+    """contract id -> the regime left, for each claim still standing in a regime that a superseded sibling
+    left (claims: objects with contract_id, superseded_by, withdrawn; evidence: id -> its JSON or None)."""
     keys = {cid: _regime_key(ev) for cid, ev in evidence.items() if isinstance(ev, dict)}
     left: dict[str, tuple[str, str]] = {}  # regime key -> (superseded id, superseding id)
     for claim in claims:
@@ -52,7 +73,7 @@ def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, st
         for new in claim.superseded_by:
             if old is not None and keys.get(new) is not None and keys[new] != old:
                 left.setdefault(old, (claim.contract_id, new))
-    notes = {}
+    found = {}
     for claim in claims:
         key = keys.get(claim.contract_id)
         if key is None or key not in left or claim.superseded_by or claim.withdrawn:
@@ -60,10 +81,23 @@ def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, st
         old, new = left[key]
         if old == claim.contract_id:
             continue
-        regime = evidence[claim.contract_id].get("regime") or {}
-        notes[claim.contract_id] = (f"its regime ({describe_regime(regime)}) was left when its sibling {old} was "
-                                    f"superseded by {new} in another regime; supersede or withdraw this claim too")
-    return notes
+        regime, moved = evidence[claim.contract_id].get("regime") or {}, evidence[new].get("regime") or {}
+        found[claim.contract_id] = RegimeLeft(old, new, tuple(_changes(regime, moved)))
+    return found
+
+
+def _changes(before: dict, after: dict, prefix: str = "") -> list[str]:
+    """'field old -> new' for each field that differs (nested settings by their dotted path)."""
+    out = []
+    for key in dict.fromkeys(list(before) + list(after)):
+        a, b = before.get(key), after.get(key)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _changes(a, b, f"{prefix}{key}.")
+        else:
+            out.append(f"{prefix}{key} {canonical_json(a)[:40]} -> {canonical_json(b)[:40]}")
+    return out
 
 
 def run_keys(ev: dict) -> dict[str, str]:
@@ -106,4 +140,4 @@ def annotate(claims: list, evidence: dict[str, dict | None]) -> None:
     shared, left = shared_runs(evidence), regimes_left(claims, evidence)
     for claim in claims:
         claim.shared_runs = shared.get(claim.contract_id, {})
-        claim.regime_left = left.get(claim.contract_id, "")
+        claim.regime_left = left.get(claim.contract_id)

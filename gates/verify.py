@@ -49,7 +49,7 @@ class ClaimCheck:
     attempts: int = 0  # attempts at this claim in the claims history (gates.history.attempts)
     earlier: list[str] = field(default_factory=list)  # each earlier attempt in a line ("attempt 1 invalid (...)")
     shared_runs: dict[str, list[str]] = field(default_factory=dict)  # other claim -> runs it ran too (gates.siblings)
-    regime_left: str = ""  # a superseded sibling left this claim's regime (gates.siblings)
+    regime_left: siblings.RegimeLeft | None = None  # a superseded sibling left this claim's regime
 
     def as_dict(self) -> dict:
         return self.__dict__.copy()
@@ -184,7 +184,9 @@ DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost", "controls", "looks") 
 
 def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
     """The runs are exactly the contract's arms x seeds, each once; for a sequential contract, the arms x
-    seeds of the looks taken, up to the look the sequence stops at on these runs (re-derived)."""
+    seeds of the looks taken, up to the look the sequence stops at on these runs (re-derived), or of whole
+    later looks: an engine that decided later than today's (re-derived since) ran them, and the verdict
+    is the first deciding look's all the same."""
     from collections import Counter
 
     arms, seeds = list(loaded.contract.arms), list(loaded.contract.seeds)
@@ -192,6 +194,9 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
         from gates.sequential import stopping_seeds
 
         seeds = stopping_seeds(loaded.contract, ev["runs"], loaded.study.metrics, **verdict.claim_inputs(loaded))
+        taken = {r["seed"] for r in ev["runs"]}
+        later = [n for n in loaded.contract.sequential.looks if n > len(seeds)]
+        seeds = next((list(loaded.contract.seeds)[:n] for n in later if set(loaded.contract.seeds[:n]) == taken), seeds)
     expected = [(a, s) for a in arms for s in seeds]
     counts = Counter((r["arm"], r["seed"]) for r in ev["runs"])
     problems = []

@@ -275,10 +275,10 @@ def test_shared_runs_and_a_left_regime_are_flagged(pages, checks):
     for cid in left:
         cells = row(pages["index"], cid)
         assert "regime left: sibling" in cells and ">c05-not-converged</a> superseded by" in cells
-        assert f'title="{h(checks[cid].regime_left)}"' in cells
+        assert f'title="{h(checks[cid].regime_left.note)}"' in cells
     for cid in set(checks) - left:
         assert "regime left" not in row(pages["index"], cid)
-    assert f"Regime left: {h(checks['c05-baseline-control'].regime_left)}" in pages["c05-baseline-control"]
+    assert f"Regime left: {h(checks['c05-baseline-control'].regime_left.note)}" in pages["c05-baseline-control"]
     assert "superseded by" in row(pages["index"], "c05-not-converged")
 
 

@@ -220,6 +220,10 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
     extra = json.loads(json.dumps(ev))
     extra["runs"].append({**ev["runs"][-1], "seed": 5})
     assert any("beyond the look" in p for p in _check_runs(loaded, extra))
+    # a whole later look is accepted: an older engine that decided later ran it (the verdict is look 1's)
+    whole = json.loads(json.dumps(ev))
+    whole["runs"] += [{**r, "seed": seed} for seed in (5, 6) for r in ev["runs"] if r["seed"] == 4]
+    assert _check_runs(loaded, whole) == []
     missing = json.loads(json.dumps(ev))
     missing["runs"] = [r for r in ev["runs"] if not (r["seed"] == 4 and r["arm"] == "flat_address")]
     assert any("runs lack flat_address/seed 4" in p for p in _check_runs(loaded, missing))
