@@ -101,10 +101,15 @@ def _changes(before: dict, after: dict, prefix: str = "") -> list[str]:
 
 
 def run_keys(ev: dict) -> dict[str, str]:
-    """arm/seed -> what makes the run the experiment it is: study, the arm config that ran, seed, budget."""
+    """arm/seed -> what makes the run the experiment it is: study, the arm config that ran (but `device`,
+    where it ran, which older evidence did not record), seed, budget."""
     settings = ev.get("settings") or {}
     configs, budget = settings.get("arm_configs") or {}, settings.get("budget")
-    return {f"{r['arm']}/seed {r['seed']}": canonical_json([ev.get("study"), configs.get(r["arm"]), r["seed"], budget])
+
+    def config(arm: str) -> dict:
+        return {k: v for k, v in (configs.get(arm) or {}).items() if k != "device"}
+
+    return {f"{r['arm']}/seed {r['seed']}": canonical_json([ev.get("study"), config(r["arm"]), r["seed"], budget])
             for r in ev.get("runs") or [] if isinstance(r, dict) and r.get("arm") in configs}
 
 
