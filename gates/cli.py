@@ -38,8 +38,8 @@ app.add_typer(data_app, name="data")
 RUNS_DIR = typer.Option(Path("runs"), "--runs-dir", help="Where evidence is written and read (committed).")
 CONTRACTS_DIR = typer.Option(Path("contracts"), "--contracts-dir", help="Where contracts are looked up.")
 THREADS = typer.Option(None, "--threads", min=1, help="CPU threads torch computes with (default: torch's own, "
-                       "one per core). Each run records its count; an audit or replay re-runs it on that count, "
-                       "as its sums depend on it.")
+                       "one per core; reproducing a recorded claim: the count its runs recorded). Each run records "
+                       "its count; an audit or replay re-runs it on that count, as its sums depend on it.")
 
 
 def _sigterm_as_interrupt(*_):
@@ -194,15 +194,18 @@ def run(
     (never runs recorded under other code). A contract with `tuning` first searches each tuned arm's config
     (Optuna trials, same budget per arm); the best config per arm then runs over the seeds."""
     from gates.allocator import retain_freed_memory
-    from gates.attempts import plan_recording
+    from gates.attempts import REPRODUCE, plan_recording
     from gates.runner import execute
-    from gates.study import cpu_threads
+    from gates.study import cpu_threads, recorded_threads
     from gates.tracking import resolve_uri
 
     loaded = _load(contract)
     _require_in_contracts(loaded, contracts_dir)
     loaded.require_current_rules(runs_dir)
     recording = plan_recording(loaded, runs_dir, record=record, reason=reason)  # bad flags: exit 2 before any step
+    if threads is None and recording.mode == REPRODUCE:  # the thread count the record's runs were computed on
+        counts = {recorded_threads(r.get("environment")) for r in recording.recorded.get("runs", [])}
+        threads = counts.pop() if len(counts) == 1 else None
     retain_freed_memory()  # this process trains: keep its large buffers between steps
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:
