@@ -98,9 +98,10 @@ class _Rules:
         asserts an arm is good is cleared by an arm at chance."""
         exact = self.c.decision.evaluation == "exact"
         for base, c in self.located:
-            for loc, msg in self.vacuous(c, exact):
+            vacuous = self.vacuous(c, exact)
+            for loc, msg in vacuous:
                 self.add(base + loc, msg)
-            if isinstance(c, Threshold) and self.better(c):
+            if isinstance(c, Threshold) and self.better(c) and not vacuous:  # one line per bar
                 level = self.chance(c.arm, c.metric)
                 passes = level is not None and (level >= c.value if c.direction == "higher" else level <= c.value)
                 if passes:
@@ -251,8 +252,9 @@ class _Rules:
                                             f"ceiling clears")
 
     def comparisons(self) -> None:
-        """Arms a condition compares differ only in the declared factor under test, or in differences
-        declared with why; the fields named exist."""
+        """The arms the decision and the controls read (a claim compares them, through compares, trends or
+        thresholds set side by side) differ only in the declared factor under test, or in differences
+        declared with why; the fields named exist. One line per undeclared field, naming the arms."""
         fields = set(self.study.Config.model_fields)
         for key in list(self.c.factor or []) + list(self.c.differences):
             if key not in fields:
@@ -261,21 +263,19 @@ class _Rules:
         allowed = set(self.c.factor or []) | set(self.c.differences)
         if self.c.tuning is not None:
             allowed |= set(self.c.tuning.space)  # tuned alike, within one pre-registered search
-        seen = set()
-        for base, c in self.located:
-            arms = list(dict.fromkeys(a for a, _ in condition_terms(c)))
-            for a, b in zip(arms, arms[1:]):
-                if (a, b) in seen or a not in self.configs or b not in self.configs:
-                    continue
-                seen.add((a, b))
-                differ = config_differences(self.configs[a], self.configs[b])
-                extra = [k for k in differ if k not in allowed]
-                if extra:
-                    shown = "; ".join(f"{k}: {differ[k][0]!r} vs {differ[k][1]!r}" for k in extra[:4])
-                    self.add(("factor",) if self.c.factor is None else ("differences",),
-                             f"arms {a} and {b} (compared by {'.'.join(map(str, base))}) differ in {', '.join(extra)} "
-                             f"({shown}), which the contract does not declare; expected `factor: [...]` naming the "
-                             f"config fields under test and `differences: {{field: why}}` for any other")
+        arms = [a for a in dict.fromkeys(a for _, c in self.located for a, _ in condition_terms(c)) if a in self.configs]
+        undeclared: dict[str, list[tuple[str, object]]] = {}  # field -> (arm, value) of each arm that differs
+        for arm in arms[1:]:
+            for key, (first, value) in config_differences(self.configs[arms[0]], self.configs[arm]).items():
+                if key not in allowed:
+                    undeclared.setdefault(key, [(arms[0], first)]).append((arm, value))
+        for key, values in undeclared.items():
+            shown = ", ".join(f"{arm} {value!r}" for arm, value in values[:4]) + (" ..." if len(values) > 4 else "")
+            self.add(("factor",) if self.c.factor is None else ("differences",),
+                     f"the arms the decision compares differ in {key!r} ({shown}), which the contract does not "
+                     f"declare; expected `factor: [...]` naming the config fields under test and `differences: "
+                     f"{{{key}: why}}` for any other (a comparator handicapped by a setting nobody declared "
+                     f"cannot pass as evidence)")
 
     def identical_arms(self) -> None:
         """Two arms with the same config are one experiment run twice."""
