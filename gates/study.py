@@ -82,8 +82,13 @@ class Metric:
         return self.low is not None and self.low >= 0
 
     def contains(self, value: float) -> bool:
-        """Whether a value lies in the declared range (a value outside it is not a measurement of this metric)."""
-        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+        """Whether a value lies in the declared range (a value outside it is not a measurement of this metric),
+        up to float rounding at the bound (sacrebleu's BLEU of a perfect match is 100.00000000000004)."""
+        def slack(bound: float) -> float:
+            return 1e-9 * max(1.0, abs(bound))
+
+        return ((self.low is None or value >= self.low - slack(self.low))
+                and (self.high is None or value <= self.high + slack(self.high)))
 
     def at_bound(self, value: float) -> bool:
         return value == self.low or value == self.high

@@ -48,3 +48,23 @@ def test_gates_studies_shows_direction_role_and_range():
             assert f"{metric}: {spec.describe()}" in result.output
     assert "test_acc: higher, test, range [0, 1]" in result.output
     assert "val_loss: lower, validation, range [0, inf]" in result.output
+
+
+def test_a_returned_value_outside_its_range_fails_the_run_but_rounding_at_the_bound_does_not():
+    """A run returning nonsense (accuracy 1.7) has failed; BLEU of a perfect match computed as
+    100.00000000000004 by sacrebleu is a measurement at the bound, not nonsense (the twin-tree toy)."""
+    from gates.runner import StudyInterfaceError, returned_metrics
+    from gates.study import Metric
+
+    class Scores:
+        metrics = {"bleu": Metric("higher", "test", 0.0, 100.0), "acc": Metric("higher", "test", 0.0, 1.0)}
+
+        def reported_metrics(self, config):
+            return frozenset(self.metrics)
+
+    study = Scores()
+    assert returned_metrics("s", study, {"bleu": 100.00000000000004, "acc": 1.0}, config=object())["bleu"] > 100
+    with pytest.raises(StudyInterfaceError, match=r"returned acc = 1.7, outside its declared range"):
+        returned_metrics("s", study, {"bleu": 50.0, "acc": 1.7}, config=object())
+    with pytest.raises(StudyInterfaceError, match=r"did not return acc, which the study says this arm reports"):
+        returned_metrics("s", study, {"bleu": 50.0}, config=object())
