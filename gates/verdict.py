@@ -378,9 +378,11 @@ def _interval(effect: _Effect, raw: list[np.ndarray], paired: bool, alpha: float
         se = math.sqrt(sum(parts))
         df = sum(parts) ** 2 / sum(p ** 2 / (len(col) - 1) for p, col in zip(parts, columns))  # Welch
     t_obs = theta / se
-    half = float(stats.t.ppf(1 - alpha, df)) * se
+    # Student t through scipy.special (stdtr, stdtrit): what stats.t.cdf / sf / ppf compute, without their
+    # argument checking, which was half of a verdict's time (simulations judge hundreds of thousands)
+    half = float(special.stdtrit(df, 1 - alpha)) * se
     test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
-    return _Stat(theta, theta - half, theta + half, float(stats.t.sf(t_obs, df)), float(stats.t.cdf(t_obs, df)),
+    return _Stat(theta, theta - half, theta + half, float(special.stdtr(df, -t_obs)), float(special.stdtr(df, t_obs)),
                  test=test, test_reason=PAIRED_T_REASON if paired else T_TEST_REASON, ci_level=1 - 2 * alpha,
                  plan=_plan(effect, columns, d, one_sample))
 
