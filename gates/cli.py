@@ -199,8 +199,11 @@ def run(
     from gates.study import cpu_threads, recorded_threads
     from gates.tracking import resolve_uri
 
+    from gates.runner import check_existing_evidence
+
     loaded = _load(contract)
     _require_in_contracts(loaded, contracts_dir)
+    check_existing_evidence(loaded, runs_dir)  # edited after its evidence: said as such, before any rule
     loaded.require_current_rules(runs_dir)
     recording = plan_recording(loaded, runs_dir, record=record, reason=reason)  # bad flags: exit 2 before any step
     if threads is None and recording.mode == REPRODUCE:  # the thread count the record's runs were computed on

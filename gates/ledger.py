@@ -183,6 +183,13 @@ class ConvergenceShape(_Shape):
     rel_improvement: Number = None
 
 
+class RunErrorShape(_Shape):
+    """What a failed run raised or returned: its type, message and where (the innermost frame, file:line)."""
+    type: str
+    message: str = ""
+    where: Optional[str] = None
+
+
 class RunShape(_Shape):
     arm: str
     seed: int
@@ -196,6 +203,7 @@ class RunShape(_Shape):
     converged: Optional[bool] = None  # only on completed runs of a contract with a convergence rule
     convergence: Optional[ConvergenceShape] = None
     environment: Optional[dict[str, str]] = None  # device, torch, cuda, gpu, threads (studies with a device)
+    error: Optional[RunErrorShape] = None  # a failed run's error
 
 
 class ConditionShape(_Shape):
@@ -315,6 +323,51 @@ class PredictionsShape(_Shape):
     falsifiable_point: Optional[PredictedPointShape] = None
 
 
+class EarlierAttemptShape(_Shape):
+    number: int
+    verdict: Optional[str] = None
+    recorded: Optional[str] = None
+    reason: str = ""
+    withdrawn: Optional[str] = None
+    why: list[str] = []
+
+
+class AttemptShape(_Shape):
+    """Which attempt at the claim this evidence is, why it was recorded, and the attempts before it."""
+    number: int
+    reason: str = ""
+    earlier: list[EarlierAttemptShape] = []
+
+
+class DesignShape(_Shape):
+    factor: list[str] = []
+    differences: dict[str, str] = {}
+    blind: dict[str, str] = {}
+    no_convergence: Optional[str] = None
+
+
+class NotRunShape(_Shape):
+    arm: str
+    runs: int
+    completed: int
+    statuses: dict[str, int] = {}
+    first_error: Optional[str] = None
+    text: str
+    settle: str = ""
+
+
+class BeyondCeilingShape(_Shape):
+    condition: str
+    description: str = ""
+    ceiling: float
+    min: float
+    max: float
+    source: str = ""
+    why: str = ""
+    text: str
+    settle: str = ""
+
+
 class Evidence(_Shape):
     """runs/<id>/evidence.json, as far as its readers rely on it."""
 
@@ -347,6 +400,14 @@ class Evidence(_Shape):
     predictions: Optional[PredictionsShape] = None
     rule_flags: list[str] = []
     supersedes: Optional[str] = None
+    attempt: Optional[AttemptShape] = None  # absent in evidence from before attempts were recorded
+    design: Optional[DesignShape] = None
+    regime: Optional[dict] = None
+    study_package: Optional[str] = None
+    not_run: list[NotRunShape] = []
+    beyond_ceiling: list[BeyondCeilingShape] = []
+    tuning_edges: dict[str, str] = {}
+    shared_runs: dict[str, list[str]] = {}
 
 
 REQUIRED = tuple(name for name, f in Evidence.model_fields.items() if f.is_required())
