@@ -267,7 +267,7 @@ class _Rules:
         undeclared: dict[str, list[tuple[str, object]]] = {}  # field -> (arm, value) of each arm that differs
         for arm in arms[1:]:
             for key, (first, value) in config_differences(self.configs[arms[0]], self.configs[arm]).items():
-                if key not in allowed:
+                if key not in allowed and key != "device":  # where an arm runs, not what it is
                     undeclared.setdefault(key, [(arms[0], first)]).append((arm, value))
         for key, values in undeclared.items():
             shown = ", ".join(f"{arm} {value!r}" for arm, value in values[:4]) + (" ..." if len(values) > 4 else "")
