@@ -34,37 +34,67 @@ def launcher(module: bool = False) -> list[str]:
 
 def timed(argv: list[str], cwd: Path) -> float:
     started = time.perf_counter()
-    done = subprocess.run(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    done = subprocess.run(
+        argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+    )
     elapsed = time.perf_counter() - started
     if done.returncode != 0:
-        raise SystemExit(f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
+        raise SystemExit(
+            f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}"
+        )
     return elapsed
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per command (median reported)")
-    parser.add_argument("--json", type=Path, default=None, metavar="PATH", help="also write the results here")
-    parser.add_argument("--cwd", type=Path, default=ROOT, help="project folder to run in (default: this repository)")
-    parser.add_argument("--module", action="store_true", help="run `python -m gates` (the gates package found "
-                        "from --cwd first, e.g. another checkout) instead of the installed console script")
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="timed runs per command (median reported)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, metavar="PATH", help="also write the results here"
+    )
+    parser.add_argument(
+        "--cwd", type=Path, default=ROOT, help="project folder to run in (default: this repository)"
+    )
+    parser.add_argument(
+        "--module",
+        action="store_true",
+        help="run `python -m gates` (the gates package found "
+        "from --cwd first, e.g. another checkout) instead of the installed console script",
+    )
     args = parser.parse_args(argv)
     base = launcher(args.module)
     claims = len(list((args.cwd / "runs").glob("*/evidence.json")))
-    results = {"launcher": " ".join(base), "cwd": str(args.cwd), "claims": claims, "repeats": args.repeats,
-               "python": platform.python_version(), "cpus": os.cpu_count(), "target_s": TARGET_S, "commands": {}}
-    print(f"{' '.join(base)} in {args.cwd} ({claims} claims with evidence), median of {args.repeats} fresh processes")
+    results = {
+        "launcher": " ".join(base),
+        "cwd": str(args.cwd),
+        "claims": claims,
+        "repeats": args.repeats,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "target_s": TARGET_S,
+        "commands": {},
+    }
+    print(
+        f"{' '.join(base)} in {args.cwd} ({claims} claims with evidence), median of {args.repeats} fresh processes"
+    )
     for command in COMMANDS:
         argv_ = base + list(command)
         timed(argv_, args.cwd)  # warm-up: file cache, bytecode
         times = [timed(argv_, args.cwd) for _ in range(args.repeats)]
         median = statistics.median(times)
         name = "gates " + " ".join(command)
-        results["commands"][name] = {"median_s": round(median, 3), "min_s": round(min(times), 3),
-                                     "max_s": round(max(times), 3), "times_s": [round(t, 3) for t in times]}
+        results["commands"][name] = {
+            "median_s": round(median, 3),
+            "min_s": round(min(times), 3),
+            "max_s": round(max(times), 3),
+            "times_s": [round(t, 3) for t in times],
+        }
         verdict = "ok" if median < TARGET_S else "ABOVE TARGET"
-        print(f"  {name:<16} median {median:.3f} s  (min {min(times):.3f}, max {max(times):.3f})  "
-              f"target < {TARGET_S:g} s: {verdict}")
+        print(
+            f"  {name:<16} median {median:.3f} s  (min {min(times):.3f}, max {max(times):.3f})  "
+            f"target < {TARGET_S:g} s: {verdict}"
+        )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(results, indent=2) + "\n")

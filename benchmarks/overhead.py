@@ -23,11 +23,21 @@ from gates.study import Budget, NullReporter
 from gates.tracking import MLflowMetricSink, Tracker
 from models.c05_probe import C05ProbeStudy
 
-RULES = StopRules.model_validate({
-    "futility": [{"metric": "train_acc", "at_step": 150, "worse_than": 0.5, "window": 50, "min_rel_improvement": 0.01}],
-    "divergence": {"metrics": ["train_loss"]},
-    "budget": {"max_seconds": 3600},
-})
+RULES = StopRules.model_validate(
+    {
+        "futility": [
+            {
+                "metric": "train_acc",
+                "at_step": 150,
+                "worse_than": 0.5,
+                "window": 50,
+                "min_rel_improvement": 0.01,
+            }
+        ],
+        "divergence": {"metrics": ["train_loss"]},
+        "budget": {"max_seconds": 3600},
+    }
+)
 
 
 def bare(study, config, budget) -> float:
@@ -40,14 +50,18 @@ def platform(study, config, budget, tracker: Tracker, experiment_id: str) -> flo
     started = time.perf_counter()
     run_id = tracker.client.create_run(experiment_id).info.run_id
     sink = MLflowMetricSink(tracker.client, run_id)
-    reporter = PlatformReporter(budget, StopRuleEngine(RULES, "subheap_kernel", study.metrics), sink)
+    reporter = PlatformReporter(
+        budget, StopRuleEngine(RULES, "subheap_kernel", study.metrics), sink
+    )
     study.run(config, 0, reporter)
     sink.flush()
     tracker.client.set_terminated(run_id)
     return time.perf_counter() - started
 
 
-def log_points(tracker: Tracker, experiment_id: str, points: int = 10_000, per_report: int = 10) -> float:
+def log_points(
+    tracker: Tracker, experiment_id: str, points: int = 10_000, per_report: int = 10
+) -> float:
     run_id = tracker.client.create_run(experiment_id).info.run_id
     sink = MLflowMetricSink(tracker.client, run_id)
     reporter = PlatformReporter(Budget(points, 1), StopRuleEngine(StopRules(), "a", {}), sink)
@@ -56,7 +70,9 @@ def log_points(tracker: Tracker, experiment_id: str, points: int = 10_000, per_r
         reporter.report(step, {f"metric_{i}": step * 0.001 + i for i in range(per_report)})
     sink.flush()
     elapsed = time.perf_counter() - started
-    logged = sum(len(tracker.client.get_metric_history(run_id, f"metric_{i}")) for i in range(per_report))
+    logged = sum(
+        len(tracker.client.get_metric_history(run_id, f"metric_{i}")) for i in range(per_report)
+    )
     assert logged == points, f"logged {logged} of {points} points"
     return elapsed
 
@@ -84,10 +100,14 @@ def main() -> None:
     b, p = statistics.median(bare_times), statistics.median(platform_times)
     print(f"C05 subheap_kernel, {args.steps} steps, eval every 10, median of {args.repeats}")
     print(f"  bare      {b:8.3f} s")
-    print(f"  platform  {p:8.3f} s  (reporter + stop rules + MLflow SQLite, run create/close included)")
+    print(
+        f"  platform  {p:8.3f} s  (reporter + stop rules + MLflow SQLite, run create/close included)"
+    )
     print(f"  ratio     {p / b:8.3f}   target <= 1.05  {'OK' if p / b <= 1.05 else 'MISSED'}")
-    print(f"log 10,000 metric points through the reporter into SQLite: {log_seconds:.3f} s   "
-          f"target < 5 s  {'OK' if log_seconds < 5 else 'MISSED'}")
+    print(
+        f"log 10,000 metric points through the reporter into SQLite: {log_seconds:.3f} s   "
+        f"target < 5 s  {'OK' if log_seconds < 5 else 'MISSED'}"
+    )
 
 
 if __name__ == "__main__":

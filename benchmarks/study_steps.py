@@ -37,7 +37,7 @@ trained into the cache first when it is not there (a minute or two, once).
 from __future__ import annotations
 
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -63,21 +63,53 @@ def _contract_teacher():
     from models.teacher import TeacherConfig, load_or_train
 
     config = TeacherConfig(steps=400)  # `teacher: {steps: 400}` in every relation-closure contract
-    return config, load_or_train(config, log=lambda line: print(line, file=sys.stderr))  # the CPU teacher
+    return config, load_or_train(
+        config, log=lambda line: print(line, file=sys.stderr)
+    )  # the CPU teacher
 
 
 # ------------------------------------------------------------------------------------ relation closure
 RELATION_CLOSURE_VARIANTS = {
-    "proto4": dict(leaf_set="context", leaves=64, trees=32, parent="prototypes", prototypes=4, topology="learned"),
-    "proto8": dict(leaf_set="context", leaves=64, trees=32, parent="prototypes", prototypes=8, topology="learned"),
-    "mlp": dict(leaf_set="context", leaves=64, trees=32, parent="mlp", mlp_match_prototypes=8, topology="learned"),
-    "bank": dict(leaf_set="bank", leaves=65536, trees=1, fit_queries=1024, eval_queries=512, parent="prototypes",
-                 prototypes=4, topology="learned"),
+    "proto4": dict(
+        leaf_set="context",
+        leaves=64,
+        trees=32,
+        parent="prototypes",
+        prototypes=4,
+        topology="learned",
+    ),
+    "proto8": dict(
+        leaf_set="context",
+        leaves=64,
+        trees=32,
+        parent="prototypes",
+        prototypes=8,
+        topology="learned",
+    ),
+    "mlp": dict(
+        leaf_set="context",
+        leaves=64,
+        trees=32,
+        parent="mlp",
+        mlp_match_prototypes=8,
+        topology="learned",
+    ),
+    "bank": dict(
+        leaf_set="bank",
+        leaves=65536,
+        trees=1,
+        fit_queries=1024,
+        eval_queries=512,
+        parent="prototypes",
+        prototypes=4,
+        topology="learned",
+    ),
 }
 
 
-def build_relation_closure_step(threads: int | None = None, device: str = "cpu",
-                                variant: str = "proto4") -> tuple[Step, int, str]:
+def build_relation_closure_step(
+    threads: int | None = None, device: str = "cpu", variant: str = "proto4"
+) -> tuple[Step, int, str]:
     """One Adam step of the parent fit: (step, batch x trees, "query-trees")."""
     from models import relation_tree as rt
     from models.common import seed_everything
@@ -85,8 +117,9 @@ def build_relation_closure_step(threads: int | None = None, device: str = "cpu",
 
     _threads(threads)
     teacher_config, teacher = _contract_teacher()
-    config = _with_device(RelationClosureConfig, device, teacher=teacher_config,
-                          **RELATION_CLOSURE_VARIANTS[variant])
+    config = _with_device(
+        RelationClosureConfig, device, teacher=teacher_config, **RELATION_CLOSURE_VARIANTS[variant]
+    )
     seed_everything(0)
     generator = torch.Generator().manual_seed(0)
     keys, fit_queries = draw_data(teacher, config, generator)[:2]  # a 3-tuple before Drawn
@@ -124,8 +157,11 @@ def build_teacher_step(threads: int | None = None, device: str = "cpu") -> tuple
     model = TeacherLM(config, teacher.tokenizer.get_piece_size()).to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                   {"params": no_decay, "weight_decay": 0.0}], lr=config.lr, betas=(0.9, 0.99))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=(0.9, 0.99),
+    )
     generator = torch.Generator().manual_seed(config.seed)
     long_rows = max(1, config.batch * config.seq_len // config.max_positions)
     count = [0]
@@ -158,7 +194,9 @@ def _bif_fam_arm(arm: str) -> dict:
     return dict(yaml.safe_load(contract.read_text())["arms"][arm])
 
 
-def build_bif_lm_step(threads: int | None = None, device: str = "cpu", arm: str = "bif") -> tuple[Step, int, str]:
+def build_bif_lm_step(
+    threads: int | None = None, device: str = "cpu", arm: str = "bif"
+) -> tuple[Step, int, str]:
     """One AdamW step of a bif-fam arm: (step, batch_size x seq_len, "tokens")."""
     import numpy as np
 
@@ -173,8 +211,9 @@ def build_bif_lm_step(threads: int | None = None, device: str = "cpu", arm: str 
     if hasattr(bl, "optimizer_for"):  # after #12: the optimizer the study trains with (fused AdamW)
         optimizer = bl.optimizer_for(model, config)
     else:
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                                      weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay
+        )
     generator = torch.Generator().manual_seed(0)
     model.train()
 
@@ -191,10 +230,13 @@ def build_bif_lm_step(threads: int | None = None, device: str = "cpu", arm: str 
 
 
 # ------------------------------------------------------------------------------------ for training_throughput.py
-def _counted(build: Callable[..., tuple[Step, int, str]], **options) -> Callable[[str], tuple[Step, list, str]]:
+def _counted(
+    build: Callable[..., tuple[Step, int, str]], **options
+) -> Callable[[str], tuple[Step, list, str]]:
     def builder(device: str):
         step, units, unit = build(None, device, **options)
         return step, [units], unit
+
     return builder
 
 
@@ -222,7 +264,7 @@ def main() -> int:
     import models
 
     print(f"models from {models.__file__}", file=sys.stderr)
-    for name in (args.only.split(",") if args.only else STEPS):
+    for name in args.only.split(",") if args.only else STEPS:
         step, counted, unit = STEPS[name](args.device)
         step()
         started = time.perf_counter()

@@ -44,7 +44,9 @@ def build_translator_step(arm: str, device: str = "cpu"):
     from models.common import seed_everything
     from models.translation_data import collate
 
-    packed_api = hasattr(tt, "Decoded")  # the code after #12; before it, forward returned (logits, masses)
+    packed_api = hasattr(
+        tt, "Decoded"
+    )  # the code after #12; before it, forward returned (logits, masses)
     fields = {"device": device} if packed_api else {}
     config = tt.TranslatorConfig(arm=arm, **fields)
     data = tt.load_data(config)
@@ -73,8 +75,10 @@ def build_translator_step(arm: str, device: str = "cpu"):
 
 def builders() -> dict:
     """name -> builder(device) -> (step, [units of the last step], unit)."""
-    found = {f"translator_{arm}": (lambda device, arm=arm: build_translator_step(arm, device))
-             for arm in ("lifting", "flat_seq")}
+    found = {
+        f"translator_{arm}": (lambda device, arm=arm: build_translator_step(arm, device))
+        for arm in ("lifting", "flat_seq")
+    }
     try:
         import study_steps  # the other studies' builders (benchmarks/study_steps.py)
     except ImportError:
@@ -91,6 +95,7 @@ def worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dic
     torch.set_num_threads(threads)
     try:  # as `gates run` does; the baseline's code predates it and runs without
         from gates.allocator import retain_freed_memory
+
         retain_freed_memory()
     except ImportError:
         pass
@@ -114,21 +119,41 @@ def measure(name: str, code: Path | None, args, device: str) -> dict:
     """One fresh process; `code` None = this checkout, else a folder holding another version's packages."""
     env = dict(os.environ)
     if code is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    command = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--device", device,
-               "--threads", str(args.threads), "--warmup", str(args.warmup), "--steps", str(args.steps)]
+        env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        name,
+        "--device",
+        device,
+        "--threads",
+        str(args.threads),
+        "--warmup",
+        str(args.warmup),
+        "--steps",
+        str(args.steps),
+    ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
-        raise RuntimeError(f"{name} ({'baseline' if code else 'current'}) failed:\n{done.stderr[-2000:]}")
+        raise RuntimeError(
+            f"{name} ({'baseline' if code else 'current'}) failed:\n{done.stderr[-2000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def baseline_code(ref: str, into: Path) -> Path | None:
     """`git archive REF gates models` unpacked into `into`; None (with a note) where git or REF is missing."""
-    archive = subprocess.run(["git", "archive", ref, "gates", "models"], cwd=ROOT, capture_output=True)
+    archive = subprocess.run(
+        ["git", "archive", ref, "gates", "models"], cwd=ROOT, capture_output=True
+    )
     if archive.returncode != 0:
-        print(f"note: no baseline ({archive.stderr.decode().strip()[:200]}); measuring the current code only",
-              file=sys.stderr)
+        print(
+            f"note: no baseline ({archive.stderr.decode().strip()[:200]}); measuring the current code only",
+            file=sys.stderr,
+        )
         return None
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
@@ -137,12 +162,18 @@ def baseline_code(ref: str, into: Path) -> Path | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--studies", help="comma-separated names (default: all)")
-    parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="git ref of the code to compare with")
+    parser.add_argument(
+        "--baseline", default=DEFAULT_BASELINE, help="git ref of the code to compare with"
+    )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="for the current code")
+    parser.add_argument(
+        "--device", default="cpu", choices=["cpu", "cuda"], help="for the current code"
+    )
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--repeats", type=int, default=2, help="alternations of baseline and current")
+    parser.add_argument(
+        "--repeats", type=int, default=2, help="alternations of baseline and current"
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -168,20 +199,38 @@ def main(argv: list[str] | None = None) -> int:
                     baseline.append(measure(name, base, args, "cpu"))
                 current.append(measure(name, None, args, args.device))
             best = max(current, key=lambda r: r["per_s"])
-            row = {"unit": best["unit"], "current_per_s": round(best["per_s"], 1),
-                   "current_ms_per_step": round(best["ms_per_step"], 1)}
+            row = {
+                "unit": best["unit"],
+                "current_per_s": round(best["per_s"], 1),
+                "current_ms_per_step": round(best["ms_per_step"], 1),
+            }
             if baseline:
                 old = max(baseline, key=lambda r: r["per_s"])
-                row.update(baseline_per_s=round(old["per_s"], 1), baseline_ms_per_step=round(old["ms_per_step"], 1),
-                           ratio=round(best["per_s"] / old["per_s"], 2))
+                row.update(
+                    baseline_per_s=round(old["per_s"], 1),
+                    baseline_ms_per_step=round(old["ms_per_step"], 1),
+                    ratio=round(best["per_s"] / old["per_s"], 2),
+                )
             results[name] = row
-            print(f"{name:28s} {row.get('baseline_per_s', float('nan')):10.1f} -> {row['current_per_s']:10.1f} "
-                  f"{row['unit']}/s   x{row.get('ratio', float('nan')):.2f}   "
-                  f"({row.get('baseline_ms_per_step', float('nan')):.0f} -> {row['current_ms_per_step']:.0f} ms/step)",
-                  flush=True)
+            print(
+                f"{name:28s} {row.get('baseline_per_s', float('nan')):10.1f} -> {row['current_per_s']:10.1f} "
+                f"{row['unit']}/s   x{row.get('ratio', float('nan')):.2f}   "
+                f"({row.get('baseline_ms_per_step', float('nan')):.0f} -> {row['current_ms_per_step']:.0f} ms/step)",
+                flush=True,
+            )
     if args.json:
-        args.json.write_text(json.dumps({"baseline": args.baseline, "threads": args.threads, "device": args.device,
-                                         "studies": results}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(
+                {
+                    "baseline": args.baseline,
+                    "threads": args.threads,
+                    "device": args.device,
+                    "studies": results,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

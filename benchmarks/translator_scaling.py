@@ -111,7 +111,9 @@ class DenseModel(nn.Module):
         keys = self.attn_key(states)
         out = []
         for t in range(queries.shape[1]):
-            scores = torch.einsum("bnm,bm->bn", keys, self.attn_query(queries[:, t])) / math.sqrt(self.m)
+            scores = torch.einsum("bnm,bm->bn", keys, self.attn_query(queries[:, t])) / math.sqrt(
+                self.m
+            )
             out.append(torch.einsum("bn,bnd->bd", torch.softmax(scores, -1), states))
         return torch.stack(out, 1)
 
@@ -121,7 +123,7 @@ class DenseModel(nn.Module):
 
 def depth_of(n: int) -> int:
     depth = int(round(math.log2(n))) if n > 1 else 0
-    if n < 2 or 2 ** depth != n:
+    if n < 2 or 2**depth != n:
         raise ValueError(f"--sizes: {n} is not a power of two >= 2")
     return depth
 
@@ -160,8 +162,9 @@ def timed_ms(fn, device: torch.device) -> tuple[float, float]:
     return 1000 * (time.perf_counter() - wall), 1000 * (time.process_time() - cpu)
 
 
-def interleaved_ms(fns: dict, repeats: int, device: torch.device,
-                   warmup: int = WARMUP) -> tuple[dict[str, float], dict[str, float]]:
+def interleaved_ms(
+    fns: dict, repeats: int, device: torch.device, warmup: int = WARMUP
+) -> tuple[dict[str, float], dict[str, float]]:
     """Median wall ms and median process CPU ms of each function, timed in turn (warm-up first) so
     machine-load drift hits all alike. On a busy machine the CPU time is the steadier of the two: a
     one-thread process that waits for a core is not charged for the wait."""
@@ -174,8 +177,10 @@ def interleaved_ms(fns: dict, repeats: int, device: torch.device,
             wall, cpu = timed_ms(fn, device)
             walls[name].append(wall)
             cpus[name].append(cpu)
-    return ({name: statistics.median(v) for name, v in walls.items()},
-            {name: statistics.median(v) for name, v in cpus.items()})
+    return (
+        {name: statistics.median(v) for name, v in walls.items()},
+        {name: statistics.median(v) for name, v in cpus.items()},
+    )
 
 
 def release_free_memory() -> None:
@@ -196,7 +201,7 @@ def peak_mb(fn, device: torch.device) -> float:
         before = torch.cuda.memory_allocated(device)
         fn()
         sync(device)
-        return (torch.cuda.max_memory_allocated(device) - before) / 2 ** 20
+        return (torch.cuda.max_memory_allocated(device) - before) / 2**20
     release_free_memory()
     return peak_rss_growth_mb(fn)
 
@@ -221,7 +226,7 @@ def saved_mb(model: nn.Module, inputs) -> float:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         out = model(*inputs)
     del out
-    return sum(storages.values()) / 2 ** 20
+    return sum(storages.values()) / 2**20
 
 
 def stage_fns(models: dict, inputs) -> dict[str, callable]:
@@ -242,6 +247,7 @@ def stage_fns(models: dict, inputs) -> dict[str, callable]:
         def fn():
             model.zero_grad(set_to_none=True)
             loss_fn().backward()
+
         return fn
 
     return {
@@ -256,7 +262,9 @@ def stage_fns(models: dict, inputs) -> dict[str, callable]:
 def measure(n: int, args, device: torch.device) -> dict:
     models = make_models(n, device, args.seed)
     inputs = make_inputs(n, args.batch, args.queries, device, args.seed)
-    passes = {name: (lambda model=model: train_pass(model, inputs)) for name, model in models.items()}
+    passes = {
+        name: (lambda model=model: train_pass(model, inputs)) for name, model in models.items()
+    }
     result = {"n": n}
     result["ms"], result["cpu_ms"] = interleaved_ms(passes, args.repeats, device)
     if device.type != "cpu":  # host CPU time says little about GPU work
@@ -267,7 +275,9 @@ def measure(n: int, args, device: torch.device) -> dict:
     if args.stages:
         stages = stage_fns(models, inputs)
         wall, cpu = interleaved_ms(stages, args.repeats, device, warmup=1)
-        result["stage_ms"] = cpu if device.type == "cpu" else wall  # CPU time on CPU: steadier under load
+        result["stage_ms"] = (
+            cpu if device.type == "cpu" else wall
+        )  # CPU time on CPU: steadier under load
         result["stage_gflop"] = {name: gflop(fn) for name, fn in stages.items()}
     return result
 
@@ -286,7 +296,7 @@ def fit_exponent(ns: list[int], values: list[float]) -> float:
 
 def largest_half(ns: list[int]) -> list[int]:
     ordered = sorted(ns)
-    return ordered[len(ordered) // 2:] if len(ordered) >= 4 else ordered
+    return ordered[len(ordered) // 2 :] if len(ordered) >= 4 else ordered
 
 
 def exponents(results: list[dict], metric: str, name: str) -> tuple[float, float]:
@@ -325,37 +335,55 @@ def conclusion(results: list[dict], references: dict) -> list[str]:
     words = f"{speed:.2f}x faster" if speed >= 1 else f"{1 / speed:.2f}x slower"
     memory = ratio(last["mb"]["tree"], last["mb"]["dense"])
     faster = [r["n"] for r in results if r["ms"]["tree"] < r["ms"]["dense"]]
-    crossover = (f"the tree is faster from N = {faster[0]:,}" if faster and all(
-        r["ms"]["tree"] < r["ms"]["dense"] for r in results if r["n"] >= faster[0])
-        else f"the tree is faster at N = {', '.join(f'{x:,}' for x in faster)}" if faster
-        else "the tree is slower at every N measured")
-    lines.append(f"At N = {n:,} the TreeHeap pass is {words} than dense ({last['ms']['tree']:.1f} vs "
-                 f"{last['ms']['dense']:.1f} ms) and peaks at {fmt(memory, '.2f')}x its memory "
-                 f"({fmt(last['mb']['tree'], '.1f')} vs {fmt(last['mb']['dense'], '.1f')} MB); {crossover}.")
+    crossover = (
+        f"the tree is faster from N = {faster[0]:,}"
+        if faster
+        and all(r["ms"]["tree"] < r["ms"]["dense"] for r in results if r["n"] >= faster[0])
+        else f"the tree is faster at N = {', '.join(f'{x:,}' for x in faster)}"
+        if faster
+        else "the tree is slower at every N measured"
+    )
+    lines.append(
+        f"At N = {n:,} the TreeHeap pass is {words} than dense ({last['ms']['tree']:.1f} vs "
+        f"{last['ms']['dense']:.1f} ms) and peaks at {fmt(memory, '.2f')}x its memory "
+        f"({fmt(last['mb']['tree'], '.1f')} vs {fmt(last['mb']['dense'], '.1f')} MB); {crossover}."
+    )
     top = references["top"]
     for metric, label in (("ms", "time"), ("mb", "memory")):
         tree, dense = exponents(results, metric, "tree")[1], exponents(results, metric, "dense")[1]
         tree_words = growth_words(tree, top, "N log N")
         dense_words = growth_words(dense, 2.0, "N^2") + (
-            f", nearer {'N^2' if abs(dense - 2.0) < abs(dense - top) else 'N log N'}" if math.isfinite(dense) else "")
+            f", nearer {'N^2' if abs(dense - 2.0) < abs(dense - top) else 'N log N'}"
+            if math.isfinite(dense)
+            else ""
+        )
         # borne out: the tree grows no faster than N log N (within the tolerance) and dense is nearer N^2 than N log N
         holds = tree <= top + TOLERANCE and abs(dense - 2.0) < abs(dense - top)
-        lines.append(f"Growth of {label} over the largest half of sizes: tree N^{fmt(tree, '.2f')} ({tree_words}, "
-                     f"N log N = N^{top:.2f} here), dense N^{fmt(dense, '.2f')} ({dense_words}); tree minus dense "
-                     f"{fmt(tree - dense, '+.2f')}: the claim O(N log N) vs O(N^2) is "
-                     f"{'borne out' if holds else 'NOT borne out'} by the measured {label} "
-                     f"(tolerance {TOLERANCE} on the tree's exponent).")
+        lines.append(
+            f"Growth of {label} over the largest half of sizes: tree N^{fmt(tree, '.2f')} ({tree_words}, "
+            f"N log N = N^{top:.2f} here), dense N^{fmt(dense, '.2f')} ({dense_words}); tree minus dense "
+            f"{fmt(tree - dense, '+.2f')}: the claim O(N log N) vs O(N^2) is "
+            f"{'borne out' if holds else 'NOT borne out'} by the measured {label} "
+            f"(tolerance {TOLERANCE} on the tree's exponent)."
+        )
     if "cpu_ms" in last:
-        tree, dense = exponents(results, "cpu_ms", "tree")[1], exponents(results, "cpu_ms", "dense")[1]
-        lines.append(f"Process CPU time (steadier than wall time on a busy machine) over the largest half: tree "
-                     f"N^{fmt(tree, '.2f')}, dense N^{fmt(dense, '.2f')}; at N = {n:,} tree/dense = "
-                     f"{ratio(last['cpu_ms']['tree'], last['cpu_ms']['dense']):.2f}.")
+        tree, dense = (
+            exponents(results, "cpu_ms", "tree")[1],
+            exponents(results, "cpu_ms", "dense")[1],
+        )
+        lines.append(
+            f"Process CPU time (steadier than wall time on a busy machine) over the largest half: tree "
+            f"N^{fmt(tree, '.2f')}, dense N^{fmt(dense, '.2f')}; at N = {n:,} tree/dense = "
+            f"{ratio(last['cpu_ms']['tree'], last['cpu_ms']['dense']):.2f}."
+        )
     tree, dense = exponents(results, "gflop", "tree")[1], exponents(results, "gflop", "dense")[1]
-    lines.append(f"Arithmetic (GFLOP, free of timing noise) over the largest half: tree N^{fmt(tree, '.2f')}, dense "
-                 f"N^{fmt(dense, '.2f')}; at N = {n:,} the tree does "
-                 f"{ratio(last['gflop']['tree'], last['gflop']['dense']):.2f}x the dense arithmetic and keeps "
-                 f"{fmt(ratio(last['saved_mb']['tree'], last['saved_mb']['dense']), '.2f')}x "
-                 f"its tensors for backward.")
+    lines.append(
+        f"Arithmetic (GFLOP, free of timing noise) over the largest half: tree N^{fmt(tree, '.2f')}, dense "
+        f"N^{fmt(dense, '.2f')}; at N = {n:,} the tree does "
+        f"{ratio(last['gflop']['tree'], last['gflop']['dense']):.2f}x the dense arithmetic and keeps "
+        f"{fmt(ratio(last['saved_mb']['tree'], last['saved_mb']['dense']), '.2f')}x "
+        f"its tensors for backward."
+    )
     if "stage_ms" in last:
         stages = last["stage_ms"]
         tree_parts = {k: v for k, v in stages.items() if k.startswith("tree")}
@@ -363,58 +391,89 @@ def conclusion(results: list[dict], references: dict) -> list[str]:
         share = tree_parts[top_part] / sum(tree_parts.values())
         ns = [r["n"] for r in results]
         top_ns = largest_half(ns)
-        growth = fit_exponent(top_ns, [r["stage_ms"][top_part] for r in results if r["n"] in top_ns])
-        work = fit_exponent(top_ns, [r["stage_gflop"][top_part] for r in results if r["n"] in top_ns])
-        lines.append(f"Largest part of the tree's {'CPU ' if 'cpu_ms' in last else ''}time at N = {n:,}: "
-                     f"{top_part[5:]} ({share:.0%} of the parts' sum), growing as N^{fmt(growth, '.2f')} in time and "
-                     f"N^{fmt(work, '.2f')} in GFLOP over the largest half.")
+        growth = fit_exponent(
+            top_ns, [r["stage_ms"][top_part] for r in results if r["n"] in top_ns]
+        )
+        work = fit_exponent(
+            top_ns, [r["stage_gflop"][top_part] for r in results if r["n"] in top_ns]
+        )
+        lines.append(
+            f"Largest part of the tree's {'CPU ' if 'cpu_ms' in last else ''}time at N = {n:,}: "
+            f"{top_part[5:]} ({share:.0%} of the parts' sum), growing as N^{fmt(growth, '.2f')} in time and "
+            f"N^{fmt(work, '.2f')} in GFLOP over the largest half."
+        )
     return lines
 
 
 # ------------------------------------------------------------------------------------ output
 def print_header(args, device: torch.device) -> None:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
-    where = (f"{torch.cuda.get_device_name(device)}" if device.type == "cuda" else
-             f"CPU, torch threads {torch.get_num_threads()} (machine: {os.cpu_count()} cores, load average {load})")
-    memory = ("CUDA max_memory_allocated after reset_peak_memory_stats, minus allocated before"
-              if device.type == "cuda" else "peak RSS growth (models.common.peak_rss_growth_mb, after malloc_trim)")
+    where = (
+        f"{torch.cuda.get_device_name(device)}"
+        if device.type == "cuda"
+        else f"CPU, torch threads {torch.get_num_threads()} (machine: {os.cpu_count()} cores, load average {load})"
+    )
+    memory = (
+        "CUDA max_memory_allocated after reset_peak_memory_stats, minus allocated before"
+        if device.type == "cuda"
+        else "peak RSS growth (models.common.peak_rss_growth_mb, after malloc_trim)"
+    )
     print(f"device: {where}; torch {torch.__version__}")
-    print(f"TreeHeap = WRITE -> Butterfly (log2 N rounds) -> lifting FOLD to the root -> READ.keys once + "
-          f"READ.forward per query (d {D}, hidden {HIDDEN}, m {M})")
-    print(f"dense    = WRITE -> single-head softmax self-attention (q, k, v, out of width {D}; explicit N x N "
-          f"scores) -> flat_seq read (key MLP hidden {HIDDEN}, m {M}, softmax over N per query)")
-    print(f"batch {args.batch}, {args.queries} queries read one at a time, all leaves occupied, loss = sum of the "
-          f"contexts; one pass = forward + backward")
-    print(f"time: median wall clock of {args.repeats} passes after {WARMUP} warm-up, tree and dense interleaved"
-          f"{' (cpu t/d: the same for process CPU time)' if device.type == 'cpu' else ''}; memory: "
-          f"{memory}; GFLOP: matmul/einsum of one pass (FlopCounterMode); saved: tensors kept for backward")
+    print(
+        f"TreeHeap = WRITE -> Butterfly (log2 N rounds) -> lifting FOLD to the root -> READ.keys once + "
+        f"READ.forward per query (d {D}, hidden {HIDDEN}, m {M})"
+    )
+    print(
+        f"dense    = WRITE -> single-head softmax self-attention (q, k, v, out of width {D}; explicit N x N "
+        f"scores) -> flat_seq read (key MLP hidden {HIDDEN}, m {M}, softmax over N per query)"
+    )
+    print(
+        f"batch {args.batch}, {args.queries} queries read one at a time, all leaves occupied, loss = sum of the "
+        f"contexts; one pass = forward + backward"
+    )
+    print(
+        f"time: median wall clock of {args.repeats} passes after {WARMUP} warm-up, tree and dense interleaved"
+        f"{' (cpu t/d: the same for process CPU time)' if device.type == 'cpu' else ''}; memory: "
+        f"{memory}; GFLOP: matmul/einsum of one pass (FlopCounterMode); saved: tensors kept for backward"
+    )
 
 
 def print_table(results: list[dict]) -> None:
-    header = (f"{'N':>6} {'tree ms':>9} {'dense ms':>9} {'t/d':>6} {'cpu t/d':>7} "
-              f"{'tree MB':>8} {'dense MB':>9} {'t/d':>6} "
-              f"{'tree GF':>8} {'dense GF':>9} {'t/d':>6} {'tree sv MB':>10} {'dense sv MB':>11}")
+    header = (
+        f"{'N':>6} {'tree ms':>9} {'dense ms':>9} {'t/d':>6} {'cpu t/d':>7} "
+        f"{'tree MB':>8} {'dense MB':>9} {'t/d':>6} "
+        f"{'tree GF':>8} {'dense GF':>9} {'t/d':>6} {'tree sv MB':>10} {'dense sv MB':>11}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
         ms, mb, gf, sv = r["ms"], r["mb"], r["gflop"], r["saved_mb"]
         cpu = ratio(r["cpu_ms"]["tree"], r["cpu_ms"]["dense"]) if "cpu_ms" in r else float("nan")
-        print(f"{r['n']:>6,} {ms['tree']:>9.1f} {ms['dense']:>9.1f} {ratio(ms['tree'], ms['dense']):>6.2f} "
-              f"{fmt(cpu, '.2f'):>7} "
-              f"{fmt(mb['tree'], '.1f'):>8} {fmt(mb['dense'], '.1f'):>9} "
-              f"{fmt(ratio(mb['tree'], mb['dense']), '.2f'):>6} "
-              f"{gf['tree']:>8.2f} {gf['dense']:>9.2f} {ratio(gf['tree'], gf['dense']):>6.2f} "
-              f"{sv['tree']:>10.1f} {sv['dense']:>11.1f}")
+        print(
+            f"{r['n']:>6,} {ms['tree']:>9.1f} {ms['dense']:>9.1f} {ratio(ms['tree'], ms['dense']):>6.2f} "
+            f"{fmt(cpu, '.2f'):>7} "
+            f"{fmt(mb['tree'], '.1f'):>8} {fmt(mb['dense'], '.1f'):>9} "
+            f"{fmt(ratio(mb['tree'], mb['dense']), '.2f'):>6} "
+            f"{gf['tree']:>8.2f} {gf['dense']:>9.2f} {ratio(gf['tree'], gf['dense']):>6.2f} "
+            f"{sv['tree']:>10.1f} {sv['dense']:>11.1f}"
+        )
 
 
 def print_exponents(results: list[dict], references: dict) -> None:
     ns = [r["n"] for r in results]
     top = largest_half(ns)
-    print(f"\ngrowth exponents (slope of log value vs log N): all sizes {ns[0]:,}-{ns[-1]:,} | largest half "
-          f"{top[0]:,}-{top[-1]:,}   (N log N would give {references['all']:.2f} | {references['top']:.2f}; "
-          f"N^2 gives 2)")
-    for metric, label in (("ms", "time"), ("cpu_ms", "cpu"), ("mb", "memory"), ("gflop", "GFLOP"),
-                          ("saved_mb", "saved")):
+    print(
+        f"\ngrowth exponents (slope of log value vs log N): all sizes {ns[0]:,}-{ns[-1]:,} | largest half "
+        f"{top[0]:,}-{top[-1]:,}   (N log N would give {references['all']:.2f} | {references['top']:.2f}; "
+        f"N^2 gives 2)"
+    )
+    for metric, label in (
+        ("ms", "time"),
+        ("cpu_ms", "cpu"),
+        ("mb", "memory"),
+        ("gflop", "GFLOP"),
+        ("saved_mb", "saved"),
+    ):
         if metric not in results[0]:
             continue
         cells = []
@@ -429,12 +488,18 @@ def print_stages(results: list[dict]) -> None:
         return
     names = list(results[0]["stage_ms"])
     clock = "process CPU" if "cpu_ms" in results[0] else "wall"
-    print(f"\nparts alone, forward+backward: {clock} ms (GFLOP)   (input detached, loss = sum of outputs; median, "
-          f"interleaved)")
+    print(
+        f"\nparts alone, forward+backward: {clock} ms (GFLOP)   (input detached, loss = sum of outputs; median, "
+        f"interleaved)"
+    )
     print(f"{'N':>6} " + " ".join(f"{name:>18}" for name in names))
     for r in results:
-        print(f"{r['n']:>6,} " + " ".join(f"{r['stage_ms'][name]:>9.1f} ({r['stage_gflop'][name]:>6.2f})"
-                                          for name in names))
+        print(
+            f"{r['n']:>6,} "
+            + " ".join(
+                f"{r['stage_ms'][name]:>9.1f} ({r['stage_gflop'][name]:>6.2f})" for name in names
+            )
+        )
     ns = [r["n"] for r in results]
     top = largest_half(ns)
     cells = []
@@ -447,16 +512,24 @@ def print_stages(results: list[dict]) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="32,64,128,256,512,1024", help="comma-separated N (powers of two)")
+    parser.add_argument(
+        "--sizes", default="32,64,128,256,512,1024", help="comma-separated N (powers of two)"
+    )
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--queries", type=int, default=32, help="T decoder queries per sentence")
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads (also with --device cuda)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch CPU threads (also with --device cuda)"
+    )
     parser.add_argument("--device", default="cpu", help="cpu or cuda[:index]")
     parser.add_argument("--json", type=Path, default=None, help="write the numbers to this file")
-    parser.add_argument("--no-stages", dest="stages", action="store_false", help="skip timing the parts alone")
+    parser.add_argument(
+        "--no-stages", dest="stages", action="store_false", help="skip timing the parts alone"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="sizes 8,16,32,64, batch 2, 4 queries, 2 repeats")
+    parser.add_argument(
+        "--quick", action="store_true", help="sizes 8,16,32,64, batch 2, 4 queries, 2 repeats"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.batch, args.queries, args.repeats = "8,16,32,64", 2, 4, 2
@@ -489,8 +562,12 @@ def main(argv: list[str] | None = None) -> dict:
         for n in sizes:
             log(f"N = {n:,}")
             results.append(measure(n, args, device))
-        references = {"all": fit_exponent(sizes, [n * math.log2(n) for n in sizes]),
-                      "top": fit_exponent(largest_half(sizes), [n * math.log2(n) for n in largest_half(sizes)])}
+        references = {
+            "all": fit_exponent(sizes, [n * math.log2(n) for n in sizes]),
+            "top": fit_exponent(
+                largest_half(sizes), [n * math.log2(n) for n in largest_half(sizes)]
+            ),
+        }
         print()
         print_table(results)
         print_exponents(results, references)
@@ -498,17 +575,33 @@ def main(argv: list[str] | None = None) -> dict:
         print()
         for line in conclusion(results, references):
             print(line)
-        load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+        load = (
+            ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "n/a"
+        )
         print(f"wall time {time.perf_counter() - started:.0f} s; load average now {load}")
     finally:  # the thread count is process-wide: leave it as the caller had it
         torch.set_num_threads(threads)
 
-    report = {"device": str(device), "threads": args.threads, "batch": args.batch, "queries": args.queries,
-              "repeats": args.repeats, "d": D, "hidden": HIDDEN, "m": M, "results": results,
-              "exponents": {metric: {name: dict(zip(("all", "largest_half"), exponents(results, metric, name)))
-                                     for name in ("tree", "dense")}
-                            for metric in ("ms", "cpu_ms", "mb", "gflop", "saved_mb") if metric in results[0]},
-              "nlogn_reference": references}
+    report = {
+        "device": str(device),
+        "threads": args.threads,
+        "batch": args.batch,
+        "queries": args.queries,
+        "repeats": args.repeats,
+        "d": D,
+        "hidden": HIDDEN,
+        "m": M,
+        "results": results,
+        "exponents": {
+            metric: {
+                name: dict(zip(("all", "largest_half"), exponents(results, metric, name)))
+                for name in ("tree", "dense")
+            }
+            for metric in ("ms", "cpu_ms", "mb", "gflop", "saved_mb")
+            if metric in results[0]
+        },
+        "nlogn_reference": references,
+    }
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2, allow_nan=True))
         print(f"numbers written to {args.json}")

@@ -88,9 +88,11 @@ def load_teacher(d: int, required: bool):
         return None, f"corpus {config.corpus!r} unavailable ({problem})"
     key = teacher_key(config)
     if read_complete(cache_root() / "teachers" / key, key) is None:
-        print(f"note: no cached teacher with d_k = {d} (steps = {config.steps}); training it now. The "
-              f"first time this takes a few minutes; it is then cached in {cache_root() / 'teachers'}.",
-              flush=True)
+        print(
+            f"note: no cached teacher with d_k = {d} (steps = {config.steps}); training it now. The "
+            f"first time this takes a few minutes; it is then cached in {cache_root() / 'teachers'}.",
+            flush=True,
+        )
     try:
         return load_or_train(config, log=log), None
     except Exception as error:  # noqa: BLE001 - any failure falls back to random keys (printed)
@@ -116,13 +118,19 @@ def draw_teacher(teacher, n: int, fit_queries: int, eval_queries: int, seed: int
         query_set: str = "heldout_windows"
         trees: int = 1
 
-    return draw_data(teacher, BankDraw(n, fit_queries, eval_queries), torch.Generator().manual_seed(seed))[:3]
+    return draw_data(
+        teacher, BankDraw(n, fit_queries, eval_queries), torch.Generator().manual_seed(seed)
+    )[:3]
 
 
 def draw_random(n: int, d: int, fit_queries: int, eval_queries: int, seed: int):
     generator = torch.Generator().manual_seed(seed)
     keys = torch.randn(1, n, d, generator=generator)
-    return keys, torch.randn(fit_queries, d, generator=generator), torch.randn(eval_queries, d, generator=generator)
+    return (
+        keys,
+        torch.randn(fit_queries, d, generator=generator),
+        torch.randn(eval_queries, d, generator=generator),
+    )
 
 
 # ------------------------------------------------------------------------------------ rows
@@ -174,8 +182,16 @@ def drill_chunk(parent: rt.Parent, frontier: int, max_gathered: int) -> int:
     return rt.beam_query_chunk(parent, max(1, frontier), max_gathered)
 
 
-def calibrate_tolerance(parent, keys_heap, fit_queries, target_recall, max_frontier, max_gathered,
-                        iterations: int, smallest: float = 2.0 ** -12):
+def calibrate_tolerance(
+    parent,
+    keys_heap,
+    fit_queries,
+    target_recall,
+    max_frontier,
+    max_gathered,
+    iterations: int,
+    smallest: float = 2.0**-12,
+):
     """Largest drill-down tolerance whose top-10 recall on the fit queries reaches target_recall.
 
     Larger tolerances expand fewer nodes (0 expands all, 0.5 follows one path), so the cheap end is
@@ -188,10 +204,14 @@ def calibrate_tolerance(parent, keys_heap, fit_queries, target_recall, max_front
 
     def recall(tolerance: float) -> float:
         with torch.inference_mode():
-            read = rt.drilldown_read(parent, keys_heap, fit_queries, tolerance, max_frontier, query_chunk=chunk)
+            read = rt.drilldown_read(
+                parent, keys_heap, fit_queries, tolerance, max_frontier, query_chunk=chunk
+            )
         value = recall_of(read.leaves, target)
-        log(f"    drill-down tolerance {tolerance:.4g}: fit recall {value:.4f}, "
-            f"visited {float(read.visited.double().mean()):.0f} nodes/query, overflow {read.overflow}")
+        log(
+            f"    drill-down tolerance {tolerance:.4g}: fit recall {value:.4f}, "
+            f"visited {float(read.visited.double().mean()):.0f} nodes/query, overflow {read.overflow}"
+        )
         return value
 
     high, reached = 0.5, recall(0.5)
@@ -220,8 +240,17 @@ def dense_row(keys_heap, eval_queries, target, repeats) -> Row:
         read = rt.dense_read(keys_heap, eval_queries, K)
     dense = lambda: rt.dense_read(keys_heap, eval_queries, K)  # noqa: E731
     latency = rt.time_read(dense, repeats)
-    row = Row("dense exact", "matmul+softmax+top10", recall_of(read.leaves, target), 1.0,
-              "keys/N", latency, 0.0, {"read": dense}, key="dense")
+    row = Row(
+        "dense exact",
+        "matmul+softmax+top10",
+        recall_of(read.leaves, target),
+        1.0,
+        "keys/N",
+        latency,
+        0.0,
+        {"read": dense},
+        key="dense",
+    )
     return measured(row, dense, keys_heap.shape[1], tensor_bytes(keys_heap))
 
 
@@ -241,16 +270,25 @@ def tree_rows(keys, fit_queries, eval_queries, target, args) -> tuple[list[Row],
     parent = rt.make_parent("prototypes", keys_heap, generator, m=M)
     losses = rt.fit_parents(parent, keys_heap, fit_queries, args.steps, LR, BATCH, generator)
     fit_s = time.perf_counter() - started
-    fit_note = f"{args.steps} Adam steps x {BATCH} queries, closure loss {losses[0]:.4f} -> {losses[-1]:.4f}" \
-        if losses else "no steps"
+    fit_note = (
+        f"{args.steps} Adam steps x {BATCH} queries, closure loss {losses[0]:.4f} -> {losses[-1]:.4f}"
+        if losses
+        else "no steps"
+    )
     log(f"  parents (prototypes m = {M}): {fit_note}, {fit_s:.1f} s")
 
     rows = []
     # beam
     started = time.perf_counter()
     width, fit_recall = rt.calibrate_beam(
-        parent, keys_heap, fit_queries, args.target, K, max_gathered=args.max_gathered,
-        on_width=lambda w, r: log(f"    beam width {w}: fit recall {r:.4f}"))
+        parent,
+        keys_heap,
+        fit_queries,
+        args.target,
+        K,
+        max_gathered=args.max_gathered,
+        on_width=lambda w, r: log(f"    beam width {w}: fit recall {r:.4f}"),
+    )
     beam_s = time.perf_counter() - started
     chunk = rt.beam_query_chunk(parent, width, args.max_gathered)
     beam = lambda: rt.beam_read(parent, keys_heap, eval_queries, width, query_chunk=chunk)  # noqa: E731
@@ -259,39 +297,105 @@ def tree_rows(keys, fit_queries, eval_queries, target, args) -> tuple[list[Row],
     metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
     latency = rt.time_read(beam, args.repeats)
     index_bytes = tensor_bytes(*parent.parameters(), keys_heap)  # every parent + the keys
-    rows.append(measured(Row("TreeHeap beam", f"width {width} (fit rec {fit_recall:.3f})", metrics[f"topk_recall_{K}"],
-                             metrics["visited_share"], "nodes/(2N-1)", latency, topology_s + fit_s + beam_s,
-                             {"width": width, "chunk": chunk, "reached": fit_recall >= args.target, "read": beam},
-                             key="beam"), beam, n, index_bytes))
+    rows.append(
+        measured(
+            Row(
+                "TreeHeap beam",
+                f"width {width} (fit rec {fit_recall:.3f})",
+                metrics[f"topk_recall_{K}"],
+                metrics["visited_share"],
+                "nodes/(2N-1)",
+                latency,
+                topology_s + fit_s + beam_s,
+                {
+                    "width": width,
+                    "chunk": chunk,
+                    "reached": fit_recall >= args.target,
+                    "read": beam,
+                },
+                key="beam",
+            ),
+            beam,
+            n,
+            index_bytes,
+        )
+    )
     beam_leaves = result.leaves
 
     if not args.no_drilldown:  # drill-down
         started = time.perf_counter()
         tolerance, fit_recall, reached = calibrate_tolerance(
-            parent, keys_heap, fit_queries, args.target, args.max_frontier, args.max_gathered, args.drill_iterations)
+            parent,
+            keys_heap,
+            fit_queries,
+            args.target,
+            args.max_frontier,
+            args.max_gathered,
+            args.drill_iterations,
+        )
         drill_s = time.perf_counter() - started
         probe_chunk = drill_chunk(parent, args.max_frontier, args.max_gathered)
         with torch.inference_mode():
-            result = rt.drilldown_read(parent, keys_heap, eval_queries, tolerance, args.max_frontier,
-                                       query_chunk=probe_chunk)
+            result = rt.drilldown_read(
+                parent,
+                keys_heap,
+                eval_queries,
+                tolerance,
+                args.max_frontier,
+                query_chunk=probe_chunk,
+            )
         # the widest frontier of any query is at most (visited - 1) / 2: block the timed read by that
         widest = min(args.max_frontier, int((result.visited.max() - 1) // 2))
         chunk = drill_chunk(parent, widest, args.max_gathered)
-        drill = lambda: rt.drilldown_read(parent, keys_heap, eval_queries, tolerance, args.max_frontier,  # noqa: E731
-                                          query_chunk=chunk)
+        drill = lambda: rt.drilldown_read(  # noqa: E731
+            parent,
+            keys_heap,
+            eval_queries,
+            tolerance,
+            args.max_frontier,
+            query_chunk=chunk,
+        )
         metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
         latency = rt.time_read(drill, args.repeats)
         overflow = result.overflow / result.visited.numel()
-        setting = f"tol {tolerance:.3g} (fit rec {fit_recall:.3f}{'' if reached else ', NOT reached'})"
+        setting = (
+            f"tol {tolerance:.3g} (fit rec {fit_recall:.3f}{'' if reached else ', NOT reached'})"
+        )
         if overflow:
             setting += f", cap {args.max_frontier} hit by {overflow:.1%}"
-        rows.append(measured(Row("TreeHeap drill-down", setting, metrics[f"topk_recall_{K}"], metrics["visited_share"],
-                                 "nodes/(2N-1)", latency, topology_s + fit_s + drill_s,
-                                 {"tolerance": tolerance, "overflow_share": overflow, "reached": reached,
-                                  "read": drill}, key="drilldown"), drill, n, index_bytes))
-    info = {"parent": parent, "keys_heap": keys_heap, "leaf_order": leaf_order, "width": width,
-            "beam_leaves": beam_leaves, "heap_target": heap_target, "fit_note": fit_note,
-            "prep_s": topology_s + fit_s}
+        rows.append(
+            measured(
+                Row(
+                    "TreeHeap drill-down",
+                    setting,
+                    metrics[f"topk_recall_{K}"],
+                    metrics["visited_share"],
+                    "nodes/(2N-1)",
+                    latency,
+                    topology_s + fit_s + drill_s,
+                    {
+                        "tolerance": tolerance,
+                        "overflow_share": overflow,
+                        "reached": reached,
+                        "read": drill,
+                    },
+                    key="drilldown",
+                ),
+                drill,
+                n,
+                index_bytes,
+            )
+        )
+    info = {
+        "parent": parent,
+        "keys_heap": keys_heap,
+        "leaf_order": leaf_order,
+        "width": width,
+        "beam_leaves": beam_leaves,
+        "heap_target": heap_target,
+        "fit_note": fit_note,
+        "prep_s": topology_s + fit_s,
+    }
     rows.append(fast_row(info, fit_queries, eval_queries, args))
     return rows, info
 
@@ -307,17 +411,32 @@ def fast_row(info: dict, fit_queries, eval_queries, args) -> Row:
     schedule = calibration.schedule
     index = tr.TreeIndex(parent, keys_heap, max_depth=schedule.scan_depth)
     calibrate_s = time.perf_counter() - started
-    log(f"    fast read: {len(calibration.tried)} schedules read on the fit queries in {calibrate_s:.1f} s; "
-        f"chosen: {schedule} (fit recall {calibration.fit_recall:.4f}, cost {calibration.cost:.0f})")
+    log(
+        f"    fast read: {len(calibration.tried)} schedules read on the fit queries in {calibrate_s:.1f} s; "
+        f"chosen: {schedule} (fit recall {calibration.fit_recall:.4f}, cost {calibration.cost:.0f})"
+    )
     fast = lambda: tr.fast_read(index, eval_queries, schedule, K)  # noqa: E731
     with torch.inference_mode():
         result = fast()
     metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
     latency = rt.time_read(fast, args.repeats)
-    row = Row("TreeHeap fast", f"{schedule} (fit rec {calibration.fit_recall:.3f})", metrics[f"topk_recall_{K}"],
-              metrics["visited_share"], "nodes/(2N-1)", latency, info["prep_s"] + calibrate_s,
-              {"schedule": schedule, "reached": calibration.fit_recall >= args.target, "read": fast,
-               "index": index, "calibration": calibration}, key="fast_beam")
+    row = Row(
+        "TreeHeap fast",
+        f"{schedule} (fit rec {calibration.fit_recall:.3f})",
+        metrics[f"topk_recall_{K}"],
+        metrics["visited_share"],
+        "nodes/(2N-1)",
+        latency,
+        info["prep_s"] + calibrate_s,
+        {
+            "schedule": schedule,
+            "reached": calibration.fit_recall >= args.target,
+            "read": fast,
+            "index": index,
+            "calibration": calibration,
+        },
+        key="fast_beam",
+    )
     return measured(row, fast, n, index.nbytes())
 
 
@@ -362,10 +481,24 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
     eval_recall = recall(hnsw, eval_np, target)
     ndis = faiss.cvar.hnsw_stats.ndis
     latency = rt.time_read(lambda: hnsw.search(eval_np, K), args.repeats)
-    rows.append(measured(Row("faiss HNSW", f"M {HNSW_M}, efSearch {ef} (fit rec {fit_recall:.3f})", eval_recall,
-                             ndis / (len(eval_np) * n) if ndis else None, "dist comps/N", latency, calibrated,
-                             {"build_s": build, "read": lambda: hnsw.search(eval_np, K)}, key="faiss_hnsw"),
-                         lambda: hnsw.search(eval_np, K), n, len(faiss.serialize_index(hnsw))))
+    rows.append(
+        measured(
+            Row(
+                "faiss HNSW",
+                f"M {HNSW_M}, efSearch {ef} (fit rec {fit_recall:.3f})",
+                eval_recall,
+                ndis / (len(eval_np) * n) if ndis else None,
+                "dist comps/N",
+                latency,
+                calibrated,
+                {"build_s": build, "read": lambda: hnsw.search(eval_np, K)},
+                key="faiss_hnsw",
+            ),
+            lambda: hnsw.search(eval_np, K),
+            n,
+            len(faiss.serialize_index(hnsw)),
+        )
+    )
 
     # IVF-Flat
     nlist = max(1, round(4 * math.sqrt(n)))
@@ -390,11 +523,25 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
     eval_recall = recall(ivf, eval_np, target)
     ndis = faiss.cvar.indexIVF_stats.ndis
     latency = rt.time_read(lambda: ivf.search(eval_np, K), args.repeats)
-    rows.append(measured(Row("faiss IVF-Flat", f"nlist {nlist}, nprobe {nprobe} ({nprobe / nlist:.1%} of lists; "
-                             f"fit rec {fit_recall:.3f})", eval_recall, ndis / (len(eval_np) * n) if ndis else None,
-                             "keys scanned/N", latency, calibrated,
-                             {"build_s": build, "read": lambda: ivf.search(eval_np, K)}, key="faiss_ivf"),
-                         lambda: ivf.search(eval_np, K), n, len(faiss.serialize_index(ivf))))
+    rows.append(
+        measured(
+            Row(
+                "faiss IVF-Flat",
+                f"nlist {nlist}, nprobe {nprobe} ({nprobe / nlist:.1%} of lists; "
+                f"fit rec {fit_recall:.3f})",
+                eval_recall,
+                ndis / (len(eval_np) * n) if ndis else None,
+                "keys scanned/N",
+                latency,
+                calibrated,
+                {"build_s": build, "read": lambda: ivf.search(eval_np, K)},
+                key="faiss_ivf",
+            ),
+            lambda: ivf.search(eval_np, K),
+            n,
+            len(faiss.serialize_index(ivf)),
+        )
+    )
     return rows
 
 
@@ -403,8 +550,9 @@ def median_ms(fn, repeats: int) -> float:
     return rt.time_read(fn, repeats)
 
 
-def limit_analysis(tree: dict, eval_queries: torch.Tensor, dense_ms: float, beam_ms: float,
-                   repeats: int) -> list[str]:
+def limit_analysis(
+    tree: dict, eval_queries: torch.Tensor, dense_ms: float, beam_ms: float, repeats: int
+) -> list[str]:
     """Time one full-width level of the beam read against the dense matmul.
 
     The level timed is depth D-1 (the deepest internal level; its table rows are the most spread
@@ -418,10 +566,12 @@ def limit_analysis(tree: dict, eval_queries: torch.Tensor, dense_ms: float, beam
     depth, q = parent.depth, eval_queries.shape[0]
     leaves = tree["beam_leaves"][..., :width].clamp_min(0)  # (1, Q, width) heap positions
     level = depth - 1
-    positions = (2 * (leaves >> 2)).unsqueeze(-1) + torch.arange(2)  # children of depth D-2 ancestors
+    positions = (2 * (leaves >> 2)).unsqueeze(-1) + torch.arange(
+        2
+    )  # children of depth D-2 ancestors
     positions = positions.flatten(-2)
     children = positions.shape[-1]
-    nodes = 2 ** level - 1 + positions
+    nodes = 2**level - 1 + positions
     rows = nodes.flatten()
     table = parent.keys.detach().flatten(0, 1)  # (T (N-1), m, d)
     generator = torch.Generator().manual_seed(0)
@@ -432,7 +582,9 @@ def limit_analysis(tree: dict, eval_queries: torch.Tensor, dense_ms: float, beam
     gather_ms = median_ms(lambda: table.index_select(0, rows), repeats)
     gather_out_ms = median_ms(lambda: torch.index_select(table, 0, rows, out=buffer), repeats)
     gathered = buffer.view(1, q, children, M, d)
-    dot_ms = median_ms(lambda: torch.einsum("tqbmd,tqd->tqbm", gathered, scaled).logsumexp(-1), repeats)
+    dot_ms = median_ms(
+        lambda: torch.einsum("tqbmd,tqd->tqbm", gathered, scaled).logsumexp(-1), repeats
+    )
     score_ms = median_ms(lambda: parent.score_nodes(eval_queries, nodes), repeats)
     topk_ms = median_ms(lambda: post.topk(min(width, children), dim=-1), repeats)
     matmul_ms = median_ms(lambda: eval_queries @ keys_heap[0].T, repeats)
@@ -440,8 +592,10 @@ def limit_analysis(tree: dict, eval_queries: torch.Tensor, dense_ms: float, beam
     gathered_bytes = buffer.numel() * buffer.element_size()
     level_macs = q * children * M * d
     dense_macs = q * n * d
-    widths = [min(2 ** k, 2 * width) for k in range(1, depth + 1)]  # children per query at each depth
-    beam_macs = q * (sum(widths[:-1]) * M * d + widths[-1] * d)  # internal levels' prototypes + leaf keys
+    widths = [min(2**k, 2 * width) for k in range(1, depth + 1)]  # children per query at each depth
+    beam_macs = q * (
+        sum(widths[:-1]) * M * d + widths[-1] * d
+    )  # internal levels' prototypes + leaf keys
     table_mb = table.numel() * table.element_size() / 1e6
     return [
         f"limits at N = {n:,} (beam width {width}, {q} queries, m = {M}, d = {d}, {depth} levels; a full-width "
@@ -481,17 +635,25 @@ def small_op_ms(threads: int, repeats: int = 30) -> float:
 
 
 def print_table(n: int, rows: list[Row], dense_ms: float) -> None:
-    header = f"{'method':<20} {'recall@10':>9} {'visited':>9} {'of':<15} {'latency ms':>10} {'x dense':>8} " \
-             f"{'speedup':>8} {'B/key':>7} {'RSS MB':>7} {'prep s':>7}  setting"
+    header = (
+        f"{'method':<20} {'recall@10':>9} {'visited':>9} {'of':<15} {'latency ms':>10} {'x dense':>8} "
+        f"{'speedup':>8} {'B/key':>7} {'RSS MB':>7} {'prep s':>7}  setting"
+    )
     print(header)
     print("-" * len(header))
     for row in rows:
         visited = "n/a" if row.visited is None else f"{row.visited:.4f}"
         per_key = "n/a" if row.index_bytes_per_key is None else f"{row.index_bytes_per_key:.0f}"
-        rss = "n/a" if row.peak_rss_mb is None or math.isnan(row.peak_rss_mb) else f"{row.peak_rss_mb:.0f}"
-        print(f"{row.method:<20} {row.recall:>9.4f} {visited:>9} {row.of:<15} {row.latency_ms:>10.1f} "
-              f"{row.latency_ms / dense_ms:>8.3f} {dense_ms / row.latency_ms:>8.2f} {per_key:>7} {rss:>7} "
-              f"{row.build_s:>7.1f}  {row.setting}")
+        rss = (
+            "n/a"
+            if row.peak_rss_mb is None or math.isnan(row.peak_rss_mb)
+            else f"{row.peak_rss_mb:.0f}"
+        )
+        print(
+            f"{row.method:<20} {row.recall:>9.4f} {visited:>9} {row.of:<15} {row.latency_ms:>10.1f} "
+            f"{row.latency_ms / dense_ms:>8.3f} {dense_ms / row.latency_ms:>8.2f} {per_key:>7} {rss:>7} "
+            f"{row.build_s:>7.1f}  {row.setting}"
+        )
 
 
 def best_tree_row(tree: list[Row]) -> Row:
@@ -523,35 +685,64 @@ def verdict(n: int, tree: list[Row], dense_ms: float, target_n: int, target_reca
     words = f"{speed:.2f}x faster" if speed >= 1 else f"{1 / speed:.2f}x slower"
     where = f"at N = {n:,}" + ("" if n == target_n else f" (not the target N = {target_n:,})")
     caveat = "" if calibrated else f" [no tree read reached {target_recall} on the fit queries]"
-    outcome = "MISSED" if not calibrated or speed < 5 else "bar MET, target MISSED" if speed < 10 else "MET"
-    return (f"{where} the tree read ({best.method}, calibrated on fit queries; evaluation recall "
-            f"{best.recall:.3f}) is {words} than dense at recall {target_recall} (target >= 10x, bar "
-            f">= 5x): {outcome}{caveat}")
+    outcome = (
+        "MISSED"
+        if not calibrated or speed < 5
+        else "bar MET, target MISSED"
+        if speed < 10
+        else "MET"
+    )
+    return (
+        f"{where} the tree read ({best.method}, calibrated on fit queries; evaluation recall "
+        f"{best.recall:.3f}) is {words} than dense at recall {target_recall} (target >= 10x, bar "
+        f">= 5x): {outcome}{caveat}"
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="4096,16384,65536,262144", help="comma-separated N (powers of two)")
+    parser.add_argument(
+        "--sizes", default="4096,16384,65536,262144", help="comma-separated N (powers of two)"
+    )
     parser.add_argument("--queries", type=int, default=1024, help="evaluation queries")
-    parser.add_argument("--fit-queries", type=int, default=1024, help="fit queries (parents + calibration)")
-    parser.add_argument("--source", choices=["teacher", "random"], default=None,
-                        help="default: teacher when it can be loaded or trained, else random")
+    parser.add_argument(
+        "--fit-queries", type=int, default=1024, help="fit queries (parents + calibration)"
+    )
+    parser.add_argument(
+        "--source",
+        choices=["teacher", "random"],
+        default=None,
+        help="default: teacher when it can be loaded or trained, else random",
+    )
     parser.add_argument("--d", type=int, choices=[32, 64], default=64)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--steps", type=int, default=40, help="Adam steps of the parent fit")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--target", type=float, default=0.95, help="top-10 recall to calibrate to")
     parser.add_argument("--max-frontier", type=int, default=1024)
-    parser.add_argument("--max-gathered", type=int, default=2 ** 25, help="numbers per gather block")
-    parser.add_argument("--drill-iterations", type=int, default=4, help="linear bisection steps after halving")
+    parser.add_argument("--max-gathered", type=int, default=2**25, help="numbers per gather block")
+    parser.add_argument(
+        "--drill-iterations", type=int, default=4, help="linear bisection steps after halving"
+    )
     parser.add_argument("--no-faiss", action="store_true")
-    parser.add_argument("--no-drilldown", action="store_true", help="skip the drill-down read (the slowest)")
+    parser.add_argument(
+        "--no-drilldown", action="store_true", help="skip the drill-down read (the slowest)"
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, metavar="PATH", help="also write the results as JSON")
-    parser.add_argument("--no-ablation", action="store_true",
-                        help="skip 'what each step bought' (the fast read's steps, recalibrated, at N = 65,536 "
-                             "or else the largest N)")
-    parser.add_argument("--quick", action="store_true", help="sizes 4096,16384, 3 repeats, 3 drill-down bisection steps")
+    parser.add_argument(
+        "--json", default=None, metavar="PATH", help="also write the results as JSON"
+    )
+    parser.add_argument(
+        "--no-ablation",
+        action="store_true",
+        help="skip 'what each step bought' (the fast read's steps, recalibrated, at N = 65,536 "
+        "or else the largest N)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="sizes 4096,16384, 3 repeats, 3 drill-down bisection steps",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.repeats, args.drill_iterations = "4096,16384", 3, 3
@@ -565,19 +756,30 @@ def main(argv: list[str] | None = None) -> dict:
     if not args.no_faiss:
         try:
             import faiss  # noqa: F811
+
             faiss.omp_set_num_threads(args.threads)
         except ImportError:
-            print("note: faiss is not installed (pip install faiss-cpu); the faiss rows are skipped")
-    print(f"threads: torch {torch.get_num_threads()}, faiss "
-          f"{faiss.omp_get_max_threads() if faiss else '-'} (machine: {os.cpu_count()} cores, load average "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})")
+            print(
+                "note: faiss is not installed (pip install faiss-cpu); the faiss rows are skipped"
+            )
+    print(
+        f"threads: torch {torch.get_num_threads()}, faiss "
+        f"{faiss.omp_get_max_threads() if faiss else '-'} (machine: {os.cpu_count()} cores, load average "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())})"
+    )
 
     many, one = small_op_ms(args.threads), small_op_ms(1)
-    print(f"small-op check (64x1024x64 matmul+softmax+top10): {many:.2f} ms at {args.threads} threads, "
-          f"{one:.2f} ms at 1 thread" + (f"  WARNING: {many / one:.0f}x slower with {args.threads} threads: the "
-                                         f"machine is oversubscribed, every multi-threaded op pays a scheduling "
-                                         f"delay (hits the many-small-op tree reads hardest)"
-                                         if args.threads > 1 and many > 5 * one else ""))
+    print(
+        f"small-op check (64x1024x64 matmul+softmax+top10): {many:.2f} ms at {args.threads} threads, "
+        f"{one:.2f} ms at 1 thread"
+        + (
+            f"  WARNING: {many / one:.0f}x slower with {args.threads} threads: the "
+            f"machine is oversubscribed, every multi-threaded op pays a scheduling "
+            f"delay (hits the many-small-op tree reads hardest)"
+            if args.threads > 1 and many > 5 * one
+            else ""
+        )
+    )
 
     teacher, source = None, args.source
     if source in (None, "teacher"):
@@ -590,64 +792,93 @@ def main(argv: list[str] | None = None) -> dict:
     args.source = source
     if source == "teacher":
         meta = teacher.meta
-        print(f"keys: teacher d_k = {args.d} (steps {teacher.config.steps}, held-out perplexity "
-              f"{meta['heldout_perplexity']:.1f}, key {teacher.key[:12]}): bank keys from training windows, "
-              f"queries from held-out windows (fit and evaluation queries from disjoint windows)")
+        print(
+            f"keys: teacher d_k = {args.d} (steps {teacher.config.steps}, held-out perplexity "
+            f"{meta['heldout_perplexity']:.1f}, key {teacher.key[:12]}): bank keys from training windows, "
+            f"queries from held-out windows (fit and evaluation queries from disjoint windows)"
+        )
     else:
         print(f"keys: RANDOM Gaussian N(0, I), d = {args.d} (no structure for a tree to exploit)")
-    print(f"{args.queries} evaluation queries, {args.fit_queries} fit queries; parents: prototypes m = {M}, "
-          f"{args.steps} Adam steps x {BATCH} queries, lr {LR}; calibration target top-{K} recall >= "
-          f"{args.target} on fit queries; latency: median of {args.repeats} after a warm-up")
+    print(
+        f"{args.queries} evaluation queries, {args.fit_queries} fit queries; parents: prototypes m = {M}, "
+        f"{args.steps} Adam steps x {BATCH} queries, lr {LR}; calibration target top-{K} recall >= "
+        f"{args.target} on fit queries; latency: median of {args.repeats} after a warm-up"
+    )
 
     results = {}
     for n in sizes:
         log(f"N = {n:,}")
         if source == "teacher":
-            keys, fit_queries, eval_queries = draw_teacher(teacher, n, args.fit_queries, args.queries, args.seed)
+            keys, fit_queries, eval_queries = draw_teacher(
+                teacher, n, args.fit_queries, args.queries, args.seed
+            )
         else:
-            keys, fit_queries, eval_queries = draw_random(n, args.d, args.fit_queries, args.queries, args.seed)
+            keys, fit_queries, eval_queries = draw_random(
+                n, args.d, args.fit_queries, args.queries, args.seed
+            )
         target = rt.dense_topk(keys, eval_queries, K)  # original ids, (1, Q, K)
         tree, info = tree_rows(keys, fit_queries, eval_queries, target, args)
         dense = dense_row(info["keys_heap"], eval_queries, info["heap_target"], args.repeats)
         rows = [dense, *tree]
         if faiss is not None:
             rows += faiss_rows(faiss, keys, fit_queries, eval_queries, target, args)
-        print(f"\nN = {n:,}  (d = {keys.shape[2]}, {len(eval_queries)} evaluation queries, {info['fit_note']}; "
-              f"'prep s' = topology + fit + calibration, or index build + calibration)")
+        print(
+            f"\nN = {n:,}  (d = {keys.shape[2]}, {len(eval_queries)} evaluation queries, {info['fit_note']}; "
+            f"'prep s' = topology + fit + calibration, or index build + calibration)"
+        )
         print_table(n, rows, dense.latency_ms)
-        results[n] = {"rows": rows, "info": info, "dense_ms": dense.latency_ms, "eval_queries": eval_queries,
-                      "fit_queries": fit_queries}
+        results[n] = {
+            "rows": rows,
+            "info": info,
+            "dense_ms": dense.latency_ms,
+            "eval_queries": eval_queries,
+            "fit_queries": fit_queries,
+        }
 
     exponents = growth_exponents(results)
     if len(sizes) > 1:
-        print(f"\nlatency growth exponents over N = {', '.join(f'{n:,}' for n in sizes)} (least-squares slope of "
-              f"log latency on log N): " + ", ".join(f"{key} {value:.2f}" for key, value in exponents.items()))
+        print(
+            f"\nlatency growth exponents over N = {', '.join(f'{n:,}' for n in sizes)} (least-squares slope of "
+            f"log latency on log N): "
+            + ", ".join(f"{key} {value:.2f}" for key, value in exponents.items())
+        )
     n = max(sizes)
     final = results[n]
     tree = [row for row in final["rows"] if row.method.startswith("TreeHeap")]
     print()
     print(verdict(n, tree, final["dense_ms"], 65536, args.target))
     best = best_tree_row(tree)
-    dense_paired, tree_paired = paired_ms(final["rows"][0].extra["read"], best.extra["read"], args.repeats)
-    print(f"check, timed alternately ({args.repeats} pairs): dense {dense_paired:.1f} ms, {best.method} "
-          f"{tree_paired:.1f} ms, tree/dense = {tree_paired / dense_paired:.2f}")
+    dense_paired, tree_paired = paired_ms(
+        final["rows"][0].extra["read"], best.extra["read"], args.repeats
+    )
+    print(
+        f"check, timed alternately ({args.repeats} pairs): dense {dense_paired:.1f} ms, {best.method} "
+        f"{tree_paired:.1f} ms, tree/dense = {tree_paired / dense_paired:.2f}"
+    )
     beam = next(row for row in tree if row.method == "TreeHeap beam")
-    for line in limit_analysis(final["info"], final["eval_queries"], final["dense_ms"], beam.latency_ms,
-                               args.repeats):
+    for line in limit_analysis(
+        final["info"], final["eval_queries"], final["dense_ms"], beam.latency_ms, args.repeats
+    ):
         print(line)
     fast = next(row for row in tree if row.key == "fast_beam")
-    for line in fast_limits(fast, final["info"], final["eval_queries"], final["dense_ms"], args.repeats):
+    for line in fast_limits(
+        fast, final["info"], final["eval_queries"], final["dense_ms"], args.repeats
+    ):
         print(line)
     at = 65536 if 65536 in results else n  # the target N when measured
     steps = [] if args.no_ablation else ablation(results[at], args)
-    print("\nREADME table (latency, speedup = dense / method in the same process, recall@10 on evaluation queries):")
+    print(
+        "\nREADME table (latency, speedup = dense / method in the same process, recall@10 on evaluation queries):"
+    )
     for line in markdown_table(results, exponents):
         print(line)
     if args.json:
         write_json(Path(args.json), results, exponents, steps, args)
         print(f"wrote {args.json}")
-    print(f"wall time {time.perf_counter() - started:.0f} s; load average now "
-          f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(
+        f"wall time {time.perf_counter() - started:.0f} s; load average now "
+        f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}"
+    )
     return results
 
 
@@ -668,7 +899,10 @@ def growth_exponents(results: dict) -> dict[str, float]:
     for n, result in sorted(results.items()):
         for row in result["rows"]:
             per_method.setdefault(row.key, []).append((n, row.latency_ms))
-    return {key: fit_exponent([n for n, _ in points], [ms for _, ms in points]) for key, points in per_method.items()}
+    return {
+        key: fit_exponent([n for n, _ in points], [ms for _, ms in points])
+        for key, points in per_method.items()
+    }
 
 
 def ablation(final: dict, args) -> list[dict]:
@@ -680,47 +914,92 @@ def ablation(final: dict, args) -> list[dict]:
        (dense depth and one width calibrated; no leaf scan: the beam still descends to the leaves);
     3. + the leaf scan at depth Ls (one width for every depth);
     4. + a width per depth: the fast read of the table."""
-    info, rows, eval_queries, fit_queries = final["info"], final["rows"], final["eval_queries"], final["fit_queries"]
-    parent, keys_heap, heap_target, width = info["parent"], info["keys_heap"], info["heap_target"], info["width"]
+    info, rows, eval_queries, fit_queries = (
+        final["info"],
+        final["rows"],
+        final["eval_queries"],
+        final["fit_queries"],
+    )
+    parent, keys_heap, heap_target, width = (
+        info["parent"],
+        info["keys_heap"],
+        info["heap_target"],
+        info["width"],
+    )
     dense_ms, n = final["dense_ms"], keys_heap.shape[1]
     index = tr.TreeIndex(parent, keys_heap)
     beam = next(row for row in rows if row.key == "beam")
     fast = next(row for row in rows if row.key == "fast_beam")
-    steps = [{"step": "reference beam (per-query gathers)", "setting": f"width {width}",
-              "latency_ms": beam.latency_ms, "recall_at_10": beam.recall, "visited_share": beam.visited}]
+    steps = [
+        {
+            "step": "reference beam (per-query gathers)",
+            "setting": f"width {width}",
+            "latency_ms": beam.latency_ms,
+            "recall_at_10": beam.recall,
+            "visited_share": beam.visited,
+        }
+    ]
 
     def measure(name: str, schedule: tr.Schedule, note: str = "") -> None:
         read = lambda: tr.fast_read(index, eval_queries, schedule, K)  # noqa: E731
         with torch.inference_mode():
             result = read()
-        steps.append({"step": name, "setting": str(schedule) + note, "latency_ms": rt.time_read(read, args.repeats),
-                      "recall_at_10": recall_of(result.leaves, heap_target),
-                      "visited_share": tr.visited_nodes(schedule, index.depth) / (2 * n - 1)})
+        steps.append(
+            {
+                "step": name,
+                "setting": str(schedule) + note,
+                "latency_ms": rt.time_read(read, args.repeats),
+                "recall_at_10": recall_of(result.leaves, heap_target),
+                "visited_share": tr.visited_nodes(schedule, index.depth) / (2 * n - 1),
+            }
+        )
 
     grouped = tr.beam_schedule(width, index.depth)
     with torch.inference_mode():
         same = tr.fast_read(index, eval_queries, grouped, k=None).leaves == info["beam_leaves"]
-    measure("1. grouped by node (same beam)", grouped,
-            f"; same leaves as the reference for {float(same.all(dim=-1).double().mean()):.1%} of queries")
+    measure(
+        "1. grouped by node (same beam)",
+        grouped,
+        f"; same leaves as the reference for {float(same.all(dim=-1).double().mean()):.1%} of queries",
+    )
     log("  ablation: + dense top (scan at depth D) ...")
-    measure("2. + dense top levels", tr.calibrate(index, fit_queries, args.target, K, scan_depths=[index.depth],
-                                                  per_level=False).schedule)
+    measure(
+        "2. + dense top levels",
+        tr.calibrate(
+            index, fit_queries, args.target, K, scan_depths=[index.depth], per_level=False
+        ).schedule,
+    )
     log("  ablation: + leaf scan ...")
-    measure("3. + leaf scan", tr.calibrate(index, fit_queries, args.target, K, per_level=False).schedule)
-    steps.append({"step": "4. + a width per depth (the fast read)", "setting": str(fast.extra["schedule"]),
-                  "latency_ms": fast.latency_ms, "recall_at_10": fast.recall, "visited_share": fast.visited})
-    print(f"\nwhat each step bought at N = {n:,} (each calibrated on the fit queries; dense {dense_ms:.1f} ms):")
+    measure(
+        "3. + leaf scan", tr.calibrate(index, fit_queries, args.target, K, per_level=False).schedule
+    )
+    steps.append(
+        {
+            "step": "4. + a width per depth (the fast read)",
+            "setting": str(fast.extra["schedule"]),
+            "latency_ms": fast.latency_ms,
+            "recall_at_10": fast.recall,
+            "visited_share": fast.visited,
+        }
+    )
+    print(
+        f"\nwhat each step bought at N = {n:,} (each calibrated on the fit queries; dense {dense_ms:.1f} ms):"
+    )
     previous = None
     for step in steps:
         step["speedup"] = dense_ms / step["latency_ms"]
         gain = "" if previous is None else f", {previous / step['latency_ms']:.2f}x the step before"
-        print(f"  {step['step']:<42} {step['latency_ms']:>8.1f} ms  {step['speedup']:>6.2f}x dense{gain}  recall "
-              f"{step['recall_at_10']:.4f}  visited {step['visited_share']:.4f}  [{step['setting']}]")
+        print(
+            f"  {step['step']:<42} {step['latency_ms']:>8.1f} ms  {step['speedup']:>6.2f}x dense{gain}  recall "
+            f"{step['recall_at_10']:.4f}  visited {step['visited_share']:.4f}  [{step['setting']}]"
+        )
         previous = step["latency_ms"]
     return steps
 
 
-def fast_limits(fast: Row, info: dict, eval_queries: torch.Tensor, dense_ms: float, repeats: int) -> list[str]:
+def fast_limits(
+    fast: Row, info: dict, eval_queries: torch.Tensor, dense_ms: float, repeats: int
+) -> list[str]:
     """Where the fast read's time goes: each stage's wall-clock ms (mean over `repeats` reads), its
     counted multiply-adds and rate, and the numbers each query writes."""
     index, schedule = fast.extra["index"], fast.extra["schedule"]
@@ -732,24 +1011,36 @@ def fast_limits(fast: Row, info: dict, eval_queries: torch.Tensor, dense_ms: flo
             tr.fast_read(index, eval_queries, schedule, K, stage_ms=stage_ms)
     kept = tr.kept_per_depth(schedule)
     size = 2 ** (depth - schedule.scan_depth)
-    macs = {"dense top": q * (2 ** (schedule.dense_depth + 1) - 2) * m * d,
-            "beam levels": q * sum(kept[:-1]) * 2 * m * d,
-            "scan matmul": q * kept[-1] * size * d, "scan top-k": 0}
-    lines = [f"fast read at N = {index.leaf_keys.shape[0]:,} ({schedule}; {fast.latency_ms:.1f} ms, "
-             f"{dense_ms / fast.latency_ms:.1f}x dense): per stage, mean of {repeats} reads"]
+    macs = {
+        "dense top": q * (2 ** (schedule.dense_depth + 1) - 2) * m * d,
+        "beam levels": q * sum(kept[:-1]) * 2 * m * d,
+        "scan matmul": q * kept[-1] * size * d,
+        "scan top-k": 0,
+    }
+    lines = [
+        f"fast read at N = {index.leaf_keys.shape[0]:,} ({schedule}; {fast.latency_ms:.1f} ms, "
+        f"{dense_ms / fast.latency_ms:.1f}x dense): per stage, mean of {repeats} reads"
+    ]
     for stage, total in stage_ms.items():
         ms = total / repeats
-        rate = f", {2 * macs[stage] / ms / 1e6:.1f} GFLOP/s on {macs[stage] / 1e6:.0f} M multiply-adds" \
-            if macs.get(stage) else ""
+        rate = (
+            f", {2 * macs[stage] / ms / 1e6:.1f} GFLOP/s on {macs[stage] / 1e6:.0f} M multiply-adds"
+            if macs.get(stage)
+            else ""
+        )
         lines.append(f"  {stage:<12} {ms:7.2f} ms{rate}")
-    lines.append(f"  per query: {kept[-1] * size:,} leaf scores and {sum(kept[:-1]) * 2:,} child scores "
-                 f"written, {(2 ** (schedule.dense_depth + 1) - 2) * m:,} dense-top prototype scores; index "
-                 f"{index.nbytes() / 1e6:.1f} MB ({index.bytes_per_key():.0f} B/key), read once per batch")
+    lines.append(
+        f"  per query: {kept[-1] * size:,} leaf scores and {sum(kept[:-1]) * 2:,} child scores "
+        f"written, {(2 ** (schedule.dense_depth + 1) - 2) * m:,} dense-top prototype scores; index "
+        f"{index.nbytes() / 1e6:.1f} MB ({index.bytes_per_key():.0f} B/key), read once per batch"
+    )
     keys = index.leaf_keys
     bare_ms = rt.time_read(lambda: (eval_queries @ keys.T).topk(K, dim=-1), repeats)
-    lines.append(f"  a dense read without the softmax (matmul + top-{K} only) takes {bare_ms:.1f} ms: the fast read is "
-                 f"{bare_ms / fast.latency_ms:.1f}x faster than that (the table's dense read also computes the "
-                 f"posterior: softmax over N)")
+    lines.append(
+        f"  a dense read without the softmax (matmul + top-{K} only) takes {bare_ms:.1f} ms: the fast read is "
+        f"{bare_ms / fast.latency_ms:.1f}x faster than that (the table's dense read also computes the "
+        f"posterior: softmax over N)"
+    )
     return lines
 
 
@@ -759,7 +1050,10 @@ def markdown_table(results: dict, exponents: dict[str, float]) -> list[str]:
     order = ["dense", "beam", "drilldown", "fast_beam", "faiss_hnsw", "faiss_ivf"]
     names = {row.key: row.method for result in results.values() for row in result["rows"]}
     keys = [key for key in order if key in names]
-    lines = ["| N | " + " | ".join(names[key] for key in keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    lines = [
+        "| N | " + " | ".join(names[key] for key in keys) + " |",
+        "|---" * (len(keys) + 1) + "|",
+    ]
     for n, result in sorted(results.items()):
         rows = {row.key: row for row in result["rows"]}
         cells = []
@@ -771,33 +1065,69 @@ def markdown_table(results: dict, exponents: dict[str, float]) -> list[str]:
                 speed = result["dense_ms"] / row.latency_ms
                 cells.append(f"{row.latency_ms:,.1f} ms, **{speed:.2f}x**, recall {row.recall:.3f}")
         lines.append(f"| {n:,} | " + " | ".join(cells) + " |")
-    lines.append("| growth exponent | " + " | ".join(f"{exponents[key]:.2f}" for key in keys) + " |")
+    lines.append(
+        "| growth exponent | " + " | ".join(f"{exponents[key]:.2f}" for key in keys) + " |"
+    )
     largest = max(results)
     rows = {row.key: row for row in results[largest]["rows"]}
-    lines.append(f"| index B/key at {largest:,} | " + " | ".join(
-        "n/a" if rows[key].index_bytes_per_key is None else f"{rows[key].index_bytes_per_key:.0f}" for key in keys) + " |")
-    lines.append(f"| read peak RSS MB at {largest:,} | " + " | ".join(
-        "n/a" if rows[key].peak_rss_mb is None or math.isnan(rows[key].peak_rss_mb) else f"{rows[key].peak_rss_mb:.0f}"
-        for key in keys) + " |")
+    lines.append(
+        f"| index B/key at {largest:,} | "
+        + " | ".join(
+            "n/a"
+            if rows[key].index_bytes_per_key is None
+            else f"{rows[key].index_bytes_per_key:.0f}"
+            for key in keys
+        )
+        + " |"
+    )
+    lines.append(
+        f"| read peak RSS MB at {largest:,} | "
+        + " | ".join(
+            "n/a"
+            if rows[key].peak_rss_mb is None or math.isnan(rows[key].peak_rss_mb)
+            else f"{rows[key].peak_rss_mb:.0f}"
+            for key in keys
+        )
+        + " |"
+    )
     return lines
 
 
 def write_json(path: Path, results: dict, exponents: dict, steps: list[dict], args) -> None:
     """{"sizes": {N: {method: {latency_ms, recall_at_10, visited_share, speedup, ...}}}, "exponents": ...}."""
+
     def clean(value):
         return None if isinstance(value, float) and not math.isfinite(value) else value
 
     sizes = {}
     for n, result in sorted(results.items()):
-        sizes[str(n)] = {row.key: {"latency_ms": row.latency_ms, "recall_at_10": row.recall,
-                                   "visited_share": clean(row.visited), "speedup": result["dense_ms"] / row.latency_ms,
-                                   "index_bytes_per_key": clean(row.index_bytes_per_key),
-                                   "peak_rss_mb": clean(row.peak_rss_mb), "setting": row.setting}
-                         for row in result["rows"]}
-    report = {"sizes": sizes, "exponents": {key: clean(value) for key, value in exponents.items()},
-              "steps": steps, "settings": {"queries": args.queries, "fit_queries": args.fit_queries, "d": args.d,
-                                           "threads": args.threads, "target": args.target, "source": args.source,
-                                           "repeats": args.repeats, "load_average": os.getloadavg()}}
+        sizes[str(n)] = {
+            row.key: {
+                "latency_ms": row.latency_ms,
+                "recall_at_10": row.recall,
+                "visited_share": clean(row.visited),
+                "speedup": result["dense_ms"] / row.latency_ms,
+                "index_bytes_per_key": clean(row.index_bytes_per_key),
+                "peak_rss_mb": clean(row.peak_rss_mb),
+                "setting": row.setting,
+            }
+            for row in result["rows"]
+        }
+    report = {
+        "sizes": sizes,
+        "exponents": {key: clean(value) for key, value in exponents.items()},
+        "steps": steps,
+        "settings": {
+            "queries": args.queries,
+            "fit_queries": args.fit_queries,
+            "d": args.d,
+            "threads": args.threads,
+            "target": args.target,
+            "source": args.source,
+            "repeats": args.repeats,
+            "load_average": os.getloadavg(),
+        },
+    }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=1) + "\n")
 

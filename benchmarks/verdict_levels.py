@@ -88,7 +88,11 @@ ALPHA = 0.05
 SEED = 20261202
 LOOKS = [3, 6, 10]
 RHO = 0.5  # paired: share of each arm's variance (on the condition's scale) from the shared per-seed component
-LINEAR_CENTRE, LINEAR_SD, MARGIN = 10.0, 1.0, 0.5  # linear families: centre, spread (sd or t scale), margin
+LINEAR_CENTRE, LINEAR_SD, MARGIN = (
+    10.0,
+    1.0,
+    0.5,
+)  # linear families: centre, spread (sd or t scale), margin
 LOG_CENTRE, RATIO = 2.0, 0.1  # log families: geometric mean of b, relative margin
 MIXED_B_CV = 0.15  # mixed shapes: the normal arm's sd relative to its centre
 
@@ -135,7 +139,9 @@ class Cell:
         """Rough cost of one draw, in one-condition decide calls (to balance the workers)."""
         two = self.block in ("paired", "welch", "mixed") or self.shape in ("paired", "welch", "two")
         cost = (1.4 if two else 1.0) * (3 if self.block == "sequential" else 1)
-        if self.block == "exact":  # bootstrap intervals; a Monte Carlo permutation test beyond 2^16 arrangements
+        if (
+            self.block == "exact"
+        ):  # bootstrap intervals; a Monte Carlo permutation test beyond 2^16 arrangements
             cost *= 30 if self.shape == "welch" and self.n >= 10 else 4
         return cost * (1.5 if self.block in ("refutation", "iut", "control") else 1)
 
@@ -148,17 +154,27 @@ def ci_cells() -> list[Cell]:
     for family in FAMILIES:
         for direction in ("lower", "higher"):
             cells += [Cell("threshold", family, direction, n) for n in (3, 5, 10)]
-            cells += [Cell("paired", family, direction, 5), Cell("welch", family, direction, 5, spread=2.0)]
+            cells += [
+                Cell("paired", family, direction, 5),
+                Cell("welch", family, direction, 5, spread=2.0),
+            ]
     # normal values at [3, 6, 10] under O'Brien-Fleming: tests/test_sequential.py
-    cells += [Cell("sequential", "lognormal-1", "lower", 10, spending=spending)
-              for spending in ("obrien-fleming", "pocock")]
+    cells += [
+        Cell("sequential", "lognormal-1", "lower", 10, spending=spending)
+        for spending in ("obrien-fleming", "pocock")
+    ]
     cells.append(Cell("sequential", "normal", "higher", 10, spending="pocock"))
-    cells += [Cell("refutation", "lognormal-1", "lower", 5), Cell("refutation", "t2", "lower", 5),
-              Cell("iut", "lognormal-1", "lower", 5)]
-    cells += [Cell("control", "normal", "higher", 5, shape="threshold"),
-              Cell("control", "lognormal-1", "lower", 5, shape="threshold"),
-              Cell("control", "lognormal-0.5", "lower", 5, shape="paired"),
-              Cell("control", "normal", "lower", 5, shape="welch", spread=2.0)]
+    cells += [
+        Cell("refutation", "lognormal-1", "lower", 5),
+        Cell("refutation", "t2", "lower", 5),
+        Cell("iut", "lognormal-1", "lower", 5),
+    ]
+    cells += [
+        Cell("control", "normal", "higher", 5, shape="threshold"),
+        Cell("control", "lognormal-1", "lower", 5, shape="threshold"),
+        Cell("control", "lognormal-0.5", "lower", 5, shape="paired"),
+        Cell("control", "normal", "lower", 5, shape="welch", spread=2.0),
+    ]
     cells.append(Cell("linear-skew", "lognormal-1-linear", "lower", 5))
     return cells
 
@@ -170,23 +186,41 @@ def full_cells() -> list[Cell]:
     for family in FAMILIES:
         for direction in ("lower", "higher"):
             for n in ns:
-                cells += [Cell("threshold", family, direction, n), Cell("paired", family, direction, n),
-                          Cell("welch", family, direction, n), Cell("welch", family, direction, n, spread=2.0)]
+                cells += [
+                    Cell("threshold", family, direction, n),
+                    Cell("paired", family, direction, n),
+                    Cell("welch", family, direction, n),
+                    Cell("welch", family, direction, n, spread=2.0),
+                ]
             for spending in ("obrien-fleming", "pocock"):
                 cells.append(Cell("sequential", family, direction, 10, spending=spending))
     for family in ("normal", "lognormal-1", "t2"):
         for direction in ("lower", "higher"):
             cells += [Cell("refutation", family, direction, 5), Cell("iut", family, direction, 5)]
-            cells += [Cell("control", family, direction, 5, shape=shape, spread=2.0 if shape == "welch" else 1.0)
-                      for shape in ("threshold", "paired", "welch", "two")]
+            cells += [
+                Cell(
+                    "control",
+                    family,
+                    direction,
+                    5,
+                    shape=shape,
+                    spread=2.0 if shape == "welch" else 1.0,
+                )
+                for shape in ("threshold", "paired", "welch", "two")
+            ]
     for family in ("mixed-log", "mixed-linear"):
         for direction in ("lower", "higher"):
             cells += [Cell("mixed", family, direction, n) for n in ns]
     for family in ("normal", "lognormal-1", "t2"):
         for direction in ("lower", "higher"):
-            cells += [Cell("exact", family, direction, n, shape=shape) for n in (5, 10)
-                      for shape in ("threshold", "paired")]
-            cells += [Cell("exact", family, direction, 5, shape="welch", spread=s) for s in (1.0, 2.0)]
+            cells += [
+                Cell("exact", family, direction, n, shape=shape)
+                for n in (5, 10)
+                for shape in ("threshold", "paired")
+            ]
+            cells += [
+                Cell("exact", family, direction, 5, shape="welch", spread=s) for s in (1.0, 2.0)
+            ]
     # 10 + 10 seeds: C(20, 10) arrangements, beyond the exact limit: Monte Carlo permutation (~30 ms a decide)
     cells.append(Cell("exact", "lognormal-1", "lower", 10, shape="welch", spread=2.0))
     for family in SKEWED:
@@ -214,10 +248,14 @@ def _values(family: str, centre: float, spread: float, z: np.ndarray) -> np.ndar
 
 def _normal_log_mean_zero(cv: float) -> float:
     """The centre m of a normal N(m, cv m) with E[log x] = 0 (geometric mean 1)."""
+
     def mean_log(m):
         sd = cv * m
         lo, hi = max(1e-12, m - 12 * sd), m + 12 * sd
-        return integrate.quad(lambda x: math.log(x) * stats.norm.pdf(x, m, sd), lo, hi, limit=200)[0]
+        return integrate.quad(lambda x: math.log(x) * stats.norm.pdf(x, m, sd), lo, hi, limit=200)[
+            0
+        ]
+
     return float(optimize.brentq(mean_log, 0.5, 2.0, xtol=1e-14))
 
 
@@ -228,18 +266,35 @@ class Sim:
     metrics: dict
     controls: list
     draw: object  # (rng, draws) -> {(arm, metric): array (draws, n)}
-    support: bool = True  # whether a "supported" is false (the truth at every supported_if's bar or beyond)
+    support: bool = (
+        True  # whether a "supported" is false (the truth at every supported_if's bar or beyond)
+    )
     refute: bool = True  # whether a "refuted" is false
     validity: bool = False  # whether every control holding is false
     contract: object = None  # sequential
 
 
 def _thr(arm, metric, direction, value, **kw):
-    return {"kind": "threshold", "arm": arm, "metric": metric, "direction": direction, "value": value, **kw}
+    return {
+        "kind": "threshold",
+        "arm": arm,
+        "metric": metric,
+        "direction": direction,
+        "value": value,
+        **kw,
+    }
 
 
 def _cmp(direction, test, margin=None, relative=None, arm="a", other="b", **kw):
-    out = {"kind": "compare", "arm": arm, "metric": "x", "other": other, "direction": direction, "test": test, **kw}
+    out = {
+        "kind": "compare",
+        "arm": arm,
+        "metric": "x",
+        "other": other,
+        "direction": direction,
+        "test": test,
+        **kw,
+    }
     if margin is not None:
         out["margin"] = margin
     if relative is not None:
@@ -253,8 +308,11 @@ def _flip(direction: str) -> str:
 
 def _declared(family: str) -> Metric:
     scale = (FAMILIES | SKEWED)[family][2]
-    return positive("lower", "test") if scale == "log" else (
-        Metric("lower", "test", 0.0, None) if family in SKEWED else Metric("lower", "test"))
+    return (
+        positive("lower", "test")
+        if scale == "log"
+        else (Metric("lower", "test", 0.0, None) if family in SKEWED else Metric("lower", "test"))
+    )
 
 
 def _centre(family: str) -> float:
@@ -265,11 +323,17 @@ def _compare_pair(family: str, direction: str, test: str, **kw) -> tuple[dict, d
     """(supported_if, refuted_if, arm a's true centre given b's) of a compare with its effect at the bar."""
     if (FAMILIES | SKEWED)[family][2] == "log":
         ratio = 1 - RATIO if direction == "lower" else 1 + RATIO
-        return (_cmp(direction, test, relative=RATIO, **kw), _cmp(_flip(direction), test, **kw),
-                LOG_CENTRE * ratio)
+        return (
+            _cmp(direction, test, relative=RATIO, **kw),
+            _cmp(_flip(direction), test, **kw),
+            LOG_CENTRE * ratio,
+        )
     shift = -MARGIN if direction == "lower" else MARGIN
-    return (_cmp(direction, test, margin=MARGIN, **kw), _cmp(_flip(direction), test, margin=-MARGIN, **kw),
-            LINEAR_CENTRE + shift)
+    return (
+        _cmp(direction, test, margin=MARGIN, **kw),
+        _cmp(_flip(direction), test, margin=-MARGIN, **kw),
+        LINEAR_CENTRE + shift,
+    )
 
 
 def _paired_draw(family: str, centres: dict[str, float], n: int):
@@ -277,9 +341,16 @@ def _paired_draw(family: str, centres: dict[str, float], n: int):
 
     def draw(rng, draws):
         shared = _noise(kind, rng, (draws, n))
-        return {(arm, "x"): _values(family, c, 1.0, math.sqrt(RHO) * shared
-                                    + math.sqrt(1 - RHO) * _noise(kind, rng, (draws, n)))
-                for arm, c in centres.items()}
+        return {
+            (arm, "x"): _values(
+                family,
+                c,
+                1.0,
+                math.sqrt(RHO) * shared + math.sqrt(1 - RHO) * _noise(kind, rng, (draws, n)),
+            )
+            for arm, c in centres.items()
+        }
+
     return draw
 
 
@@ -288,7 +359,11 @@ def _independent_draw(family: str, arms: dict[tuple[str, str], tuple[float, floa
     kind = (FAMILIES | SKEWED)[family][0]
 
     def draw(rng, draws):
-        return {key: _values(family, c, s, _noise(kind, rng, (draws, n))) for key, (c, s) in arms.items()}
+        return {
+            key: _values(family, c, s, _noise(kind, rng, (draws, n)))
+            for key, (c, s) in arms.items()
+        }
+
     return draw
 
 
@@ -305,32 +380,68 @@ def build(cell: Cell) -> Sim:
     interval = {"interval": "bootstrap"} if cell.block == "exact" else {}
     shape = cell.shape if cell.block == "exact" else cell.block
     if shape in ("threshold", "sequential", "linear-skew"):
-        decision = Decision.model_validate({"alpha": ALPHA, "supported_if": [_thr("a", "x", d, centre, **interval)],
-                                            "refuted_if": [_thr("a", "x", _flip(d), centre, **interval)]})
+        decision = Decision.model_validate(
+            {
+                "alpha": ALPHA,
+                "supported_if": [_thr("a", "x", d, centre, **interval)],
+                "refuted_if": [_thr("a", "x", _flip(d), centre, **interval)],
+            }
+        )
         sim = Sim(decision, metrics, [], _independent_draw(fam, {("a", "x"): (centre, 1.0)}, n))
         if cell.block == "sequential":
-            sim.contract = SimpleNamespace(decision=decision, seeds=list(range(n)), arms={"a": {}}, controls=[],
-                                           sequential=Sequential(looks=LOOKS, spending=cell.spending))
+            sim.contract = SimpleNamespace(
+                decision=decision,
+                seeds=list(range(n)),
+                arms={"a": {}},
+                controls=[],
+                sequential=Sequential(looks=LOOKS, spending=cell.spending),
+            )
         return sim
     if shape in ("paired", "welch"):
         supported, refuted, centre_a = _compare_pair(fam, d, shape, **interval)
-        decision = Decision.model_validate({"alpha": ALPHA, "supported_if": [supported], "refuted_if": [refuted]})
-        draw = (_paired_draw(fam, {"a": centre_a, "b": centre}, n) if shape == "paired" else
-                _independent_draw(fam, {("a", "x"): (centre_a, 1.0), ("b", "x"): (centre, 1.0 / cell.spread)}, n))
+        decision = Decision.model_validate(
+            {"alpha": ALPHA, "supported_if": [supported], "refuted_if": [refuted]}
+        )
+        draw = (
+            _paired_draw(fam, {"a": centre_a, "b": centre}, n)
+            if shape == "paired"
+            else _independent_draw(
+                fam, {("a", "x"): (centre_a, 1.0), ("b", "x"): (centre, 1.0 / cell.spread)}, n
+            )
+        )
         return Sim(decision, metrics, [], draw)
     if cell.block == "refutation":  # three ways to refute, each at its bar
-        decision = Decision.model_validate({"alpha": ALPHA, "supported_if": [_thr("a", "x", d, centre)],
-                                            "refuted_if": [_thr("a", "x", _flip(d), centre),
-                                                           _thr("a", "z", _flip(d), centre)]})
-        return Sim(decision, metrics, [], _independent_draw(fam, {("a", "x"): (centre, 1.0),
-                                                                  ("a", "z"): (centre, 1.0)}, n))
-    if cell.block == "iut":  # z clearly holds (6 spreads on the right side of its bar), x at its bar
+        decision = Decision.model_validate(
+            {
+                "alpha": ALPHA,
+                "supported_if": [_thr("a", "x", d, centre)],
+                "refuted_if": [_thr("a", "x", _flip(d), centre), _thr("a", "z", _flip(d), centre)],
+            }
+        )
+        return Sim(
+            decision,
+            metrics,
+            [],
+            _independent_draw(fam, {("a", "x"): (centre, 1.0), ("a", "z"): (centre, 1.0)}, n),
+        )
+    if (
+        cell.block == "iut"
+    ):  # z clearly holds (6 spreads on the right side of its bar), x at its bar
         far = _shifted(fam, centre, 6.0, d)
-        decision = Decision.model_validate({"alpha": ALPHA, "supported_if": [_thr("a", "x", d, centre),
-                                                                             _thr("a", "z", d, centre)],
-                                            "refuted_if": [_thr("a", "x", _flip(d), centre)]})
-        return Sim(decision, metrics, [], _independent_draw(fam, {("a", "x"): (centre, 1.0),
-                                                                  ("a", "z"): (far, 1.0)}, n), refute=True)
+        decision = Decision.model_validate(
+            {
+                "alpha": ALPHA,
+                "supported_if": [_thr("a", "x", d, centre), _thr("a", "z", d, centre)],
+                "refuted_if": [_thr("a", "x", _flip(d), centre)],
+            }
+        )
+        return Sim(
+            decision,
+            metrics,
+            [],
+            _independent_draw(fam, {("a", "x"): (centre, 1.0), ("a", "z"): (far, 1.0)}, n),
+            refute=True,
+        )
     if cell.block == "control":
         return _build_control(cell, metric, centre)
     raise ValueError(f"unknown block {cell.block!r}")
@@ -349,14 +460,21 @@ def _build_control(cell: Cell, metric: Metric, centre: float) -> Sim:
     base and nosource at their bar."""
     fam, d, n = cell.family, cell.direction, cell.n
     good = _shifted(fam, centre, 6.0, "higher")
-    decision = Decision.model_validate({"alpha": ALPHA, "supported_if": [_thr("a", "y", "higher", centre)],
-                                        "refuted_if": [_thr("a", "y", "lower", centre)]})
+    decision = Decision.model_validate(
+        {
+            "alpha": ALPHA,
+            "supported_if": [_thr("a", "y", "higher", centre)],
+            "refuted_if": [_thr("a", "y", "lower", centre)],
+        }
+    )
     metrics = {"x": metric, "y": metric}
     arms = {("a", "y"): (good, 1.0)}
     if cell.shape in ("threshold", "two"):
         controls = [_control(_thr("base", "x", d, centre))]
         arms[("base", "x")] = (centre, 1.0)
-        if cell.shape == "two":  # a second control that clearly holds: intersection-union, no inflation
+        if (
+            cell.shape == "two"
+        ):  # a second control that clearly holds: intersection-union, no inflation
             controls.append(_control(_thr("nosource", "x", d, centre)))
             arms[("nosource", "x")] = (_shifted(fam, centre, 6.0, d), 1.0)
         draw = _independent_draw(fam, arms, n)
@@ -385,13 +503,19 @@ def _build_mixed(cell: Cell) -> Sim:
     else:
         metric, geo_a = Metric("lower", "test"), 1.0
         centre_b = math.exp(0.5)  # the lognormal(0, 1)'s mean
-    decision = Decision.model_validate({"alpha": ALPHA, "supported_if": [_cmp(d, "welch")],
-                                        "refuted_if": [_cmp(_flip(d), "welch")]})
+    decision = Decision.model_validate(
+        {
+            "alpha": ALPHA,
+            "supported_if": [_cmp(d, "welch")],
+            "refuted_if": [_cmp(_flip(d), "welch")],
+        }
+    )
 
     def draw(rng, draws):
         a = geo_a * np.exp(rng.standard_normal((draws, n)))
         b = centre_b * (1 + MIXED_B_CV * rng.standard_normal((draws, n)))
         return {("a", "x"): a, ("b", "x"): np.maximum(b, 1e-9)}  # b <= 0 has probability ~1e-11
+
     return Sim(decision, {"x": metric}, [], draw)
 
 
@@ -400,8 +524,16 @@ def _runs(values: dict[tuple[str, str], np.ndarray], i: int, n: int) -> list[dic
     by_arm: dict[str, dict[str, list[float]]] = {}
     for (arm, metric), a in values.items():
         by_arm.setdefault(arm, {})[metric] = a[i].tolist()
-    return [{"arm": arm, "seed": s, "status": "completed", "metrics": {m: xs[s] for m, xs in ms.items()}}
-            for arm, ms in by_arm.items() for s in range(n)]
+    return [
+        {
+            "arm": arm,
+            "seed": s,
+            "status": "completed",
+            "metrics": {m: xs[s] for m, xs in ms.items()},
+        }
+        for arm, ms in by_arm.items()
+        for s in range(n)
+    ]
 
 
 def simulate(cell: Cell, draws: int) -> dict:
@@ -425,15 +557,27 @@ def simulate(cell: Cell, draws: int) -> dict:
             judged = result.controls[0] if sim.validity else result.conditions[0]
             tests[f"{judged.test} ({judged.scale})"] += 1
             valid += bool(result.controls) and all(c.outcome == "holds" for c in result.controls)
-    rates = {"false_support": verdicts["supported"] / draws if sim.support else None,
-             "false_refutation": verdicts["refuted"] / draws if sim.refute else None,
-             "false_validity": valid / draws if sim.validity else None}
+    rates = {
+        "false_support": verdicts["supported"] / draws if sim.support else None,
+        "false_refutation": verdicts["refuted"] / draws if sim.refute else None,
+        "false_validity": valid / draws if sim.validity else None,
+    }
     bound = ALPHA + slack(draws)
-    return {"name": cell.name, **asdict(cell), "draws": draws, **rates,
-            **{f"se_{k}": (math.sqrt(r * (1 - r) / draws) if r is not None else None) for k, r in rates.items()},
-            "above": [k for k, r in rates.items() if r is not None and r > bound],
-            "verdicts": dict(verdicts), "tests": dict(tests), "stopped_at_look": dict(sorted(looks.items())),
-            "seconds": round(time.perf_counter() - started, 2)}
+    return {
+        "name": cell.name,
+        **asdict(cell),
+        "draws": draws,
+        **rates,
+        **{
+            f"se_{k}": (math.sqrt(r * (1 - r) / draws) if r is not None else None)
+            for k, r in rates.items()
+        },
+        "above": [k for k, r in rates.items() if r is not None and r > bound],
+        "verdicts": dict(verdicts),
+        "tests": dict(tests),
+        "stopped_at_look": dict(sorted(looks.items())),
+        "seconds": round(time.perf_counter() - started, 2),
+    }
 
 
 def _simulate_args(args: tuple[Cell, int]) -> dict:
@@ -442,7 +586,7 @@ def _simulate_args(args: tuple[Cell, int]) -> dict:
 
 def run_cells(cells: list[Cell], draws: int, workers: int = 2) -> dict[str, dict]:
     """Every cell's result by name; `workers` processes (fork) when available, the costliest cells first."""
-    order = sorted(cells, key=lambda c: -c.decides * c.n ** 0.25)
+    order = sorted(cells, key=lambda c: -c.decides * c.n**0.25)
     jobs = [(c, draws) for c in order]
     if workers > 1 and len(cells) > 1 and "fork" in multiprocessing.get_all_start_methods():
         with multiprocessing.get_context("fork").Pool(min(workers, len(cells))) as pool:
@@ -470,9 +614,12 @@ def summary(results: dict[str, dict]) -> list[str]:
     for r in results.values():
         block = f"{r['block']} {r['shape']}".strip()
         groups.setdefault((block, "" if r["block"] in PROMISED else r["family"]), []).append(r)
-    lines = ["## Summary: the largest rate per block", "",
-             "| block | distributions | n | cells | false support | false refutation | false validity | cells above |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Summary: the largest rate per block",
+        "",
+        "| block | distributions | n | cells | false support | false refutation | false validity | cells above |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for (block, family), rows in groups.items():
         families = family or ", ".join(dict.fromkeys(r["family"] for r in rows))
         ns = ", ".join(str(n) for n in sorted({r["n"] for r in rows}))
@@ -481,51 +628,101 @@ def summary(results: dict[str, dict]) -> list[str]:
             rates = [r[key] for r in rows if r[key] is not None]
             worst.append(f"{max(rates):.3f}" if rates else "-")
         above = sum(bool(r["above"]) for r in rows)
-        lines.append(f"| {block} | {families} | {ns} | {len(rows)} | {' | '.join(worst)} | "
-                     f"{f'**{above}**' if above else 0} |")
+        lines.append(
+            f"| {block} | {families} | {ns} | {len(rows)} | {' | '.join(worst)} | "
+            f"{f'**{above}**' if above else 0} |"
+        )
     return lines
 
 
 def markdown(results: dict[str, dict], draws: int, seconds: float) -> str:
     bound = ALPHA + slack(draws)
-    intro = (f"The truth sits exactly at each bar: every rate below is of a false result and the engine promises "
-             f"it at most alpha. ± is the Monte Carlo standard error of that rate; the standard error at alpha "
-             f"is {math.sqrt(ALPHA * (1 - ALPHA) / draws):.4f}, and a cell above alpha + 3 of those "
-             f"({bound:.4f}) is marked ABOVE. `-`: not a false result in that cell's design. Written by "
-             f"`python benchmarks/verdict_levels.py --draws {draws} --json` in {seconds:.0f} s.")
-    header = ("| block | distribution | direction | n | spread a:b | looks | false support | false refutation | "
-              "false validity | tests (share of draws) |")
-    lines = [f"# Verdict levels ({draws} draws per cell, alpha {ALPHA:g})", "", intro, "", *summary(results),
-             "", "## Every cell", "", header, "|---|---|---|---|---|---|---|---|---|---|"]
+    intro = (
+        f"The truth sits exactly at each bar: every rate below is of a false result and the engine promises "
+        f"it at most alpha. ± is the Monte Carlo standard error of that rate; the standard error at alpha "
+        f"is {math.sqrt(ALPHA * (1 - ALPHA) / draws):.4f}, and a cell above alpha + 3 of those "
+        f"({bound:.4f}) is marked ABOVE. `-`: not a false result in that cell's design. Written by "
+        f"`python benchmarks/verdict_levels.py --draws {draws} --json` in {seconds:.0f} s."
+    )
+    header = (
+        "| block | distribution | direction | n | spread a:b | looks | false support | false refutation | "
+        "false validity | tests (share of draws) |"
+    )
+    lines = [
+        f"# Verdict levels ({draws} draws per cell, alpha {ALPHA:g})",
+        "",
+        intro,
+        "",
+        *summary(results),
+        "",
+        "## Every cell",
+        "",
+        header,
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in results.values():
         total = sum(r["tests"].values())
-        tests = ", ".join(f"{t} {k / total:.0%}" for t, k in sorted(r["tests"].items(), key=lambda x: -x[1]))
+        tests = ", ".join(
+            f"{t} {k / total:.0%}" for t, k in sorted(r["tests"].items(), key=lambda x: -x[1])
+        )
         block = f"{r['block']} {r['shape']}".strip()
         looks = f"{LOOKS} {r['spending']}" if r["spending"] else ""
-        lines.append(f"| {block} | {r['family']} | {r['direction']} | {r['n']} | {r['spread']:g} | {looks} | "
-                     f"{_rate(r, 'false_support')} | {_rate(r, 'false_refutation')} | {_rate(r, 'false_validity')} | "
-                     f"{tests} |")
+        lines.append(
+            f"| {block} | {r['family']} | {r['direction']} | {r['n']} | {r['spread']:g} | {looks} | "
+            f"{_rate(r, 'false_support')} | {_rate(r, 'false_refutation')} | {_rate(r, 'false_validity')} | "
+            f"{tests} |"
+        )
     above = [r for r in results.values() if r["above"]]
     lines += ["", "## Above the level", ""]
-    lines += ([f"- `{r['name']}`: " + ", ".join(f"{k.replace('_', ' ')} {r[k]:.3f}" for k in r["above"])
-               for r in above] or ["none"])
+    lines += [
+        f"- `{r['name']}`: " + ", ".join(f"{k.replace('_', ' ')} {r[k]:.3f}" for k in r["above"])
+        for r in above
+    ] or ["none"]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=2000, help="simulated experiments per cell")
-    parser.add_argument("--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (fork)")
-    parser.add_argument("--only", nargs="*", default=None, metavar="SUBSTRING",
-                        help="only the cells whose name contains one of these (e.g. threshold/lognormal-1)")
-    parser.add_argument("--ci", action="store_true", help="only the cells tests/test_levels.py asserts")
-    parser.add_argument("--json", type=Path, nargs="?", const=RESULTS / "verdict_levels.json", default=None,
-                        metavar="PATH", help="write the results here (default benchmarks/results/verdict_levels.json) "
-                        "and the table next to it (.md) unless --markdown says where")
-    parser.add_argument("--markdown", type=Path, nargs="?", const=RESULTS / "verdict_levels.md", default=None,
-                        metavar="PATH", help="write the table here (default benchmarks/results/verdict_levels.md)")
-    parser.add_argument("--render", type=Path, default=None, metavar="JSON",
-                        help="print (and with --markdown write) the tables of a results JSON; no simulation")
+    parser.add_argument(
+        "--workers", type=int, default=min(2, os.cpu_count() or 1), help="processes (fork)"
+    )
+    parser.add_argument(
+        "--only",
+        nargs="*",
+        default=None,
+        metavar="SUBSTRING",
+        help="only the cells whose name contains one of these (e.g. threshold/lognormal-1)",
+    )
+    parser.add_argument(
+        "--ci", action="store_true", help="only the cells tests/test_levels.py asserts"
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        nargs="?",
+        const=RESULTS / "verdict_levels.json",
+        default=None,
+        metavar="PATH",
+        help="write the results here (default benchmarks/results/verdict_levels.json) "
+        "and the table next to it (.md) unless --markdown says where",
+    )
+    parser.add_argument(
+        "--markdown",
+        type=Path,
+        nargs="?",
+        const=RESULTS / "verdict_levels.md",
+        default=None,
+        metavar="PATH",
+        help="write the table here (default benchmarks/results/verdict_levels.md)",
+    )
+    parser.add_argument(
+        "--render",
+        type=Path,
+        default=None,
+        metavar="JSON",
+        help="print (and with --markdown write) the tables of a results JSON; no simulation",
+    )
     args = parser.parse_args(argv)
     if args.render is not None:
         saved = json.loads(args.render.read_text())
@@ -544,13 +741,28 @@ def main(argv: list[str] | None = None) -> dict:
     table = markdown(results, args.draws, seconds)
     print(table)
     above = [r["name"] for r in results.values() if r["above"]]
-    print(f"{len(cells)} cells x {args.draws} draws in {seconds:.1f} s on {args.workers} worker(s); "
-          f"{len(above)} above alpha + {slack(args.draws):.4f}", file=sys.stderr)
-    out = {"alpha": ALPHA, "draws": args.draws, "slack": slack(args.draws), "bound": ALPHA + slack(args.draws),
-               "seconds": seconds, "workers": args.workers, "python": platform.python_version(),
-               "numpy": np.__version__, "engine_version": v.ENGINE_VERSION, "seed": SEED, "above": above,
-               "cells": list(results.values())}
-    markdown_path = args.markdown or (args.json.with_suffix(".md") if args.json is not None else None)
+    print(
+        f"{len(cells)} cells x {args.draws} draws in {seconds:.1f} s on {args.workers} worker(s); "
+        f"{len(above)} above alpha + {slack(args.draws):.4f}",
+        file=sys.stderr,
+    )
+    out = {
+        "alpha": ALPHA,
+        "draws": args.draws,
+        "slack": slack(args.draws),
+        "bound": ALPHA + slack(args.draws),
+        "seconds": seconds,
+        "workers": args.workers,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "engine_version": v.ENGINE_VERSION,
+        "seed": SEED,
+        "above": above,
+        "cells": list(results.values()),
+    }
+    markdown_path = args.markdown or (
+        args.json.with_suffix(".md") if args.json is not None else None
+    )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(v.json_safe(out), indent=2) + "\n")

@@ -59,14 +59,22 @@ class Claim:
     rule_flags: list[str] = field(default_factory=list)  # rules the recorded contract predates
     # every attempt on the record (gates.history.attempts, as `gates status` shows them)
     attempts: int = 0
-    earlier: list[str] = field(default_factory=list)  # a line per earlier attempt ("attempt 1 invalid (...)")
+    earlier: list[str] = field(
+        default_factory=list
+    )  # a line per earlier attempt ("attempt 1 invalid (...)")
     # claims that stand together (gates.siblings)
-    shared_runs: dict[str, list[str]] = field(default_factory=dict)  # other claim -> "arm/seed N" it ran too
+    shared_runs: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # other claim -> "arm/seed N" it ran too
     regime_left: RegimeLeft | None = None  # a superseded sibling left this claim's regime
     # what the recorded verdict says did not work as designed (from the evidence; the index shows them in brief)
     not_run: list[str] = field(default_factory=list)  # arms without a completed run
-    beyond_ceiling: list[str] = field(default_factory=list)  # conditions whose bar the best possible arm cannot reach
-    tuning_edges: list[str] = field(default_factory=list)  # tuned arms whose search stopped at an edge
+    beyond_ceiling: list[str] = field(
+        default_factory=list
+    )  # conditions whose bar the best possible arm cannot reach
+    tuning_edges: list[str] = field(
+        default_factory=list
+    )  # tuned arms whose search stopped at an edge
 
 
 def hash_status(check: ClaimCheck) -> str:
@@ -75,7 +83,9 @@ def hash_status(check: ClaimCheck) -> str:
     if check.status == "withdrawn":
         return HASH_WITHDRAWN
     hash_ok = getattr(check, "hash_ok", None)
-    if hash_ok is not None:  # compared: the record may still be lost for other reasons (see problems)
+    if (
+        hash_ok is not None
+    ):  # compared: the record may still be lost for other reasons (see problems)
         return HASH_OK if hash_ok else HASH_EDITED
     if check.status == "ok":
         return HASH_OK
@@ -107,35 +117,57 @@ class Store:
     def sqlite_path(self) -> Path | None:
         if not self.uri.startswith("sqlite:"):
             return None
-        return Path(self.uri[len("sqlite:///"):]) if self.uri.startswith("sqlite:///") else Path("")
+        return (
+            Path(self.uri[len("sqlite:///") :]) if self.uri.startswith("sqlite:///") else Path("")
+        )
 
     def client(self):
         """(client, None) or (None, why the store cannot be read)."""
         path = self.sqlite_path()
         if path is not None and not path.is_file():
-            return None, (f"MLflow store {self.uri} not found (mlflow.db is not committed: `gates run` creates "
-                          f"it); showing the evidence without learning curves")
+            return None, (
+                f"MLflow store {self.uri} not found (mlflow.db is not committed: `gates run` creates "
+                f"it); showing the evidence without learning curves"
+            )
         with self._lock:
             if self._client is None:
                 try:
                     from gates.tracking import open_client
 
-                    client = open_client(self.uri, create=False)  # read-only: never builds or upgrades a store
+                    client = open_client(
+                        self.uri, create=False
+                    )  # read-only: never builds or upgrades a store
                     client.search_experiments(max_results=1)  # reachable and readable?
                     self._client = client
-                except UserError as e:  # gates.store: a half-built or damaged SQLite store, one line with the fix
+                except (
+                    UserError
+                ) as e:  # gates.store: a half-built or damaged SQLite store, one line with the fix
                     return None, e.render()
-                except Exception as e:  # an unreachable server, a foreign schema: say so, never crash
-                    return None, f"MLflow store {self.uri} cannot be read ({type(e).__name__}: {str(e)[:200]})"
+                except (
+                    Exception
+                ) as e:  # an unreachable server, a foreign schema: say so, never crash
+                    return (
+                        None,
+                        f"MLflow store {self.uri} cannot be read ({type(e).__name__}: {str(e)[:200]})",
+                    )
             return self._client, None
 
     def history(self, client, run_id: str, metric: str) -> list[tuple[int, float]]:
         key = (run_id, metric)
-        with self._read_lock:  # one reader at a time: SQLite connections are not shared across threads
+        with (
+            self._read_lock
+        ):  # one reader at a time: SQLite connections are not shared across threads
             if key not in self._histories:
-                by_step = {m.step: m.value for m in sorted(client.get_metric_history(run_id, metric),
-                                                            key=lambda m: (m.step, m.timestamp))}
-                self._histories[key] = sorted(by_step.items())  # the final value is logged again at the last step
+                by_step = {
+                    m.step: m.value
+                    for m in sorted(
+                        client.get_metric_history(run_id, metric),
+                        key=lambda m: (m.step, m.timestamp),
+                    )
+                }
+                self._histories[key] = sorted(
+                    by_step.items()
+                )  # the final value is logged again at the last step
             return self._histories[key]
 
 
@@ -148,12 +180,18 @@ class Claims:
         self._key = None
         self._claims: dict[str, Claim] = {}
         self._loaded: dict[tuple, object] = {}  # (path, mtime, size) -> LoadedContract or None
-        self._load_lock = threading.Lock()  # request threads fill _loaded: each contract is parsed once
+        self._load_lock = (
+            threading.Lock()
+        )  # request threads fill _loaded: each contract is parsed once
 
     def _fingerprint(self) -> tuple:
-        files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(self.contracts_dir.glob("*.y*ml"))
+        files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(
+            self.contracts_dir.glob("*.y*ml")
+        )
         files.append(self.runs_dir / "INDEX.jsonl")  # the claims history: withdrawals, entries
-        files += self.runs_dir.glob(f"*/{ledger.REPORT}")  # verify checks verdict.md against the evidence
+        files += self.runs_dir.glob(
+            f"*/{ledger.REPORT}"
+        )  # verify checks verdict.md against the evidence
         files += _code_files()  # staleness: the code the evidence was computed with
         stats = []
         for f in sorted(files):
@@ -168,7 +206,9 @@ class Claims:
         with self._lock:
             key = self._fingerprint()
             if key != self._key:
-                self._claims = {c.contract_id: self._claim(c) for c in verify(self.runs_dir, self.contracts_dir)}
+                self._claims = {
+                    c.contract_id: self._claim(c) for c in verify(self.runs_dir, self.contracts_dir)
+                }
                 self._key = key
             return self._claims
 
@@ -178,17 +218,34 @@ class Claims:
         if not text:
             loaded = self.contract(check.contract_id)
             text = loaded.contract.claim if loaded else ""
-        return Claim(check.contract_id, text, check.verdict, check.created_at, check.status, hash_status(check),
-                     list(check.problems), check.withdrawn, check.withdrawal, check.supersedes,
-                     list(check.superseded_by), check.stale, list(check.stale_files), check.stale_note,
-                     list(check.rule_flags), attempts=getattr(check, "attempts", 0) or 0,
-                     earlier=list(getattr(check, "earlier", []) or []),
-                     shared_runs={k: list(v) for k, v in (getattr(check, "shared_runs", {}) or {}).items()},
-                     regime_left=getattr(check, "regime_left", None), **_design_flags(ev))
+        return Claim(
+            check.contract_id,
+            text,
+            check.verdict,
+            check.created_at,
+            check.status,
+            hash_status(check),
+            list(check.problems),
+            check.withdrawn,
+            check.withdrawal,
+            check.supersedes,
+            list(check.superseded_by),
+            check.stale,
+            list(check.stale_files),
+            check.stale_note,
+            list(check.rule_flags),
+            attempts=getattr(check, "attempts", 0) or 0,
+            earlier=list(getattr(check, "earlier", []) or []),
+            shared_runs={k: list(v) for k, v in (getattr(check, "shared_runs", {}) or {}).items()},
+            regime_left=getattr(check, "regime_left", None),
+            **_design_flags(ev),
+        )
 
     def evidence(self, contract_id: str) -> dict | None:
         try:
-            return ledger.read_evidence(ledger.evidence_dir(self.runs_dir, contract_id) / ledger.EVIDENCE)
+            return ledger.read_evidence(
+                ledger.evidence_dir(self.runs_dir, contract_id) / ledger.EVIDENCE
+            )
         except ValueError:
             return None
 
@@ -196,7 +253,10 @@ class Claims:
         """The LoadedContract with this id in contracts_dir (never at a path the evidence names), or None."""
         from gates.contract import load_contract
 
-        candidates = [self.contracts_dir / f"{contract_id}.yaml", self.contracts_dir / f"{contract_id}.yml"]
+        candidates = [
+            self.contracts_dir / f"{contract_id}.yaml",
+            self.contracts_dir / f"{contract_id}.yml",
+        ]
         candidates += sorted(self.contracts_dir.glob("*.y*ml"))
         for path in candidates:
             try:
@@ -221,7 +281,11 @@ class Claims:
             return None
         ev = self.evidence(contract_id)
         loaded = self.contract(contract_id, ev)
-        contract = loaded.contract if loaded and (ev is None or loaded.sha256 == ev["contract_sha256"]) else None
+        contract = (
+            loaded.contract
+            if loaded and (ev is None or loaded.sha256 == ev["contract_sha256"])
+            else None
+        )
         metrics = _plotted_metrics(contract, ev)
         histories, note = {}, None
         if ev is not None:
@@ -233,7 +297,9 @@ class Claims:
         if client is None:
             return {}, why
         histories, missing = {}, []
-        never = [r for r in ev["runs"] if not r.get("mlflow_run_id")]  # skipped after its arm kept failing
+        never = [
+            r for r in ev["runs"] if not r.get("mlflow_run_id")
+        ]  # skipped after its arm kept failing
         for r in ev["runs"]:
             run_id = r.get("mlflow_run_id")
             if not run_id:
@@ -241,7 +307,10 @@ class Claims:
             try:
                 series = {m: self.store.history(client, run_id, m) for m in metrics}
             except Exception as e:
-                return histories, f"MLflow store {self.store.uri} failed reading run {run_id}: {type(e).__name__}: {e}"
+                return (
+                    histories,
+                    f"MLflow store {self.store.uri} failed reading run {run_id}: {type(e).__name__}: {e}",
+                )
             if any(series.values()):
                 histories[(r["arm"], r["seed"])] = series
             else:
@@ -249,13 +318,17 @@ class Claims:
         notes = []
         if missing:
             recorded = (ev.get("mlflow") or {}).get("tracking_uri", "?")
-            notes.append(f"{len(missing)} of {len(ev['runs'])} runs have no metric history in {self.store.uri} "
-                         f"(the evidence was recorded into {recorded}): {', '.join(missing[:6])}"
-                         + (" ..." if len(missing) > 6 else ""))
+            notes.append(
+                f"{len(missing)} of {len(ev['runs'])} runs have no metric history in {self.store.uri} "
+                f"(the evidence was recorded into {recorded}): {', '.join(missing[:6])}"
+                + (" ..." if len(missing) > 6 else "")
+            )
         if never:
             shown = ", ".join(f"{r['arm']}/seed {r['seed']} ({r.get('status')})" for r in never[:6])
-            notes.append(f"{len(never)} of {len(ev['runs'])} runs have no MLflow run (never started: "
-                         f"{shown}{' ...' if len(never) > 6 else ''})")
+            notes.append(
+                f"{len(never)} of {len(ev['runs'])} runs have no MLflow run (never started: "
+                f"{shown}{' ...' if len(never) > 6 else ''})"
+            )
         return histories, "; ".join(notes) or None
 
 
@@ -287,11 +360,13 @@ def _plotted_metrics(contract, ev: dict | None) -> list[str]:
     for c in ev["conditions"]:
         for term in c.get("values", {}):
             arm = next((a for a in arms if term.startswith(a + ".")), None)
-            names.append(term[len(arm) + 1:] if arm else term.split(".", 1)[-1])
+            names.append(term[len(arm) + 1 :] if arm else term.split(".", 1)[-1])
     return list(dict.fromkeys(names))
 
 
-CODE_FILES_TTL = 10.0  # seconds the list of watched code files is reused (their stats are taken every time)
+CODE_FILES_TTL = (
+    10.0  # seconds the list of watched code files is reused (their stats are taken every time)
+)
 _code_files_cache: tuple[float, list[Path]] | None = None
 _code_files_lock = threading.Lock()
 
@@ -315,4 +390,3 @@ def _code_files() -> list[Path]:
 
 def finite(x) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
-

@@ -61,11 +61,13 @@ svg .fut{stroke:#666;stroke-dasharray:2 3;stroke-width:1.4}svg .halt{stroke:#d50
 
 def page(title: str, body: str, links: Links, footer: str) -> str:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    return (f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{e(title)}</title>'
-            f'<style>{CSS}</style></head><body><header><a href="{e(links.index)}">treeheap-gates: claims</a></header>'
-            f'<main>{body}</main><footer>{footer} Rendered {now}; read-only.</footer></body></html>\n')
+    return (
+        f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f'<meta name="viewport" content="width=device-width,initial-scale=1"><title>{e(title)}</title>'
+        f'<style>{CSS}</style></head><body><header><a href="{e(links.index)}">treeheap-gates: claims</a></header>'
+        f"<main>{body}</main><footer>{footer} Rendered {now}; read-only.</footer></body></html>\n"
+    )
 
 
 def verdict_badge(verdict: str | None) -> str:
@@ -98,28 +100,46 @@ def verdict_cell(c: Claim, links: Links) -> str:
         earlier = "; ".join(_clip(x) for x in c.earlier)
         notes.append(f'<span class="attempts">attempt {e(c.attempts)}; earlier: {earlier}</span>')
     if c.superseded_by:
-        notes.append("superseded by " + ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in c.superseded_by))
+        notes.append(
+            "superseded by "
+            + ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in c.superseded_by)
+        )
     if c.supersedes:
-        notes.append(f'supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>')
+        notes.append(
+            f'supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>'
+        )
     if c.regime_left:
-        notes.append(f'<span class="regime-left" title="{e(c.regime_left.note)}">{_regime_left_brief(c.regime_left, links)}</span>')
+        notes.append(
+            f'<span class="regime-left" title="{e(c.regime_left.note)}">'
+            f"{_regime_left_brief(c.regime_left, links)}</span>"
+        )
     if c.shared_runs:
-        others = ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a> ({len(runs)})'
-                           for x, runs in sorted(c.shared_runs.items()))
+        others = ", ".join(
+            f'<a href="{e(links.contract(x))}">{e(x)}</a> ({len(runs)})'
+            for x, runs in sorted(c.shared_runs.items())
+        )
         n = len(c.shared_runs)
-        notes.append(f'<span class="shared" title="{e(describe_shared(c.shared_runs))}">shares runs with {n} other '
-                     f'contract{"s" if n != 1 else ""}: {others}</span>')
+        notes.append(
+            f'<span class="shared" title="{e(describe_shared(c.shared_runs))}">shares runs with {n} other '
+            f"contract{'s' if n != 1 else ''}: {others}</span>"
+        )
     if c.not_run:
         notes.append(f'<span class="not-run">not run as designed: {e(", ".join(c.not_run))}</span>')
     if c.beyond_ceiling:
-        notes.append(f'<span class="beyond-ceiling">bar beyond the ceiling: {e(", ".join(c.beyond_ceiling))}</span>')
+        notes.append(
+            f'<span class="beyond-ceiling">bar beyond the ceiling: {e(", ".join(c.beyond_ceiling))}</span>'
+        )
     if c.tuning_edges:
-        notes.append(f'<span class="tuning-edge">tuning stopped at an edge: {_list_brief(c.tuning_edges)}</span>')
+        notes.append(
+            f'<span class="tuning-edge">tuning stopped at an edge: {_list_brief(c.tuning_edges)}</span>'
+        )
     if c.stale:
         study = [f for f in c.stale_files if not f.startswith("gates/")]
         platform = len(c.stale_files) - len(study)
-        notes.append(f'<span class="stale">stale: {e(", ".join(study) or "")}'
-                     f'{e(", " if study and platform else "")}{e(f"{platform} in gates/" if platform else "")}</span>')
+        notes.append(
+            f'<span class="stale">stale: {e(", ".join(study) or "")}'
+            f"{e(', ' if study and platform else '')}{e(f'{platform} in gates/' if platform else '')}</span>"
+        )
     if c.rule_flags:
         notes.append(f'<span class="older">recorded under older rules ({len(c.rule_flags)})</span>')
     return out + "".join(f'<br><span class="small">{n}</span>' for n in notes)
@@ -133,7 +153,7 @@ def _clip(text: str, limit: int = INDEX_TEXT) -> str:
     text = str(text)
     if len(text) <= limit:
         return e(text)
-    return f'<span title="{e(text)}">{e(text[:limit - 3])}...</span>'
+    return f'<span title="{e(text)}">{e(text[: limit - 3])}...</span>'
 
 
 def _list_brief(items: list[str], shown: int = 3) -> str:
@@ -143,8 +163,10 @@ def _list_brief(items: list[str], shown: int = 3) -> str:
 
 def _regime_left_brief(left, links: Links) -> str:
     """'regime left: sibling X superseded by Y', linked (gates.siblings.RegimeLeft)."""
-    return (f'regime left: sibling <a href="{e(links.contract(left.sibling))}">{e(left.sibling)}</a> superseded by '
-            f'<a href="{e(links.contract(left.superseded_by))}">{e(left.superseded_by)}</a> in another regime')
+    return (
+        f'regime left: sibling <a href="{e(links.contract(left.sibling))}">{e(left.sibling)}</a> superseded by '
+        f'<a href="{e(links.contract(left.superseded_by))}">{e(left.superseded_by)}</a> in another regime'
+    )
 
 
 def history_notes(c: Claim, links: Links) -> str:
@@ -153,28 +175,40 @@ def history_notes(c: Claim, links: Links) -> str:
     out = []
     if c.attempts > 1:
         items = "".join(f"<li>{e(x)}</li>" for x in c.earlier)
-        out.append(f'<div class="note attempts">Attempt {e(c.attempts)} at this claim in the claims history '
-                   f'(runs/INDEX.jsonl); earlier:<ul class="small">{items}</ul></div>')
+        out.append(
+            f'<div class="note attempts">Attempt {e(c.attempts)} at this claim in the claims history '
+            f'(runs/INDEX.jsonl); earlier:<ul class="small">{items}</ul></div>'
+        )
     if c.withdrawn:
-        out.append(f'<p class="lost">Withdrawn: {e(c.withdrawal or "")}. The claim is no longer made; its record '
-                   f'stays in runs/INDEX.jsonl (and its evidence, where kept, below).</p>')
+        out.append(
+            f'<p class="lost">Withdrawn: {e(c.withdrawal or "")}. The claim is no longer made; its record '
+            f"stays in runs/INDEX.jsonl (and its evidence, where kept, below).</p>"
+        )
     if c.superseded_by:
         links_ = ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in c.superseded_by)
-        out.append(f'<p class="note">Superseded by {links_}: a newer version of this contract. This claim stays '
-                   f'recorded as it was.</p>')
+        out.append(
+            f'<p class="note">Superseded by {links_}: a newer version of this contract. This claim stays '
+            f"recorded as it was.</p>"
+        )
     if c.supersedes:
-        out.append(f'<p class="small">Supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>.</p>')
+        out.append(
+            f'<p class="small">Supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>.</p>'
+        )
     if c.regime_left:
         out.append(f'<p class="note regime-left">Regime left: {e(c.regime_left.note)}.</p>')
     if c.stale:
         items = "".join(f"<li><code>{e(f)}</code></li>" for f in c.stale_files)
         how = f" ({e(c.stale_note)})" if c.stale_note else ""
-        out.append(f'<div class="note stale">Stale: the code this evidence was computed with has changed since{how}; '
-                   f'<code>gates verify --strict-code</code> fails on it. Changed files:<ul class="small">{items}</ul></div>')
+        out.append(
+            f'<div class="note stale">Stale: the code this evidence was computed with has changed since{how}; '
+            f'<code>gates verify --strict-code</code> fails on it. Changed files:<ul class="small">{items}</ul></div>'
+        )
     if c.rule_flags:
         items = "".join(f"<li>{e(f)}</li>" for f in c.rule_flags)
-        out.append(f'<div class="note older">Recorded under older rules (a new version that follows them is how '
-                   f'this claim is brought up to date):<ul class="small">{items}</ul></div>')
+        out.append(
+            f'<div class="note older">Recorded under older rules (a new version that follows them is how '
+            f'this claim is brought up to date):<ul class="small">{items}</ul></div>'
+        )
     return "".join(out)
 
 
@@ -186,23 +220,36 @@ def index_page(claims: list[Claim], links: Links, footer: str) -> str:
     lost = sum(c.check == "lost" for c in claims)
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
     rows = "".join(
-        f'<tr id="row-{e(c.contract_id)}"><td class="id"><a href="{e(links.contract(c.contract_id))}">{e(c.contract_id)}</a></td>'
+        f'<tr id="row-{e(c.contract_id)}"><td class="id">'
+        f'<a href="{e(links.contract(c.contract_id))}">{e(c.contract_id)}</a></td>'
         f'<td>{e(c.claim)}</td><td class="verdict">{verdict_cell(c, links)}</td>'
-        f'<td class="date">{e((c.created_at or "-")[:10])}</td><td>{hash_cell(c.hash_status)}</td><td>{check_cell(c)}</td></tr>'
-        for c in claims)
-    lost_note = (f'<p class="lost">{lost} claim{"s" if lost != 1 else ""} lost {"their" if lost != 1 else "its"} '
-                 f'evidence (see the verify column).</p>' if lost else "")
-    body = (f"<h1>Claims</h1><p>{len(claims)} contracts: {e(summary) or 'none'}.</p>{lost_note}"
-            f'<table class="claims"><thead><tr><th>contract</th><th>claim</th><th>verdict</th><th>recorded</th>'
-            f'<th>contract hash</th><th>verify</th></tr></thead><tbody>{rows}</tbody></table>'
-            f'<p class="small">Hash: the contract file\'s sha256 against the one its evidence recorded. Verify: '
-            f'<code>gates verify</code> (the verdict re-derived from the recorded per-seed metrics).</p>')
+        f'<td class="date">{e((c.created_at or "-")[:10])}</td><td>{hash_cell(c.hash_status)}</td>'
+        f"<td>{check_cell(c)}</td></tr>"
+        for c in claims
+    )
+    lost_note = (
+        f'<p class="lost">{lost} claim{"s" if lost != 1 else ""} lost {"their" if lost != 1 else "its"} '
+        f"evidence (see the verify column).</p>"
+        if lost
+        else ""
+    )
+    body = (
+        f"<h1>Claims</h1><p>{len(claims)} contracts: {e(summary) or 'none'}.</p>{lost_note}"
+        f'<table class="claims"><thead><tr><th>contract</th><th>claim</th><th>verdict</th><th>recorded</th>'
+        f"<th>contract hash</th><th>verify</th></tr></thead><tbody>{rows}</tbody></table>"
+        f'<p class="small">Hash: the contract file\'s sha256 against the one its evidence recorded. Verify: '
+        f"<code>gates verify</code> (the verdict re-derived from the recorded per-seed metrics).</p>"
+    )
     return page("Claims", body, links, footer)
 
 
 def not_found_page(what: str, links: Links, footer: str) -> str:
-    return page("Not found", f'<h1>Not found</h1><p>{e(what)}</p><p><a href="{e(links.index)}">All claims</a></p>',
-                links, footer)
+    return page(
+        "Not found",
+        f'<h1>Not found</h1><p>{e(what)}</p><p><a href="{e(links.index)}">All claims</a></p>',
+        links,
+        footer,
+    )
 
 
 def _num(x) -> str:
@@ -215,17 +262,37 @@ def mlflow_run_url(ui: str, experiment_id, run_id) -> str:
 
 def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str) -> str:
     c, ev = view.claim, view.evidence
-    parts = [f'<p class="small"><a href="{e(links.index)}">All claims</a></p>',
-             f"<h1>{e(c.contract_id)} {verdict_badge('withdrawn' if c.withdrawn else c.verdict)}</h1>", f"<blockquote>{e(c.claim)}</blockquote>",
-             f"<p>Contract hash: {hash_cell(c.hash_status)}; verify: {check_cell(c)}</p>", history_notes(c, links)]
+    parts = [
+        f'<p class="small"><a href="{e(links.index)}">All claims</a></p>',
+        f"<h1>{e(c.contract_id)} {verdict_badge('withdrawn' if c.withdrawn else c.verdict)}</h1>",
+        f"<blockquote>{e(c.claim)}</blockquote>",
+        f"<p>Contract hash: {hash_cell(c.hash_status)}; verify: {check_cell(c)}</p>",
+        history_notes(c, links),
+    ]
     if ev is None:
         if not c.withdrawn:
-            parts.append(f'<p class="note">No evidence yet: run <code>gates run contracts/{e(c.contract_id)}.yaml</code>.</p>')
+            parts.append(
+                f'<p class="note">No evidence yet: run <code>gates run contracts/{e(c.contract_id)}.yaml</code>.</p>'
+            )
         return page(c.contract_id, "".join(parts), links, footer)
-    parts.append(f'<p class="small">Source: {e(ev.get("source", "-"))}<br>Study <code>{e(ev.get("study", "-"))}</code>, '
-                 f'recorded {e(ev["created_at"])}</p>')
-    parts += [_attempt(ev), _design(ev, c, links), _reasons(ev), _not_run(ev), _beyond_ceiling(ev), _conditions(ev),
-              _controls(ev), _lost(ev), _curves(view), _gate5(ev), _runs(view, mlflow_ui), _provenance(ev, mlflow_ui)]
+    parts.append(
+        f'<p class="small">Source: {e(ev.get("source", "-"))}<br>Study <code>{e(ev.get("study", "-"))}</code>, '
+        f"recorded {e(ev['created_at'])}</p>"
+    )
+    parts += [
+        _attempt(ev),
+        _design(ev, c, links),
+        _reasons(ev),
+        _not_run(ev),
+        _beyond_ceiling(ev),
+        _conditions(ev),
+        _controls(ev),
+        _lost(ev),
+        _curves(view),
+        _gate5(ev),
+        _runs(view, mlflow_ui),
+        _provenance(ev, mlflow_ui),
+    ]
     return page(c.contract_id, "".join(parts), links, footer)
 
 
@@ -255,16 +322,20 @@ def _attempt(ev: dict) -> str:
     because = f", recorded because: {e(attempt['reason'])}" if attempt.get("reason") else ""
     items = []
     for a in _dicts(attempt.get("earlier")):
-        head = (f'attempt {e(a.get("number"))}: {verdict_badge(a.get("verdict") or "pending")}, recorded '
-                f'{e(a.get("recorded") or "?")}')
+        head = (
+            f"attempt {e(a.get('number'))}: {verdict_badge(a.get('verdict') or 'pending')}, recorded "
+            f"{e(a.get('recorded') or '?')}"
+        )
         if a.get("reason"):
             head += f" (because: {e(a['reason'])})"
         if a.get("withdrawn"):
             head += f"; withdrawn: {e(a['withdrawn'])}"
         why = "".join(f"<li>{e(w)}</li>" for w in _strings(a.get("why")))
         items.append(f"<li>{head}" + (f'<ul class="small">{why}</ul>' if why else "") + "</li>")
-    return (f'<h2>Attempts</h2><p class="attempt">Attempt {e(attempt.get("number"))} at this claim{because}; '
-            f'earlier:</p><ul class="attempts">{"".join(items)}</ul>')
+    return (
+        f'<h2>Attempts</h2><p class="attempt">Attempt {e(attempt.get("number"))} at this claim{because}; '
+        f'earlier:</p><ul class="attempts">{"".join(items)}</ul>'
+    )
 
 
 def _design(ev: dict, c: Claim, links: Links) -> str:
@@ -273,33 +344,48 @@ def _design(ev: dict, c: Claim, links: Links) -> str:
     design = _mapping(ev.get("design"))
     items = []
     if design.get("factor"):
-        items.append(f"factor under test: <code>{e(', '.join(_strings(design['factor'])))}</code> (the arm config "
-                     f"fields compared arms differ in)")
-    items += [f"also differs between compared arms: <code>{e(k)}</code>: {e(why)}"
-              for k, why in _mapping(design.get("differences")).items()]
-    items += [f'<span class="blind"><code>{e(arm)}</code> fails by construction: {e(why)}</span>'
-              for arm, why in _mapping(design.get("blind")).items()]
+        items.append(
+            f"factor under test: <code>{e(', '.join(_strings(design['factor'])))}</code> (the arm config "
+            f"fields compared arms differ in)"
+        )
+    items += [
+        f"also differs between compared arms: <code>{e(k)}</code>: {e(why)}"
+        for k, why in _mapping(design.get("differences")).items()
+    ]
+    items += [
+        f'<span class="blind"><code>{e(arm)}</code> fails by construction: {e(why)}</span>'
+        for arm, why in _mapping(design.get("blind")).items()
+    ]
     if design.get("no_convergence"):
         items.append(f"runs not judged for convergence: {e(design['no_convergence'])}")
     if isinstance(ev.get("regime"), dict) and ev["regime"]:
         items.append(f'<span class="regime">regime: {e(describe_regime(ev["regime"]))}</span>')
     if c.shared_runs:
-        pages = ", ".join(f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in sorted(c.shared_runs))
+        pages = ", ".join(
+            f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in sorted(c.shared_runs)
+        )
         items.append(f'<span class="shared">{e(describe_shared(c.shared_runs))}</span> ({pages})')
     if not items:
         return ""
-    return "<h2>Design</h2><ul class=\"design\">" + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
+    return '<h2>Design</h2><ul class="design">' + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
 
 
 def _reasons(ev: dict) -> str:
     out = "<h2>Why</h2><ul>" + "".join(f"<li>{e(r)}</li>" for r in ev.get("reasons", [])) + "</ul>"
     if ev.get("settle"):
-        out += "<p>What would settle it:</p><ul>" + "".join(f"<li>{e(s)}</li>" for s in ev["settle"]) + "</ul>"
+        out += (
+            "<p>What would settle it:</p><ul>"
+            + "".join(f"<li>{e(s)}</li>" for s in ev["settle"])
+            + "</ul>"
+        )
     edges = ev.get("tuning_edges")
     if isinstance(edges, dict) and edges:
-        out += ('<div class="note tuning-edges">Tuning stopped at the edge of its search (every decision condition '
-                'reading these arms is undetermined):<ul>'
-                + "".join(f"<li><code>{e(arm)}</code>: {e(why)}</li>" for arm, why in edges.items()) + "</ul></div>")
+        out += (
+            '<div class="note tuning-edges">Tuning stopped at the edge of its search (every decision condition '
+            "reading these arms is undetermined):<ul>"
+            + "".join(f"<li><code>{e(arm)}</code>: {e(why)}</li>" for arm, why in edges.items())
+            + "</ul></div>"
+        )
     return out
 
 
@@ -310,14 +396,23 @@ def _not_run(ev: dict) -> str:
         return ""
     items = []
     for x in rows:
-        what = str(x.get("text") or f"{x.get('completed', 0)} of {x.get('runs', '?')} runs completed")
-        error = (f'<br>first error: <code class="mono">{e(x["first_error"])}</code>'
-                 if x.get("first_error") and str(x["first_error"]) not in what else "")
-        settle = f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else ""
+        what = str(
+            x.get("text") or f"{x.get('completed', 0)} of {x.get('runs', '?')} runs completed"
+        )
+        error = (
+            f'<br>first error: <code class="mono">{e(x["first_error"])}</code>'
+            if x.get("first_error") and str(x["first_error"]) not in what
+            else ""
+        )
+        settle = (
+            f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else ""
+        )
         items.append(f"<li><code>{e(x.get('arm'))}</code>: {e(what)}{error}{settle}</li>")
-    return ('<h2>Did not run as designed</h2><div class="lost not-run">Invalid: an arm the decision or a control '
-            'reads has no completed run, so the claim is neither supported nor refuted (failed runs are never '
-            f'results).<ul>{"".join(items)}</ul></div>')
+    return (
+        '<h2>Did not run as designed</h2><div class="lost not-run">Invalid: an arm the decision or a control '
+        "reads has no completed run, so the claim is neither supported nor refuted (failed runs are never "
+        f"results).<ul>{''.join(items)}</ul></div>"
+    )
 
 
 def _beyond_ceiling(ev: dict) -> str:
@@ -327,36 +422,64 @@ def _beyond_ceiling(ev: dict) -> str:
         return ""
     items = "".join(
         f"<li>{e(x.get('condition'))} <code>{e(x.get('description', ''))}</code>: the best possible arm reaches "
-        f"{_num(x.get('ceiling'))}" + (f" ({_num(x.get('min'))} to {_num(x.get('max'))})"
-                                       if finite(x.get("min")) and x.get("min") != x.get("max") else "")
+        f"{_num(x.get('ceiling'))}"
+        + (
+            f" ({_num(x.get('min'))} to {_num(x.get('max'))})"
+            if finite(x.get("min")) and x.get("min") != x.get("max")
+            else ""
+        )
         + f" ({e(x.get('source', '-'))}: {e(x.get('why', ''))}), which does not clear the bar"
-        + (f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else "") + "</li>"
-        for x in rows)
-    return ('<h2>Bars beyond the ceiling</h2><div class="lost beyond-ceiling">Invalid: a bar beyond what the best '
-            f'possible arm reaches tests nothing.<ul>{items}</ul></div>')
+        + (f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else "")
+        + "</li>"
+        for x in rows
+    )
+    return (
+        '<h2>Bars beyond the ceiling</h2><div class="lost beyond-ceiling">Invalid: a bar beyond what the best '
+        f"possible arm reaches tests nothing.<ul>{items}</ul></div>"
+    )
 
 
 def _condition_row(cond: dict) -> str:
-    values = "<br>".join(f"{e(term)}: {', '.join(_num(v) for v in vals)}" for term, vals in cond.get("values", {}).items())
-    interval = (f"[{_num(cond.get('ci_low'))}, {_num(cond.get('ci_high'))}]" if cond.get("ci_low") is not None else "-")
-    log = ('<br><span class="small scale">log scale</span>' if cond.get("scale") == "log" else "")
-    control = f' <span class="small">({e(cond["control"])} control)</span>' if cond.get("control") else ""
-    estimand = (f'<br><span class="small estimand">estimates: {e(cond["estimand"])}</span>'
-                if cond.get("estimand") else "")
+    values = "<br>".join(
+        f"{e(term)}: {', '.join(_num(v) for v in vals)}"
+        for term, vals in cond.get("values", {}).items()
+    )
+    interval = (
+        f"[{_num(cond.get('ci_low'))}, {_num(cond.get('ci_high'))}]"
+        if cond.get("ci_low") is not None
+        else "-"
+    )
+    log = '<br><span class="small scale">log scale</span>' if cond.get("scale") == "log" else ""
+    control = (
+        f' <span class="small">({e(cond["control"])} control)</span>' if cond.get("control") else ""
+    )
+    estimand = (
+        f'<br><span class="small estimand">estimates: {e(cond["estimand"])}</span>'
+        if cond.get("estimand")
+        else ""
+    )
     note = f'<br><span class="small">{e(cond["note"])}</span>' if cond.get("note") else ""
-    reason = f'<br><span class="small">{e(cond["test_reason"])}</span>' if cond.get("test_reason") else ""
-    return (f'<tr><td>{e(cond["list_name"])}[{e(cond["index"])}]: <code>{e(cond["description"])}</code>{control}'
-            f'{estimand}{note}</td>'
-            f'<td class="o-{e(cond["outcome"])}">{e(cond["outcome"])}</td><td>{svg.condition_interval(cond)}</td>'
-            f'<td class="num">{_num(cond.get("estimate"))}{log}</td><td class="num">{interval}{log}</td>'
-            f'<td class="num">{_num(cond.get("p_hold_adj"))}</td><td class="num">{_num(cond.get("p_fail_adj"))}</td>'
-            f'<td class="small adjustment">{e(cond.get("adjustment") or "-")}</td>'
-            f'<td>{e(cond.get("test", "-"))}{reason}</td><td class="small">{values}</td></tr>')
+    reason = (
+        f'<br><span class="small">{e(cond["test_reason"])}</span>'
+        if cond.get("test_reason")
+        else ""
+    )
+    return (
+        f"<tr><td>{e(cond['list_name'])}[{e(cond['index'])}]: <code>{e(cond['description'])}</code>{control}"
+        f"{estimand}{note}</td>"
+        f'<td class="o-{e(cond["outcome"])}">{e(cond["outcome"])}</td><td>{svg.condition_interval(cond)}</td>'
+        f'<td class="num">{_num(cond.get("estimate"))}{log}</td><td class="num">{interval}{log}</td>'
+        f'<td class="num">{_num(cond.get("p_hold_adj"))}</td><td class="num">{_num(cond.get("p_fail_adj"))}</td>'
+        f'<td class="small adjustment">{e(cond.get("adjustment") or "-")}</td>'
+        f'<td>{e(cond.get("test", "-"))}{reason}</td><td class="small">{values}</td></tr>'
+    )
 
 
-CONDITION_HEAD = ('<thead><tr><th>condition</th><th>outcome</th><th>interval against the bar</th><th>estimate</th>'
-                  '<th>interval</th><th>p(holds) adj</th><th>p(fails) adj</th><th>adjusted</th><th>test</th>'
-                  '<th>per-seed values</th></tr></thead>')
+CONDITION_HEAD = (
+    "<thead><tr><th>condition</th><th>outcome</th><th>interval against the bar</th><th>estimate</th>"
+    "<th>interval</th><th>p(holds) adj</th><th>p(fails) adj</th><th>adjusted</th><th>test</th>"
+    "<th>per-seed values</th></tr></thead>"
+)
 
 
 def families(ev: dict) -> str:
@@ -365,12 +488,20 @@ def families(ev: dict) -> str:
     s = ev.get("settings", {})
     alpha, correction = _num(s.get("alpha")), s.get("correction")
     if correction == "iut+holm":
-        refute = sum(1 for c in ev["conditions"] if c.get("list_name") in ("supported_if", "refuted_if"))
-        return (f"Every supported_if condition must hold, so each is tested at &alpha; = {alpha} with no correction "
-                f"(an intersection-union test: p(holds) is unadjusted); the claim is refuted when any refuted_if "
-                f"condition holds or any supported_if fails, and those {refute} ways to refute are Holm-corrected "
-                f"at &alpha; = {alpha}."
-                + (" Controls are intersection-union tests at &alpha; too." if ev.get("controls") else ""))
+        refute = sum(
+            1 for c in ev["conditions"] if c.get("list_name") in ("supported_if", "refuted_if")
+        )
+        return (
+            f"Every supported_if condition must hold, so each is tested at &alpha; = {alpha} with no correction "
+            f"(an intersection-union test: p(holds) is unadjusted); the claim is refuted when any refuted_if "
+            f"condition holds or any supported_if fails, and those {refute} ways to refute are Holm-corrected "
+            f"at &alpha; = {alpha}."
+            + (
+                " Controls are intersection-union tests at &alpha; too."
+                if ev.get("controls")
+                else ""
+            )
+        )
     if correction == "holm":
         return f"Holm-corrected p-values across all {len(ev['conditions'])} conditions (&alpha; = {alpha})."
     if correction == "none":
@@ -381,23 +512,31 @@ def families(ev: dict) -> str:
 def _conditions(ev: dict) -> str:
     rows = "".join(_condition_row(cond) for cond in ev["conditions"])
     log = any(c.get("scale") == "log" for c in ev["conditions"] + (ev.get("controls") or []))
-    scale = (" A log-scale condition's estimate and interval are on the log scale: exp(estimate) is the factor by "
-             "which the bar is cleared." if log else "")
-    return (f'<h2>Conditions</h2><p class="small families">{families(ev)}</p><p class="small">Each condition\'s '
-            f'effect beyond its bar (threshold or margin; &gt; 0 means it holds), what it estimates, with its '
-            f'two-sided interval at 1 &minus; 2&alpha; (an exact test shows the per-seed range of the effect); under '
-            f'each test, why it was used.{scale} The black line is the bar; green side: holds.</p>'
-            f'<table class="conditions">{CONDITION_HEAD}<tbody>{rows}</tbody></table>')
+    scale = (
+        " A log-scale condition's estimate and interval are on the log scale: exp(estimate) is the factor by "
+        "which the bar is cleared."
+        if log
+        else ""
+    )
+    return (
+        f'<h2>Conditions</h2><p class="small families">{families(ev)}</p><p class="small">Each condition\'s '
+        f"effect beyond its bar (threshold or margin; &gt; 0 means it holds), what it estimates, with its "
+        f"two-sided interval at 1 &minus; 2&alpha; (an exact test shows the per-seed range of the effect); under "
+        f"each test, why it was used.{scale} The black line is the bar; green side: holds.</p>"
+        f'<table class="conditions">{CONDITION_HEAD}<tbody>{rows}</tbody></table>'
+    )
 
 
 def _controls(ev: dict) -> str:
     controls = _dicts(ev.get("controls"))
     if not controls:
         return ""
-    return ('<h2>Controls</h2><p class="small">Each must hold for the experiment to be interpretable (each tested at '
-            '&alpha;: all must hold, an intersection-union test; a control fails in the controls\' own Holm family); '
-            'one that fails or cannot be settled makes the verdict invalid.</p>'
-            f'<table class="controls">{CONDITION_HEAD}<tbody>{"".join(_condition_row(c) for c in controls)}</tbody></table>')
+    return (
+        '<h2>Controls</h2><p class="small">Each must hold for the experiment to be interpretable (each tested at '
+        "&alpha;: all must hold, an intersection-union test; a control fails in the controls' own Holm family); "
+        "one that fails or cannot be settled makes the verdict invalid.</p>"
+        f'<table class="controls">{CONDITION_HEAD}<tbody>{"".join(_condition_row(c) for c in controls)}</tbody></table>'
+    )
 
 
 def _curves(view: ContractView) -> str:
@@ -407,27 +546,42 @@ def _curves(view: ContractView) -> str:
         out.append(f'<p class="note">{e(view.store_note)}</p>')
     if not view.histories:
         return "".join(out)
-    arms = list(ev.get("settings", {}).get("arm_configs", {})) or sorted({a for a, _ in view.histories})
+    arms = list(ev.get("settings", {}).get("arm_configs", {})) or sorted(
+        {a for a, _ in view.histories}
+    )
     halts = [(r["arm"], r["seed"]) for r in ev["runs"] if r["status"] == "halted"]
     if contract is None:
-        out.append('<p class="note">The contract file is missing or was edited after the evidence: decision '
-                   'thresholds and stop rules are not drawn.</p>')
+        out.append(
+            '<p class="note">The contract file is missing or was edited after the evidence: decision '
+            "thresholds and stop rules are not drawn.</p>"
+        )
     for metric in view.metrics:
         thresholds, futility = [], []
         if contract is not None:
             from gates.contract import Threshold
 
-            thresholds = [(cond.arm, cond.value) for _, _, cond in contract.conditions()
-                          if isinstance(cond, Threshold) and cond.metric == metric]
+            thresholds = [
+                (cond.arm, cond.value)
+                for _, _, cond in contract.conditions()
+                if isinstance(cond, Threshold) and cond.metric == metric
+            ]
             futility = [r.model_dump() for r in contract.stop_rules.futility if r.metric == metric]
-        out.append(f'<figure>{svg.learning_curves(metric, arms, view.histories, thresholds, futility, halts)}')
+        out.append(
+            f"<figure>{svg.learning_curves(metric, arms, view.histories, thresholds, futility, halts)}"
+        )
         notes = [_rule_text(r) for r in futility] + [f"{e(a)} seed {e(s)} halted" for a, s in halts]
         conv = contract.convergence if contract is not None else None
         if conv is not None and conv.metric == metric:
-            still = [f"{r['arm']} seed {r['seed']}" for r in ev["runs"] if r.get("converged") is False]
-            notes.append(e(f"convergence: over the last {conv.window} steps an improvement above "
-                           f"{conv.max_rel_improvement:.2%} means not converged; still improving: "
-                           f"{', '.join(still) or 'none'}"))
+            still = [
+                f"{r['arm']} seed {r['seed']}" for r in ev["runs"] if r.get("converged") is False
+            ]
+            notes.append(
+                e(
+                    f"convergence: over the last {conv.window} steps an improvement above "
+                    f"{conv.max_rel_improvement:.2%} means not converged; still improving: "
+                    f"{', '.join(still) or 'none'}"
+                )
+            )
         if notes:
             out.append(f'<figcaption class="small">{"; ".join(notes)}</figcaption>')
         out.append("</figure>")
@@ -435,11 +589,16 @@ def _curves(view: ContractView) -> str:
 
 
 def _rule_text(r: dict) -> str:
-    bar = (f"worse than {svg.fmt(r['worse_than'])}" if r.get("worse_than") is not None
-           else f"behind the best other arm by more than {svg.fmt(r['behind_best_other_by'])}")
+    bar = (
+        f"worse than {svg.fmt(r['worse_than'])}"
+        if r.get("worse_than") is not None
+        else f"behind the best other arm by more than {svg.fmt(r['behind_best_other_by'])}"
+    )
     arms = f" (arms: {', '.join(r['arms'])})" if r.get("arms") else ""
-    return e(f"futility: {r['metric']} at step {r['at_step']}: {bar} and improving by less than "
-             f"{svg.fmt(r['min_rel_improvement'])} over {r['window']} steps{arms}")
+    return e(
+        f"futility: {r['metric']} at step {r['at_step']}: {bar} and improving by less than "
+        f"{svg.fmt(r['min_rel_improvement'])} over {r['window']} steps{arms}"
+    )
 
 
 def _gate5(ev: dict) -> str:
@@ -447,10 +606,15 @@ def _gate5(ev: dict) -> str:
     if not fp:
         return ""
     op = ">=" if fp.get("direction") == "higher" else "<="
-    items = "".join(f"<li>seed {e(r['seed'])}: {_num(r.get('value'))} at step {e(r.get('step'))}: "
-                    f"{'met' if r.get('met') else 'not met'}</li>" for r in fp.get("runs", []))
-    return (f"<h2>Falsifiable point (gate 5)</h2><p><code>{e(fp['arm'])}.{e(fp['metric'])} {op} "
-            f"{_num(fp['threshold'])}</code> by step {e(fp['by_step'])}</p><ul>{items}</ul>{_predictions(ev)}")
+    items = "".join(
+        f"<li>seed {e(r['seed'])}: {_num(r.get('value'))} at step {e(r.get('step'))}: "
+        f"{'met' if r.get('met') else 'not met'}</li>"
+        for r in fp.get("runs", [])
+    )
+    return (
+        f"<h2>Falsifiable point (gate 5)</h2><p><code>{e(fp['arm'])}.{e(fp['metric'])} {op} "
+        f"{_num(fp['threshold'])}</code> by step {e(fp['by_step'])}</p><ul>{items}</ul>{_predictions(ev)}"
+    )
 
 
 def _predictions(ev: dict) -> str:
@@ -458,21 +622,29 @@ def _predictions(ev: dict) -> str:
     pred = (ev.get("predictions") or {}).get("predicted_ablation")
     if not pred:
         return ""
-    came = {True: "came true", False: "did not come true", None: "not measured"}[pred.get("came_true")]
+    came = {True: "came true", False: "did not come true", None: "not measured"}[
+        pred.get("came_true")
+    ]
     side = "above" if pred.get("direction") == "higher" else "below"
-    return (f"<h2>Predicted ablation (gate 3)</h2><p><code>{e(pred['arm'])}.{e(pred['metric'])}</code> {side} "
-            f"<code>{e(pred['versus'])}</code> by at least {_num(pred.get('predicted_size'))}; measured "
-            f"{_num(pred.get('measured_size'))}: <strong>{came}</strong></p>")
+    return (
+        f"<h2>Predicted ablation (gate 3)</h2><p><code>{e(pred['arm'])}.{e(pred['metric'])}</code> {side} "
+        f"<code>{e(pred['versus'])}</code> by at least {_num(pred.get('predicted_size'))}; measured "
+        f"{_num(pred.get('measured_size'))}: <strong>{came}</strong></p>"
+    )
 
 
 def _lost(ev: dict) -> str:
     lost = ev.get("lost") or []
     if not lost:
         return ""
-    items = "".join(f"<li>{e(x['arm'])}.{e(x['metric'])} seed {e(x['seed'])}: {e(x['why'])}</li>" for x in lost)
-    return (f'<h2>Lost values</h2><p class="small">Seeds without a finite value of a metric a condition reads (a run '
-            f'failed, skipped after its arm kept failing, halted or killed); a supported_if condition or a control '
-            f'that reads one cannot hold.</p><ul class="lost-values">{items}</ul>')
+    items = "".join(
+        f"<li>{e(x['arm'])}.{e(x['metric'])} seed {e(x['seed'])}: {e(x['why'])}</li>" for x in lost
+    )
+    return (
+        f'<h2>Lost values</h2><p class="small">Seeds without a finite value of a metric a condition reads (a run '
+        f"failed, skipped after its arm kept failing, halted or killed); a supported_if condition or a control "
+        f'that reads one cannot hold.</p><ul class="lost-values">{items}</ul>'
+    )
 
 
 def _converged_cell(r: dict) -> str:
@@ -484,12 +656,17 @@ def _converged_cell(r: dict) -> str:
     change = f" ({rel:+.2%} over the last {e(conv.get('window'))} steps)" if rel is not None else ""
     if r["converged"]:
         return f'<td class="small">yes{change}</td>'
-    return (f'<td class="o-undetermined" title="still improving at the end of training: every decision condition '
-            f'reading this arm is undetermined">not converged{change}</td>')
+    return (
+        f'<td class="o-undetermined" title="still improving at the end of training: every decision condition '
+        f'reading this arm is undetermined">not converged{change}</td>'
+    )
 
 
-STATUS_WORDS = {"skipped": "not run after its arm kept failing", "halted": "halted by a stop rule",
-                "failed": "raised an error or returned what its study does not declare"}
+STATUS_WORDS = {
+    "skipped": "not run after its arm kept failing",
+    "halted": "halted by a stop rule",
+    "failed": "raised an error or returned what its study does not declare",
+}
 DETAIL_SHOWN = 200  # characters of a run's halt detail shown in the table (the rest folded away)
 
 
@@ -500,16 +677,20 @@ def _run_detail(r: dict) -> str:
     error = r.get("error")
     if isinstance(error, dict) and error.get("type"):
         where = f"{error['where']}: " if error.get("where") else ""
-        parts.append(f'<code class="mono error">{e(where)}{e(error["type"])}: {e(error.get("message", ""))}</code>')
+        parts.append(
+            f'<code class="mono error">{e(where)}{e(error["type"])}: {e(error.get("message", ""))}</code>'
+        )
     detail = str(r.get("halt_detail") or "")
     if detail:
         first = detail.splitlines()[0] if detail.strip() else detail
         if len(first) > DETAIL_SHOWN:
-            first = first[:DETAIL_SHOWN - 3] + "..."
+            first = first[: DETAIL_SHOWN - 3] + "..."
         parts.append(f'<span class="small halt-detail">{e(first)}</span>')
         if first != detail:
-            parts.append(f'<details><summary class="small">whole detail</summary><pre class="mono small">{e(detail)}'
-                         f'</pre></details>')
+            parts.append(
+                f'<details><summary class="small">whole detail</summary><pre class="mono small">{e(detail)}'
+                f"</pre></details>"
+            )
     return "<br>".join(parts) or "-"
 
 
@@ -524,30 +705,46 @@ def _runs(view: ContractView, mlflow_ui: str) -> str:
     rows, full = [], []
     for r in ev["runs"]:
         if r.get("mlflow_run_id") and exp is not None:
-            link = (f'<a href="{e(mlflow_run_url(mlflow_ui, exp, r["mlflow_run_id"]))}">'
-                    f'{e(r["mlflow_run_id"][:8])}</a>')
+            link = (
+                f'<a href="{e(mlflow_run_url(mlflow_ui, exp, r["mlflow_run_id"]))}">'
+                f"{e(r['mlflow_run_id'][:8])}</a>"
+            )
         else:  # a run skipped after its arm kept failing was never started: there is no MLflow run
             link = '<span class="small">none</span>' if not r.get("mlflow_run_id") else "-"
         cells = (_converged_cell(r) if judged else "") + "".join(
-            f'<td class="num">{_num(r["metrics"].get(m))}</td>' for m in shown)
+            f'<td class="num">{_num(r["metrics"].get(m))}</td>' for m in shown
+        )
         status = r.get("status")
         words = STATUS_WORDS.get(status)
-        status_cell = (f'<td class="s-{e(status)}" title="{e(words)}">{e(status)}</td>' if words and status != "completed"
-                       else f"<td>{e(status)}</td>")
-        rows.append(f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td>{status_cell}'
-                    f'<td>{e(r.get("halt_reason") or "-")}</td>'
-                    f'<td class="detail">{_run_detail(r) if status != "completed" else "-"}</td>{cells}'
-                    f'<td class="num">{_num(r.get("seconds"))}</td><td class="mono">{link}</td></tr>')
+        status_cell = (
+            f'<td class="s-{e(status)}" title="{e(words)}">{e(status)}</td>'
+            if words and status != "completed"
+            else f"<td>{e(status)}</td>"
+        )
+        rows.append(
+            f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td>{status_cell}'
+            f"<td>{e(r.get('halt_reason') or '-')}</td>"
+            f'<td class="detail">{_run_detail(r) if status != "completed" else "-"}</td>{cells}'
+            f'<td class="num">{_num(r.get("seconds"))}</td><td class="mono">{link}</td></tr>'
+        )
         metrics = ", ".join(f"{e(k)}={_num(v)}" for k, v in sorted(r["metrics"].items()))
-        full.append(f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td><td class="small">{metrics or "-"}</td></tr>')
+        full.append(
+            f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td><td class="small">{metrics or "-"}</td></tr>'
+        )
     skipped = sum(r.get("status") == "skipped" for r in ev["runs"])
-    note = (f'<p class="small">{skipped} run{"s were" if skipped != 1 else " was"} skipped: not run after its arm '
-            f'kept failing (stop_rules.failures), so there is no MLflow run to open.</p>' if skipped else "")
-    return (f'<h2>Runs: final metrics per arm and seed</h2>{note}<table class="runs"><thead><tr><th>arm</th>'
-            f'<th>seed</th><th>status</th><th>halt</th><th>error or detail</th>{head}<th>seconds</th>'
-            f'<th>MLflow run</th></tr></thead>'
-            f'<tbody>{"".join(rows)}</tbody></table><details><summary>every final metric</summary>'
-            f'<table><tbody>{"".join(full)}</tbody></table></details>')
+    note = (
+        f'<p class="small">{skipped} run{"s were" if skipped != 1 else " was"} skipped: not run after its arm '
+        f"kept failing (stop_rules.failures), so there is no MLflow run to open.</p>"
+        if skipped
+        else ""
+    )
+    return (
+        f'<h2>Runs: final metrics per arm and seed</h2>{note}<table class="runs"><thead><tr><th>arm</th>'
+        f"<th>seed</th><th>status</th><th>halt</th><th>error or detail</th>{head}<th>seconds</th>"
+        f"<th>MLflow run</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table><details><summary>every final metric</summary>"
+        f"<table><tbody>{''.join(full)}</tbody></table></details>"
+    )
 
 
 def _provenance(ev: dict, mlflow_ui: str) -> str:
@@ -558,15 +755,37 @@ def _provenance(ev: dict, mlflow_ui: str) -> str:
     except (KeyError, TypeError):
         sig = "-"
     ml = ev.get("mlflow") or {}
-    parent = (f'<a href="{e(mlflow_run_url(mlflow_ui, ml["experiment_id"], ml["parent_run_id"]))}">'
-              f'{e(ml["parent_run_id"])}</a>' if ml.get("parent_run_id") and ml.get("experiment_id") is not None else "-")
+    parent = (
+        f'<a href="{e(mlflow_run_url(mlflow_ui, ml["experiment_id"], ml["parent_run_id"]))}">'
+        f"{e(ml['parent_run_id'])}</a>"
+        if ml.get("parent_run_id") and ml.get("experiment_id") is not None
+        else "-"
+    )
     s = ev.get("settings", {})
-    rows = [("contract", f'<code>{e(ev.get("contract_path", "-"))}</code>'),
-            ("contract sha256", f'<code class="mono">{e(ev["contract_sha256"])}</code>'),
-            ("git commit", f'<code>{e(ev["git_commit"])}</code>' + (" (dirty)" if ev.get("git_dirty") == "true" else "")),
-            ("code sha256", f'<code>{e(ev.get("code_sha256", "-"))}</code>'),
-            ("settings", e(f"alpha {s.get('alpha')}, {s.get('evaluation')} evaluation, {s.get('correction')} "
-                           f"correction, seeds {s.get('seeds')}, budget {s.get('budget')}")),
-            ("MLflow", f'{e(ml.get("tracking_uri", "-"))}, experiment {e(ml.get("experiment_id", "-"))}, parent run {parent}'),
-            ("signature", f'<code class="mono">{e(sig)}</code>')]
-    return "<h2>Signature and provenance</h2><dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
+    rows = [
+        ("contract", f"<code>{e(ev.get('contract_path', '-'))}</code>"),
+        ("contract sha256", f'<code class="mono">{e(ev["contract_sha256"])}</code>'),
+        (
+            "git commit",
+            f"<code>{e(ev['git_commit'])}</code>"
+            + (" (dirty)" if ev.get("git_dirty") == "true" else ""),
+        ),
+        ("code sha256", f"<code>{e(ev.get('code_sha256', '-'))}</code>"),
+        (
+            "settings",
+            e(
+                f"alpha {s.get('alpha')}, {s.get('evaluation')} evaluation, {s.get('correction')} "
+                f"correction, seeds {s.get('seeds')}, budget {s.get('budget')}"
+            ),
+        ),
+        (
+            "MLflow",
+            f"{e(ml.get('tracking_uri', '-'))}, experiment {e(ml.get('experiment_id', '-'))}, parent run {parent}",
+        ),
+        ("signature", f'<code class="mono">{e(sig)}</code>'),
+    ]
+    return (
+        "<h2>Signature and provenance</h2><dl>"
+        + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+        + "</dl>"
+    )

@@ -23,10 +23,12 @@ from dashboard import render
 from dashboard.site import Site
 from gates.errors import UserError
 
-
 READ_TIMEOUT = 10.0  # seconds a connection may take to send its request (and to take the answer)
 REQUEST_QUEUE_SIZE = 1024  # listen backlog (the kernel caps it at net.core.somaxconn)
-CONNECTION_GONE = (ConnectionError, TimeoutError)  # BrokenPipeError, ConnectionResetError, ...; a timeout
+CONNECTION_GONE = (
+    ConnectionError,
+    TimeoutError,
+)  # BrokenPipeError, ConnectionResetError, ...; a timeout
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -37,7 +39,9 @@ class Handler(BaseHTTPRequestHandler):
     def handle(self):
         try:
             super().handle()
-        except CONNECTION_GONE as err:  # the client went away mid-request or mid-answer: one line, no traceback
+        except (
+            CONNECTION_GONE
+        ) as err:  # the client went away mid-request or mid-answer: one line, no traceback
             self.close_connection = True
             self.log_message("connection closed by the client (%s)", type(err).__name__)
 
@@ -47,9 +51,11 @@ class Handler(BaseHTTPRequestHandler):
         hosts = self.headers.get_all("Host") or []
         if len(hosts) > 1 or (hosts and not self.server.host_allowed(hosts[0])):
             self.close_connection = True
-            self._send(HTTPStatus.MISDIRECTED_REQUEST,
-                       f"<h1>421: this dashboard answers to {render.e(self.server.url_host)} only</h1>",
-                       self.command != "HEAD")
+            self._send(
+                HTTPStatus.MISDIRECTED_REQUEST,
+                f"<h1>421: this dashboard answers to {render.e(self.server.url_host)} only</h1>",
+                self.command != "HEAD",
+            )
             return False
         return True
 
@@ -65,8 +71,12 @@ class Handler(BaseHTTPRequestHandler):
         raise AttributeError(name)
 
     def _not_allowed(self):
-        self._send(HTTPStatus.METHOD_NOT_ALLOWED, "<h1>405: the dashboard is read-only (GET and HEAD)</h1>",
-                   True, {"Allow": "GET, HEAD"})
+        self._send(
+            HTTPStatus.METHOD_NOT_ALLOWED,
+            "<h1>405: the dashboard is read-only (GET and HEAD)</h1>",
+            True,
+            {"Allow": "GET, HEAD"},
+        )
 
     def _respond(self, send_body: bool):
         path = unquote(urlsplit(self.path).path)
@@ -74,34 +84,54 @@ class Handler(BaseHTTPRequestHandler):
             if path in ("/", "/index.html"):
                 status, html = HTTPStatus.OK, self.site.index()
             elif path.startswith("/contract/"):
-                contract_id = path[len("/contract/"):].removesuffix(".html")
+                contract_id = path[len("/contract/") :].removesuffix(".html")
                 html = self.site.contract(contract_id)
                 status = HTTPStatus.OK
                 if html is None:
-                    status, html = HTTPStatus.NOT_FOUND, self.site.not_found(f"no contract {contract_id!r}")
+                    status, html = (
+                        HTTPStatus.NOT_FOUND,
+                        self.site.not_found(f"no contract {contract_id!r}"),
+                    )
             else:
                 status, html = HTTPStatus.NOT_FOUND, self.site.not_found(f"no page {path!r}")
-        except Exception as err:  # the server keeps serving; the page says what failed, the log says where
+        except (
+            Exception
+        ) as err:  # the server keeps serving; the page says what failed, the log says where
             status = HTTPStatus.INTERNAL_SERVER_ERROR
-            self.log_message("error rendering %s: %s", path, traceback.format_exc().strip().replace("\n", " | "))
-            html = render.page("Error", f"<h1>500</h1><p>This page could not be rendered: "
-                                        f"{render.e(type(err).__name__)}: {render.e(str(err)[:300])}. The server's "
-                                        f"log has the details.</p>", render.SERVER, "")
+            self.log_message(
+                "error rendering %s: %s", path, traceback.format_exc().strip().replace("\n", " | ")
+            )
+            html = render.page(
+                "Error",
+                f"<h1>500</h1><p>This page could not be rendered: "
+                f"{render.e(type(err).__name__)}: {render.e(str(err)[:300])}. The server's "
+                f"log has the details.</p>",
+                render.SERVER,
+                "",
+            )
         self._send(status, html, send_body)
 
     def _send(self, status: HTTPStatus, html: str, send_body: bool, extra: dict | None = None):
         body = html.encode("utf-8")
         self.send_response(status)
-        headers = {"Content-Type": "text/html; charset=utf-8", "Content-Length": str(len(body)),
-                   "Cache-Control": "no-store", "Content-Security-Policy": render.CSP,
-                   "X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer", **(extra or {})}
+        headers = {
+            "Content-Type": "text/html; charset=utf-8",
+            "Content-Length": str(len(body)),
+            "Cache-Control": "no-store",
+            "Content-Security-Policy": render.CSP,
+            "X-Content-Type-Options": "nosniff",
+            "Referrer-Policy": "no-referrer",
+            **(extra or {}),
+        }
         for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
         if send_body:
             self.wfile.write(body)
 
-    def log_message(self, format, *args):  # one short line per request on stderr, control characters escaped
+    def log_message(
+        self, format, *args
+    ):  # one short line per request on stderr, control characters escaped
         message = "".join(ch if ch.isprintable() else f"\\x{ord(ch):02x}" for ch in format % args)
         sys.stderr.write(f"{self.address_string()} {message}\n")
 
@@ -114,7 +144,13 @@ class Server(ThreadingHTTPServer):
         super().__init__(address, handler)
         host, port = self.server_address[:2]
         self.wildcard = host in ("0.0.0.0", "::", "")
-        self.host_names = {"127.0.0.1", "localhost", "::1", str(host).lower(), *(h.lower() for h in host_names if h)}
+        self.host_names = {
+            "127.0.0.1",
+            "localhost",
+            "::1",
+            str(host).lower(),
+            *(h.lower() for h in host_names if h),
+        }
         self.url_host = f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
 
     def host_allowed(self, value: str) -> bool:
@@ -144,7 +180,9 @@ class Server(ThreadingHTTPServer):
     def handle_error(self, request, client_address):  # an exception that escaped a handler
         err = sys.exc_info()[1]
         if isinstance(err, CONNECTION_GONE):
-            sys.stderr.write(f"{client_address[0]} connection closed by the client ({type(err).__name__})\n")
+            sys.stderr.write(
+                f"{client_address[0]} connection closed by the client ({type(err).__name__})\n"
+            )
             return
         super().handle_error(request, client_address)
 
@@ -154,8 +192,11 @@ def make_server(site: Site, host: str, port: int, *, read_timeout: float = READ_
     try:
         server = Server((host, port), handler, host_names=(host,))
     except (OSError, OverflowError) as err:  # OverflowError: a port outside 0-65535
-        raise UserError(f"cannot listen on {host}:{port} ({getattr(err, 'strerror', None) or err}); expected a free port "
-                        f"(or --port 0 for any free port) and a local address", field="--port") from None
+        raise UserError(
+            f"cannot listen on {host}:{port} ({getattr(err, 'strerror', None) or err}); expected a free port "
+            f"(or --port 0 for any free port) and a local address",
+            field="--port",
+        ) from None
     return server
 
 
@@ -166,7 +207,10 @@ def serve(site: Site, host: str = "127.0.0.1", port: int = 8765) -> None:
     server = make_server(site, host, port)
     bound_host, bound_port = server.server_address[:2]
     threading.Thread(target=site.warm, name="warm", daemon=True).start()
-    print(f"gates dashboard: serving http://{bound_host}:{bound_port}/ (read-only; Ctrl-C stops)", flush=True)
+    print(
+        f"gates dashboard: serving http://{bound_host}:{bound_port}/ (read-only; Ctrl-C stops)",
+        flush=True,
+    )
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -30,8 +30,10 @@ class Site:
     def footer(self) -> str:
         path = self.store.sqlite_path()
         found = "" if path is None else (" (found)" if path.is_file() else " (not found)")
-        return (f"Evidence from {e(self.claims.runs_dir)}/, contracts from {e(self.claims.contracts_dir)}/, "
-                f"MLflow store {e(self.store.uri)}{found}, MLflow UI {e(self.mlflow_ui)}.")
+        return (
+            f"Evidence from {e(self.claims.runs_dir)}/, contracts from {e(self.claims.contracts_dir)}/, "
+            f"MLflow store {e(self.store.uri)}{found}, MLflow UI {e(self.mlflow_ui)}."
+        )
 
     def index(self, links: render.Links = render.SERVER) -> str:
         return render.index_page(list(self.claims.all().values()), links, self.footer())

@@ -24,4 +24,4 @@ def retain_freed_memory() -> bool:
         mallopt = libc.mallopt
     except (OSError, AttributeError, TypeError):  # not glibc (macOS, musl without mallopt, Windows)
         return False
-    return bool(mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(mallopt(M_TRIM_THRESHOLD, 2 ** 31 - 1))
+    return bool(mallopt(M_MMAP_THRESHOLD, 1 << 30)) and bool(mallopt(M_TRIM_THRESHOLD, 2**31 - 1))

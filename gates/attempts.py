@@ -39,34 +39,53 @@ class Recording:
     earlier: list[dict] = field(default_factory=list)  # RECORD: summaries of the earlier attempts
 
 
-def plan_recording(loaded, runs_root: Path, *, record: bool = False, reason: str | None = None) -> Recording:
+def plan_recording(
+    loaded, runs_root: Path, *, record: bool = False, reason: str | None = None
+) -> Recording:
     """Decide before any training whether this run records a new attempt or reproduces the recorded
     one; UserError (exit 2) for flags that do not fit the claim's state."""
     reason = (reason or "").strip()
     if reason and not record:
-        raise UserError("--reason goes with --record (it says why another attempt is recorded)", field="--reason")
+        raise UserError(
+            "--reason goes with --record (it says why another attempt is recorded)",
+            field="--reason",
+        )
     path = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
     found = history.attempts(runs_root, loaded.id).get(loaded.id, [])
     latest = history.latest(runs_root).get(loaded.id)
     current = _readable(path)
-    vouched = (current is not None and latest is not None and not history.is_withdrawn(latest)
-               and latest.get("evidence_sha256") == history.sha256_file(path))
+    vouched = (
+        current is not None
+        and latest is not None
+        and not history.is_withdrawn(latest)
+        and latest.get("evidence_sha256") == history.sha256_file(path)
+    )
     if not vouched:
         # nothing recorded, withdrawn, unreadable, or written but not indexed (a run killed in between):
         # this run records; an interrupted attempt is completed under its own number, with its reason
         interrupted = (current or {}).get("attempt") or {}
-        if not reason and latest is not None and not history.is_withdrawn(latest) \
-                and interrupted.get("number") == len(found) + 1:
+        if (
+            not reason
+            and latest is not None
+            and not history.is_withdrawn(latest)
+            and interrupted.get("number") == len(found) + 1
+        ):
             reason = str(interrupted.get("reason") or "")
         return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
     if current.get("contract_sha256") != loaded.sha256:
-        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))  # refused by the runner
+        return Recording(
+            RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path)
+        )  # refused by the runner
     if not record:
         return Recording(REPRODUCE, len(found), recorded=current)
     if not reason:
-        raise UserError(f"{loaded.id} already has evidence (attempt {len(found)}, {current.get('verdict')}, recorded "
-                        f"{current.get('created_at')}); recording another attempt needs --reason TEXT (kept in the "
-                        f"claims history), or a new contract id", file=str(loaded.path), field="--record")
+        raise UserError(
+            f"{loaded.id} already has evidence (attempt {len(found)}, {current.get('verdict')}, recorded "
+            f"{current.get('created_at')}); recording another attempt needs --reason TEXT (kept in the "
+            f"claims history), or a new contract id",
+            file=str(loaded.path),
+            field="--record",
+        )
     return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
 
 
@@ -81,7 +100,11 @@ def _earlier(found: list[history.Attempt], current: dict | None, path: Path) -> 
     """Summaries of the attempts in the history, each with its why: from the evidence on disk for the
     latest (when it is that attempt's: its bytes are the ones indexed), and from that evidence's own
     list for the ones before it."""
-    own = current is not None and bool(found) and found[-1].evidence_sha256 == history.sha256_file(path)
+    own = (
+        current is not None
+        and bool(found)
+        and found[-1].evidence_sha256 == history.sha256_file(path)
+    )
     carried = {}
     if current is not None:
         for a in (current.get("attempt") or {}).get("earlier") or []:
@@ -92,8 +115,17 @@ def _earlier(found: list[history.Attempt], current: dict | None, path: Path) -> 
         why = carried.get(a.number, [])
         if own and a is found[-1] and not why:
             why = list(current.get("reasons") or [])[:WHY_SHOWN]
-        out.append({"number": a.number, "verdict": a.verdict, "recorded": a.time, "reason": a.reason,
-                    "contract_sha256": a.contract_sha256, "withdrawn": a.withdrawn, "why": why})
+        out.append(
+            {
+                "number": a.number,
+                "verdict": a.verdict,
+                "recorded": a.time,
+                "reason": a.reason,
+                "contract_sha256": a.contract_sha256,
+                "withdrawn": a.withdrawn,
+                "why": why,
+            }
+        )
     return out
 
 
@@ -104,10 +136,18 @@ def attempt_field(recording: Recording) -> dict:
 
 def describe(attempt: dict | None) -> list[str]:
     """verdict.md's lines for an evidence's `attempt` (none for a first attempt without history)."""
-    if not isinstance(attempt, dict) or attempt.get("number", 1) <= 1 and not attempt.get("earlier"):
+    if (
+        not isinstance(attempt, dict)
+        or attempt.get("number", 1) <= 1
+        and not attempt.get("earlier")
+    ):
         return []
-    lines = [f"Attempt {attempt['number']} at this claim"
-             + (f", recorded because: {attempt['reason']}" if attempt.get("reason") else "") + "; earlier:", ""]
+    lines = [
+        f"Attempt {attempt['number']} at this claim"
+        + (f", recorded because: {attempt['reason']}" if attempt.get("reason") else "")
+        + "; earlier:",
+        "",
+    ]
     for a in attempt.get("earlier") or []:
         head = f"- attempt {a.get('number')}: **{str(a.get('verdict') or '-').upper()}**, recorded {a.get('recorded')}"
         if a.get("reason"):
@@ -131,7 +171,9 @@ class Reproduction:
     runs_compared: int  # runs completed both in the record and now, whose metrics are compared
     runs_missing: list[str]  # arm/seed in the record without a counterpart now, or the reverse
     status_changed: list[str]  # arm/seed whose status differs
-    max_abs_diff: float | None  # over every metric of every run both have (machine metrics left out)
+    max_abs_diff: (
+        float | None
+    )  # over every metric of every run both have (machine metrics left out)
     max_rel_diff: float | None
     largest: str  # where the largest relative difference is
 
@@ -143,17 +185,23 @@ class Reproduction:
         return {**asdict(self), "reproduces": self.reproduces}
 
     def lines(self) -> list[str]:
-        head = (f"reproduced: {self.verdict.upper()}, as recorded (attempt {self.attempt}, recorded {self.recorded_at})"
-                if self.reproduces else
-                f"does NOT reproduce: this run gives {self.verdict.upper()}, the record says "
-                f"{self.recorded_verdict.upper()} (attempt {self.attempt}, recorded {self.recorded_at})")
+        head = (
+            f"reproduced: {self.verdict.upper()}, as recorded (attempt {self.attempt}, recorded {self.recorded_at})"
+            if self.reproduces
+            else f"does NOT reproduce: this run gives {self.verdict.upper()}, the record says "
+            f"{self.recorded_verdict.upper()} (attempt {self.attempt}, recorded {self.recorded_at})"
+        )
         out = [head]
         if self.max_rel_diff == 0:
-            out.append(f"per-seed metrics of the {self.runs_compared} runs completed in both: identical to the record")
+            out.append(
+                f"per-seed metrics of the {self.runs_compared} runs completed in both: identical to the record"
+            )
         elif self.max_rel_diff is not None:
-            out.append(f"per-seed metrics of the {self.runs_compared} runs completed in both: largest difference "
-                       f"from the record "
-                       f"{self.max_rel_diff:.2%} relative, {self.max_abs_diff:.3g} absolute ({self.largest})")
+            out.append(
+                f"per-seed metrics of the {self.runs_compared} runs completed in both: largest difference "
+                f"from the record "
+                f"{self.max_rel_diff:.2%} relative, {self.max_abs_diff:.3g} absolute ({self.largest})"
+            )
         if self.status_changed:
             out.append(f"status differs from the record: {', '.join(self.status_changed[:6])}")
         if self.runs_missing:
@@ -181,9 +229,23 @@ def compare(recorded: dict, fresh: dict, attempt: int, machine_metrics=frozenset
             diff = abs(now - value)
             rel = diff / max(abs(value), 1e-12)
             if worst[1] is None or rel > worst[1]:
-                worst = (diff, rel, f"{key[0]}/seed {key[1]} {name} {now:.6g} vs recorded {value:.6g}")
-    return Reproduction(attempt, str(recorded.get("created_at")), recorded["verdict"], fresh["verdict"],
-                        compared, missing, changed, worst[0], worst[1], worst[2])
+                worst = (
+                    diff,
+                    rel,
+                    f"{key[0]}/seed {key[1]} {name} {now:.6g} vs recorded {value:.6g}",
+                )
+    return Reproduction(
+        attempt,
+        str(recorded.get("created_at")),
+        recorded["verdict"],
+        fresh["verdict"],
+        compared,
+        missing,
+        changed,
+        worst[0],
+        worst[1],
+        worst[2],
+    )
 
 
 def _finite(x) -> bool:

@@ -21,9 +21,9 @@ import math
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 OVERHEAD_S = 0.5  # per run beyond its recorded seconds: building the config and the study's setup
 
@@ -88,7 +88,9 @@ def run_threads(evidence: dict, arm: str, seed: int) -> int | None:
     """The CPU thread count the evidence records for one arm x seed run (None: not recorded)."""
     from gates.study import recorded_threads
 
-    run = next((r for r in evidence.get("runs", []) if r.get("arm") == arm and r.get("seed") == seed), {})
+    run = next(
+        (r for r in evidence.get("runs", []) if r.get("arm") == arm and r.get("seed") == seed), {}
+    )
     return recorded_threads(run.get("environment"))
 
 
@@ -111,7 +113,9 @@ def tolerance(loaded, default: tuple[float, float] | None = None):
     return Replay()
 
 
-def compare(loaded, recorded: dict, metrics: dict, default: tuple[float, float] | None = None) -> list[str]:
+def compare(
+    loaded, recorded: dict, metrics: dict, default: tuple[float, float] | None = None
+) -> list[str]:
     """Problems: each recorded metric (machine metrics aside) that the re-run does not reproduce
     within the contract's replay tolerance (see `tolerance`)."""
     from gates.verify import within_tolerance
@@ -123,14 +127,23 @@ def compare(loaded, recorded: dict, metrics: dict, default: tuple[float, float] 
             continue
         new = metrics.get(name)
         if not within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
-            problems.append(f"audit: {recorded['arm']}/seed {recorded['seed']} does not reproduce: {name} re-runs as "
-                            f"{new}, recorded {value} (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})")
+            problems.append(
+                f"audit: {recorded['arm']}/seed {recorded['seed']} does not reproduce: {name} re-runs as "
+                f"{new}, recorded {value} (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
+            )
     return problems
 
 
-def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: float, *,
-          seed: int | None = None, log: Callable[[str], None] | None = None,
-          default_tolerance: tuple[float, float] | None = None) -> list[Candidate]:
+def audit(
+    checks: list,
+    runs_root: Path,
+    contracts: dict[str, Path],
+    seconds: float,
+    *,
+    seed: int | None = None,
+    log: Callable[[str], None] | None = None,
+    default_tolerance: tuple[float, float] | None = None,
+) -> list[Candidate]:
     """Choose and re-run runs of the claims in `checks` (gates.verify.ClaimCheck) that hold their
     evidence and are not replayed in CI; a run that does not reproduce loses its claim. Runs are
     chosen by their recorded seconds; on a slower machine, no run starts once `seconds` have passed
@@ -148,7 +161,11 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
             continue
         loaded = load_contract_cached(Path(contracts[check.contract_id]))
         ev = raw_evidence(ledger.evidence_dir(runs_root, check.contract_id) / ledger.EVIDENCE)
-        if loaded is None or ev is None or (loaded.contract.replay is not None and loaded.contract.replay.ci):
+        if (
+            loaded is None
+            or ev is None
+            or (loaded.contract.replay is not None and loaded.contract.replay.ci)
+        ):
             continue
         sources[check.contract_id] = (loaded, ev)
         for run in ev.get("runs", []):
@@ -158,15 +175,19 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
             if why:
                 cannot.setdefault(why, set()).add(check.contract_id)
                 continue
-            found.append(Candidate(check.contract_id, run["arm"], run["seed"], float(run["seconds"])))
+            found.append(
+                Candidate(check.contract_id, run["arm"], run["seed"], float(run["seconds"]))
+            )
     if seed is None:
         seed, origin = commit_seed()
     else:
         origin = "given"
     chosen = choose(found, seconds, seed)
-    say(f"audit: seed {seed} ({origin}), budget {seconds:g} s: {len(chosen)} of {len(found)} completed runs of "
+    say(
+        f"audit: seed {seed} ({origin}), budget {seconds:g} s: {len(chosen)} of {len(found)} completed runs of "
         f"{len({c.contract_id for c in found})} claims not replayed in CI, recorded "
-        f"{sum(c.seconds for c in chosen):.1f} s")
+        f"{sum(c.seconds for c in chosen):.1f} s"
+    )
     for why, ids in sorted(cannot.items()):
         say(f"audit: cannot run here ({why}): runs of {', '.join(sorted(ids))} left out")
     for c in chosen:
@@ -178,21 +199,31 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
     for i, c in enumerate(chosen):
         if time.perf_counter() - started >= seconds:
             left = chosen[i:]
-            say(f"audit: budget spent ({time.perf_counter() - started:.1f} s, this machine runs slower than the "
-                f"recording one): {len(left)} chosen runs not started: {', '.join(x.name for x in left)}")
+            say(
+                f"audit: budget spent ({time.perf_counter() - started:.1f} s, this machine runs slower than the "
+                f"recording one): {len(left)} chosen runs not started: {', '.join(x.name for x in left)}"
+            )
             break
         done.append(c)
         loaded, ev = sources[c.contract_id]
         recorded = next(r for r in ev["runs"] if r["arm"] == c.arm and r["seed"] == c.seed)
         t0 = time.perf_counter()
         try:
-            problems = compare(loaded, recorded, rerun(loaded, ev, c.arm, c.seed), default_tolerance)
-        except Exception as e:  # a study that crashes on re-run does not reproduce its record either
-            problems = [f"audit: {c.arm}/seed {c.seed}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"]
+            problems = compare(
+                loaded, recorded, rerun(loaded, ev, c.arm, c.seed), default_tolerance
+            )
+        except (
+            Exception
+        ) as e:  # a study that crashes on re-run does not reproduce its record either
+            problems = [
+                f"audit: {c.arm}/seed {c.seed}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"
+            ]
         took = time.perf_counter() - t0
         check = by_id[c.contract_id]
         outcome = "reproduces" if not problems else "DOES NOT reproduce"
-        check.audited.append(f"{c.arm}/seed {c.seed}: {outcome} ({took:.1f} s, recorded {c.seconds:.1f} s)")
+        check.audited.append(
+            f"{c.arm}/seed {c.seed}: {outcome} ({took:.1f} s, recorded {c.seconds:.1f} s)"
+        )
         say(f"audit: {c.name}: {outcome} ({took:.1f} s)")
         if problems:
             check.status = "lost"
@@ -201,9 +232,11 @@ def audit(checks: list, runs_root: Path, contracts: dict[str, Path], seconds: fl
         if check.stale and any(p.startswith("audit: ") for p in check.problems):
             from gates.provenance import describe_stale
 
-            check.problems.append(f"audit: note that its code changed since the evidence "
-                                  f"({describe_stale(check.stale_files, shown=3)}): a difference may come from "
-                                  f"the code rather than the record")
+            check.problems.append(
+                f"audit: note that its code changed since the evidence "
+                f"({describe_stale(check.stale_files, shown=3)}): a difference may come from "
+                f"the code rather than the record"
+            )
     say(f"audit: {len(done)} runs re-run in {time.perf_counter() - started:.1f} s")
     return done
 

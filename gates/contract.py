@@ -11,9 +11,17 @@ import hashlib
 import json
 import re
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from gates.errors import UserError, UserErrors, did_you_mean
 from gates.study import Direction, Study
@@ -34,7 +42,9 @@ class ComputeCost(Strict):
     """Gate 1: how much more the arms cost than the baseline arm, declared before the run."""
 
     baseline_arm: str
-    max_ratio: float = Field(gt=0, description="Bound on every arm's params (and FLOPs) / baseline's")
+    max_ratio: float = Field(
+        gt=0, description="Bound on every arm's params (and FLOPs) / baseline's"
+    )
     rationale: str = Field(min_length=1)
 
 
@@ -46,8 +56,12 @@ class PredictedAblation(Strict):
     versus: str = Field(description="the ablated or baseline arm")
     direction: Direction
     size: float = Field(ge=0, description="predicted absolute difference in the metric")
-    sd: float | None = Field(default=None, gt=0, description="expected seed-to-seed standard deviation of the "
-                             "metric; with it, `gates check` prints the seeds needed for 80% power")
+    sd: float | None = Field(
+        default=None,
+        gt=0,
+        description="expected seed-to-seed standard deviation of the "
+        "metric; with it, `gates check` prints the seeds needed for 80% power",
+    )
     statement: str = Field(min_length=1)
 
 
@@ -68,16 +82,23 @@ class CapacityMatch(Strict):
 
     arms: list[str] = Field(min_length=2)
     tolerance: float = Field(gt=0, lt=1, description="relative, e.g. 0.02 for 2%")
-    part: str | None = Field(default=None, min_length=1,
-                             description="compare this part of each arm's parameters (the study's "
-                                         "parameter_parts, e.g. encoder_reader) instead of the total")
+    part: str | None = Field(
+        default=None,
+        min_length=1,
+        description="compare this part of each arm's parameters (the study's "
+        "parameter_parts, e.g. encoder_reader) instead of the total",
+    )
 
 
 class Preflight(Strict):
     compute_cost: ComputeCost
-    preconditions: str = Field(min_length=1, description="Gate 2: why earlier successes' conditions hold here")
+    preconditions: str = Field(
+        min_length=1, description="Gate 2: why earlier successes' conditions hold here"
+    )
     predicted_ablation: PredictedAblation
-    task_fit: str = Field(min_length=1, description="Gate 4: why the task needs what the hypothesis offers")
+    task_fit: str = Field(
+        min_length=1, description="Gate 4: why the task needs what the hypothesis offers"
+    )
     falsifiable_point: FalsifiablePoint
     capacity_match: CapacityMatch | None = None
 
@@ -106,15 +127,23 @@ class FutilityRule(Strict):
     worse_than: float | None = None
     behind_best_other_by: float | None = Field(default=None, ge=0)
     window: int = Field(gt=0, description="steps over which the convergence trend is measured")
-    min_rel_improvement: float = Field(ge=0, description="relative improvement over the window below which there is no trend")
-    arms: list[str] | None = Field(default=None, description="arms the rule applies to (default: all)")
+    min_rel_improvement: float = Field(
+        ge=0, description="relative improvement over the window below which there is no trend"
+    )
+    arms: list[str] | None = Field(
+        default=None, description="arms the rule applies to (default: all)"
+    )
 
     @model_validator(mode="after")
     def _one_bar(self):
         if (self.worse_than is None) == (self.behind_best_other_by is None):
-            raise ValueError("give exactly one of worse_than (a constant) or behind_best_other_by (a margin)")
+            raise ValueError(
+                "give exactly one of worse_than (a constant) or behind_best_other_by (a margin)"
+            )
         if self.behind_best_other_by is not None and not self.arms:
-            raise ValueError("behind_best_other_by needs `arms`: the arms it halts (the others are the reference)")
+            raise ValueError(
+                "behind_best_other_by needs `arms`: the arms it halts (the others are the reference)"
+            )
         return self
 
 
@@ -137,8 +166,11 @@ class FailureRule(Strict):
     `skipped`, naming the first error). Failed runs are never results: a decision arm without a
     completed run makes the verdict invalid."""
 
-    max_consecutive: int = Field(default=3, ge=1, description="failed runs of one arm in a row after which "
-                                 "its remaining seeds are not run")
+    max_consecutive: int = Field(
+        default=3,
+        ge=1,
+        description="failed runs of one arm in a row after which its remaining seeds are not run",
+    )
 
 
 class StopRules(Strict):
@@ -156,7 +188,9 @@ class CeilingRef(Strict):
     metric). A bar beyond a known ceiling is refused by `gates check`; a bar beyond the measured one
     makes the verdict invalid: the condition tests nothing."""
 
-    why: str = Field(min_length=1, description="what reaches the ceiling, and why nothing can do better")
+    why: str = Field(
+        min_length=1, description="what reaches the ceiling, and why nothing can do better"
+    )
     value: float | None = None
     metric: str | None = None
     arm: str | None = None
@@ -164,19 +198,27 @@ class CeilingRef(Strict):
     @model_validator(mode="after")
     def _one_source(self):
         if sum(x is not None for x in (self.value, self.metric, self.arm)) != 1:
-            raise ValueError("give exactly one of value (known before the run), metric (reported by the arm's "
-                             "runs) or arm (an oracle arm)")
+            raise ValueError(
+                "give exactly one of value (known before the run), metric (reported by the arm's "
+                "runs) or arm (an oracle arm)"
+            )
         return self
 
 
 class _Condition(Strict):
     # One alpha for the whole family (decision.alpha): a per-condition alpha compared with p-values
     # computed at the family's alpha is not a valid test, so there is none.
-    interval: Literal["t", "bootstrap"] = Field(default="t", description="t: t-test where the per-seed values "
-                                                "allow it, else an exact test (sign test, permutation); "
-                                                "bootstrap: bootstrap interval, p-values from the exact test")
-    ceiling: CeilingRef | None = Field(default=None, description="what the best possible arm reaches on this "
-                                       "condition's metric (threshold and compare conditions)")
+    interval: Literal["t", "bootstrap"] = Field(
+        default="t",
+        description="t: t-test where the per-seed values "
+        "allow it, else an exact test (sign test, permutation); "
+        "bootstrap: bootstrap interval, p-values from the exact test",
+    )
+    ceiling: CeilingRef | None = Field(
+        default=None,
+        description="what the best possible arm reaches on this "
+        "condition's metric (threshold and compare conditions)",
+    )
 
 
 class Threshold(_Condition):
@@ -203,8 +245,11 @@ class Compare(_Condition):
     other: str
     other_metric: str | None = Field(default=None, description="defaults to metric")
     direction: Direction
-    margin: float | None = Field(default=None, description="absolute; negative for non-inferiority: "
-                                 "`lower` with margin -0.05 reads arm <= other + 0.05")
+    margin: float | None = Field(
+        default=None,
+        description="absolute; negative for non-inferiority: "
+        "`lower` with margin -0.05 reads arm <= other + 0.05",
+    )
     relative_margin: float | None = Field(default=None, ge=0, lt=1)
     test: Literal["welch", "paired"] = "welch"
 
@@ -247,27 +292,33 @@ class Trend(_Condition):
         return [(self.arm, m) for m in self.metrics]
 
 
-Condition = Annotated[Union[Threshold, Compare, Trend], Field(discriminator="kind")]
+Condition = Annotated[Threshold | Compare | Trend, Field(discriminator="kind")]
 
 
 MAX_ALPHA = 0.1
 
 
 class Decision(Strict):
-    alpha: float = Field(default=DEFAULT_ALPHA, gt=0, le=MAX_ALPHA,
-                         description="family-wise error rate of the Holm-corrected conditions, at most 0.1 "
-                         "(above 0.5 the 1 - 2 alpha intervals would invert)")
+    alpha: float = Field(
+        default=DEFAULT_ALPHA,
+        gt=0,
+        le=MAX_ALPHA,
+        description="family-wise error rate of the Holm-corrected conditions, at most 0.1 "
+        "(above 0.5 the 1 - 2 alpha intervals would invert)",
+    )
     evaluation: Literal["interval", "exact"] = Field(
         default="interval",
         description="exact: no intervals; a condition holds when it holds on every seed "
-        "(only for studies that declare themselves deterministic)")
+        "(only for studies that declare themselves deterministic)",
+    )
     supported_if: list[Condition] = Field(min_length=1)
     refuted_if: list[Condition] = Field(min_length=1, description="a contract must be refutable")
 
     def conditions(self) -> list[tuple[str, int, Any]]:
         """Every condition as (list name, index, condition): the Holm family, in order."""
-        return ([("supported_if", i, c) for i, c in enumerate(self.supported_if)]
-                + [("refuted_if", i, c) for i, c in enumerate(self.refuted_if)])
+        return [("supported_if", i, c) for i, c in enumerate(self.supported_if)] + [
+            ("refuted_if", i, c) for i, c in enumerate(self.refuted_if)
+        ]
 
 
 # ---------------------------------------------------------------------------------- design guards
@@ -293,7 +344,7 @@ class TrendControl(Trend, _Control):
     control: ControlRole
 
 
-Control = Annotated[Union[ThresholdControl, CompareControl, TrendControl], Field(discriminator="kind")]
+Control = Annotated[ThresholdControl | CompareControl | TrendControl, Field(discriminator="kind")]
 
 
 class Convergence(Strict):
@@ -301,17 +352,24 @@ class Convergence(Strict):
     undetermined ("still improving: needs more steps"), so no verdict rests on undertrained arms."""
 
     metric: str = Field(description="a training or validation metric reported at every evaluation")
-    window: int = Field(gt=0, description="steps at the end of the run over which improvement is measured")
-    max_rel_improvement: float = Field(ge=0, description="relative improvement over the window above which "
-                                       "the arm is still learning")
+    window: int = Field(
+        gt=0, description="steps at the end of the run over which improvement is measured"
+    )
+    max_rel_improvement: float = Field(
+        ge=0,
+        description="relative improvement over the window above which the arm is still learning",
+    )
 
 
 class Sequential(Strict):
     """Group-sequential seeds: decide after the first `looks[0]` seeds, stop at the first look that
     decides, else continue; alpha is spent across looks (Lan-DeMets)."""
 
-    looks: list[int] = Field(min_length=2, description="cumulative seed counts at which to decide, "
-                             "increasing; the last equals len(seeds)")
+    looks: list[int] = Field(
+        min_length=2,
+        description="cumulative seed counts at which to decide, "
+        "increasing; the last equals len(seeds)",
+    )
     spending: Literal["obrien-fleming", "pocock"] = "obrien-fleming"
 
     @field_validator("looks")
@@ -344,15 +402,26 @@ def _seed_list(value):
         return value  # refused by the list's own validation
     if isinstance(value, int):
         if value < 1:
-            raise ValueError(f"seeds: {value} is not a positive count; expected seeds: N (runs seeds 0..N-1)")
+            raise ValueError(
+                f"seeds: {value} is not a positive count; expected seeds: N (runs seeds 0..N-1)"
+            )
         return list(range(value))
     if isinstance(value, dict):
         extra = set(value) - {"count", "start"}
         count, start = value.get("count"), value.get("start", 0)
-        if extra or not isinstance(count, int) or isinstance(count, bool) or count < 1 \
-                or not isinstance(start, int) or isinstance(start, bool) or start < 0:
-            raise ValueError(f"expected seeds: {{count: N, start: S}} with a positive count and a start >= 0, got "
-                             f"{value}")
+        if (
+            extra
+            or not isinstance(count, int)
+            or isinstance(count, bool)
+            or count < 1
+            or not isinstance(start, int)
+            or isinstance(start, bool)
+            or start < 0
+        ):
+            raise ValueError(
+                f"expected seeds: {{count: N, start: S}} with a positive count and a start >= 0, got "
+                f"{value}"
+            )
         return list(range(start, start + count))
     return value
 
@@ -364,7 +433,9 @@ def is_contiguous(seeds: list[int]) -> bool:
 
 def _seed_range(seed: int) -> int:
     if not 0 <= seed < MAX_SEED:
-        raise ValueError(f"seed {seed} is outside 0 <= seed < 2**32; expected a seed every study can use")
+        raise ValueError(
+            f"seed {seed} is outside 0 <= seed < 2**32; expected a seed every study can use"
+        )
     return seed
 
 
@@ -389,11 +460,18 @@ class SpaceParam(Strict):
     low: float | None = Field(default=None, description="float/int: smallest value searched")
     high: float | None = Field(default=None, description="float/int: largest value searched")
     log: bool = Field(default=False, description="float/int: sample on a log scale (low > 0)")
-    step: float | None = Field(default=None, gt=0, description="float/int: grid step (int default 1)")
-    choices: list[Union[bool, int, float, str]] | None = Field(default=None, description="categorical: the values")
-    hard: list[Literal["low", "high"]] = Field(default_factory=list, description="float/int: ends of the range that "
-                                               "are hard limits (dropout cannot go below 0): a best trial at that "
-                                               "edge is not flagged as a search stopped short")
+    step: float | None = Field(
+        default=None, gt=0, description="float/int: grid step (int default 1)"
+    )
+    choices: list[bool | int | float | str] | None = Field(
+        default=None, description="categorical: the values"
+    )
+    hard: list[Literal["low", "high"]] = Field(
+        default_factory=list,
+        description="float/int: ends of the range that "
+        "are hard limits (dropout cannot go below 0): a best trial at that "
+        "edge is not flagged as a search stopped short",
+    )
 
     @model_validator(mode="after")
     def _consistent(self):
@@ -402,8 +480,13 @@ class SpaceParam(Strict):
                 raise ValueError("a categorical parameter needs `choices` with at least 2 values")
             if len({canonical_json(c) for c in self.choices}) != len(self.choices):
                 raise ValueError(f"choices must be distinct, got {self.choices}")
-            if any(getattr(self, f) not in (None, False) for f in ("low", "high", "log", "step")) or self.hard:
-                raise ValueError("a categorical parameter takes only `choices` (no low, high, log, step, hard)")
+            if (
+                any(getattr(self, f) not in (None, False) for f in ("low", "high", "log", "step"))
+                or self.hard
+            ):
+                raise ValueError(
+                    "a categorical parameter takes only `choices` (no low, high, log, step, hard)"
+                )
             return self
         if self.choices is not None:
             raise ValueError(f"a {self.type} range takes low/high, not `choices`")
@@ -431,7 +514,9 @@ class SpaceParam(Strict):
 
 
 class TuningObjective(Strict):
-    metric: str = Field(description="a validation metric (val_*, valid_*, validation_*) that the decision never reads")
+    metric: str = Field(
+        description="a validation metric (val_*, valid_*, validation_*) that the decision never reads"
+    )
     direction: Direction = Field(description="must be the study's better direction for the metric")
 
 
@@ -444,11 +529,16 @@ class Tuning(Strict):
     """Search each tuned arm's config on a validation split with the same budget, then run the best
     configuration over the contract's seeds (gates/tuning.py)."""
 
-    space: dict[str, SpaceParam] = Field(min_length=1, description="arm config field -> its range or choices")
-    trials: Union[int, dict[str, int]] = Field(
-        description="trials per tuned arm: a number (every arm), or arm -> number (those arms; all equal)")
+    space: dict[str, SpaceParam] = Field(
+        min_length=1, description="arm config field -> its range or choices"
+    )
+    trials: int | dict[str, int] = Field(
+        description="trials per tuned arm: a number (every arm), or arm -> number (those arms; all equal)"
+    )
     objective: TuningObjective
-    seeds: Seeds = Field(min_length=1, description="seeds of the tuning runs (disjoint from the contract's)")
+    seeds: Seeds = Field(
+        min_length=1, description="seeds of the tuning runs (disjoint from the contract's)"
+    )
     sampler: TuningSampler
 
     @field_validator("trials", mode="before")
@@ -456,18 +546,22 @@ class Tuning(Strict):
     def _equal_budgets(cls, trials):
         def positive(n):
             return isinstance(n, int) and not isinstance(n, bool) and n > 0
+
         if isinstance(trials, dict):
             if not trials or not all(positive(n) for n in trials.values()):
                 raise ValueError(f"expected arm -> a positive number of trials, got {trials}")
             if len(set(trials.values())) > 1:
                 shown = ", ".join(f"{a}: {n}" for a, n in trials.items())
-                raise ValueError(f"tuning budgets differ across arms ({shown}); expected the same number of "
-                                 f"trials for every tuned arm (the budget is pre-registered: an arm searched "
-                                 f"longer would win by search effort alone)")
+                raise ValueError(
+                    f"tuning budgets differ across arms ({shown}); expected the same number of "
+                    f"trials for every tuned arm (the budget is pre-registered: an arm searched "
+                    f"longer would win by search effort alone)"
+                )
         elif not positive(trials):
-            raise ValueError(f"expected a positive number of trials per arm (or arm -> number), got {trials!r}")
+            raise ValueError(
+                f"expected a positive number of trials per arm (or arm -> number), got {trials!r}"
+            )
         return trials
-
 
     def tuned_arms(self, arms) -> list[str]:
         """The tuned arms, in the contract's arm order."""
@@ -492,39 +586,62 @@ class Contract(Strict):
     decision: Decision
     replay: Replay | None = None
     tuning: Tuning | None = None
-    controls: list[Control] = Field(default_factory=list, description="conditions that must hold for the "
-                                    "experiment to be interpretable; one failing or unsettled: verdict invalid")
+    controls: list[Control] = Field(
+        default_factory=list,
+        description="conditions that must hold for the "
+        "experiment to be interpretable; one failing or unsettled: verdict invalid",
+    )
     convergence: Convergence | None = None
     sequential: Sequential | None = None
-    supersedes: str | None = Field(default=None, pattern=SLUG, max_length=80,
-                                   description="id of the earlier contract this version replaces (its "
-                                   "evidence stays, shown as superseded)")
-    factor: list[str] | None = Field(default=None, min_length=1, description="the arm config fields under test: "
-                                     "arms a condition compares may differ only in these (and in `differences`)")
-    differences: dict[str, str] = Field(default_factory=dict, description="other arm config fields in which "
-                                        "compared arms differ, each with why (printed beside the verdict)")
-    blind: dict[str, str] = Field(default_factory=dict, description="arm -> why it fails by construction (it "
-                                  "cannot see what the task needs): a condition asserting it fails needs no "
-                                  "positive control; printed beside the verdict")
-    no_convergence: str | None = Field(default=None, min_length=1, description="why this contract's runs cannot "
-                                       "be judged for convergence (a contract of a training study declares a "
-                                       "`convergence` rule, or this); printed beside the verdict")
+    supersedes: str | None = Field(
+        default=None,
+        pattern=SLUG,
+        max_length=80,
+        description="id of the earlier contract this version replaces (its "
+        "evidence stays, shown as superseded)",
+    )
+    factor: list[str] | None = Field(
+        default=None,
+        min_length=1,
+        description="the arm config fields under test: "
+        "arms a condition compares may differ only in these (and in `differences`)",
+    )
+    differences: dict[str, str] = Field(
+        default_factory=dict,
+        description="other arm config fields in which "
+        "compared arms differ, each with why (printed beside the verdict)",
+    )
+    blind: dict[str, str] = Field(
+        default_factory=dict,
+        description="arm -> why it fails by construction (it "
+        "cannot see what the task needs): a condition asserting it fails needs no "
+        "positive control; printed beside the verdict",
+    )
+    no_convergence: str | None = Field(
+        default=None,
+        min_length=1,
+        description="why this contract's runs cannot "
+        "be judged for convergence (a contract of a training study declares a "
+        "`convergence` rule, or this); printed beside the verdict",
+    )
 
     @field_validator("seeds", mode="before")
     @classmethod
     def _seeds_from_count(cls, value):
         return _seed_list(value)
 
-
     @field_validator("arms")
     @classmethod
     def _arm_names(cls, arms):
         longest = 64  # an arm names MLflow runs (`<arm>/seed<n>`) and tags: a short slug, one line
         for name in arms:
-            if not isinstance(name, str) or not re.fullmatch(rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{longest - 1}}}",
-                                                             name, re.ASCII):
-                raise ValueError(f"arm name {name!r} must be 1-{longest} letters, digits, '_', '.', '-' "
-                                 f"(starting with a letter, digit or '_')")
+            if not isinstance(name, str) or not re.fullmatch(
+                rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{longest - 1}}}", name, re.ASCII
+            ):
+                raise ValueError(
+                    f"arm name {name!r} must be 1-{longest} letters, digits, '_', '.', '-' "
+                    f"(starting with a letter, digit or '_')"
+                )
         return arms
 
     def conditions(self) -> list[tuple[str, int, Any]]:
@@ -563,8 +680,15 @@ def canonical_json(data: Any) -> str:
 class LoadedContract:
     """A validated contract with where it came from, its study and its hash."""
 
-    def __init__(self, contract: Contract, path: Path, study: Study, arm_configs: dict, sha256: str,
-                 lines: dict[tuple, int]):
+    def __init__(
+        self,
+        contract: Contract,
+        path: Path,
+        study: Study,
+        arm_configs: dict,
+        sha256: str,
+        lines: dict[tuple, int],
+    ):
         self.contract = contract
         self.path = path
         self.study = study
@@ -593,15 +717,25 @@ class LoadedContract:
             config = self.arm_configs.get(c.arm)
             known = self.study.ceiling(c.metric, config) if config is not None else None
             if known is not None:
-                out[f"{name}[{i}]"] = {k: v for k, v in (("why", known.why), ("value", known.value),
-                                                          ("metric", known.metric)) if v is not None}
+                out[f"{name}[{i}]"] = {
+                    k: v
+                    for k, v in (
+                        ("why", known.why),
+                        ("value", known.value),
+                        ("metric", known.metric),
+                    )
+                    if v is not None
+                }
         return out
 
     def recorded_in(self, runs_root: Path) -> bool:
         """Whether runs_root holds evidence recorded for exactly this contract (same sha256)."""
         evidence = Path(runs_root) / self.contract.id / "evidence.json"
         try:
-            return json.loads(evidence.read_text(encoding="utf-8")).get("contract_sha256") == self.sha256
+            return (
+                json.loads(evidence.read_text(encoding="utf-8")).get("contract_sha256")
+                == self.sha256
+            )
         except (OSError, ValueError, AttributeError):
             return False
 
@@ -612,7 +746,9 @@ class LoadedContract:
 
     def error(self, loc: tuple, msg: str) -> UserError:
         """A UserError pointing at the file, line and field `loc` of this contract."""
-        return UserError(msg, file=str(self.path), line=_line_for(self.lines, loc), field=_dotted(loc))
+        return UserError(
+            msg, file=str(self.path), line=_line_for(self.lines, loc), field=_dotted(loc)
+        )
 
     @property
     def id(self) -> str:
@@ -630,7 +766,9 @@ def load_contract(path: str | Path) -> LoadedContract:
     shown = str(path)
     data, lines = load_yaml(path, max_bytes=MAX_CONTRACT_BYTES)
     if not isinstance(data, dict):
-        raise UserError("a contract is a mapping of fields (id, claim, study, arms, ...)", file=shown, line=1)
+        raise UserError(
+            "a contract is a mapping of fields (id, claim, study, arms, ...)", file=shown, line=1
+        )
 
     def err(loc: tuple, msg: str) -> UserError:
         return UserError(msg, file=shown, line=_line_for(lines, loc), field=_dotted(loc))
@@ -638,13 +776,18 @@ def load_contract(path: str | Path) -> LoadedContract:
     try:
         contract = Contract.model_validate(data)
     except ValidationError as e:
-        raise UserErrors([err(tuple(x["loc"]), _explain(x, Contract)) for x in e.errors()]) from None
+        raise UserErrors(
+            [err(tuple(x["loc"]), _explain(x, Contract)) for x in e.errors()]
+        ) from None
 
     try:
         study = get_study(contract.study)
     except KeyError:
-        raise err(("study",), f"unknown study {contract.study!r}{did_you_mean(contract.study, study_names())};"
-                  f" registered: {', '.join(study_names()) or 'none'}") from None
+        raise err(
+            ("study",),
+            f"unknown study {contract.study!r}{did_you_mean(contract.study, study_names())};"
+            f" registered: {', '.join(study_names()) or 'none'}",
+        ) from None
 
     errors: list[UserError] = []
     arm_configs = {}
@@ -652,7 +795,9 @@ def load_contract(path: str | Path) -> LoadedContract:
         try:
             arm_configs[arm] = study.Config.model_validate(raw)
         except ValidationError as e:
-            errors += [err(("arms", arm) + tuple(x["loc"]), _explain(x, study.Config)) for x in e.errors()]
+            errors += [
+                err(("arms", arm) + tuple(x["loc"]), _explain(x, study.Config)) for x in e.errors()
+            ]
     errors += _check_references(contract, study, err)
     if contract.tuning is not None:
         errors += _check_tuning(contract, study, err)
@@ -660,13 +805,19 @@ def load_contract(path: str | Path) -> LoadedContract:
         raise UserErrors(errors)
 
     canonical = contract.model_dump(mode="json", exclude_unset=True)
-    canonical["arms"] = {a: c.model_dump(mode="json", exclude_unset=True) for a, c in arm_configs.items()}
+    canonical["arms"] = {
+        a: c.model_dump(mode="json", exclude_unset=True) for a, c in arm_configs.items()
+    }
     sha = hashlib.sha256(canonical_json(canonical).encode()).hexdigest()
     loaded = LoadedContract(contract, path, study, arm_configs, sha, lines)
-    from gates.design import check_rules  # the design rules read contracts, so they import this module
+    from gates.design import (
+        check_rules,
+    )  # the design rules read contracts, so they import this module
 
     loaded._rule_errors = check_rules(contract, study, arm_configs, err)
-    loaded.rule_flags = [f"{e.field}: {e.message}" if e.field else e.message for e in loaded._rule_errors]
+    loaded.rule_flags = [
+        f"{e.field}: {e.message}" if e.field else e.message for e in loaded._rule_errors
+    ]
     return loaded
 
 
@@ -678,12 +829,21 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
 
     def arm_ref(loc, name):
         if name not in contract.arms:
-            errors.append(err(loc, f"no arm named {name!r}{did_you_mean(name, arms)}; arms: {', '.join(arms)}"))
+            errors.append(
+                err(
+                    loc, f"no arm named {name!r}{did_you_mean(name, arms)}; arms: {', '.join(arms)}"
+                )
+            )
 
     def metric_ref(loc, name):
         if name not in study.metrics:
-            errors.append(err(loc, f"study {study.name!r} reports no metric {name!r}"
-                                   f"{did_you_mean(name, metrics)}; metrics: {', '.join(metrics)}"))
+            errors.append(
+                err(
+                    loc,
+                    f"study {study.name!r} reports no metric {name!r}"
+                    f"{did_you_mean(name, metrics)}; metrics: {', '.join(metrics)}",
+                )
+            )
 
     pf = contract.preflight
     arm_ref(("preflight", "compute_cost", "baseline_arm"), pf.compute_cost.baseline_arm)
@@ -693,9 +853,13 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
     arm_ref(("preflight", "falsifiable_point", "arm"), pf.falsifiable_point.arm)
     metric_ref(("preflight", "falsifiable_point", "metric"), pf.falsifiable_point.metric)
     if pf.falsifiable_point.by_step > contract.budget.steps:
-        errors.append(err(("preflight", "falsifiable_point", "by_step"),
-                          f"by_step {pf.falsifiable_point.by_step} is past the budget of "
-                          f"{contract.budget.steps} steps; expected <= budget.steps"))
+        errors.append(
+            err(
+                ("preflight", "falsifiable_point", "by_step"),
+                f"by_step {pf.falsifiable_point.by_step} is past the budget of "
+                f"{contract.budget.steps} steps; expected <= budget.steps",
+            )
+        )
     if pf.capacity_match:
         for i, a in enumerate(pf.capacity_match.arms):
             arm_ref(("preflight", "capacity_match", "arms", i), a)
@@ -704,18 +868,27 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
         for j, a in enumerate(rule.arms or []):
             arm_ref(("stop_rules", "futility", i, "arms", j), a)
         if rule.at_step > contract.budget.steps:
-            errors.append(err(("stop_rules", "futility", i, "at_step"),
-                              f"at_step {rule.at_step} is past the budget of {contract.budget.steps} steps"))
+            errors.append(
+                err(
+                    ("stop_rules", "futility", i, "at_step"),
+                    f"at_step {rule.at_step} is past the budget of {contract.budget.steps} steps",
+                )
+            )
         elif rule.at_step - rule.window < contract.budget.eval_every:
-            errors.append(err(("stop_rules", "futility", i, "window"),
-                              f"window {rule.window} reaches back before the first evaluation (step "
-                              f"{contract.budget.eval_every}) from at_step {rule.at_step}; expected "
-                              f"at_step - window >= budget.eval_every, so the trend can be measured"))
+            errors.append(
+                err(
+                    ("stop_rules", "futility", i, "window"),
+                    f"window {rule.window} reaches back before the first evaluation (step "
+                    f"{contract.budget.eval_every}) from at_step {rule.at_step}; expected "
+                    f"at_step - window >= budget.eval_every, so the trend can be measured",
+                )
+            )
     for j, m in enumerate(contract.stop_rules.divergence.metrics or []):
         metric_ref(("stop_rules", "divergence", "metrics", j), m)
 
-    located = ([(("decision", list_name, i), c) for list_name, i, c in contract.conditions()]
-               + [(("controls", i), c) for i, c in enumerate(contract.controls)])
+    located = [(("decision", list_name, i), c) for list_name, i, c in contract.conditions()] + [
+        (("controls", i), c) for i, c in enumerate(contract.controls)
+    ]
     for base, c in located:
         if isinstance(c, Threshold):
             arm_ref(base + ("arm",), c.arm)
@@ -727,7 +900,9 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
             if c.other_metric is not None:
                 metric_ref(base + ("other_metric",), c.other_metric)
             if c.arm == c.other and (c.other_metric or c.metric) == c.metric:
-                errors.append(err(base, "compares a term with itself; expected two different arms or metrics"))
+                errors.append(
+                    err(base, "compares a term with itself; expected two different arms or metrics")
+                )
         else:
             for j, a in enumerate(c.arms or []):
                 arm_ref(base + ("arms", j), a)
@@ -741,23 +916,41 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
         conv = contract.convergence
         metric_ref(("convergence", "metric"), conv.metric)
         if conv.window > contract.budget.steps - contract.budget.eval_every:
-            errors.append(err(("convergence", "window"),
-                              f"window {conv.window} cannot be measured: the first evaluation is at step "
-                              f"{contract.budget.eval_every} and the run ends at {contract.budget.steps}; expected "
-                              f"window <= steps - eval_every ({contract.budget.steps - contract.budget.eval_every})"))
+            errors.append(
+                err(
+                    ("convergence", "window"),
+                    f"window {conv.window} cannot be measured: the first evaluation is at step "
+                    f"{contract.budget.eval_every} and the run ends at {contract.budget.steps}; expected "
+                    f"window <= steps - eval_every ({contract.budget.steps - contract.budget.eval_every})",
+                )
+            )
         elif conv.window < contract.budget.eval_every:
-            errors.append(err(("convergence", "window"),
-                              f"window {conv.window} is shorter than eval_every {contract.budget.eval_every}: it "
-                              f"would hold no two evaluations; expected window >= budget.eval_every"))
+            errors.append(
+                err(
+                    ("convergence", "window"),
+                    f"window {conv.window} is shorter than eval_every {contract.budget.eval_every}: it "
+                    f"would hold no two evaluations; expected window >= budget.eval_every",
+                )
+            )
     if contract.sequential is not None and contract.sequential.looks[-1] != len(contract.seeds):
-        errors.append(err(("sequential", "looks"),
-                          f"the last look ({contract.sequential.looks[-1]} seeds) must use every seed listed "
-                          f"({len(contract.seeds)}); expected looks ending at len(seeds)"))
+        errors.append(
+            err(
+                ("sequential", "looks"),
+                f"the last look ({contract.sequential.looks[-1]} seeds) must use every seed listed "
+                f"({len(contract.seeds)}); expected looks ending at len(seeds)",
+            )
+        )
     if contract.decision.evaluation == "exact" and not study.deterministic:
-        errors.append(err(("decision", "evaluation"),
-                          f"study {study.name!r} is not deterministic across seeds; expected 'interval'"))
+        errors.append(
+            err(
+                ("decision", "evaluation"),
+                f"study {study.name!r} is not deterministic across seeds; expected 'interval'",
+            )
+        )
     if contract.decision.evaluation == "interval" and len(contract.seeds) < 2:
-        errors.append(err(("seeds",), "interval evaluation needs at least 2 seeds (3 or more recommended)"))
+        errors.append(
+            err(("seeds",), "interval evaluation needs at least 2 seeds (3 or more recommended)")
+        )
     return errors
 
 
@@ -772,12 +965,22 @@ def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
     if isinstance(t.trials, dict):
         for arm in t.trials:
             if arm not in contract.arms:
-                errors.append(err(("tuning", "trials", arm), f"no arm named {arm!r}{did_you_mean(arm, list(contract.arms))}; "
-                                                               f"arms: {', '.join(contract.arms)}"))
+                errors.append(
+                    err(
+                        ("tuning", "trials", arm),
+                        f"no arm named {arm!r}{did_you_mean(arm, list(contract.arms))}; "
+                        f"arms: {', '.join(contract.arms)}",
+                    )
+                )
     for key, param in t.space.items():
         if key not in study.Config.model_fields:
-            errors.append(err(("tuning", "space", key), f"not a field of study {study.name!r}'s arm config"
-                                                       f"{did_you_mean(key, fields)}; fields: {', '.join(fields)}"))
+            errors.append(
+                err(
+                    ("tuning", "space", key),
+                    f"not a field of study {study.name!r}'s arm config"
+                    f"{did_you_mean(key, fields)}; fields: {', '.join(fields)}",
+                )
+            )
             continue
         for where, value in param.bounds():
             for arm in tuned:
@@ -785,45 +988,81 @@ def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
                     study.Config.model_validate({**contract.arms[arm], key: value})
                 except ValidationError as e:
                     why = "; ".join(_explain(x, study.Config) for x in e.errors())
-                    errors.append(err(("tuning", "space", key) + where,
-                                      f"{key} = {value!r} is outside what arm {arm!r} accepts ({why}); "
-                                      f"expected a range within the field's validation"))
+                    errors.append(
+                        err(
+                            ("tuning", "space", key) + where,
+                            f"{key} = {value!r} is outside what arm {arm!r} accepts ({why}); "
+                            f"expected a range within the field's validation",
+                        )
+                    )
                     break
     obj = t.objective
     if obj.metric not in study.metrics:
-        errors.append(err(("tuning", "objective", "metric"), f"study {study.name!r} reports no metric {obj.metric!r}"
-                                                            f"{did_you_mean(obj.metric, list(study.metrics))}; "
-                                                            f"metrics: {', '.join(study.metrics)}"))
+        errors.append(
+            err(
+                ("tuning", "objective", "metric"),
+                f"study {study.name!r} reports no metric {obj.metric!r}"
+                f"{did_you_mean(obj.metric, list(study.metrics))}; "
+                f"metrics: {', '.join(study.metrics)}",
+            )
+        )
     else:
         if not is_validation_metric(obj.metric):
             val = [m for m in study.metrics if is_validation_metric(m)]
-            errors.append(err(("tuning", "objective", "metric"),
-                              f"{obj.metric!r} is not a validation metric; expected one measured on a split the "
-                              f"decision never sees, named val_*, valid_* or validation_* (study {study.name!r} "
-                              f"has: {', '.join(val) or 'none'})"))
+            errors.append(
+                err(
+                    ("tuning", "objective", "metric"),
+                    f"{obj.metric!r} is not a validation metric; expected one measured on a split the "
+                    f"decision never sees, named val_*, valid_* or validation_* (study {study.name!r} "
+                    f"has: {', '.join(val) or 'none'})",
+                )
+            )
         better = study.metrics[obj.metric].direction
         if obj.direction != better:
-            errors.append(err(("tuning", "objective", "direction"),
-                              f"{obj.metric!r} is better when {better} in study {study.name!r}; "
-                              f"expected direction {better!r}"))
+            errors.append(
+                err(
+                    ("tuning", "objective", "direction"),
+                    f"{obj.metric!r} is better when {better} in study {study.name!r}; "
+                    f"expected direction {better!r}",
+                )
+            )
     overlap = sorted(set(t.seeds) & set(contract.seeds))
     if overlap:
-        errors.append(err(("tuning", "seeds"), f"tuning seeds {overlap} are also the contract's seeds; expected "
-                                               f"seeds disjoint from {contract.seeds}, so no verdict run is a tuning run"))
+        errors.append(
+            err(
+                ("tuning", "seeds"),
+                f"tuning seeds {overlap} are also the contract's seeds; expected "
+                f"seeds disjoint from {contract.seeds}, so no verdict run is a tuning run",
+            )
+        )
     for list_name, i, c in contract.conditions():
         base = ("decision", list_name, i)
         for loc, metric in metric_locs(c):
             if metric == obj.metric or is_validation_metric(metric):
-                what = "is the tuning objective" if metric == obj.metric else "is measured on the validation split"
-                errors.append(err(base + loc, f"{metric!r} {what}: tuning selected every arm's config on that "
-                                              f"split, so a decision on it would be biased; expected a metric from "
-                                              f"a split tuning never saw (e.g. test_*)"))
+                what = (
+                    "is the tuning objective"
+                    if metric == obj.metric
+                    else "is measured on the validation split"
+                )
+                errors.append(
+                    err(
+                        base + loc,
+                        f"{metric!r} {what}: tuning selected every arm's config on that "
+                        f"split, so a decision on it would be biased; expected a metric from "
+                        f"a split tuning never saw (e.g. test_*)",
+                    )
+                )
         if not isinstance(c, Threshold):
             arms = {arm for arm, _ in condition_terms(c)}
             if arms & set(tuned) and arms - set(tuned):
-                errors.append(err(base, f"compares tuned arm(s) {sorted(arms & set(tuned))} with untuned "
-                                        f"{sorted(arms - set(tuned))}; expected both sides tuned with the same "
-                                        f"budget, or neither"))
+                errors.append(
+                    err(
+                        base,
+                        f"compares tuned arm(s) {sorted(arms & set(tuned))} with untuned "
+                        f"{sorted(arms - set(tuned))}; expected both sides tuned with the same "
+                        f"budget, or neither",
+                    )
+                )
     return errors
 
 
@@ -832,7 +1071,9 @@ def metric_locs(c) -> list[tuple[tuple, str]]:
     if isinstance(c, Threshold):
         return [(("metric",), c.metric)]
     if isinstance(c, Compare):
-        return [(("metric",), c.metric)] + ([(("other_metric",), c.other_metric)] if c.other_metric else [])
+        return [(("metric",), c.metric)] + (
+            [(("other_metric",), c.other_metric)] if c.other_metric else []
+        )
     if c.metrics is not None:
         return [(("metrics", j), m) for j, m in enumerate(c.metrics)]
     return [(("metric",), c.metric)]
@@ -841,8 +1082,12 @@ def metric_locs(c) -> list[tuple[tuple, str]]:
 # ---------------------------------------------------------------------------------- error helpers
 def _dotted(loc: tuple) -> str:
     # pydantic's validator and union-tag steps are not fields of the YAML
-    return ".".join(str(p) for p in loc if not str(p).startswith(("function-after", "tagged-union"))
-                    and (not isinstance(p, str) or _keep(p)))
+    return ".".join(
+        str(p)
+        for p in loc
+        if not str(p).startswith(("function-after", "tagged-union"))
+        and (not isinstance(p, str) or _keep(p))
+    )
 
 
 def _line_for(lines: dict[tuple, int], loc: tuple) -> int | None:

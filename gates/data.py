@@ -31,10 +31,10 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
-from typing import Callable, Iterator
 
 from gates.errors import UserError, did_you_mean
 
@@ -86,7 +86,9 @@ class CorpusSpec:
 
 def cache_root() -> Path:
     configured = os.environ.get("TREEHEAP_GATES_CACHE")
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "treeheap-gates"
+    return (
+        Path(configured).expanduser() if configured else Path.home() / ".cache" / "treeheap-gates"
+    )
 
 
 def corpus_path(name: str) -> Path:
@@ -99,7 +101,9 @@ def _spec(name: str) -> CorpusSpec:
         return CORPORA[name]
     except KeyError:
         known = ", ".join(sorted(CORPORA))
-        raise UserError(f"unknown corpus {name!r}{did_you_mean(name, CORPORA)}; known corpora: {known}") from None
+        raise UserError(
+            f"unknown corpus {name!r}{did_you_mean(name, CORPORA)}; known corpora: {known}"
+        ) from None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -118,7 +122,9 @@ def _write_atomically(path: Path, data: bytes) -> None:
     """Write to a temp file in the same folder, fsync, then os.replace: readers see old or new, never half."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, 0o644)  # mkstemp makes 0600; a shared cache must be readable like any data file
+        os.fchmod(
+            fd, 0o644
+        )  # mkstemp makes 0600; a shared cache must be readable like any data file
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -131,7 +137,11 @@ def _write_atomically(path: Path, data: bytes) -> None:
 
 
 def _file_entry(data: bytes) -> dict:
-    return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data), "lines": data.count(b"\n")}
+    return {
+        "sha256": hashlib.sha256(data).hexdigest(),
+        "bytes": len(data),
+        "lines": data.count(b"\n"),
+    }
 
 
 def _tsv_field(text: str) -> str:
@@ -162,8 +172,10 @@ def write_corpus(out_dir: Path, files: dict[str, bytes], meta: dict) -> dict:
         "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "files": entries,
     }
-    _write_atomically(out_dir / "manifest.json",
-                      (json.dumps(manifest_data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+    _write_atomically(
+        out_dir / "manifest.json",
+        (json.dumps(manifest_data, indent=2, ensure_ascii=False) + "\n").encode("utf-8"),
+    )
     return manifest_data
 
 
@@ -182,8 +194,10 @@ def _presence_problem(name: str) -> str | None:
     if found is None:
         return f"corpus {name!r} is not fetched; {fetch}"
     if found.get("build_format") != BUILD_FORMAT:
-        return (f"corpus {name!r} was built by another version of gates (format {found.get('build_format')}, "
-                f"this one reads {BUILD_FORMAT}); {fetch}")
+        return (
+            f"corpus {name!r} was built by another version of gates (format {found.get('build_format')}, "
+            f"this one reads {BUILD_FORMAT}); {fetch}"
+        )
     for filename, entry in found.get("files", {}).items():
         path = folder / filename
         if not path.is_file():
@@ -203,8 +217,10 @@ def verify(name: str) -> list[str]:
     problems = []
     for filename, entry in _read_manifest(folder)["files"].items():
         if _sha256_file(folder / filename) != entry["sha256"]:
-            problems.append(f"corpus {name!r}: {filename} does not match its sha256 in manifest.json "
-                            f"(edited or damaged); run: gates data fetch {name} --force")
+            problems.append(
+                f"corpus {name!r}: {filename} does not match its sha256 in manifest.json "
+                f"(edited or damaged); run: gates data fetch {name} --force"
+            )
     return problems
 
 
@@ -233,8 +249,10 @@ def _read_corpus_file(name: str, filename: str) -> str:
     data = (folder / filename).read_bytes()
     expected = _read_manifest(folder)["files"][filename]["sha256"]
     if hashlib.sha256(data).hexdigest() != expected:
-        raise CorpusCorrupt(f"corpus {name!r}: {filename} does not match its sha256 in manifest.json "
-                            f"(edited or damaged); run: gates data fetch {name} --force")
+        raise CorpusCorrupt(
+            f"corpus {name!r}: {filename} does not match its sha256 in manifest.json "
+            f"(edited or damaged); run: gates data fetch {name} --force"
+        )
     return data.decode("utf-8")
 
 
@@ -277,8 +295,13 @@ def fetch(name: str, force: bool = False, progress: Progress | None = None) -> F
         if not force:
             problems = verify(name)
             if not problems:
-                return FetchResult(name, "already present", out_dir, _read_manifest(out_dir),
-                                   time.monotonic() - started)
+                return FetchResult(
+                    name,
+                    "already present",
+                    out_dir,
+                    _read_manifest(out_dir),
+                    time.monotonic() - started,
+                )
             if (out_dir / "manifest.json").exists():
                 say(f"refetching: {problems[0]}")
         cache_root().mkdir(parents=True, exist_ok=True)
@@ -290,7 +313,9 @@ def fetch(name: str, force: bool = False, progress: Progress | None = None) -> F
             try:
                 written = spec.build(work_dir / "root", out_dir, packages=versions, progress=say)
             except FileNotFoundError as exc:  # the packages changed their layout
-                raise UserError(f"{name}: the downloaded packages are not laid out as expected: {exc}") from exc
+                raise UserError(
+                    f"{name}: the downloaded packages are not laid out as expected: {exc}"
+                ) from exc
     return FetchResult(name, "fetched", out_dir, written, time.monotonic() - started)
 
 
@@ -298,7 +323,9 @@ def _run(cmd: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
 
 
-def _download_and_extract(packages: tuple[str, ...], work_dir: Path, say: Progress) -> dict[str, str]:
+def _download_and_extract(
+    packages: tuple[str, ...], work_dir: Path, say: Progress
+) -> dict[str, str]:
     """`apt-get download` the packages into work_dir/debs and `dpkg -x` them into work_dir/root.
 
     Returns {package: version}. Versions are read from the .deb itself (the file name carries one
@@ -306,7 +333,9 @@ def _download_and_extract(packages: tuple[str, ...], work_dir: Path, say: Progre
     """
     for tool in ("apt-get", "dpkg", "dpkg-deb"):
         if shutil.which(tool) is None:
-            raise UserError(f"fetching needs {tool!r} (a Debian or Ubuntu system); it was not found on PATH")
+            raise UserError(
+                f"fetching needs {tool!r} (a Debian or Ubuntu system); it was not found on PATH"
+            )
     debs_dir, root = work_dir / "debs", work_dir / "root"
     debs_dir.mkdir()
     root.mkdir()
@@ -315,21 +344,29 @@ def _download_and_extract(packages: tuple[str, ...], work_dir: Path, say: Progre
     if done.returncode != 0:
         # Package lists missing or stale (a fresh container, or a superseded security update):
         # refresh them once and retry, which needs root.
-        say(f"apt-get download failed ({_last_line(done.stderr)}); running apt-get update and retrying")
+        say(
+            f"apt-get download failed ({_last_line(done.stderr)}); running apt-get update and retrying"
+        )
         if hasattr(os, "geteuid") and os.geteuid() != 0:
-            raise UserError(f"apt-get download {' '.join(packages)} failed: {_last_line(done.stderr)}; "
-                            "run `sudo apt-get update`, then fetch again")
+            raise UserError(
+                f"apt-get download {' '.join(packages)} failed: {_last_line(done.stderr)}; "
+                "run `sudo apt-get update`, then fetch again"
+            )
         update = _run(["apt-get", "update"], debs_dir)
         if update.returncode != 0:
             raise UserError(f"apt-get update failed: {_last_line(update.stderr)}")
         done = _run(["apt-get", "download", *packages], debs_dir)
         if done.returncode != 0:
-            raise UserError(f"apt-get download {' '.join(packages)} failed: {_last_line(done.stderr)}")
+            raise UserError(
+                f"apt-get download {' '.join(packages)} failed: {_last_line(done.stderr)}"
+            )
     versions = {}
     for package in packages:
         debs = sorted(debs_dir.glob(f"{package}_*.deb"))
         if len(debs) != 1:
-            raise UserError(f"expected one {package}_*.deb after apt-get download, found {len(debs)}")
+            raise UserError(
+                f"expected one {package}_*.deb after apt-get download, found {len(debs)}"
+            )
         deb = debs[0]
         version = _run(["dpkg-deb", "-f", str(deb), "Version"], debs_dir)
         versions[package] = version.stdout.strip()
@@ -341,7 +378,9 @@ def _download_and_extract(packages: tuple[str, ...], work_dir: Path, say: Progre
 
 
 def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if not line.startswith("W: ")]  # warnings are noise
+    lines = [
+        line for line in text.strip().splitlines() if not line.startswith("W: ")
+    ]  # warnings are noise
     return lines[-1] if lines else text.strip() or "no message"
 
 
@@ -373,9 +412,13 @@ class _HelpPageParser(HTMLParser):
         self.units: list[tuple[str, str]] = []
         self.switches_resolved = 0
         self._unit: tuple[str, str] | None = None  # (tag, id) of the paragraph being collected
-        self._sinks: list[list[str]] = []  # text goes to _sinks[-1]: the paragraph, or a switch case
+        self._sinks: list[
+            list[str]
+        ] = []  # text goes to _sinks[-1]: the paragraph, or a switch case
         self._spans: list[str] = []  # role of each open <span>: "plain", "switch" or "case"
-        self._switches: list[dict[str, list[str]]] = []  # open switches in this paragraph: case -> text
+        self._switches: list[
+            dict[str, list[str]]
+        ] = []  # open switches in this paragraph: case -> text
 
     # paragraph boundaries
     def _start_unit(self, tag: str, unit_id: str) -> None:
@@ -406,8 +449,17 @@ class _HelpPageParser(HTMLParser):
             if _SWITCH_CLASSES.intersection(classes):
                 self._spans.append("switch")
                 self._switches.append({})
-            elif self._spans and self._spans[-1] == "switch" and "hidden" in attributes and self._switches:
-                case = "default" if (attributes.get("id") or "").startswith("default") else (classes or ["?"])[0]
+            elif (
+                self._spans
+                and self._spans[-1] == "switch"
+                and "hidden" in attributes
+                and self._switches
+            ):
+                case = (
+                    "default"
+                    if (attributes.get("id") or "").startswith("default")
+                    else (classes or ["?"])[0]
+                )
                 self._spans.append("case")
                 self._sinks.append(self._switches[-1].setdefault(case, []))
             else:
@@ -478,7 +530,11 @@ def parse_help_page(html: str) -> tuple[list[tuple[str, str]], int]:
     return keyed, parser.switches_resolved
 
 
-LIBREOFFICE_HELP_PACKAGES = ("libreoffice-help-en-us", "libreoffice-help-zh-cn", "libreoffice-help-de")
+LIBREOFFICE_HELP_PACKAGES = (
+    "libreoffice-help-en-us",
+    "libreoffice-help-zh-cn",
+    "libreoffice-help-de",
+)
 HELP_LANGUAGES = {"en": "en-US", "zh": "zh-CN", "de": "de"}
 # A Chinese paragraph without a single Han character is an English fallback the translators have
 # not yet replaced (often an older wording of the English, so it is not caught by equality).
@@ -488,7 +544,9 @@ HELP_SUBDIR = Path("usr/share/libreoffice/help")
 HELP_COPYRIGHT = Path("usr/share/doc/libreoffice-help-en-us/copyright")
 
 
-def _read_help_language(help_root: Path, folder: str) -> tuple[dict[tuple[str, str], str], int, int]:
+def _read_help_language(
+    help_root: Path, folder: str
+) -> tuple[dict[tuple[str, str], str], int, int]:
     """{(relative page path, key): text} for one language, the number of pages and of resolved switches."""
     text_root = help_root / folder / "text"
     paragraphs: dict[tuple[str, str], str] = {}
@@ -517,7 +575,9 @@ def _aligned_pairs(source: dict, english: dict, stats: dict, side: str) -> list[
     pairs, seen = [], set()
     counts = {"aligned": 0, "empty": 0, "untranslated": 0, "duplicate": 0}
     required_script = _REQUIRED_SCRIPT.get(side)
-    for key in sorted(source.keys() & english.keys()):  # (page path, paragraph key): same order everywhere
+    for key in sorted(
+        source.keys() & english.keys()
+    ):  # (page path, paragraph key): same order everywhere
         src, tgt = source[key], english[key]
         counts["aligned"] += 1
         if not src or not tgt:
@@ -534,8 +594,13 @@ def _aligned_pairs(source: dict, english: dict, stats: dict, side: str) -> list[
     return pairs
 
 
-def build_libreoffice_help(extracted_root: Path, out_dir: Path, *, packages: dict[str, str] | None = None,
-                           progress: Progress | None = None) -> dict:
+def build_libreoffice_help(
+    extracted_root: Path,
+    out_dir: Path,
+    *,
+    packages: dict[str, str] | None = None,
+    progress: Progress | None = None,
+) -> dict:
     """Build the libreoffice-help corpus from unpacked packages (`dpkg -x` of all three into one root).
 
     Writes en.txt (unique English paragraphs, sorted by page path then paragraph id), zh-en.tsv and
@@ -550,14 +615,18 @@ def build_libreoffice_help(extracted_root: Path, out_dir: Path, *, packages: dic
     by_language, stats = {}, {"pages": {}, "paragraphs": {}, "inline_switches_resolved": {}}
     for side, folder in HELP_LANGUAGES.items():
         if not (help_root / folder / "text").is_dir():
-            raise FileNotFoundError(f"help pages for {folder} not found under {help_root / folder / 'text'}")
+            raise FileNotFoundError(
+                f"help pages for {folder} not found under {help_root / folder / 'text'}"
+            )
         paragraphs, pages, switches = _read_help_language(help_root, folder)
         by_language[side] = paragraphs
         stats["pages"][side] = pages
         stats["paragraphs"][side] = len(paragraphs)
         stats["inline_switches_resolved"][side] = switches
-        say(f"  {folder}: {pages} pages, {len(paragraphs)} paragraphs with ids, "
-            f"{switches} inline platform/module switches resolved")
+        say(
+            f"  {folder}: {pages} pages, {len(paragraphs)} paragraphs with ids, "
+            f"{switches} inline platform/module switches resolved"
+        )
 
     english = by_language["en"]
     en_lines, seen = [], set()
@@ -566,8 +635,11 @@ def build_libreoffice_help(extracted_root: Path, out_dir: Path, *, packages: dic
         if text and text not in seen:
             seen.add(text)
             en_lines.append(text)
-    stats["en"] = {"paragraphs": len(english), "empty": sum(1 for t in english.values() if not t),
-                   "kept_unique": len(en_lines)}
+    stats["en"] = {
+        "paragraphs": len(english),
+        "empty": sum(1 for t in english.values() if not t),
+        "kept_unique": len(en_lines),
+    }
     zh_en = _aligned_pairs(by_language["zh"], english, stats, "zh")
     de_en = _aligned_pairs(by_language["de"], english, stats, "de")
 
@@ -585,11 +657,21 @@ def build_libreoffice_help(extracted_root: Path, out_dir: Path, *, packages: dic
         "LICENSE.txt": license_text.encode("utf-8"),
     }
     spec = CORPORA["libreoffice-help"]
-    return write_corpus(Path(out_dir), files, {
-        "name": spec.name, "description": spec.description, "license": spec.license,
-        "copyright": _debian_copyright_holders(copyright_file.read_text(encoding="utf-8", errors="replace")),
-        "license_file": "LICENSE.txt", "packages": packages or {}, "stats": stats,
-    })
+    return write_corpus(
+        Path(out_dir),
+        files,
+        {
+            "name": spec.name,
+            "description": spec.description,
+            "license": spec.license,
+            "copyright": _debian_copyright_holders(
+                copyright_file.read_text(encoding="utf-8", errors="replace")
+            ),
+            "license_file": "LICENSE.txt",
+            "packages": packages or {},
+            "stats": stats,
+        },
+    )
 
 
 def _debian_copyright_holders(text: str) -> list[str]:
@@ -627,7 +709,9 @@ CORPORA: dict[str, CorpusSpec] = {
 }
 
 
-def build_from_extracted(extracted_root: Path, out_dir: Path, name: str = "libreoffice-help", **kwargs) -> dict:
+def build_from_extracted(
+    extracted_root: Path, out_dir: Path, name: str = "libreoffice-help", **kwargs
+) -> dict:
     """Build corpus `name` from already unpacked packages (what `fetch` does after apt; tests use it)."""
     return _spec(name).build(Path(extracted_root), Path(out_dir), **kwargs)
 
@@ -639,8 +723,16 @@ def list_corpora() -> list[dict]:
         present = is_present(name)
         found = _read_manifest(corpus_path(name)) if present else None
         size = sum(entry["bytes"] for entry in found["files"].values()) if found else 0
-        rows.append({"name": name, "description": spec.description, "license": spec.license,
-                     "present": present, "size": size, "path": str(corpus_path(name))})
+        rows.append(
+            {
+                "name": name,
+                "description": spec.description,
+                "license": spec.license,
+                "present": present,
+                "size": size,
+                "path": str(corpus_path(name)),
+            }
+        )
     return rows
 
 
@@ -657,7 +749,11 @@ class _Source:
 
 
 def _known_corpus_sources() -> list[str]:
-    return [f"{name}:{side}" for name, spec in CORPORA.items() for side in [*spec.text_sides, *spec.pair_sides]]
+    return [
+        f"{name}:{side}"
+        for name, spec in CORPORA.items()
+        for side in [*spec.text_sides, *spec.pair_sides]
+    ]
 
 
 def _parse_source(source: str) -> _Source:
@@ -667,8 +763,10 @@ def _parse_source(source: str) -> _Source:
     if source.startswith("moses:"):
         parts = source.split(":")
         if len(parts) < 4 or not all(parts[1:]):
-            raise ValueError(f"moses source {source!r} must be 'moses:PATH_PREFIX:SRC:TGT' "
-                             "(files PATH_PREFIX.SRC and PATH_PREFIX.TGT)")
+            raise ValueError(
+                f"moses source {source!r} must be 'moses:PATH_PREFIX:SRC:TGT' "
+                "(files PATH_PREFIX.SRC and PATH_PREFIX.TGT)"
+            )
         # the prefix may itself contain ':'; the last two fields are the language suffixes
         prefix, src, tgt = ":".join(parts[1:-2]), parts[-2], parts[-1]
         return _Source("moses", paths=(Path(f"{prefix}.{src}"), Path(f"{prefix}.{tgt}")))
@@ -680,12 +778,16 @@ def _parse_source(source: str) -> _Source:
         return _Source("file", paths=(path,))
     if sep and "/" not in source and "." not in name:
         # looks like NAME:SIDE, not a path: the likelier mistake is the corpus name
-        raise ValueError(f"unknown data source {source!r}{did_you_mean(source, _known_corpus_sources())}; "
-                         f"registered: {', '.join(_known_corpus_sources())}; or give a path to a .txt/.tsv "
-                         "file or 'moses:PATH_PREFIX:SRC:TGT'")
-    raise FileNotFoundError(f"data file not found: {source} (a source is a registered corpus such as "
-                            f"'{_known_corpus_sources()[0]}', a path to a .txt/.tsv file, or "
-                            "'moses:PATH_PREFIX:SRC:TGT')")
+        raise ValueError(
+            f"unknown data source {source!r}{did_you_mean(source, _known_corpus_sources())}; "
+            f"registered: {', '.join(_known_corpus_sources())}; or give a path to a .txt/.tsv "
+            "file or 'moses:PATH_PREFIX:SRC:TGT'"
+        )
+    raise FileNotFoundError(
+        f"data file not found: {source} (a source is a registered corpus such as "
+        f"'{_known_corpus_sources()[0]}', a path to a .txt/.tsv file, or "
+        "'moses:PATH_PREFIX:SRC:TGT')"
+    )
 
 
 def _corpus_side(parsed: _Source, pairs: bool) -> tuple[str, int | None]:
@@ -695,10 +797,18 @@ def _corpus_side(parsed: _Source, pairs: bool) -> tuple[str, int | None]:
         return (sides[parsed.side], None) if pairs else sides[parsed.side]
     other = spec.text_sides if pairs else spec.pair_sides
     what = "pair" if pairs else "text"
-    hint = (f"; '{parsed.side}' is a {'text' if pairs else 'pair'} side, load it with "
-            f"{'load_text' if pairs else 'load_pairs'}") if parsed.side in other else did_you_mean(parsed.side, sides)
-    raise ValueError(f"corpus {parsed.corpus!r} has no {what} side {parsed.side!r}{hint}; "
-                     f"{what} sides: {', '.join(sides)}")
+    hint = (
+        (
+            f"; '{parsed.side}' is a {'text' if pairs else 'pair'} side, load it with "
+            f"{'load_text' if pairs else 'load_pairs'}"
+        )
+        if parsed.side in other
+        else did_you_mean(parsed.side, sides)
+    )
+    raise ValueError(
+        f"corpus {parsed.corpus!r} has no {what} side {parsed.side!r}{hint}; "
+        f"{what} sides: {', '.join(sides)}"
+    )
 
 
 def _read_user_file(path: Path) -> list[str]:
@@ -711,8 +821,10 @@ def _read_user_file(path: Path) -> list[str]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise ValueError(f"{path}:{line}: not UTF-8 text (byte {exc.start}); convert the file to UTF-8") from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 text (byte {exc.start}); convert the file to UTF-8"
+        ) from None
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()  # the final newline ends the last line, it does not start an empty one
@@ -737,8 +849,10 @@ def load_text(source: str) -> list[str]:
     (its first column) or any other text file (one text per line). Blank lines are skipped."""
     parsed = _parse_source(source)
     if parsed.kind == "moses":
-        raise ValueError(f"{source!r} is a pair source; use load_pairs, or load_text on one of its files "
-                         f"({parsed.paths[0]})")
+        raise ValueError(
+            f"{source!r} is a pair source; use load_pairs, or load_text on one of its files "
+            f"({parsed.paths[0]})"
+        )
     if parsed.kind == "corpus":
         filename, column = _corpus_side(parsed, pairs=False)
         lines = _read_corpus_file(parsed.corpus, filename).split("\n")
@@ -768,12 +882,18 @@ def load_pairs(source: str) -> list[tuple[str, str]]:
         src_path, tgt_path = parsed.paths
         src_lines, tgt_lines = _read_user_file(src_path), _read_user_file(tgt_path)
         if len(src_lines) != len(tgt_lines):
-            raise ValueError(f"moses files are not line-aligned: {src_path} has {len(src_lines)} lines, "
-                             f"{tgt_path} has {len(tgt_lines)}")
-        return [(s.strip(), t.strip()) for s, t in zip(src_lines, tgt_lines) if s.strip() and t.strip()]
+            raise ValueError(
+                f"moses files are not line-aligned: {src_path} has {len(src_lines)} lines, "
+                f"{tgt_path} has {len(tgt_lines)}"
+            )
+        return [
+            (s.strip(), t.strip()) for s, t in zip(src_lines, tgt_lines) if s.strip() and t.strip()
+        ]
     path = parsed.paths[0]
     if path.suffix.lower() != ".tsv":
-        raise ValueError(f"{path}: pairs need a .tsv file (source<TAB>target) or 'moses:PATH_PREFIX:SRC:TGT'")
+        raise ValueError(
+            f"{path}: pairs need a .tsv file (source<TAB>target) or 'moses:PATH_PREFIX:SRC:TGT'"
+        )
     return _tsv_pairs(_read_user_file(path), str(path))
 
 
@@ -790,7 +910,9 @@ def source_fingerprint(source: str) -> str:
         else:
             filename, _ = _corpus_side(parsed, pairs=False)
         file_sha = manifest(parsed.corpus)["files"][filename]["sha256"]
-        return hashlib.sha256(f"corpus:{parsed.corpus}:{parsed.side}:{file_sha}".encode()).hexdigest()
+        return hashlib.sha256(
+            f"corpus:{parsed.corpus}:{parsed.side}:{file_sha}".encode()
+        ).hexdigest()
     for path in parsed.paths:
         if not path.is_file():
             raise FileNotFoundError(f"data file not found: {path}")
@@ -824,11 +946,15 @@ def check_source(source: str, kind: str | None = None) -> str | None:
                 return f"data file not found: {path}"
         if parsed.kind == "moses":
             if kind == "text":
-                return f"{source!r} is a pair source, not text; use one of its files as a text source"
+                return (
+                    f"{source!r} is a pair source, not text; use one of its files as a text source"
+                )
             counts = [_count_lines(path) for path in parsed.paths]
             if counts[0] != counts[1]:
-                return (f"moses files are not line-aligned: {parsed.paths[0]} has {counts[0]} lines, "
-                        f"{parsed.paths[1]} has {counts[1]}")
+                return (
+                    f"moses files are not line-aligned: {parsed.paths[0]} has {counts[0]} lines, "
+                    f"{parsed.paths[1]} has {counts[1]}"
+                )
         elif kind == "pairs" and parsed.paths[0].suffix.lower() != ".tsv":
             return f"{parsed.paths[0]}: pairs need a .tsv file (source<TAB>target) or 'moses:PATH_PREFIX:SRC:TGT'"
     except (ValueError, OSError, UserError) as exc:

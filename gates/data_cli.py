@@ -14,11 +14,15 @@ from rich.table import Table
 from gates import data
 
 data_app = typer.Typer(
-    add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False, rich_markup_mode=None,
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
     help="Real text corpora for studies: `gates data fetch NAME` downloads, verifies and extracts one into "
-         "the cache ($TREEHEAP_GATES_CACHE, else ~/.cache/treeheap-gates) and prints its license; "
-         "`gates data list` shows them. Studies name data as 'CORPUS:SIDE' (e.g. libreoffice-help:zh-en), "
-         "a .txt/.tsv path, or 'moses:PATH_PREFIX:SRC:TGT'.")
+    "the cache ($TREEHEAP_GATES_CACHE, else ~/.cache/treeheap-gates) and prints its license; "
+    "`gates data list` shows them. Studies name data as 'CORPUS:SIDE' (e.g. libreoffice-help:zh-en), "
+    "a .txt/.tsv path, or 'moses:PATH_PREFIX:SRC:TGT'.",
+)
 out = Console(soft_wrap=True, highlight=False)
 
 
@@ -36,7 +40,9 @@ def _say(message: str) -> None:
 @data_app.command("fetch")
 def fetch_command(
     name: str = typer.Argument(..., help="Registered corpus name (see `gates data list`)."),
-    force: bool = typer.Option(False, "--force", help="Download and rebuild even if present and intact."),
+    force: bool = typer.Option(
+        False, "--force", help="Download and rebuild even if present and intact."
+    ),
 ):
     """Download, extract and verify a corpus into the cache; prints its license and files.
     Does nothing (but verify) when the corpus is already present and intact."""
@@ -62,7 +68,9 @@ def fetch_and_describe(name: str, force: bool = False, say=None) -> data.FetchRe
     spec = data.CORPORA[name]
     for filename, entry in found["files"].items():
         unit = "pairs" if filename in spec.pair_sides.values() else "lines"
-        say(f"  {filename:<12} {_size(entry['bytes']):>9}  {entry['lines']:>7,} {unit}  sha256 {entry['sha256'][:16]}")
+        say(
+            f"  {filename:<12} {_size(entry['bytes']):>9}  {entry['lines']:>7,} {unit}  sha256 {entry['sha256'][:16]}"
+        )
     sources = [f"{name}:{side}" for side in [*spec.text_sides, *spec.pair_sides]]
     say(f"sources for studies: {', '.join(sources)}")
     return result
@@ -90,7 +98,9 @@ def corpora_to_fetch(config: dict, why: str | None) -> list[str]:
 
     walk(config)
     if why:
-        named |= {m for m in re.findall(r"gates data fetch ([A-Za-z0-9_.-]+)", why) if m in data.CORPORA}
+        named |= {
+            m for m in re.findall(r"gates data fetch ([A-Za-z0-9_.-]+)", why) if m in data.CORPORA
+        }
     return sorted(named)
 
 
@@ -105,8 +115,13 @@ def list_command():
     table.add_column("path", overflow="fold")  # folded, never cut: the path is for copying
     rows = data.list_corpora()
     for row in rows:
-        table.add_row(row["name"], row["license"], "yes" if row["present"] else "no",
-                      _size(row["size"]) if row["present"] else "-", row["path"])
+        table.add_row(
+            row["name"],
+            row["license"],
+            "yes" if row["present"] else "no",
+            _size(row["size"]) if row["present"] else "-",
+            row["path"],
+        )
     out.print(table)
     for row in rows:
         _say(f"{row['name']}: {row['description']}")

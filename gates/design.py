@@ -12,11 +12,18 @@ verifying and is flagged wherever it is shown ("recorded under older rules: ..."
 
 from __future__ import annotations
 
-from gates.contract import (Compare, Contract, Threshold, Trend, arms_under_test, condition_terms, is_contiguous,
-                            metric_locs)
+from gates.contract import (
+    Compare,
+    Contract,
+    Threshold,
+    Trend,
+    arms_under_test,
+    condition_terms,
+    is_contiguous,
+    metric_locs,
+)
 from gates.errors import UserError
 from gates.study import CONTROL_ROLES, DECISION_ROLES, Study
-
 
 # each rule's short name, which ends its messages "(rule: ...)" and names it in flags of recorded contracts
 RULES = {
@@ -52,8 +59,9 @@ class _Rules:
         self.c, self.study, self.configs, self.err = contract, study, arm_configs, err
         self.errors: list[UserError] = []
         self.current = ""  # the rule being checked (its short name)
-        self.located = ([(("decision", name, i), c) for name, i, c in contract.conditions()]
-                        + [(("controls", i), c) for i, c in enumerate(contract.controls)])
+        self.located = [(("decision", name, i), c) for name, i, c in contract.conditions()] + [
+            (("controls", i), c) for i, c in enumerate(contract.controls)
+        ]
 
     def add(self, loc: tuple, msg: str) -> None:
         if "(rule: " not in msg:
@@ -69,12 +77,17 @@ class _Rules:
         if self.spec(metric) is None:
             return None, None
         config = self.configs.get(arm)
-        return self.study.metric_range(metric, config) if config is not None else (self.spec(metric).low,
-                                                                                   self.spec(metric).high)
+        return (
+            self.study.metric_range(metric, config)
+            if config is not None
+            else (self.spec(metric).low, self.spec(metric).high)
+        )
 
     def chance(self, arm: str, metric: str) -> float | None:
         config = self.configs.get(arm)
-        return self.study.chance(metric, config) if config is not None and self.spec(metric) else None
+        return (
+            self.study.chance(metric, config) if config is not None and self.spec(metric) else None
+        )
 
     def better(self, c) -> bool:
         """Whether a threshold or compare asserts its `arm` is good (the metric's better direction)."""
@@ -86,12 +99,19 @@ class _Rules:
         """Decisions read only held-out test and cost metrics; controls may also read validation metrics
         (an arm works where it can: held-out data of its own distribution), never a train metric."""
         for base, c in self.located:
-            allowed, who = (CONTROL_ROLES, "a control") if base[0] == "controls" else (DECISION_ROLES, "the decision")
+            allowed, who = (
+                (CONTROL_ROLES, "a control")
+                if base[0] == "controls"
+                else (DECISION_ROLES, "the decision")
+            )
             for loc, metric in metric_locs(c):
                 spec = self.spec(metric)
                 if spec is not None and spec.role not in allowed:
-                    self.add(base + loc, f"{who} reads {metric!r}, a {spec.role} metric of study {self.study.name!r}; "
-                                         f"expected a {' or '.join(allowed)} metric")
+                    self.add(
+                        base + loc,
+                        f"{who} reads {metric!r}, a {spec.role} metric of study {self.study.name!r}; "
+                        f"expected a {' or '.join(allowed)} metric",
+                    )
 
     def ranges_and_chance(self) -> None:
         """No condition (or control) holds, or cannot hold, for every value its arm can reach; none that
@@ -103,28 +123,43 @@ class _Rules:
                 self.add(base + loc, msg)
             if isinstance(c, Threshold) and self.better(c) and not vacuous:  # one line per bar
                 level = self.chance(c.arm, c.metric)
-                passes = level is not None and (level >= c.value if c.direction == "higher" else level <= c.value)
+                passes = level is not None and (
+                    level >= c.value if c.direction == "higher" else level <= c.value
+                )
                 if passes:
-                    self.add(base + ("value",), f"an arm that learned nothing ({c.metric} at chance, {level:.4g}) "
-                                                f"already satisfies {c.metric} {'>=' if c.direction == 'higher' else '<='} "
-                                                f"{c.value:g}: the condition tests nothing; expected a bar beyond chance")
+                    self.add(
+                        base + ("value",),
+                        f"an arm that learned nothing ({c.metric} at chance, {level:.4g}) "
+                        f"already satisfies {c.metric} {'>=' if c.direction == 'higher' else '<='} "
+                        f"{c.value:g}: the condition tests nothing; expected a bar beyond chance",
+                    )
 
     def vacuous(self, c, inclusive: bool) -> list[tuple[tuple, str]]:
         """(field, why) when a condition holds, or cannot hold, for every value its arms can reach. A
         statistical test needs the bar strictly inside the range (theta = 0 is no evidence); exact
         evaluation (`inclusive`) holds at the bar itself, so there a bar at the range's end can hold."""
+
         def beyond(x, end):  # the bar leaves no value on the condition's side
             return end is not None and (x > end if inclusive else x >= end)
 
         if isinstance(c, Threshold):
             low, high = self.span(c.arm, c.metric)
             if c.direction == "lower":  # metric <= value
-                always, never = high is not None and c.value >= high, beyond(-c.value, None if low is None else -low)
+                always, never = (
+                    high is not None and c.value >= high,
+                    beyond(-c.value, None if low is None else -low),
+                )
             else:
                 always, never = low is not None and c.value <= low, beyond(c.value, high)
-            what, shown = f"{c.metric} {'<=' if c.direction == 'lower' else '>='} {c.value:g}", self.shown(c.arm, c.metric)
+            what, shown = (
+                f"{c.metric} {'<=' if c.direction == 'lower' else '>='} {c.value:g}",
+                self.shown(c.arm, c.metric),
+            )
         elif isinstance(c, Compare) and c.relative_margin is None:
-            (low_a, high_a), (low_b, high_b) = self.span(c.arm, c.metric), self.span(c.other, c.other_metric or c.metric)
+            (low_a, high_a), (low_b, high_b) = (
+                self.span(c.arm, c.metric),
+                self.span(c.other, c.other_metric or c.metric),
+            )
             m = c.margin or 0.0
             if c.direction == "higher":  # arm - other - m >= 0
                 lo, hi = _diff_span(low_a, high_a, low_b, high_b)
@@ -136,11 +171,21 @@ class _Rules:
             return []
         field = ("value",) if isinstance(c, Threshold) else ("margin",)
         if always:
-            return [(field, f"{what} holds for every value the metric can take ({shown}): the condition tests "
-                            f"nothing; expected a bar inside the metric's range")]
+            return [
+                (
+                    field,
+                    f"{what} holds for every value the metric can take ({shown}): the condition tests "
+                    f"nothing; expected a bar inside the metric's range",
+                )
+            ]
         if never:
-            return [(field, f"{what} cannot hold for any value the metric can take ({shown}): a condition that can "
-                            f"never hold (a statistical test needs the bar strictly inside the range)")]
+            return [
+                (
+                    field,
+                    f"{what} cannot hold for any value the metric can take ({shown}): a condition that can "
+                    f"never hold (a statistical test needs the bar strictly inside the range)",
+                )
+            ]
         return []
 
     def shown(self, arm: str, metric: str) -> str:
@@ -149,8 +194,10 @@ class _Rules:
             return "?"
         low, high = self.span(arm, metric)
         if (low, high) != (spec.low, spec.high):
-            return f"{spec.describe()}; for arm {arm}: [{'-inf' if low is None else f'{low:g}'}, " \
-                   f"{'inf' if high is None else f'{high:g}'}]"
+            return (
+                f"{spec.describe()}; for arm {arm}: [{'-inf' if low is None else f'{low:g}'}, "
+                f"{'inf' if high is None else f'{high:g}'}]"
+            )
         return spec.describe()
 
     def scales(self) -> None:
@@ -162,24 +209,35 @@ class _Rules:
                 for _, metric in metric_locs(c):
                     spec = self.spec(metric)
                     if spec is not None and not spec.nonnegative:
-                        self.add(base + ("relative_margin",),
-                                 f"a relative margin scales {metric!r}, which study {self.study.name!r} does not "
-                                 f"declare non-negative: with negative values a worse arm would hold; expected an "
-                                 f"absolute `margin`")
+                        self.add(
+                            base + ("relative_margin",),
+                            f"a relative margin scales {metric!r}, which study {self.study.name!r} does not "
+                            f"declare non-negative: with negative values a worse arm would hold; expected an "
+                            f"absolute `margin`",
+                        )
             if isinstance(c, Compare) and c.margin:
                 logs = [m for _, m in metric_locs(c) if getattr(self.spec(m), "scale", "") == "log"]
                 if logs:
-                    self.add(base + ("margin",), f"{logs[0]!r} is a log-scale metric of study {self.study.name!r} "
-                                                 f"(positive, right-skewed: judged by ratios of geometric means); "
-                                                 f"expected a `relative_margin` instead of an absolute margin")
+                    self.add(
+                        base + ("margin",),
+                        f"{logs[0]!r} is a log-scale metric of study {self.study.name!r} "
+                        f"(positive, right-skewed: judged by ratios of geometric means); "
+                        f"expected a `relative_margin` instead of an absolute margin",
+                    )
             metrics = list(dict.fromkeys(m for _, m in condition_terms(c)))
             if len(metrics) > 1:
                 units = {getattr(self.spec(m), "unit", None) for m in metrics}
-                same_runs = getattr(c, "test", None) == "paired" and len({a for a, _ in condition_terms(c)}) == 1
+                same_runs = (
+                    getattr(c, "test", None) == "paired"
+                    and len({a for a, _ in condition_terms(c)}) == 1
+                )
                 if not same_runs and (None in units or len(units) > 1):
-                    self.add(base, f"compares different metrics ({', '.join(metrics)}) that study {self.study.name!r} "
-                                   f"does not declare on one unit; expected metrics with the same `unit`, or a paired "
-                                   f"test within one arm (the same runs)")
+                    self.add(
+                        base,
+                        f"compares different metrics ({', '.join(metrics)}) that study {self.study.name!r} "
+                        f"does not declare on one unit; expected metrics with the same `unit`, or a paired "
+                        f"test within one arm (the same runs)",
+                    )
 
     def controls(self) -> None:
         """A positive control asserts that its arm works: a threshold or compare in the metric's better
@@ -188,21 +246,33 @@ class _Rules:
             if c.control != "positive":
                 continue
             if isinstance(c, Trend):
-                self.add(("controls", i), "a positive control asserts that one arm works; expected a threshold or "
-                                          "compare (a trend is a claim about several arms)")
+                self.add(
+                    ("controls", i),
+                    "a positive control asserts that one arm works; expected a threshold or "
+                    "compare (a trend is a claim about several arms)",
+                )
             elif not self.better(c):
                 spec = self.spec(c.metric)
-                self.add(("controls", i, "direction"),
-                         f"a positive control must assert that {c.arm} works: {c.metric} is better "
-                         f"{getattr(spec, 'direction', '?')}, so direction {getattr(spec, 'direction', '?')!r} (a "
-                         f"broken arm must fail it); this one passes a broken arm")
+                self.add(
+                    ("controls", i, "direction"),
+                    f"a positive control must assert that {c.arm} works: {c.metric} is better "
+                    f"{getattr(spec, 'direction', '?')}, so direction {getattr(spec, 'direction', '?')!r} (a "
+                    f"broken arm must fail it); this one passes a broken arm",
+                )
             elif isinstance(c, Compare) and (c.margin or 0) < 0:
-                self.add(("controls", i, "margin"), "a positive control asserts its arm beats the other; a "
-                                                    "non-inferiority margin lets a broken arm pass it")
+                self.add(
+                    ("controls", i, "margin"),
+                    "a positive control asserts its arm beats the other; a "
+                    "non-inferiority margin lets a broken arm pass it",
+                )
 
     def working(self) -> set[str]:
         """Arms a positive control asserts work (rule `controls` checks the form)."""
-        return {c.arm for c in self.c.controls if c.control == "positive" and not isinstance(c, Trend) and self.better(c)}
+        return {
+            c.arm
+            for c in self.c.controls
+            if c.control == "positive" and not isinstance(c, Trend) and self.better(c)
+        }
 
     def negative_results(self) -> None:
         """A condition that asserts an arm fails (below a bar, worse than another arm) needs a positive
@@ -217,24 +287,38 @@ class _Rules:
             for arm in failing_arms(c, self.spec):
                 if arm in working or arm in self.c.blind:
                     continue
-                what = (f"compares with baseline arm {arm!r}" if isinstance(c, Compare) and arm == c.other
-                        else f"asserts that arm {arm!r} fails")
-                self.add(base, f"{what}, but no positive control asserts that it works where it can, so a broken "
-                               f"arm would pass as evidence; expected a positive control on {arm!r} (on its "
-                               f"validation data or training distribution, in its metric's better direction) or "
-                               f"`blind: {{{arm}: why it fails by construction}}`")
+                what = (
+                    f"compares with baseline arm {arm!r}"
+                    if isinstance(c, Compare) and arm == c.other
+                    else f"asserts that arm {arm!r} fails"
+                )
+                self.add(
+                    base,
+                    f"{what}, but no positive control asserts that it works where it can, so a broken "
+                    f"arm would pass as evidence; expected a positive control on {arm!r} (on its "
+                    f"validation data or training distribution, in its metric's better direction) or "
+                    f"`blind: {{{arm}: why it fails by construction}}`",
+                )
 
     def ceilings(self) -> None:
         """A ceiling's references exist, and no bar lies beyond a ceiling known before the run."""
         for base, c in self.located:
             ref = getattr(c, "ceiling", None)
             if ref is not None and isinstance(c, Trend):
-                self.add(base + ("ceiling",), "a ceiling applies to a threshold or compare, not a trend")
+                self.add(
+                    base + ("ceiling",), "a ceiling applies to a threshold or compare, not a trend"
+                )
                 continue
             if ref is not None and ref.arm is not None and ref.arm not in self.c.arms:
-                self.add(base + ("ceiling", "arm"), f"no arm named {ref.arm!r}; arms: {', '.join(self.c.arms)}")
+                self.add(
+                    base + ("ceiling", "arm"),
+                    f"no arm named {ref.arm!r}; arms: {', '.join(self.c.arms)}",
+                )
             if ref is not None and ref.metric is not None and ref.metric not in self.study.metrics:
-                self.add(base + ("ceiling", "metric"), f"study {self.study.name!r} reports no metric {ref.metric!r}")
+                self.add(
+                    base + ("ceiling", "metric"),
+                    f"study {self.study.name!r} reports no metric {ref.metric!r}",
+                )
             if isinstance(c, Trend) or not self.better(c):
                 continue
             value, why = None, ""
@@ -247,9 +331,12 @@ class _Rules:
             if value is None or not isinstance(c, Threshold):
                 continue
             if (c.value >= value) if c.direction == "higher" else (c.value <= value):
-                self.add(base + ("value",), f"the bar {c.value:g} is not below what the best possible arm reaches "
-                                            f"({value:g}: {why}): the condition tests nothing; expected a bar the "
-                                            f"ceiling clears")
+                self.add(
+                    base + ("value",),
+                    f"the bar {c.value:g} is not below what the best possible arm reaches "
+                    f"({value:g}: {why}): the condition tests nothing; expected a bar the "
+                    f"ceiling clears",
+                )
 
     def comparisons(self) -> None:
         """The arms the decision and the controls read (a claim compares them, through compares, trends or
@@ -263,19 +350,31 @@ class _Rules:
         allowed = set(self.c.factor or []) | set(self.c.differences)
         if self.c.tuning is not None:
             allowed |= set(self.c.tuning.space)  # tuned alike, within one pre-registered search
-        arms = [a for a in dict.fromkeys(a for _, c in self.located for a, _ in condition_terms(c)) if a in self.configs]
-        undeclared: dict[str, list[tuple[str, object]]] = {}  # field -> (arm, value) of each arm that differs
+        arms = [
+            a
+            for a in dict.fromkeys(a for _, c in self.located for a, _ in condition_terms(c))
+            if a in self.configs
+        ]
+        undeclared: dict[
+            str, list[tuple[str, object]]
+        ] = {}  # field -> (arm, value) of each arm that differs
         for arm in arms[1:]:
-            for key, (first, value) in config_differences(self.configs[arms[0]], self.configs[arm]).items():
+            for key, (first, value) in config_differences(
+                self.configs[arms[0]], self.configs[arm]
+            ).items():
                 if key not in allowed and key != "device":  # where an arm runs, not what it is
                     undeclared.setdefault(key, [(arms[0], first)]).append((arm, value))
         for key, values in undeclared.items():
-            shown = ", ".join(f"{arm} {value!r}" for arm, value in values[:4]) + (" ..." if len(values) > 4 else "")
-            self.add(("factor",) if self.c.factor is None else ("differences",),
-                     f"the arms the decision compares differ in {key!r} ({shown}), which the contract does not "
-                     f"declare; expected `factor: [...]` naming the config fields under test and `differences: "
-                     f"{{{key}: why}}` for any other (a comparator handicapped by a setting nobody declared "
-                     f"cannot pass as evidence)")
+            shown = ", ".join(f"{arm} {value!r}" for arm, value in values[:4]) + (
+                " ..." if len(values) > 4 else ""
+            )
+            self.add(
+                ("factor",) if self.c.factor is None else ("differences",),
+                f"the arms the decision compares differ in {key!r} ({shown}), which the contract does not "
+                f"declare; expected `factor: [...]` naming the config fields under test and `differences: "
+                f"{{{key}: why}}` for any other (a comparator handicapped by a setting nobody declared "
+                f"cannot pass as evidence)",
+            )
 
     def identical_arms(self) -> None:
         """Two arms with the same config are one experiment run twice."""
@@ -283,16 +382,23 @@ class _Rules:
         for arm, config in self.configs.items():
             key = config.model_dump_json()
             if key in seen:
-                self.add(("arms", arm), f"arm {arm!r} has the same config as arm {seen[key]!r}: they are one "
-                                        f"experiment run twice; expected arms that differ in the factor under test")
+                self.add(
+                    ("arms", arm),
+                    f"arm {arm!r} has the same config as arm {seen[key]!r}: they are one "
+                    f"experiment run twice; expected arms that differ in the factor under test",
+                )
             seen.setdefault(key, arm)
 
     def prediction(self) -> None:
         """No supported_if condition contradicts the direction of the contract's own predicted ablation."""
         pa = self.c.preflight.predicted_ablation
         for i, c in enumerate(self.c.decision.supported_if):
-            if (not isinstance(c, Compare) or (c.other_metric or c.metric) != c.metric or c.metric != pa.metric
-                    or (c.margin or 0) < 0):  # a non-inferiority bound asserts no direction
+            if (
+                not isinstance(c, Compare)
+                or (c.other_metric or c.metric) != c.metric
+                or c.metric != pa.metric
+                or (c.margin or 0) < 0
+            ):  # a non-inferiority bound asserts no direction
                 continue
             if (c.arm, c.other) == (pa.arm, pa.versus):
                 said = c.direction
@@ -301,9 +407,11 @@ class _Rules:
             else:
                 continue
             if said != pa.direction:
-                self.add(("decision", "supported_if", i, "direction"),
-                         f"says {pa.arm} is {said} than {pa.versus} on {pa.metric}, but the contract's predicted "
-                         f"ablation (gate 3) says {pa.direction}; expected a condition in the predicted direction")
+                self.add(
+                    ("decision", "supported_if", i, "direction"),
+                    f"says {pa.arm} is {said} than {pa.versus} on {pa.metric}, but the contract's predicted "
+                    f"ablation (gate 3) says {pa.direction}; expected a condition in the predicted direction",
+                )
 
     def futility(self) -> None:
         """Futility rules halt only arms under test: a halt is evidence against the arm it halts."""
@@ -311,16 +419,21 @@ class _Rules:
         for i, rule in enumerate(self.c.stop_rules.futility):
             halted = sorted(comparators & set(rule.arms or self.c.arms))
             if halted:
-                self.add(("stop_rules", "futility", i, "arms" if rule.arms else "metric"),
-                         f"the futility rule can halt comparator arm(s) {halted}: a halt is evidence against the arm "
-                         f"it halts, not against the hypothesis; expected `arms` listing only arms under test "
-                         f"({', '.join(sorted(arms_under_test(self.c.decision)))})")
+                self.add(
+                    ("stop_rules", "futility", i, "arms" if rule.arms else "metric"),
+                    f"the futility rule can halt comparator arm(s) {halted}: a halt is evidence against the arm "
+                    f"it halts, not against the hypothesis; expected `arms` listing only arms under test "
+                    f"({', '.join(sorted(arms_under_test(self.c.decision)))})",
+                )
 
     def seeds(self) -> None:
         """Seeds are a count the platform expands (from a declared start): never a hand-picked list."""
         if not is_contiguous(list(self.c.seeds)):
-            self.add(("seeds",), f"seeds {list(self.c.seeds)} are not contiguous: a hand-picked list can be chosen "
-                                 f"after a private run; expected seeds: N (seeds 0..N-1) or {{count: N, start: S}}")
+            self.add(
+                ("seeds",),
+                f"seeds {list(self.c.seeds)} are not contiguous: a hand-picked list can be chosen "
+                f"after a private run; expected seeds: N (seeds 0..N-1) or {{count: N, start: S}}",
+            )
 
     def reported(self) -> None:
         """Every (arm, metric) a condition, control or ceiling reads is one the arm reports."""
@@ -334,9 +447,12 @@ class _Rules:
                 if config is None or metric not in self.study.metrics:
                     continue
                 if metric not in self.study.reported_metrics(config):
-                    self.add(base, f"reads {arm}.{metric}, which study {self.study.name!r} does not report for that "
-                                   f"arm's config: a condition on it can never be measured; expected a metric the "
-                                   f"arm reports")
+                    self.add(
+                        base,
+                        f"reads {arm}.{metric}, which study {self.study.name!r} does not report for that "
+                        f"arm's config: a condition on it can never be measured; expected a metric the "
+                        f"arm reports",
+                    )
 
     def tuning(self) -> None:
         """Tuning searches only the hyperparameters a study declares (never what an arm is)."""
@@ -345,17 +461,23 @@ class _Rules:
         declared = sorted(self.study.hyperparameters)
         for key in self.c.tuning.space:
             if key in self.study.Config.model_fields and key not in self.study.hyperparameters:
-                self.add(("tuning", "space", key), f"{key!r} is not a hyperparameter of study {self.study.name!r} "
-                                                   f"(declared: {', '.join(declared) or 'none'}); tuning searches "
-                                                   f"only settings the study declares tunable")
+                self.add(
+                    ("tuning", "space", key),
+                    f"{key!r} is not a hyperparameter of study {self.study.name!r} "
+                    f"(declared: {', '.join(declared) or 'none'}); tuning searches "
+                    f"only settings the study declares tunable",
+                )
 
     def convergence(self) -> None:
         """A contract whose study trains judges convergence, or says why its runs cannot be judged so."""
         if self.study.trains and self.c.convergence is None and self.c.no_convergence is None:
-            self.add(("convergence",), f"study {self.study.name!r} trains its arms but the contract has no "
-                                       f"convergence rule; expected `convergence: {{metric, window, "
-                                       f"max_rel_improvement}}` (or `no_convergence: why`), so no verdict rests on "
-                                       f"arms stopped while still learning")
+            self.add(
+                ("convergence",),
+                f"study {self.study.name!r} trains its arms but the contract has no "
+                f"convergence rule; expected `convergence: {{metric, window, "
+                f"max_rel_improvement}}` (or `no_convergence: why`), so no verdict rests on "
+                f"arms stopped while still learning",
+            )
 
     def reachable(self) -> None:
         """The conditions can reach significance with the seeds."""
@@ -377,7 +499,9 @@ def failing_arms(c, spec) -> list[str]:
         return [c.arm] if metric is not None and c.direction != metric.direction else []
     if isinstance(c, Compare) and c.other != c.arm:
         metric = spec(c.metric)
-        if metric is None or (c.margin or 0) < 0:  # a non-inferiority bound asserts that no arm fails
+        if (
+            metric is None or (c.margin or 0) < 0
+        ):  # a non-inferiority bound asserts that no arm fails
             return []
         return [c.other] if c.direction == metric.direction else [c.arm]
     return []
@@ -386,7 +510,9 @@ def failing_arms(c, spec) -> list[str]:
 def config_differences(a, b) -> dict[str, tuple]:
     """field -> (a's value, b's value) for every arm config field in which two arms differ."""
     x, y = a.model_dump(mode="json"), b.model_dump(mode="json")
-    return {k: (x.get(k), y.get(k)) for k in dict.fromkeys(list(x) + list(y)) if x.get(k) != y.get(k)}
+    return {
+        k: (x.get(k), y.get(k)) for k in dict.fromkeys(list(x) + list(y)) if x.get(k) != y.get(k)
+    }
 
 
 def _diff_span(low_a, high_a, low_b, high_b):

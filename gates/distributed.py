@@ -48,9 +48,9 @@ import time
 import traceback
 import uuid
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from gates import plan, runner
 from gates.contract import LoadedContract
@@ -88,29 +88,46 @@ def open_storage(url: str, heartbeat: int = HEARTBEAT_SECONDS):
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=ExperimentalWarning)
     if heartbeat < 1:
-        raise UserError(f"--heartbeat {heartbeat}: expected a whole number of seconds >= 1", field="--heartbeat")
+        raise UserError(
+            f"--heartbeat {heartbeat}: expected a whole number of seconds >= 1", field="--heartbeat"
+        )
     try:
         from optuna.storages import RetryHeartbeatStaleTrialCallback as Retry  # optuna >= 4.9
+
         callback_arg = "heartbeat_stale_trial_callback"
     except ImportError:  # older optuna: the same callback under its former name
         from optuna.storages import RetryFailedTrialCallback as Retry
+
         callback_arg = "failed_trial_callback"
     sqlite = url.startswith("sqlite")
     kwargs = {"engine_kwargs": {"connect_args": {"timeout": 60}}} if sqlite else {}
     try:
         storage = optuna.storages.RDBStorage(
-            url, heartbeat_interval=heartbeat, grace_period=grace_seconds(heartbeat),
-            **{callback_arg: Retry(max_retry=MAX_RETRY)}, **kwargs)
+            url,
+            heartbeat_interval=heartbeat,
+            grace_period=grace_seconds(heartbeat),
+            **{callback_arg: Retry(max_retry=MAX_RETRY)},
+            **kwargs,
+        )
     except ImportError as e:
-        raise UserError(f"--storage {_safe(url)}: no database driver ({e}); for PostgreSQL: "
-                        f"pip install 'treeheap-gates[postgres]' (psycopg 3 and psycopg2)", field="--storage") from None
+        raise UserError(
+            f"--storage {_safe(url)}: no database driver ({e}); for PostgreSQL: "
+            f"pip install 'treeheap-gates[postgres]' (psycopg 3 and psycopg2)",
+            field="--storage",
+        ) from None
     except (sqlalchemy.exc.ArgumentError, ValueError) as e:
-        raise UserError(f"--storage {_safe(url)}: {e}; expected an SQLAlchemy URL such as "
-                        f"postgresql://user:password@host:5432/db or sqlite:///optuna.db", field="--storage") from None
+        raise UserError(
+            f"--storage {_safe(url)}: {e}; expected an SQLAlchemy URL such as "
+            f"postgresql://user:password@host:5432/db or sqlite:///optuna.db",
+            field="--storage",
+        ) from None
     except (sqlalchemy.exc.OperationalError, optuna.exceptions.StorageInternalError) as e:
         reason = str(getattr(e, "orig", None) or e.__cause__ or e).strip().splitlines()[0]
-        raise UserError(f"--storage {_safe(url)}: cannot open the database ({reason}); expected a reachable "
-                        f"database that this user may write", field="--storage") from None
+        raise UserError(
+            f"--storage {_safe(url)}: cannot open the database ({reason}); expected a reachable "
+            f"database that this user may write",
+            field="--storage",
+        ) from None
     if sqlite:
         _serialise_sqlite(storage.engine)
     return storage
@@ -159,7 +176,9 @@ class JobTable:
 
     records: dict[str, dict] = field(default_factory=dict)  # job -> record
     trials: dict[str, int] = field(default_factory=dict)  # job -> number of the trial it came from
-    live: dict[str, list[int]] = field(default_factory=dict)  # job -> numbers of waiting/running trials
+    live: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # job -> numbers of waiting/running trials
     retries: dict[str, list[int]] = field(default_factory=dict)  # job -> numbers of failed attempts
     jobs: dict[str, dict] = field(default_factory=dict)  # job -> its user attrs (first seen)
 
@@ -175,8 +194,11 @@ def read_jobs(storage, study_id: int) -> JobTable:
         table.jobs.setdefault(job, dict(t.user_attrs))
         if t.state == TrialState.COMPLETE:
             record = t.user_attrs.get("record")
-            if (job not in table.records and isinstance(record, dict)
-                    and record.get("claim") == t.system_attrs.get("gates.claim")):
+            if (
+                job not in table.records
+                and isinstance(record, dict)
+                and record.get("claim") == t.system_attrs.get("gates.claim")
+            ):
                 table.records[job] = {k: v for k, v in record.items() if k != "claim"}
                 table.trials[job] = t.number
         elif t.state in (TrialState.WAITING, TrialState.RUNNING):
@@ -192,7 +214,9 @@ class Enqueued:
     study_name: str
     storage: str
     enqueued: list[str] = field(default_factory=list)  # jobs put in the queue by this call
-    reused: list[str] = field(default_factory=list)  # jobs whose finished MLflow run (same contract, code) counts
+    reused: list[str] = field(
+        default_factory=list
+    )  # jobs whose finished MLflow run (same contract, code) counts
     present: list[str] = field(default_factory=list)  # jobs that already had a trial
 
 
@@ -205,10 +229,15 @@ def open_queue(parent: runner.ParentRun, storage, extra: dict | None = None):
     study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True)
     if ATTR not in study.user_attrs:
         info = {
-            "gates.contract_id": loaded.id, "gates.code_sha256": parent.prov.code_sha256,
-            "gates.contract_name": loaded.path.name, "gates.contract_yaml": loaded.path.read_text(encoding="utf-8"),
-            "gates.tracking_uri": parent.tracking_uri, "gates.experiment_id": parent.experiment_id,
-            "gates.parent_run_id": parent.parent_id, "gates.base_tags": parent.base_tags, **(extra or {}),
+            "gates.contract_id": loaded.id,
+            "gates.code_sha256": parent.prov.code_sha256,
+            "gates.contract_name": loaded.path.name,
+            "gates.contract_yaml": loaded.path.read_text(encoding="utf-8"),
+            "gates.tracking_uri": parent.tracking_uri,
+            "gates.experiment_id": parent.experiment_id,
+            "gates.parent_run_id": parent.parent_id,
+            "gates.base_tags": parent.base_tags,
+            **(extra or {}),
             ATTR: loaded.sha256,  # last: workers take a study up only once this is set
         }
         for key, value in info.items():
@@ -222,17 +251,37 @@ def run_jobs(parent: runner.ParentRun, seeds: list[int] | None = None) -> list[d
     runs (the tuned one after tuning)."""
     loaded = parent.loaded
     seeds = list(loaded.contract.seeds) if seeds is None else seeds
-    return [{"kind": KIND_RUN, "job": j.key, "arm": j.arm, "seed": j.seed, "after": list(j.after),
-             "config": loaded.arm_configs[j.arm].model_dump(mode="json")} for j in plan.run_jobs(loaded, seeds)]
+    return [
+        {
+            "kind": KIND_RUN,
+            "job": j.key,
+            "arm": j.arm,
+            "seed": j.seed,
+            "after": list(j.after),
+            "config": loaded.arm_configs[j.arm].model_dump(mode="json"),
+        }
+        for j in plan.run_jobs(loaded, seeds)
+    ]
 
 
 def tune_jobs(loaded: LoadedContract, tuning_storage: str) -> list[dict]:
     """The plan's tuning trials (kind "tune"), one per pre-registered trial of every tuned arm."""
-    return [{"kind": KIND_TUNE, "job": j.key, "arm": j.arm, "index": j.index, "after": [],
-             "tuning_storage": tuning_storage} for j in plan.tuning_jobs(loaded)]
+    return [
+        {
+            "kind": KIND_TUNE,
+            "job": j.key,
+            "arm": j.arm,
+            "index": j.index,
+            "after": [],
+            "tuning_storage": tuning_storage,
+        }
+        for j in plan.tuning_jobs(loaded)
+    ]
 
 
-def enqueue(study, storage, parent: runner.ParentRun, jobs: list[dict], result: Enqueued) -> Enqueued:
+def enqueue(
+    study, storage, parent: runner.ParentRun, jobs: list[dict], result: Enqueued
+) -> Enqueued:
     """Enqueue every job that has no trial yet (waiting, running or complete); a "run" job finished
     earlier under this parent in MLflow (a single-process run, same contract and code) is added as
     a completed trial with that run's record instead."""
@@ -248,10 +297,18 @@ def enqueue(study, storage, parent: runner.ParentRun, jobs: list[dict], result: 
         elif attrs["kind"] == KIND_RUN and (attrs["arm"], attrs["seed"]) in done:
             token = uuid.uuid4().hex
             record = {**runner.run_record(done[(attrs["arm"], attrs["seed"])]), "claim": token}
-            study.add_trial(optuna.trial.create_trial(
-                state=optuna.trial.TrialState.COMPLETE, value=0.0,
-                user_attrs={**attrs, "record": record, "mlflow_run_id": record["mlflow_run_id"]},
-                system_attrs={"gates.claim": token, "gates.worker": "reused"}))
+            study.add_trial(
+                optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.COMPLETE,
+                    value=0.0,
+                    user_attrs={
+                        **attrs,
+                        "record": record,
+                        "mlflow_run_id": record["mlflow_run_id"],
+                    },
+                    system_attrs={"gates.claim": token, "gates.worker": "reused"},
+                )
+            )
             result.reused.append(key)
         else:
             study.enqueue_trial({}, user_attrs=attrs)
@@ -259,8 +316,16 @@ def enqueue(study, storage, parent: runner.ParentRun, jobs: list[dict], result: 
     return result
 
 
-def wait_for_jobs(storage, name: str, jobs: list[dict], progress: runner.Progress | None = None, *,
-                  steps: int = 0, poll: float = 1.0, timeout: float | None = None) -> list[dict]:
+def wait_for_jobs(
+    storage,
+    name: str,
+    jobs: list[dict],
+    progress: runner.Progress | None = None,
+    *,
+    steps: int = 0,
+    poll: float = 1.0,
+    timeout: float | None = None,
+) -> list[dict]:
     """Poll until every job has its record (failing stale trials on the way); the records in job order."""
     import optuna
 
@@ -287,15 +352,21 @@ def wait_for_jobs(storage, name: str, jobs: list[dict], progress: runner.Progres
                     progress.tuning_trial(record["tuning_trial"])
         if len(shown) == len(jobs):
             return [table.records[attrs["job"]] for attrs in jobs]
-        dead = [a["job"] for a in jobs if a["job"] not in table.records and a["job"] not in table.live]
+        dead = [
+            a["job"] for a in jobs if a["job"] not in table.records and a["job"] not in table.live
+        ]
         if dead:
-            raise DeadJobs(f"{len(dead)} job(s) of study {name!r} have no completed record and nothing waiting or "
-                           f"running ({', '.join(dead)}; failed attempts: "
-                           f"{', '.join(f'{k}: {len(table.retries.get(k, []))}' for k in dead)}); see the workers' "
-                           f"logs; `gates run CONTRACT --storage URL` enqueues them again")
+            raise DeadJobs(
+                f"{len(dead)} job(s) of study {name!r} have no completed record and nothing waiting or "
+                f"running ({', '.join(dead)}; failed attempts: "
+                f"{', '.join(f'{k}: {len(table.retries.get(k, []))}' for k in dead)}); see the workers' "
+                f"logs; `gates run CONTRACT --storage URL` enqueues them again"
+            )
         if deadline is not None and time.monotonic() > deadline:
-            raise TimeoutError(f"jobs still open after {timeout:g} s: "
-                               f"{', '.join(a['job'] for a in jobs if a['job'] not in table.records)}")
+            raise TimeoutError(
+                f"jobs still open after {timeout:g} s: "
+                f"{', '.join(a['job'] for a in jobs if a['job'] not in table.records)}"
+            )
         time.sleep(poll)
 
 
@@ -304,18 +375,31 @@ def close_leftovers(parent: runner.ParentRun, records: list[dict]) -> list[str]:
     kept = {r["mlflow_run_id"] for r in records}
     closed = []
     for run in parent.tracker.child_runs(parent.experiment_id, parent.parent_id):
-        if (run.info.status == "RUNNING" and run.info.run_id not in kept
-                and run.data.tags.get("gates.role") == "run"):
+        if (
+            run.info.status == "RUNNING"
+            and run.info.run_id not in kept
+            and run.data.tags.get("gates.role") == "run"
+        ):
             parent.tracker.kill(run.info.run_id)
             closed.append(run.info.run_id)
     return closed
 
 
-def run_distributed(loaded: LoadedContract, tracking_uri: str, runs_root: Path, storage_url: str, *,
-                    fresh: bool = False, wait: bool = True, progress: runner.Progress | None = None,
-                    heartbeat: int = HEARTBEAT_SECONDS, poll: float = 1.0, optuna_storage: str | None = None,
-                    on_enqueued: Callable[[Enqueued], None] | None = None,
-                    recording: runner.Recording | None = None) -> runner.Outcome | Enqueued:
+def run_distributed(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    runs_root: Path,
+    storage_url: str,
+    *,
+    fresh: bool = False,
+    wait: bool = True,
+    progress: runner.Progress | None = None,
+    heartbeat: int = HEARTBEAT_SECONDS,
+    poll: float = 1.0,
+    optuna_storage: str | None = None,
+    on_enqueued: Callable[[Enqueued], None] | None = None,
+    recording: runner.Recording | None = None,
+) -> runner.Outcome | Enqueued:
     """Enqueue the contract's jobs; unless `wait` is False, wait for them and return the outcome (the
     evidence recorded, or a recorded claim reproduced, exactly as a single-process run does:
     `recording`, default as `gates.attempts.plan_recording` decides).
@@ -346,10 +430,18 @@ def run_distributed(loaded: LoadedContract, tracking_uri: str, runs_root: Path, 
             return result
         wait_for_jobs(storage, study.study_name, jobs, progress, poll=poll)
         parent.loaded, parent.tuning = tuning.tune_and_apply(
-            loaded, tracking_uri, parent_run_id=parent.parent_id, experiment_id=parent.experiment_id,
-            storage_url=tuning_url, progress=progress, prov=parent.prov)
+            loaded,
+            tracking_uri,
+            parent_run_id=parent.parent_id,
+            experiment_id=parent.experiment_id,
+            storage_url=tuning_url,
+            progress=progress,
+            prov=parent.prov,
+        )
     records: list[dict] = []
-    while (seeds := plan.next_seeds(parent.loaded, records)) is not None:  # one look at a time (gates/plan.py)
+    while (
+        seeds := plan.next_seeds(parent.loaded, records)
+    ) is not None:  # one look at a time (gates/plan.py)
         if any(r["seed"] in seeds for r in records):
             raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
         jobs = run_jobs(parent, seeds)
@@ -358,7 +450,9 @@ def run_distributed(loaded: LoadedContract, tracking_uri: str, runs_root: Path, 
             on_enqueued(result)
         if not wait:
             return result
-        records += wait_for_jobs(storage, study.study_name, jobs, progress, steps=parent.budget.steps, poll=poll)
+        records += wait_for_jobs(
+            storage, study.study_name, jobs, progress, steps=parent.budget.steps, poll=poll
+        )
     close_leftovers(parent, records)
     run_keys = {plan.job_key(r["arm"], r["seed"]) for r in records}
     reuse.total, reuse.reused = len(records), len(run_keys & set(result.reused))
@@ -374,7 +468,9 @@ def _delete_tuning_studies(loaded: LoadedContract, parent: runner.ParentRun, url
 
     for arm in loaded.contract.tuning.tuned_arms(loaded.contract.arms):
         try:
-            optuna.delete_study(study_name=tuning.study_name(loaded, arm, parent.prov.code_sha256), storage=url)
+            optuna.delete_study(
+                study_name=tuning.study_name(loaded, arm, parent.prov.code_sha256), storage=url
+            )
         except KeyError:
             pass
 
@@ -424,15 +520,24 @@ class Heartbeat:
 class Worker:
     """Claims and runs jobs from every gates study in an Optuna storage."""
 
-    def __init__(self, storage_url: str, tracking_uri: str | None = None, *, heartbeat: int = HEARTBEAT_SECONDS,
-                 poll: float = POLL_SECONDS, log: Callable[[str], None] | None = None):
+    def __init__(
+        self,
+        storage_url: str,
+        tracking_uri: str | None = None,
+        *,
+        heartbeat: int = HEARTBEAT_SECONDS,
+        poll: float = POLL_SECONDS,
+        log: Callable[[str], None] | None = None,
+    ):
         self.storage = open_storage(storage_url, heartbeat)
         self.tracking_uri = tracking_uri
         self.heartbeat = heartbeat
         self.poll = poll
         self.log = log or (lambda line: None)
         self.id = f"{socket.gethostname()}:{os.getpid()}"
-        self.contexts: dict[str, StudyContext | None] = {}  # None: this worker cannot run that study
+        self.contexts: dict[
+            str, StudyContext | None
+        ] = {}  # None: this worker cannot run that study
         self.trackers: dict[str, object] = {}
         self.tmp = Path(tempfile.mkdtemp(prefix="gates-worker-"))
 
@@ -460,14 +565,19 @@ class Worker:
             if ATTR not in frozen.user_attrs:
                 continue
             study_id = self.storage.get_study_id_from_name(frozen.study_name)
-            open_trials = self.storage.get_all_trials(study_id, deepcopy=False,
-                                                      states=(TrialState.WAITING, TrialState.RUNNING))
+            open_trials = self.storage.get_all_trials(
+                study_id, deepcopy=False, states=(TrialState.WAITING, TrialState.RUNNING)
+            )
             if not open_trials:
                 continue
             study = optuna.load_study(study_name=frozen.study_name, storage=self.storage)
             if any(t.state == TrialState.RUNNING for t in open_trials):
-                optuna.storages.fail_stale_trials(study)  # a dead worker's job goes back to the queue
-            waiting = self.storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.WAITING,))
+                optuna.storages.fail_stale_trials(
+                    study
+                )  # a dead worker's job goes back to the queue
+            waiting = self.storage.get_all_trials(
+                study_id, deepcopy=False, states=(TrialState.WAITING,)
+            )
             if not waiting:
                 continue
             ctx = self._context(frozen.study_name, study_id, frozen.user_attrs)
@@ -475,17 +585,25 @@ class Worker:
                 continue
             table = read_jobs(self.storage, study_id)
             # re-enqueued jobs first (others may wait on them), then in enqueue (single-process) order
-            for trial in sorted(waiting, key=lambda t: ("failed_trial" not in t.system_attrs, t.number)):
+            for trial in sorted(
+                waiting, key=lambda t: ("failed_trial" not in t.system_attrs, t.number)
+            ):
                 job = trial.user_attrs.get("job")
                 if job is None or trial.user_attrs.get("kind") not in JOB_KINDS:
                     continue
                 if any(dep not in table.records for dep in trial.user_attrs.get("after", [])):
                     continue  # a relatively judged job waits for the jobs it is compared with
-                trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, trial.number)
+                trial_id = self.storage.get_trial_id_from_study_id_trial_number(
+                    study_id, trial.number
+                )
                 if not self._claim(trial_id):
                     continue  # another worker claimed it first
-                if job in table.records:  # a duplicate (two coordinators enqueued at once): close it
-                    self.storage.set_trial_system_attr(trial_id, "gates.duplicate_of", table.trials[job])
+                if (
+                    job in table.records
+                ):  # a duplicate (two coordinators enqueued at once): close it
+                    self.storage.set_trial_system_attr(
+                        trial_id, "gates.duplicate_of", table.trials[job]
+                    )
                     self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
                     continue
                 self._run_claimed(study, ctx, trial, trial_id, table)
@@ -513,12 +631,22 @@ class Worker:
 
         attrs = trial.user_attrs
         token = uuid.uuid4().hex
-        for key, value in {"gates.claim": token, "gates.worker": self.id, "gates.claimed_at": time.time()}.items():
+        for key, value in {
+            "gates.claim": token,
+            "gates.worker": self.id,
+            "gates.claimed_at": time.time(),
+        }.items():
             self.storage.set_trial_system_attr(trial_id, key, value)
         retry_of = trial.system_attrs.get("failed_trial")
-        self.log(f"claimed {ctx.name} {attrs['job']} (trial {trial.number}"
-                 + (f", re-claim of trial {trial.system_attrs['retry_history'][-1]}" if retry_of is not None else "")
-                 + ")")
+        self.log(
+            f"claimed {ctx.name} {attrs['job']} (trial {trial.number}"
+            + (
+                f", re-claim of trial {trial.system_attrs['retry_history'][-1]}"
+                if retry_of is not None
+                else ""
+            )
+            + ")"
+        )
         previous = attrs.get("mlflow_run_id")
         if previous:  # the dead attempt's child run: closed, its partial result void
             self._close_run(ctx.parent.tracker, previous)
@@ -545,7 +673,9 @@ class Worker:
             for run_id in started:
                 self._close_run(ctx.parent.tracker, run_id)
             self._give_back(study, trial_id, f"{type(e).__name__}: {e}")
-            self.log(f"error in {attrs['job']}: {type(e).__name__}: {e}; handed back\n{traceback.format_exc(limit=6)}")
+            self.log(
+                f"error in {attrs['job']}: {type(e).__name__}: {e}; handed back\n{traceback.format_exc(limit=6)}"
+            )
             return
         try:
             self.storage.set_trial_user_attr(trial_id, "record", {**record, "claim": token})
@@ -556,8 +686,11 @@ class Worker:
             self._void(ctx, attrs, started)
             return
         if attrs["kind"] == KIND_RUN:
-            what = (f"{record['status']}" + (f" ({record['halt_reason']})" if record.get("halt_reason") else "")
-                    + f" in {record['seconds']:.2f} s")
+            what = (
+                f"{record['status']}"
+                + (f" ({record['halt_reason']})" if record.get("halt_reason") else "")
+                + f" in {record['seconds']:.2f} s"
+            )
         else:
             what = json.dumps(record.get("tuning_trial"))[:200]
         self.log(f"done {ctx.name} {attrs['job']}: {what}")
@@ -565,7 +698,9 @@ class Worker:
     def _void(self, ctx: StudyContext, attrs: dict, started: list[str]) -> None:
         for run_id in started:
             self._close_run(ctx.parent.tracker, run_id)
-        self.log(f"{attrs['job']}: this attempt was failed as stale and re-enqueued; its result is not recorded")
+        self.log(
+            f"{attrs['job']}: this attempt was failed as stale and re-enqueued; its result is not recorded"
+        )
 
     def _give_back(self, study, trial_id: int, why: str) -> None:
         """Fail the trial and enqueue a copy through the storage's retry callback (as a stale one)."""
@@ -615,13 +750,19 @@ class Worker:
         try:
             loaded = load_contract(path)
         except (UserError, UserErrors) as e:
-            raise RuntimeError(f"its contract does not load here: {e.render().splitlines()[0]}") from None
+            raise RuntimeError(
+                f"its contract does not load here: {e.render().splitlines()[0]}"
+            ) from None
         if loaded.sha256 != attrs[ATTR]:
-            raise RuntimeError(f"its contract hashes to {loaded.sha256[:16]} here, {attrs[ATTR][:16]} at enqueue")
+            raise RuntimeError(
+                f"its contract hashes to {loaded.sha256[:16]} here, {attrs[ATTR][:16]} at enqueue"
+            )
         code = provenance.code_sha256(type(loaded.study).__module__)
         if code != attrs["gates.code_sha256"]:
-            raise RuntimeError(f"this worker's code (sha256 {code[:12]}) differs from the coordinator's "
-                               f"({attrs['gates.code_sha256'][:12]}): install the same commit")
+            raise RuntimeError(
+                f"this worker's code (sha256 {code[:12]}) differs from the coordinator's "
+                f"({attrs['gates.code_sha256'][:12]}): install the same commit"
+            )
         for arm, cfg in loaded.arm_configs.items():
             why = loaded.study.why_not_ready(cfg)
             if why:
@@ -629,8 +770,14 @@ class Worker:
         uri = self.tracking_uri or attrs["gates.tracking_uri"]
         if uri not in self.trackers:
             self.trackers[uri] = Tracker(uri)
-        parent = runner.ParentRun(loaded, uri, self.trackers[uri], attrs["gates.experiment_id"],
-                                  attrs["gates.parent_run_id"], dict(attrs["gates.base_tags"]))
+        parent = runner.ParentRun(
+            loaded,
+            uri,
+            self.trackers[uri],
+            attrs["gates.experiment_id"],
+            attrs["gates.parent_run_id"],
+            dict(attrs["gates.base_tags"]),
+        )
         return StudyContext(name, study_id, parent)
 
 
@@ -638,19 +785,35 @@ def _run_arm_seed(ctx: StudyContext, attrs: dict, table: JobTable, on_start) -> 
     """Job kind "run": one arm x seed under the contract's stop rules, as a child of the parent run."""
     parent = ctx.parent
     arm = attrs["arm"]
-    if getattr(parent.loaded.contract, "tuning", None) is not None and attrs.get("config") is not None:
-        loaded = copy.copy(parent.loaded)  # the tuned config the coordinator chose (the contract's otherwise)
-        loaded.arm_configs = {**loaded.arm_configs, arm: loaded.study.Config.model_validate(attrs["config"])}
+    if (
+        getattr(parent.loaded.contract, "tuning", None) is not None
+        and attrs.get("config") is not None
+    ):
+        loaded = copy.copy(
+            parent.loaded
+        )  # the tuned config the coordinator chose (the contract's otherwise)
+        loaded.arm_configs = {
+            **loaded.arm_configs,
+            arm: loaded.study.Config.model_validate(attrs["config"]),
+        }
         parent = dataclasses.replace(parent, loaded=loaded)
     seed = int(attrs["seed"])
-    failing = plan.failing_streak(parent.loaded, _earlier_runs(parent.loaded, table, arm, seed), arm)
-    if failing:  # its arm failed on the seeds just before this one: not run, as a single process would not
+    failing = plan.failing_streak(
+        parent.loaded, _earlier_runs(parent.loaded, table, arm, seed), arm
+    )
+    if (
+        failing
+    ):  # its arm failed on the seeds just before this one: not run, as a single process would not
         return runner.skipped_record(arm, seed, failing)
     reference = plan.reference_metrics(parent.loaded)
     others = {}
-    for dep in attrs.get("after", []):  # the arms before this one on its seed, as a single process has them
+    for dep in attrs.get(
+        "after", []
+    ):  # the arms before this one on its seed, as a single process has them
         record = table.records[dep]
-        others[record["arm"]] = {m: parent.tracker.history(record["mlflow_run_id"], m) for m in reference}
+        others[record["arm"]] = {
+            m: parent.tracker.history(record["mlflow_run_id"], m) for m in reference
+        }
     record, _ = runner.run_job(parent, arm, seed, others=others, on_start=on_start)
     return record
 
@@ -660,7 +823,7 @@ def _earlier_runs(loaded: LoadedContract, table: JobTable, arm: str, seed: int) 
     without a record yet: what a single process would have seen when it came to this seed."""
     seeds = list(loaded.contract.seeds)
     earlier = []
-    for s in reversed(seeds[:seeds.index(seed)] if seed in seeds else []):
+    for s in reversed(seeds[: seeds.index(seed)] if seed in seeds else []):
         record = table.records.get(plan.job_key(arm, s))
         if record is None:
             break
@@ -674,11 +837,21 @@ def _run_tuning_trial(ctx: StudyContext, attrs: dict, table: JobTable, on_start)
     from gates import tuning
 
     parent = ctx.parent
-    trial = tuning.run_tuning_trial(parent.loaded, attrs["arm"], attrs["tuning_storage"], parent.tracking_uri,
-                                    parent_run_id=parent.parent_id, experiment_id=parent.experiment_id,
-                                    index=attrs.get("index"))
-    return {"kind": KIND_TUNE, "arm": attrs["arm"], "tuning_trial": trial,
-            "mlflow_run_id": (trial or {}).get("mlflow_run_id")}
+    trial = tuning.run_tuning_trial(
+        parent.loaded,
+        attrs["arm"],
+        attrs["tuning_storage"],
+        parent.tracking_uri,
+        parent_run_id=parent.parent_id,
+        experiment_id=parent.experiment_id,
+        index=attrs.get("index"),
+    )
+    return {
+        "kind": KIND_TUNE,
+        "arm": attrs["arm"],
+        "tuning_trial": trial,
+        "mlflow_run_id": (trial or {}).get("mlflow_run_id"),
+    }
 
 
 # kind -> function(StudyContext, trial user attrs, JobTable, on_start(mlflow_run_id)) -> record (JSON-able)
@@ -689,5 +862,12 @@ JOB_KINDS: dict[str, Callable[[StudyContext, dict, JobTable, Callable[[str], Non
 
 
 def describe(enqueued: Enqueued) -> str:
-    return json.dumps({"study": enqueued.study_name, "storage": enqueued.storage, "enqueued": len(enqueued.enqueued),
-                       "reused": len(enqueued.reused), "already_queued": len(enqueued.present)})
+    return json.dumps(
+        {
+            "study": enqueued.study_name,
+            "storage": enqueued.storage,
+            "enqueued": len(enqueued.enqueued),
+            "reused": len(enqueued.reused),
+            "already_queued": len(enqueued.present),
+        }
+    )

@@ -6,8 +6,14 @@ from __future__ import annotations
 class UserError(Exception):
     """A mistake in the user's input. The CLI prints it without a traceback and exits with 2."""
 
-    def __init__(self, message: str, *, file: str | None = None, line: int | None = None,
-                 field: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        file: str | None = None,
+        line: int | None = None,
+        field: str | None = None,
+    ):
         self.message = message
         self.file = file
         self.line = line

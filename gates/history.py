@@ -38,9 +38,21 @@ from gates.files import fsync_dir
 INDEX = "INDEX.jsonl"
 GENESIS = "0" * 64
 KINDS = ("recorded", "rederived", "withdrawn", "backfilled")
-FIELDS = ("kind", "contract_id", "contract_sha256", "evidence_sha256", "verdict", "gates_version",
-          "engine_version", "time", "reason", "prev")
-EVIDENCE = "evidence.json"  # = gates.ledger.EVIDENCE (not imported: ledger pulls in pydantic models)
+FIELDS = (
+    "kind",
+    "contract_id",
+    "contract_sha256",
+    "evidence_sha256",
+    "verdict",
+    "gates_version",
+    "engine_version",
+    "time",
+    "reason",
+    "prev",
+)
+EVIDENCE = (
+    "evidence.json"  # = gates.ledger.EVIDENCE (not imported: ledger pulls in pydantic models)
+)
 
 
 def index_path(runs_root: Path) -> Path:
@@ -80,13 +92,17 @@ def record(runs_root: Path, evidence_path: Path, kind: str, reason: str = "") ->
         try:
             evidence = json.loads(data)
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{evidence_path} is not valid JSON ({e}); an index entry vouches for evidence") from None
+            raise ValueError(
+                f"{evidence_path} is not valid JSON ({e}); an index entry vouches for evidence"
+            ) from None
         if not isinstance(evidence, dict):
             raise ValueError(f"{evidence_path} is not a JSON object")
         contract_id = evidence.get("contract_id", contract_id)
         evidence_sha = hashlib.sha256(data).hexdigest()
     elif kind != "withdrawn":
-        raise ValueError(f"{evidence_path} does not exist; only a withdrawal may name missing evidence")
+        raise ValueError(
+            f"{evidence_path} does not exist; only a withdrawal may name missing evidence"
+        )
     entry = {
         "kind": kind,
         "contract_id": contract_id,
@@ -96,8 +112,10 @@ def record(runs_root: Path, evidence_path: Path, kind: str, reason: str = "") ->
         # the versions that computed the evidence: what it records, else (backfilled evidence from
         # before engines were numbered: gates.ledger.signature calls that engine 1) today's
         "gates_version": str((evidence or {}).get("gates_version") or gates.__version__),
-        "engine_version": str((evidence or {}).get("engine_version")
-                              or ("1" if kind == "backfilled" else engine_version())),
+        "engine_version": str(
+            (evidence or {}).get("engine_version")
+            or ("1" if kind == "backfilled" else engine_version())
+        ),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "reason": reason,
         "prev": None,
@@ -124,8 +142,14 @@ def backfill(runs_root: Path) -> list[dict]:
             when = f"recorded {ev.get('created_at', '?')} at commit {str(ev.get('git_commit', '?'))[:12]}"
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             when = "unreadable"
-        added.append(record(runs_root, evidence, "backfilled",
-                            f"evidence that predates the index, entered as found ({when})"))
+        added.append(
+            record(
+                runs_root,
+                evidence,
+                "backfilled",
+                f"evidence that predates the index, entered as found ({when})",
+            )
+        )
     return added
 
 
@@ -135,14 +159,19 @@ def _append(runs_root: Path, entry: dict) -> dict:
     created = not path.exists()
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)  # one writer at a time: `prev` must name the line really before
+        fcntl.flock(
+            fd, fcntl.LOCK_EX
+        )  # one writer at a time: `prev` must name the line really before
         data = _read_all(fd)
         if data and not data.endswith(b"\n"):
             data = _repair_tail(fd, data)
         last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1] if data.strip() else None
         entry = {k: entry.get(k) for k in FIELDS}
         entry["prev"] = line_sha256(last) if last is not None else GENESIS
-        line = json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(", ", ": ")).encode() + b"\n"
+        line = (
+            json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(", ", ": ")).encode()
+            + b"\n"
+        )
         written = os.write(fd, line)  # O_APPEND: one write lands at the end, whole
         if written != len(line):  # pragma: no cover - a full disk
             os.ftruncate(fd, len(data))
@@ -179,8 +208,6 @@ def _repair_tail(fd: int, data: bytes) -> bytes:
     return data[:keep]
 
 
-
-
 # ---------------------------------------------------------------------------------- reading
 def read(runs_root: Path) -> list[dict]:
     """Every entry, in order; ValueError naming the line when a line is not a JSON object. An
@@ -214,26 +241,54 @@ def _entries(runs_root: Path) -> tuple[list[dict], list[tuple[int, str | None, s
             if not isinstance(entry, dict):
                 raise ValueError("not a JSON object")
         except (UnicodeDecodeError, ValueError) as e:
-            problems.append((number, None, f"{where} line {number} is not a JSON object ({str(e)[:80]}): "
-                                           f"the index was edited or an append was torn"))
+            problems.append(
+                (
+                    number,
+                    None,
+                    f"{where} line {number} is not a JSON object ({str(e)[:80]}): "
+                    f"the index was edited or an append was torn",
+                )
+            )
             prev_line, prev_id = raw, None
             continue
         cid = entry.get("contract_id") if isinstance(entry.get("contract_id"), str) else None
         expected = line_sha256(prev_line) if prev_line is not None else GENESIS
         if entry.get("prev") != expected:
-            before = f"line {number - 1}" + (f" ({prev_id})" if prev_id else "") if prev_line is not None else "the start"
-            problems.append((number, cid, f"{where} chain broken at line {number} ({cid or '?'}): its prev "
-                                          f"{str(entry.get('prev'))[:16]} is not the sha256 of {before}, "
-                                          f"{expected[:16]}: an entry was edited, removed or reordered"))
+            before = (
+                f"line {number - 1}" + (f" ({prev_id})" if prev_id else "")
+                if prev_line is not None
+                else "the start"
+            )
+            problems.append(
+                (
+                    number,
+                    cid,
+                    f"{where} chain broken at line {number} ({cid or '?'}): its prev "
+                    f"{str(entry.get('prev'))[:16]} is not the sha256 of {before}, "
+                    f"{expected[:16]}: an entry was edited, removed or reordered",
+                )
+            )
             if prev_id and prev_id != cid:
                 problems.append((number - 1, prev_id, problems[-1][2]))
         missing = [k for k in FIELDS if k not in entry]
         if missing or entry.get("kind") not in KINDS:
-            problems.append((number, cid, f"{where} line {number} ({cid or '?'}) is not an index entry: "
-                                          + (f"lacks {', '.join(missing)}" if missing else f"kind {entry.get('kind')!r}")))
+            problems.append(
+                (
+                    number,
+                    cid,
+                    f"{where} line {number} ({cid or '?'}) is not an index entry: "
+                    + (f"lacks {', '.join(missing)}" if missing else f"kind {entry.get('kind')!r}"),
+                )
+            )
         if torn and number == len(raw_lines):
-            problems.append((number, cid, f"{where} line {number} ({cid or '?'}) lacks its newline: an append "
-                                          f"was interrupted (the next `gates run` or `gates withdraw` repairs it)"))
+            problems.append(
+                (
+                    number,
+                    cid,
+                    f"{where} line {number} ({cid or '?'}) lacks its newline: an append "
+                    f"was interrupted (the next `gates run` or `gates withdraw` repairs it)",
+                )
+            )
         entries.append({**entry, "_line": number})
         prev_line, prev_id = raw, cid
     return entries, problems
@@ -266,13 +321,21 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
         if text not in out.setdefault(cid, []):
             out[cid].append(text)
 
-    by_line = {e["_line"]: e.get("contract_id") for e in entries if isinstance(e.get("contract_id"), str)}
+    by_line = {
+        e["_line"]: e.get("contract_id") for e in entries if isinstance(e.get("contract_id"), str)
+    }
     for number, cid, text in problems:
         if cid is not None:
             add(cid, text)
             continue
-        around = [by_line[n] for n in (max((n for n in by_line if n < number), default=None),
-                                       min((n for n in by_line if n > number), default=None)) if n is not None]
+        around = [
+            by_line[n]
+            for n in (
+                max((n for n in by_line if n < number), default=None),
+                min((n for n in by_line if n > number), default=None),
+            )
+            if n is not None
+        ]
         for neighbour in around or _evidence_ids(runs_root) or ["(index)"]:
             add(neighbour, text)
 
@@ -286,15 +349,21 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
             continue
         if not evidence.is_file():
             gone = "" if cid in contracts else "; its contract is gone too"
-            add(cid, f"{evidence} disappeared without a withdrawal (latest index entry: {said}){gone}; "
-                     f"expected the evidence, or `gates withdraw {cid} --reason ...`")
+            add(
+                cid,
+                f"{evidence} disappeared without a withdrawal (latest index entry: {said}){gone}; "
+                f"expected the evidence, or `gates withdraw {cid} --reason ...`",
+            )
             continue
         actual = sha256_file(evidence)
         if actual != entry.get("evidence_sha256"):
-            add(cid, f"{evidence} changed without an index entry: sha256 {actual[:16]} != "
-                     f"{str(entry.get('evidence_sha256'))[:16]} of the latest entry ({said}) in {where}; "
-                     f"evidence is rewritten only by `gates run` (which indexes it; re-running an "
-                     f"interrupted one repairs this) or with a `rederived` entry that says why")
+            add(
+                cid,
+                f"{evidence} changed without an index entry: sha256 {actual[:16]} != "
+                f"{str(entry.get('evidence_sha256'))[:16]} of the latest entry ({said}) in {where}; "
+                f"evidence is rewritten only by `gates run` (which indexes it; re-running an "
+                f"interrupted one repairs this) or with a `rederived` entry that says why",
+            )
             continue
         try:
             ev = json.loads(evidence.read_text(encoding="utf-8"))
@@ -302,16 +371,22 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
             continue  # the byte hash matched: the evidence is what was indexed; check_claim says what is wrong
         for key in ("verdict", "contract_sha256"):
             if isinstance(ev, dict) and ev.get(key) != entry.get(key):
-                add(cid, f"the latest index entry ({said}) says {key} {entry.get(key)!r}, its evidence "
-                         f"{ev.get(key)!r}: the entry was edited")
+                add(
+                    cid,
+                    f"the latest index entry ({said}) says {key} {entry.get(key)!r}, its evidence "
+                    f"{ev.get(key)!r}: the entry was edited",
+                )
         if isinstance(ev, dict):
             for text in attempt_problems(ev, tried.get(cid, [])):
                 add(cid, text)
     for evidence in sorted(runs_root.glob(f"*/{EVIDENCE}")):
         cid = evidence.parent.name
         if cid not in last:
-            add(cid, f"{evidence} has no entry in {where}: evidence is indexed when `gates run` writes it "
-                     f"(a run killed between the two is repaired by running it again)")
+            add(
+                cid,
+                f"{evidence} has no entry in {where}: evidence is indexed when `gates run` writes it "
+                f"(a run killed between the two is repaired by running it again)",
+            )
     return out
 
 
@@ -355,10 +430,21 @@ def attempts(runs_root: Path, contract_id: str | None = None) -> dict[str, list[
         found = out.setdefault(cid, [])
         kind = e.get("kind")
         if kind in ATTEMPT_KINDS:
-            found.append(Attempt(len(found) + 1, e.get("verdict"), e.get("time"), e.get("contract_sha256"),
-                                 e.get("evidence_sha256"), str(e.get("reason") or "") if kind == "recorded" else ""))
+            found.append(
+                Attempt(
+                    len(found) + 1,
+                    e.get("verdict"),
+                    e.get("time"),
+                    e.get("contract_sha256"),
+                    e.get("evidence_sha256"),
+                    str(e.get("reason") or "") if kind == "recorded" else "",
+                )
+            )
         elif found and kind == "rederived":
-            found[-1].verdict, found[-1].evidence_sha256 = e.get("verdict"), e.get("evidence_sha256")
+            found[-1].verdict, found[-1].evidence_sha256 = (
+                e.get("verdict"),
+                e.get("evidence_sha256"),
+            )
             found[-1].rederived += 1
         elif found and kind == "withdrawn":
             found[-1].withdrawn = str(e.get("reason") or "no reason given")
@@ -374,13 +460,21 @@ def attempt_problems(evidence: dict, found: list[Attempt]) -> list[str]:
         return []
     problems = []
     if said.get("number") != len(found):
-        problems.append(f"the evidence says it is attempt {said.get('number')}, the claims history ({INDEX}) has "
-                        f"{len(found)} attempt{'s' * (len(found) != 1)} of this claim: an attempt is missing from "
-                        f"one of them")
-    earlier = [(a.get("number"), a.get("verdict")) for a in said.get("earlier") or [] if isinstance(a, dict)]
+        problems.append(
+            f"the evidence says it is attempt {said.get('number')}, the claims history ({INDEX}) has "
+            f"{len(found)} attempt{'s' * (len(found) != 1)} of this claim: an attempt is missing from "
+            f"one of them"
+        )
+    earlier = [
+        (a.get("number"), a.get("verdict"))
+        for a in said.get("earlier") or []
+        if isinstance(a, dict)
+    ]
     indexed = [(a.number, a.verdict) for a in found[:-1]]
     if earlier != indexed:
-        problems.append(f"the evidence lists earlier attempts {earlier}, the claims history {indexed}")
+        problems.append(
+            f"the evidence lists earlier attempts {earlier}, the claims history {indexed}"
+        )
     return problems
 
 
@@ -388,7 +482,9 @@ def _evidence_ids(runs_root: Path) -> list[str]:
     return sorted(p.parent.name for p in runs_root.glob(f"*/{EVIDENCE}"))
 
 
-def link_supersession(claims: list, declared: dict[str, str], evidence: dict[str, dict | None]) -> None:
+def link_supersession(
+    claims: list, declared: dict[str, str], evidence: dict[str, dict | None]
+) -> None:
     """Set each claim's `supersedes` and `superseded_by` (claims: objects with `contract_id`). What a
     contract declares (`declared`: id -> the id it supersedes) comes first; evidence whose contract
     is gone still says what it superseded."""
@@ -398,4 +494,6 @@ def link_supersession(claims: list, declared: dict[str, str], evidence: dict[str
             supersedes.setdefault(cid, ev["supersedes"])
     for claim in claims:
         claim.supersedes = supersedes.get(claim.contract_id)
-        claim.superseded_by = sorted(new for new, old in supersedes.items() if old == claim.contract_id)
+        claim.superseded_by = sorted(
+            new for new, old in supersedes.items() if old == claim.contract_id
+        )

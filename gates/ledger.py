@@ -14,7 +14,7 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -36,7 +36,9 @@ def atomic_writer(path: Path):
     for _ in range(100):
         tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
+            fd = os.open(
+                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666
+            )
             break
         except FileExistsError:
             continue
@@ -53,8 +55,6 @@ def atomic_writer(path: Path):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -83,7 +83,9 @@ def signature(evidence: dict) -> str:
     if looks:  # a sequential design: the seeds judged at the look that stopped it
         parts.insert(-1, f"looks:{len(looks)}@{len(looks[-1]['seeds'])}seeds")
     devices = devices_of(evidence)
-    if devices:  # where the runs were computed (evidence from before devices were recorded has none)
+    if (
+        devices
+    ):  # where the runs were computed (evidence from before devices were recorded has none)
         parts.insert(-1, f"device:{'+'.join(devices)}")
     return "|".join(parts)
 
@@ -117,16 +119,24 @@ def write_evidence(runs_root: Path, evidence: dict) -> Path:
         with atomic_writer(folder / REPORT) as report:
             report.write(report_text)
             report.flush()
-            os.fsync(report.fileno())  # on disk before the evidence moves: only renames remain after it
+            os.fsync(
+                report.fileno()
+            )  # on disk before the evidence moves: only renames remain after it
             with atomic_writer(folder / EVIDENCE) as record:
                 record.write(evidence_text)
             # evidence.json is in place here; verdict.md replaces the old one as this block ends
     except OSError as e:
-        why = "it is not a folder" if isinstance(e, (FileExistsError, NotADirectoryError)) else (e.strerror or e)
-        raise UserError(f"cannot write {EVIDENCE} and {REPORT} here: {why}; expected a writable "
-                        f"folder with free space (the finished runs stay in MLflow: run `gates run` again once "
-                        f"it is fixed and it writes the evidence without training them again)",
-                        file=str(folder)) from None
+        why = (
+            "it is not a folder"
+            if isinstance(e, (FileExistsError, NotADirectoryError))
+            else (e.strerror or e)
+        )
+        raise UserError(
+            f"cannot write {EVIDENCE} and {REPORT} here: {why}; expected a writable "
+            f"folder with free space (the finished runs stay in MLflow: run `gates run` again once "
+            f"it is fixed and it writes the evidence without training them again)",
+            file=str(folder),
+        ) from None
     return folder / EVIDENCE
 
 
@@ -137,8 +147,10 @@ def write_report(folder: Path) -> Path:
         clean_temporaries(folder)
         atomic_write_text(folder / REPORT, render_report(evidence))
     except OSError as e:
-        raise UserError(f"cannot write {REPORT} here: {e.strerror or e}; expected a writable folder with free space",
-                        file=str(folder)) from None
+        raise UserError(
+            f"cannot write {REPORT} here: {e.strerror or e}; expected a writable folder with free space",
+            file=str(folder),
+        ) from None
     return folder / REPORT
 
 
@@ -163,21 +175,22 @@ class _Shape(BaseModel):
     model_config = ConfigDict(extra="allow", strict=True)
 
 
-Number = Optional[float]  # a JSON number (an int is fine); null for a value that was not finite
+Number = float | None  # a JSON number (an int is fine); null for a value that was not finite
 
 
 class FirstSignalShape(_Shape):
-    step: Optional[int] = None
+    step: int | None = None
     value: Number = None
     met: bool
 
 
 class ConvergenceShape(_Shape):
     """The trend a completed run was judged on under the contract's convergence rule."""
+
     metric: str
     window: int
-    first_step: Optional[int] = None
-    last_step: Optional[int] = None
+    first_step: int | None = None
+    last_step: int | None = None
     first_value: Number = None
     last_value: Number = None
     rel_improvement: Number = None
@@ -185,31 +198,34 @@ class ConvergenceShape(_Shape):
 
 class RunErrorShape(_Shape):
     """What a failed run raised or returned: its type, message and where (the innermost frame, file:line)."""
+
     type: str
     message: str = ""
-    where: Optional[str] = None
+    where: str | None = None
 
 
 class RunShape(_Shape):
     arm: str
     seed: int
     status: str
-    halt_reason: Optional[str] = None
-    halt_detail: Optional[str] = None
+    halt_reason: str | None = None
+    halt_detail: str | None = None
     metrics: dict[str, Number]
     seconds: Number = None
-    first_signal: Optional[FirstSignalShape] = None
-    mlflow_run_id: Optional[str] = None
-    converged: Optional[bool] = None  # only on completed runs of a contract with a convergence rule
-    convergence: Optional[ConvergenceShape] = None
-    environment: Optional[dict[str, str]] = None  # device, torch, cuda, gpu, threads (studies with a device)
-    error: Optional[RunErrorShape] = None  # a failed run's error
+    first_signal: FirstSignalShape | None = None
+    mlflow_run_id: str | None = None
+    converged: bool | None = None  # only on completed runs of a contract with a convergence rule
+    convergence: ConvergenceShape | None = None
+    environment: dict[str, str] | None = (
+        None  # device, torch, cuda, gpu, threads (studies with a device)
+    )
+    error: RunErrorShape | None = None  # a failed run's error
 
 
 class ConditionShape(_Shape):
     list_name: Literal["supported_if", "refuted_if", "controls"]
     index: int
-    kind: Optional[str] = None
+    kind: str | None = None
     description: str
     estimate: Number = None
     ci_low: Number = None
@@ -223,9 +239,9 @@ class ConditionShape(_Shape):
     n: dict[str, int] = {}
     values: dict[str, list[Number]] = {}
     outcome: Literal["holds", "fails", "undetermined"]
-    note: Optional[str] = None
-    seeds_needed: Optional[int] = None
-    test_reason: Optional[str] = None
+    note: str | None = None
+    seeds_needed: int | None = None
+    test_reason: str | None = None
 
 
 class BudgetShape(_Shape):
@@ -267,9 +283,9 @@ class PreflightShape(_Shape):
 
 
 class MlflowShape(_Shape):
-    tracking_uri: Optional[str] = None
-    experiment_id: Optional[str] = None
-    parent_run_id: Optional[str] = None
+    tracking_uri: str | None = None
+    experiment_id: str | None = None
+    parent_run_id: str | None = None
 
 
 class TrialShape(_Shape):
@@ -286,7 +302,7 @@ class BestTrialShape(_Shape):
 
 class TunedArmShape(_Shape):
     trials: list[TrialShape]
-    best: Optional[BestTrialShape] = None
+    best: BestTrialShape | None = None
 
 
 class TuningShape(_Shape):
@@ -307,33 +323,34 @@ class PredictedAblationShape(_Shape):
     direction: str
     predicted_size: Number = None
     measured_size: Number = None
-    came_true: Optional[bool] = None
+    came_true: bool | None = None
     sd: Number = None
-    seeds_for_80pct_power: Optional[int] = None
+    seeds_for_80pct_power: int | None = None
 
 
 class PredictedPointShape(_Shape):
     met_on: int
     of: int
-    came_true: Optional[bool] = None
+    came_true: bool | None = None
 
 
 class PredictionsShape(_Shape):
-    predicted_ablation: Optional[PredictedAblationShape] = None
-    falsifiable_point: Optional[PredictedPointShape] = None
+    predicted_ablation: PredictedAblationShape | None = None
+    falsifiable_point: PredictedPointShape | None = None
 
 
 class EarlierAttemptShape(_Shape):
     number: int
-    verdict: Optional[str] = None
-    recorded: Optional[str] = None
+    verdict: str | None = None
+    recorded: str | None = None
     reason: str = ""
-    withdrawn: Optional[str] = None
+    withdrawn: str | None = None
     why: list[str] = []
 
 
 class AttemptShape(_Shape):
     """Which attempt at the claim this evidence is, why it was recorded, and the attempts before it."""
+
     number: int
     reason: str = ""
     earlier: list[EarlierAttemptShape] = []
@@ -343,7 +360,7 @@ class DesignShape(_Shape):
     factor: list[str] = []
     differences: dict[str, str] = {}
     blind: dict[str, str] = {}
-    no_convergence: Optional[str] = None
+    no_convergence: str | None = None
 
 
 class NotRunShape(_Shape):
@@ -351,7 +368,7 @@ class NotRunShape(_Shape):
     runs: int
     completed: int
     statuses: dict[str, int] = {}
-    first_error: Optional[str] = None
+    first_error: str | None = None
     text: str
     settle: str = ""
 
@@ -371,39 +388,39 @@ class BeyondCeilingShape(_Shape):
 class Evidence(_Shape):
     """runs/<id>/evidence.json, as far as its readers rely on it."""
 
-    format: Optional[int] = None
+    format: int | None = None
     contract_id: str
-    contract_path: Optional[str] = None
+    contract_path: str | None = None
     contract_sha256: str
-    claim: Optional[str] = None
-    source: Optional[str] = None
-    study: Optional[str] = None
+    claim: str | None = None
+    source: str | None = None
+    study: str | None = None
     verdict: Literal["supported", "refuted", "inconclusive", "invalid"]
     reasons: list[str] = []
     settle: list[str] = []
     git_commit: str
     git_dirty: str
     code_sha256: str
-    gates_version: Optional[str] = None
+    gates_version: str | None = None
     created_at: str
     settings: SettingsShape
-    mlflow: Optional[MlflowShape] = None
-    preflight: Optional[PreflightShape] = None
-    falsifiable_point: Optional[FalsifiablePointShape] = None
+    mlflow: MlflowShape | None = None
+    preflight: PreflightShape | None = None
+    falsifiable_point: FalsifiablePointShape | None = None
     runs: list[RunShape]
     conditions: list[ConditionShape]
     halts: list[dict] = []
-    tuning: Optional[TuningShape] = None
+    tuning: TuningShape | None = None
     lost: list[LostValueShape] = []
     controls: list[ConditionShape] = []
     looks: list[dict] = []
-    predictions: Optional[PredictionsShape] = None
+    predictions: PredictionsShape | None = None
     rule_flags: list[str] = []
-    supersedes: Optional[str] = None
-    attempt: Optional[AttemptShape] = None  # absent in evidence from before attempts were recorded
-    design: Optional[DesignShape] = None
-    regime: Optional[dict] = None
-    study_package: Optional[str] = None
+    supersedes: str | None = None
+    attempt: AttemptShape | None = None  # absent in evidence from before attempts were recorded
+    design: DesignShape | None = None
+    regime: dict | None = None
+    study_package: str | None = None
     not_run: list[NotRunShape] = []
     beyond_ceiling: list[BeyondCeilingShape] = []
     tuning_edges: dict[str, str] = {}
@@ -465,12 +482,16 @@ def convergence_lines(runs: list[dict]) -> list[str]:
     shown = next((r["convergence"] for r in runs if r.get("convergence")), None)
     lines = []
     if shown:
-        lines.append(f"Convergence: each completed run's `{shown['metric']}` over its last {shown['window']} steps; "
-                     f"a run that still improved by more than the contract's bar is not converged, and every "
-                     f"decision condition reading its arm is undetermined (halted runs are not judged).")
+        lines.append(
+            f"Convergence: each completed run's `{shown['metric']}` over its last {shown['window']} steps; "
+            f"a run that still improved by more than the contract's bar is not converged, and every "
+            f"decision condition reading its arm is undetermined (halted runs are not judged)."
+        )
     for r in runs:
         if r.get("converged") is False:
-            lines.append(f"- still improving: arm {r['arm']} seed {r['seed']} ({_trend(r.get('convergence') or {})})")
+            lines.append(
+                f"- still improving: arm {r['arm']} seed {r['seed']} ({_trend(r.get('convergence') or {})})"
+            )
     return lines
 
 
@@ -478,9 +499,11 @@ def _trend(conv: dict) -> str:
     rel = conv.get("rel_improvement")
     if rel is None:
         return f"no measurable trend of {conv.get('metric', '?')} over the last {conv.get('window', '?')} steps"
-    return (f"{rel:+.2%} over the last {conv['last_step'] - conv['first_step']} steps, "
-            f"{conv['metric']} {_fmt(conv['first_value'])} at step {conv['first_step']} -> "
-            f"{_fmt(conv['last_value'])} at step {conv['last_step']}")
+    return (
+        f"{rel:+.2%} over the last {conv['last_step'] - conv['first_step']} steps, "
+        f"{conv['metric']} {_fmt(conv['first_value'])} at step {conv['first_step']} -> "
+        f"{_fmt(conv['last_value'])} at step {conv['last_step']}"
+    )
 
 
 def _converged_cell(r: dict) -> str:
@@ -497,9 +520,16 @@ def _design_lines(ev: dict) -> list[str]:
 
     design, lines = ev.get("design") or {}, []
     if design.get("factor"):
-        lines.append(f"- factor under test: {', '.join(design['factor'])} (the arm config fields compared arms differ in)")
-    lines += [f"- also differs between compared arms: {k}: {why}" for k, why in (design.get("differences") or {}).items()]
-    lines += [f"- {arm} fails by construction: {why}" for arm, why in (design.get("blind") or {}).items()]
+        lines.append(
+            f"- factor under test: {', '.join(design['factor'])} (the arm config fields compared arms differ in)"
+        )
+    lines += [
+        f"- also differs between compared arms: {k}: {why}"
+        for k, why in (design.get("differences") or {}).items()
+    ]
+    lines += [
+        f"- {arm} fails by construction: {why}" for arm, why in (design.get("blind") or {}).items()
+    ]
     if design.get("no_convergence"):
         lines.append(f"- runs not judged for convergence: {design['no_convergence']}")
     if ev.get("regime"):
@@ -512,14 +542,20 @@ def _design_lines(ev: dict) -> list[str]:
 def _families(ev: dict) -> str:
     """How the conditions' p-values were compared with alpha (the evidence's correction)."""
     alpha, n = ev["settings"]["alpha"], len(ev["conditions"])
-    tail = ("t intervals are two-sided at 1 - 2*alpha (their ends are the one-sided bounds at alpha), an exact test "
-            "shows the per-seed range of the effect.")
+    tail = (
+        "t intervals are two-sided at 1 - 2*alpha (their ends are the one-sided bounds at alpha), an exact test "
+        "shows the per-seed range of the effect."
+    )
     if ev["settings"].get("correction") == "iut+holm":
-        refute = sum(1 for c in ev["conditions"] if c["list_name"] in ("supported_if", "refuted_if"))
-        return (f"Every supported_if condition must hold, so each is tested at alpha {alpha} (an intersection-union "
-                f"test: no correction is needed to keep false support at alpha); the claim is refuted when any "
-                f"refuted_if condition holds or any supported_if fails, and those {refute} ways to refute are "
-                f"Holm-corrected at alpha {alpha}. {tail}")
+        refute = sum(
+            1 for c in ev["conditions"] if c["list_name"] in ("supported_if", "refuted_if")
+        )
+        return (
+            f"Every supported_if condition must hold, so each is tested at alpha {alpha} (an intersection-union "
+            f"test: no correction is needed to keep false support at alpha); the claim is refuted when any "
+            f"refuted_if condition holds or any supported_if fails, and those {refute} ways to refute are "
+            f"Holm-corrected at alpha {alpha}. {tail}"
+        )
     return f"Holm-corrected across all {n} conditions at alpha {alpha}; {tail}"
 
 
@@ -543,15 +579,26 @@ def render_report(ev: dict) -> str:
         lines += [f"Supersedes `{ev['supersedes']}` (its evidence stays, shown as superseded).", ""]
     lines += _design_lines(ev)
     if ev.get("rule_flags"):
-        lines += ["Recorded under older rules (a new version that follows them is how this claim is brought "
-                  "up to date):", ""] + [f"- {f}" for f in ev["rule_flags"]] + [""]
+        lines += (
+            [
+                "Recorded under older rules (a new version that follows them is how this claim is brought "
+                "up to date):",
+                "",
+            ]
+            + [f"- {f}" for f in ev["rule_flags"]]
+            + [""]
+        )
     lines += ["## Why", ""]
     lines += [f"- {r}" for r in ev.get("reasons", [])]
     if ev.get("settle"):
         lines += ["", "What would settle it:", ""] + [f"- {s}" for s in ev["settle"]]
     if ev.get("tuning_edges"):
-        lines += ["", "Tuning stopped at the edge of its search (every decision condition reading these arms is "
-                  "undetermined):", ""] + [f"- {arm}: {why}" for arm, why in ev["tuning_edges"].items()]
+        lines += [
+            "",
+            "Tuning stopped at the edge of its search (every decision condition reading these arms is "
+            "undetermined):",
+            "",
+        ] + [f"- {arm}: {why}" for arm, why in ev["tuning_edges"].items()]
     lines += [
         "",
         "## Conditions",
@@ -562,67 +609,131 @@ def render_report(ev: dict) -> str:
         "|---|---|---|---|---|---|---|",
     ]
     for c in ev["conditions"]:
-        ci = f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]" if c.get("ci_low") is not None else "-"
+        ci = (
+            f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]"
+            if c.get("ci_low") is not None
+            else "-"
+        )
         lines.append(
             f"| {c['list_name']}[{c['index']}]: `{c['description']}` | **{c['outcome']}** | "
             f"{_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
-            f"{_fmt(c.get('p_fail_adj'), 3)} | {c['test']} |")
-    estimands = [f"- {c['list_name']}[{c['index']}]: {c['estimand']}" for c in ev["conditions"] if c.get("estimand")]
+            f"{_fmt(c.get('p_fail_adj'), 3)} | {c['test']} |"
+        )
+    estimands = [
+        f"- {c['list_name']}[{c['index']}]: {c['estimand']}"
+        for c in ev["conditions"]
+        if c.get("estimand")
+    ]
     if estimands:
-        lines += ["", "What each condition estimates (its estimate, interval and test are on this scale; on the log "
-                  "scale exp(estimate) is the factor by which the bar is cleared):", ""] + estimands
-    reasons = [f"- {c['list_name']}[{c['index']}]: {c['test']}: {c['test_reason']}"
-               for c in ev["conditions"] if c.get("test_reason")]
+        lines += [
+            "",
+            "What each condition estimates (its estimate, interval and test are on this scale; on the log "
+            "scale exp(estimate) is the factor by which the bar is cleared):",
+            "",
+        ] + estimands
+    reasons = [
+        f"- {c['list_name']}[{c['index']}]: {c['test']}: {c['test_reason']}"
+        for c in ev["conditions"]
+        if c.get("test_reason")
+    ]
     if reasons:
         lines += ["", "Why each test:", ""] + reasons
     if ev.get("controls"):
-        lines += ["", "## Controls", "", "Each must hold for the experiment to be interpretable (each tested at "
-                  "alpha: all must hold, an intersection-union test); one that fails or cannot be settled makes the "
-                  "verdict invalid.", "", "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
-                  "|---|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Controls",
+            "",
+            "Each must hold for the experiment to be interpretable (each tested at "
+            "alpha: all must hold, an intersection-union test); one that fails or cannot be settled makes the "
+            "verdict invalid.",
+            "",
+            "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for c in ev["controls"]:
-            ci = f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]" if c.get("ci_low") is not None else "-"
-            lines.append(f"| controls[{c['index']}]: `{c['description']}` | {c.get('control') or '-'} | "
-                         f"**{c['outcome']}** | {_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
-                         f"{c['test']} |")
+            ci = (
+                f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]"
+                if c.get("ci_low") is not None
+                else "-"
+            )
+            lines.append(
+                f"| controls[{c['index']}]: `{c['description']}` | {c.get('control') or '-'} | "
+                f"**{c['outcome']}** | {_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
+                f"{c['test']} |"
+            )
     if ev.get("lost"):
-        lines += ["", "## Lost values", "", "Seeds without a finite value of a metric a condition reads; a "
-                  "supported_if condition that reads one cannot hold.", ""]
+        lines += [
+            "",
+            "## Lost values",
+            "",
+            "Seeds without a finite value of a metric a condition reads; a "
+            "supported_if condition that reads one cannot hold.",
+            "",
+        ]
         lines += [f"- {x['arm']}.{x['metric']} seed {x['seed']}: {x['why']}" for x in ev["lost"]]
     judged = any("converged" in r for r in ev["runs"])  # a contract with a convergence rule
     lines += ["", "## Runs", ""]
     if judged:
         lines += convergence_lines(ev["runs"]) + [""]
-    lines += ["| arm | seed | status | halt | " + ("converged | " if judged else "") + "metrics |",
-              "|---|---|---|---|" + ("---|" if judged else "") + "---|"]
+    lines += [
+        "| arm | seed | status | halt | " + ("converged | " if judged else "") + "metrics |",
+        "|---|---|---|---|" + ("---|" if judged else "") + "---|",
+    ]
     for r in ev["runs"]:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["metrics"].items()))
-        conv = (f"{_converged_cell(r)} | " if judged else "")
-        lines.append(f"| {r['arm']} | {r['seed']} | {r['status']} | {r.get('halt_reason') or '-'} | {conv}{metrics} |")
+        conv = f"{_converged_cell(r)} | " if judged else ""
+        lines.append(
+            f"| {r['arm']} | {r['seed']} | {r['status']} | {r.get('halt_reason') or '-'} | {conv}{metrics} |"
+        )
     point = ev.get("falsifiable_point")
     if point:
         sign = ">=" if point["direction"] == "higher" else "<="
-        lines += ["", "## Falsifiable point (gate 5)", "",
-                  f"`{point['arm']}.{point['metric']} {sign} {point['threshold']}` by step {point['by_step']}:", ""]
-        lines += [f"- seed {r['seed']}: {_fmt(r['value'])} at step {r['step']}: {'met' if r['met'] else 'NOT met'}"
-                  for r in point["runs"]]
+        lines += [
+            "",
+            "## Falsifiable point (gate 5)",
+            "",
+            f"`{point['arm']}.{point['metric']} {sign} {point['threshold']}` by step {point['by_step']}:",
+            "",
+        ]
+        lines += [
+            f"- seed {r['seed']}: {_fmt(r['value'])} at step {r['step']}: {'met' if r['met'] else 'NOT met'}"
+            for r in point["runs"]
+        ]
     pred = (ev.get("predictions") or {}).get("predicted_ablation")
     if pred:
         sign = "above" if pred["direction"] == "higher" else "below"
-        came = {True: "came true", False: "did NOT come true", None: "not measured"}[pred["came_true"]]
-        lines += ["", "## Predictions (gates 3 and 5)", "",
-                  f"- gate 3: `{pred['arm']}.{pred['metric']}` {sign} `{pred['versus']}` by at least "
-                  f"{_fmt(pred['predicted_size'])}; measured {_fmt(pred['measured_size'])}: {came}"
-                  + (f"; with sd {_fmt(pred['sd'])}, {pred['seeds_for_80pct_power'] or '> 1000'} seeds per arm "
-                     f"give 80% power" if pred.get("sd") is not None else "")]
+        came = {True: "came true", False: "did NOT come true", None: "not measured"}[
+            pred["came_true"]
+        ]
+        lines += [
+            "",
+            "## Predictions (gates 3 and 5)",
+            "",
+            f"- gate 3: `{pred['arm']}.{pred['metric']}` {sign} `{pred['versus']}` by at least "
+            f"{_fmt(pred['predicted_size'])}; measured {_fmt(pred['measured_size'])}: {came}"
+            + (
+                f"; with sd {_fmt(pred['sd'])}, {pred['seeds_for_80pct_power'] or '> 1000'} seeds per arm "
+                f"give 80% power"
+                if pred.get("sd") is not None
+                else ""
+            ),
+        ]
         fpp = ev["predictions"]["falsifiable_point"]
-        lines.append(f"- gate 5: threshold met by its step on {fpp['met_on']} of {fpp['of']} seeds: "
-                     f"{'came true' if fpp['came_true'] else 'did NOT come true'}")
+        lines.append(
+            f"- gate 5: threshold met by its step on {fpp['met_on']} of {fpp['of']} seeds: "
+            f"{'came true' if fpp['came_true'] else 'did NOT come true'}"
+        )
     pre = ev.get("preflight", {})
     if pre:
         lines += ["", "## Preflight", ""]
         for arm, p in pre.get("arms", {}).items():
-            lines.append(f"- `{arm}`: {p['params']} trainable parameters, params ratio {p['params_ratio']:.3g}"
-                         + (f", FLOPs ratio {p['flops_ratio']:.3g}" if p.get("flops_ratio") is not None else ""))
+            lines.append(
+                f"- `{arm}`: {p['params']} trainable parameters, params ratio {p['params_ratio']:.3g}"
+                + (
+                    f", FLOPs ratio {p['flops_ratio']:.3g}"
+                    if p.get("flops_ratio") is not None
+                    else ""
+                )
+            )
     lines += ["", "---", "", f"`{signature(ev)}`", ""]
     return "\n".join(lines)

@@ -26,21 +26,29 @@ def contract_lock(runs_root: Path, contract_id: str):
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise UserError(f"cannot create the runs folder ({e.strerror or e}); expected a writable folder "
-                        f"(--runs-dir)", file=str(path.parent)) from None
+        raise UserError(
+            f"cannot create the runs folder ({e.strerror or e}); expected a writable folder "
+            f"(--runs-dir)",
+            file=str(path.parent),
+        ) from None
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
         except OSError as e:
-            raise UserError(f"cannot create the lock file of {contract_id} ({e.strerror or e}); expected a "
-                            f"writable runs folder (--runs-dir)", file=str(path)) from None
+            raise UserError(
+                f"cannot create the lock file of {contract_id} ({e.strerror or e}); expected a "
+                f"writable runs folder (--runs-dir)",
+                file=str(path),
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             owner = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
             os.close(fd)
-            raise UserError(f"another gates run of {contract_id} is in progress (pid {owner}; lock {path}); "
-                            f"wait for it to finish, or stop it and run again") from None
+            raise UserError(
+                f"another gates run of {contract_id} is in progress (pid {owner}; lock {path}); "
+                f"wait for it to finish, or stop it and run again"
+            ) from None
         # the holder before us may have removed the file after we opened it: then this lock guards
         # nothing (a third process can create and lock a new file); start again on the current file
         mine = os.fstat(fd)

@@ -96,19 +96,28 @@ def skeleton(contract_id: str, study_name: str, study) -> str:
     metric, better = _decision_metric(study)
     worse = "lower" if better == "higher" else "higher"
     metric_text = metric if metric is not None else _todo("a test or cost metric of the study")
-    roles = "\n".join("#   " + line for line in textwrap.wrap(
-        ", ".join(f"{m} ({spec.direction}, {spec.role})" for m, spec in study.metrics.items()), 96))
+    roles = "\n".join(
+        "#   " + line
+        for line in textwrap.wrap(
+            ", ".join(f"{m} ({spec.direction}, {spec.role})" for m, spec in study.metrics.items()),
+            96,
+        )
+    )
     arm = "\n".join(_arm_lines(study.Config))
     support, refute = _todo("the bar for support"), _todo("the bar for refutation")
     control_metric, control_better = _control_metric(study)
     convergence = ""
     if study.trains:
-        watched = next((m for m, spec in study.metrics.items() if spec.role in ("train", "validation")), None)
-        convergence = ("# Convergence: a run still improving at its end leaves every condition reading its arm "
-                       "undetermined\n# (or, where runs cannot be judged so: `no_convergence: why`).\n"
-                       f"convergence:\n  metric: {watched or _todo('a train or validation metric reported at every evaluation')}\n"
-                       f"  window: {_todo('steps at the end of the run over which improvement is measured')}\n"
-                       f"  max_rel_improvement: 0.01\n")
+        watched = next(
+            (m for m, spec in study.metrics.items() if spec.role in ("train", "validation")), None
+        )
+        convergence = (
+            "# Convergence: a run still improving at its end leaves every condition reading its arm "
+            "undetermined\n# (or, where runs cannot be judged so: `no_convergence: why`).\n"
+            f"convergence:\n  metric: {watched or _todo('a train or validation metric reported at every evaluation')}\n"
+            f"  window: {_todo('steps at the end of the run over which improvement is measured')}\n"
+            f"  max_rel_improvement: 0.01\n"
+        )
     return f"""\
 # {contract_id}: a hypothesis contract for study {study_name!r}, written by `gates new`.
 # Fix everything here before any training step. Replace every "TODO: ..." value: `gates check`
@@ -182,27 +191,40 @@ def write(contracts_dir: Path, contract_id: str, study_name: str) -> Path:
     from gates.registry import get_study, study_names
 
     if not re.fullmatch(SLUG.strip("^$"), contract_id) or len(contract_id) > 80:
-        raise UserError(f"{contract_id!r} is not a contract id; expected lowercase letters, digits and '-', "
-                        f"starting with a letter or digit, at most 80 characters (e.g. my-claim-v1)", field="ID")
+        raise UserError(
+            f"{contract_id!r} is not a contract id; expected lowercase letters, digits and '-', "
+            f"starting with a letter or digit, at most 80 characters (e.g. my-claim-v1)",
+            field="ID",
+        )
     try:
         study = get_study(study_name)
     except KeyError:
-        raise UserError(f"unknown study {study_name!r}{did_you_mean(study_name, study_names())}; registered: "
-                        f"{', '.join(study_names()) or 'none'}", field="--study") from None
+        raise UserError(
+            f"unknown study {study_name!r}{did_you_mean(study_name, study_names())}; registered: "
+            f"{', '.join(study_names()) or 'none'}",
+            field="--study",
+        ) from None
     text = skeleton(contract_id, study_name, study)
     path = Path(contracts_dir) / f"{contract_id}.yaml"
     for other in _files_with_id(Path(contracts_dir), contract_id):
         if other != path:
-            raise UserError(f"{other} already has id {contract_id!r}; expected a new id (one contract per id)",
-                            field="ID")
+            raise UserError(
+                f"{other} already has id {contract_id!r}; expected a new id (one contract per id)",
+                field="ID",
+            )
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     except FileExistsError:
-        raise UserError(f"{path} already exists; expected a new id (a new version of a contract gets a new id, "
-                        f"e.g. {contract_id}-v2)", field="ID") from None
+        raise UserError(
+            f"{path} already exists; expected a new id (a new version of a contract gets a new id, "
+            f"e.g. {contract_id}-v2)",
+            field="ID",
+        ) from None
     except OSError as e:
-        raise UserError(f"cannot write {path}: {e.strerror or e}", field="--contracts-dir") from None
+        raise UserError(
+            f"cannot write {path}: {e.strerror or e}", field="--contracts-dir"
+        ) from None
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     return path
@@ -239,8 +261,15 @@ def placeholders(data: Any, lines: dict[tuple, int], shown: str) -> list[UserErr
         elif isinstance(value, str) and _PLACEHOLDER.match(value):
             prompt = value.strip()
             shown_prompt = prompt if len(prompt) <= 90 else prompt[:87] + "..."
-            found.append(UserError(f'still the placeholder "{shown_prompt}" that `gates new` wrote; expected your '
-                                   f'value', file=shown, line=lines.get(loc), field=".".join(map(str, loc))))
+            found.append(
+                UserError(
+                    f'still the placeholder "{shown_prompt}" that `gates new` wrote; expected your '
+                    f"value",
+                    file=shown,
+                    line=lines.get(loc),
+                    field=".".join(map(str, loc)),
+                )
+            )
 
     walk(data, ())
     return found

@@ -39,19 +39,28 @@ def job_key(arm: str, seed: int) -> str:
 
 def judged_arms(loaded: LoadedContract) -> set[str]:
     """Arms that relative futility rules (`behind_best_other_by`) judge against the other arms."""
-    return {a for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None for a in r.arms}
+    return {
+        a
+        for r in loaded.contract.stop_rules.futility
+        if r.behind_best_other_by is not None
+        for a in r.arms
+    }
 
 
 def reference_metrics(loaded: LoadedContract) -> set[str]:
     """Metrics whose histories relative futility rules compare across arms of one seed."""
-    return {r.metric for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None}
+    return {
+        r.metric for r in loaded.contract.stop_rules.futility if r.behind_best_other_by is not None
+    }
 
 
 def arm_order(loaded: LoadedContract) -> list[str]:
     """The arms in run order within a seed: the arms that relative futility rules judge come last, so
     that the arms they are compared with have already run on that seed."""
     judged = judged_arms(loaded)
-    return [a for a in loaded.arm_configs if a not in judged] + [a for a in loaded.arm_configs if a in judged]
+    return [a for a in loaded.arm_configs if a not in judged] + [
+        a for a in loaded.arm_configs if a in judged
+    ]
 
 
 def tuning_jobs(loaded: LoadedContract) -> list[Job]:
@@ -59,16 +68,29 @@ def tuning_jobs(loaded: LoadedContract) -> list[Job]:
     t = loaded.contract.tuning
     if t is None:
         return []
-    return [Job(KIND_TUNE, f"tune:{arm}:{i}", arm, index=i)
-            for arm in t.tuned_arms(loaded.contract.arms) for i in range(t.trials_per_arm)]
+    return [
+        Job(KIND_TUNE, f"tune:{arm}:{i}", arm, index=i)
+        for arm in t.tuned_arms(loaded.contract.arms)
+        for i in range(t.trials_per_arm)
+    ]
 
 
 def run_jobs(loaded: LoadedContract, seeds: list[int]) -> list[Job]:
     """The arm x seed jobs of these seeds, seed-major, in the order a single process runs them."""
     judged, order = judged_arms(loaded), arm_order(loaded)
-    return [Job(KIND_RUN, job_key(arm, seed), arm, seed=seed,
-                after=tuple(job_key(a, seed) for a in order[:order.index(arm)]) if arm in judged else ())
-            for seed in seeds for arm in order]
+    return [
+        Job(
+            KIND_RUN,
+            job_key(arm, seed),
+            arm,
+            seed=seed,
+            after=tuple(job_key(a, seed) for a in order[: order.index(arm)])
+            if arm in judged
+            else (),
+        )
+        for seed in seeds
+        for arm in order
+    ]
 
 
 def job_order(loaded: LoadedContract) -> list[tuple[str, int]]:

@@ -24,8 +24,12 @@ def plotted_metrics(contract: Contract) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def learning_curves(contract: Contract, histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]],
-                    records: list[dict], path: Path) -> Path:
+def learning_curves(
+    contract: Contract,
+    histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]],
+    records: list[dict],
+    path: Path,
+) -> Path:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -40,8 +44,14 @@ def learning_curves(contract: Contract, histories: dict[tuple[str, int], dict[st
             points = series.get(metric, [])
             if points:
                 steps, values = zip(*points)
-                ax.plot(steps, values, color=colours[arm], alpha=0.8, lw=1.2,
-                        label=arm if seed == contract.seeds[0] else None)
+                ax.plot(
+                    steps,
+                    values,
+                    color=colours[arm],
+                    alpha=0.8,
+                    lw=1.2,
+                    label=arm if seed == contract.seeds[0] else None,
+                )
         for _, _, c in contract.conditions():
             if isinstance(c, Threshold) and c.metric == metric:
                 ax.axhline(c.value, color=colours[c.arm], ls="--", lw=0.8)
@@ -58,9 +68,17 @@ def learning_curves(contract: Contract, histories: dict[tuple[str, int], dict[st
         conv = contract.convergence
         if conv is not None and conv.metric == metric:
             end = contract.budget.steps
-            ax.axvspan(end - conv.window, end, color="gold", alpha=0.15, lw=0,
-                       label=f"convergence window ({conv.window} steps)")
-            for r in records:  # a completed run still improving at its end: an open circle on its last point
+            ax.axvspan(
+                end - conv.window,
+                end,
+                color="gold",
+                alpha=0.15,
+                lw=0,
+                label=f"convergence window ({conv.window} steps)",
+            )
+            for r in (
+                records
+            ):  # a completed run still improving at its end: an open circle on its last point
                 points = histories.get((r["arm"], r["seed"]), {}).get(metric, [])
                 if r.get("converged") is False and points:
                     ax.plot(*points[-1], marker="o", ms=9, mfc="none", color="darkorange")
@@ -93,14 +111,24 @@ def condition_intervals(contract_id: str, conditions: list[dict], path: Path) ->
             continue
         low = c["ci_low"] if c.get("ci_low") is not None else c["estimate"]
         high = c["ci_high"] if c.get("ci_high") is not None else c["estimate"]
-        ax.errorbar(c["estimate"], row, xerr=[[c["estimate"] - low], [high - c["estimate"]]], fmt="o",
-                    color=colour[c["outcome"]], capsize=4)
+        ax.errorbar(
+            c["estimate"],
+            row,
+            xerr=[[c["estimate"] - low], [high - c["estimate"]]],
+            fmt="o",
+            color=colour[c["outcome"]],
+            capsize=4,
+        )
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(conditions)))
-    ax.set_yticklabels([f"{c['list_name']}[{c['index']}] {c['description']}"[:70] for c in conditions], fontsize=7)
+    ax.set_yticklabels(
+        [f"{c['list_name']}[{c['index']}] {c['description']}"[:70] for c in conditions], fontsize=7
+    )
     ax.invert_yaxis()
     ax.set_xlabel("effect beyond the margin (> 0: the condition holds); interval at 1 - 2 alpha")
-    ax.set_title(f"{contract_id}: conditions\n(green holds, red fails, orange undetermined)", fontsize=10)
+    ax.set_title(
+        f"{contract_id}: conditions\n(green holds, red fails, orange undetermined)", fontsize=10
+    )
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     fig.savefig(path, dpi=110)

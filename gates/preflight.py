@@ -39,17 +39,25 @@ def preflight(loaded: LoadedContract) -> PreflightReport:
     base = report.arms[cost.baseline_arm]
     for arm, m in report.arms.items():
         m["params_ratio"] = _ratio(m["params"], base["params"])
-        m["flops_ratio"] = _ratio(m["flops"], base["flops"]) if m["flops"] is not None and base["flops"] is not None else None
+        m["flops_ratio"] = (
+            _ratio(m["flops"], base["flops"])
+            if m["flops"] is not None and base["flops"] is not None
+            else None
+        )
         for kind in ("params_ratio", "flops_ratio"):
             if m[kind] is not None and m[kind] > cost.max_ratio:
-                refuse(("preflight", "compute_cost", "max_ratio"),
-                       f"arm {arm!r} measures {kind.replace('_', ' ')} {m[kind]:.3g} to {cost.baseline_arm!r}, "
-                       f"above the declared bound {cost.max_ratio:g}; expected every arm within it")
+                refuse(
+                    ("preflight", "compute_cost", "max_ratio"),
+                    f"arm {arm!r} measures {kind.replace('_', ' ')} {m[kind]:.3g} to {cost.baseline_arm!r}, "
+                    f"above the declared bound {cost.max_ratio:g}; expected every arm within it",
+                )
 
     match = c.preflight.capacity_match
     if match:
         _capacity_match(match, study, loaded.arm_configs, report, refuse)
-    if c.convergence is not None:  # the window measurable on a train or validation metric (gates.rules)
+    if (
+        c.convergence is not None
+    ):  # the window measurable on a train or validation metric (gates.rules)
         from gates.rules import preflight_convergence
 
         report.notes += preflight_convergence(loaded, refuse)
@@ -67,18 +75,24 @@ def _capacity_match(match, study, arm_configs, report, refuse) -> None:
         parts = study.parameter_parts(arm_configs[arm])
         if match.part not in parts:
             known = ", ".join(sorted(parts)) or "none"
-            refuse(("preflight", "capacity_match", "part"),
-                   f"study {study.name!r} has no parameter part {match.part!r} for arm {arm!r}; expected one of: {known}")
+            refuse(
+                ("preflight", "capacity_match", "part"),
+                f"study {study.name!r} has no parameter part {match.part!r} for arm {arm!r}; expected one of: {known}",
+            )
             return
         counts[arm] = parts[match.part]
     spread = (max(counts.values()) - min(counts.values())) / max(min(counts.values()), 1)
     text = ", ".join(f"{a}={n}" for a, n in counts.items())
     if spread > match.tolerance:
-        refuse(("preflight", "capacity_match", "tolerance"),
-               f"{what} differ by {spread:.2%} ({text}); expected within {match.tolerance:.2%}")
+        refuse(
+            ("preflight", "capacity_match", "tolerance"),
+            f"{what} differ by {spread:.2%} ({text}); expected within {match.tolerance:.2%}",
+        )
     else:
-        report.notes.append(f"capacity match{'' if match.part is None else f' ({match.part})'}: {text} "
-                            f"within {spread:.2%} (tolerance {match.tolerance:.2%})")
+        report.notes.append(
+            f"capacity match{'' if match.part is None else f' ({match.part})'}: {text} "
+            f"within {spread:.2%} (tolerance {match.tolerance:.2%})"
+        )
 
 
 def _ratio(cost: float, baseline: float) -> float:

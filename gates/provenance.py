@@ -20,10 +20,10 @@ import hashlib
 import importlib.util
 import re
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import gates
 
@@ -53,7 +53,9 @@ class Provenance:
 
 def git(*args: str, root: Path | None = None) -> str | None:
     try:
-        out = subprocess.run(["git", *args], cwd=root or PROJECT_ROOT, capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", *args], cwd=root or PROJECT_ROOT, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
@@ -151,7 +153,11 @@ def study_package(study_module: str | None) -> str | None:
     from gates import registry
 
     top = study_module.strip().partition(".")[0]
-    dists = [e.distribution for e in registry.study_entries() if e.module == study_module.strip() and e.distribution]
+    dists = [
+        e.distribution
+        for e in registry.study_entries()
+        if e.module == study_module.strip() and e.distribution
+    ]
     return f"{dists[0]} ({top})" if dists else top
 
 
@@ -187,8 +193,10 @@ def _digest(named: list[tuple[str, bytes]]) -> tuple[str, dict[str, str]]:
     return digest.hexdigest(), per_file
 
 
-_MODELS_IMPORT = re.compile(r"^\s*(?:from\s+models\.(\w+)\s+import|import\s+models\.(\w+)|from\s+models\s+import\s+(\w+))",
-                            re.MULTILINE)
+_MODELS_IMPORT = re.compile(
+    r"^\s*(?:from\s+models\.(\w+)\s+import|import\s+models\.(\w+)|from\s+models\s+import\s+(\w+))",
+    re.MULTILINE,
+)
 
 
 def study_files(module: str, root: Path | None = None) -> list[Path]:
@@ -225,7 +233,9 @@ def current(study_module: str | None = None) -> Provenance:
         dirty = "unknown"
     else:
         # only the code that runs counts: evidence in runs/, contracts and docs do not make it dirty
-        status = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PACKAGES, "pyproject.toml")
+        status = git(
+            "status", "--porcelain", "--untracked-files=no", "--", *CODE_PACKAGES, "pyproject.toml"
+        )
         dirty = "unknown" if status is None else ("true" if status else "false")
     fingerprint, files = _fingerprint(code_named(study_module))
     return Provenance(commit, dirty, fingerprint, files, study_package(study_module))
@@ -240,12 +250,15 @@ class Staleness:
     """Whether the code a claim's evidence was computed with has changed since (like `dvc status`)."""
 
     stale: bool
-    files: tuple[str, ...] = ()  # changed, added or removed files; ("unknown files",) when not nameable
+    files: tuple[
+        str, ...
+    ] = ()  # changed, added or removed files; ("unknown files",) when not nameable
     note: str = ""  # how the files were found, when not from the evidence's own per-file hashes
 
 
-def staleness(evidence: dict, study_module: str | None, root: Path | None = None,
-              today: dict | None = None) -> Staleness:
+def staleness(
+    evidence: dict, study_module: str | None, root: Path | None = None, today: dict | None = None
+) -> Staleness:
     """Compare the code fingerprint the evidence recorded (`code_sha256`) with today's files. The
     changed files come from the evidence's `code_files` (per-file sha256, recorded since the claims
     index) or, for older evidence, from the tree of its recorded `git_commit`. `today`: a dict the
@@ -253,7 +266,9 @@ def staleness(evidence: dict, study_module: str | None, root: Path | None = None
     root = root or PROJECT_ROOT
     recorded = evidence.get("code_sha256")
     if study_module is None:
-        return Staleness(True, (UNKNOWN_FILES,), f"study {evidence.get('study')!r} is not registered any more")
+        return Staleness(
+            True, (UNKNOWN_FILES,), f"study {evidence.get('study')!r} is not registered any more"
+        )
     today = {} if today is None else today
     try:
         if (study_module, root) not in today:
@@ -268,27 +283,36 @@ def staleness(evidence: dict, study_module: str | None, root: Path | None = None
         commit = str(evidence.get("git_commit") or "unknown")
         at_commit = files_at_commit(commit, study_module, root)
         if at_commit is None:
-            return Staleness(True, (UNKNOWN_FILES,), f"recorded commit {commit[:12]} is not in this repository")
+            return Staleness(
+                True, (UNKNOWN_FILES,), f"recorded commit {commit[:12]} is not in this repository"
+            )
         then_sha, then = at_commit
         note = f"compared with commit {commit[:12]}"
         if then_sha != recorded:
-            note += (" (whose files do not hash to the recorded code sha256: the evidence was computed with "
-                     "changes that were never committed)")
+            note += (
+                " (whose files do not hash to the recorded code sha256: the evidence was computed with "
+                "changes that were never committed)"
+            )
     changed = sorted(p for p in set(then) | set(now_files) if then.get(p) != now_files.get(p))
     if not changed:
         return Staleness(True, (UNKNOWN_FILES,), note)
     plugin = plugin_files(study_module)
     if plugin and not set(then) & {name for name, _ in plugin}:
         top = study_module.strip().partition(".")[0]
-        note = _join(note, f"recorded before the code of the study's package {top} was fingerprinted: its code "
-                           f"then is unknown")
+        note = _join(
+            note,
+            f"recorded before the code of the study's package {top} was fingerprinted: its code "
+            f"then is unknown",
+        )
     # Stale means the study's code changed: the models it trains and measures. The platform's files
     # (gates/) change with every feature; `gates verify` re-derives every verdict with today's engine,
     # and replays and audits re-run training, so a platform change alone is noted, not stale.
     study = [p for p in changed if not p.startswith("gates/")]
     platform = len(changed) - len(study)
     if platform:
-        note = _join(note, f"{platform} platform file{'s' if platform > 1 else ''} in gates/ changed too")
+        note = _join(
+            note, f"{platform} platform file{'s' if platform > 1 else ''} in gates/ changed too"
+        )
     return Staleness(bool(study), tuple(study), note)
 
 
@@ -297,7 +321,9 @@ def _join(a: str, b: str) -> str:
 
 
 @lru_cache(maxsize=64)
-def files_at_commit(commit: str, study_module: str, root: Path | None = None) -> tuple[str, dict[str, str]] | None:
+def files_at_commit(
+    commit: str, study_module: str, root: Path | None = None
+) -> tuple[str, dict[str, str]] | None:
     """(code sha256, per-file sha256) of the files `code_sha256` covers, as they were at `commit`;
     None when the commit is not available (not a git checkout, a shallow clone, an unknown commit).
     Only this repository's files (gates/ and the `models` closure): a study package from elsewhere is
@@ -319,15 +345,22 @@ def files_at_commit(commit: str, study_module: str, root: Path | None = None) ->
         return None
     text = {path: contents[blob] for path, blob in blobs.items() if blob in contents}
     gates_files = sorted(p for p in text if p.startswith("gates/"))
-    study = _study_closure(study_module, lambda rel: text[rel].decode("utf-8", "replace") if rel in text else None)
+    study = _study_closure(
+        study_module, lambda rel: text[rel].decode("utf-8", "replace") if rel in text else None
+    )
     return _digest([(p, text[p]) for p in gates_files + study])
 
 
 def _cat_blobs(blobs: list[str], root: Path) -> dict[str, bytes] | None:
     """blob id -> content, read with one `git cat-file --batch`."""
     try:
-        out = subprocess.run(["git", "cat-file", "--batch"], cwd=root, input="\n".join(blobs).encode() + b"\n",
-                             capture_output=True, timeout=30)
+        out = subprocess.run(
+            ["git", "cat-file", "--batch"],
+            cwd=root,
+            input="\n".join(blobs).encode() + b"\n",
+            capture_output=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -340,7 +373,7 @@ def _cat_blobs(blobs: list[str], root: Path) -> dict[str, bytes] | None:
             at = end + 1
             continue
         size = int(header[2])
-        found[header[0].decode()] = data[end + 1:end + 1 + size]
+        found[header[0].decode()] = data[end + 1 : end + 1 + size]
         at = end + 1 + size + 1
     return found
 
@@ -353,5 +386,7 @@ def describe_stale(files: list[str], shown: int = 6) -> str:
     parts = study[:]
     if platform:
         rest = len(platform) - shown
-        parts += platform[:shown] + ([f"{rest} {'more ' if shown else ''}in gates/"] if rest > 0 else [])
+        parts += platform[:shown] + (
+            [f"{rest} {'more ' if shown else ''}in gates/"] if rest > 0 else []
+        )
     return ", ".join(parts) or "unknown files"

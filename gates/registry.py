@@ -15,7 +15,7 @@ the interface (gates.study.Study), raising a `StudyError` that names the study o
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib.metadata import entry_points
 
 from gates.errors import UserError
@@ -51,13 +51,15 @@ def _distribution(ep) -> str | None:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _scan() -> tuple[dict, dict]:
     """(name -> entry point, name -> the differing values other distributions register for it)."""
     found, clashes = {}, {}
     for ep in entry_points(group=GROUP):
         if ep.name in found and found[ep.name].value != ep.value:
-            clashes.setdefault(ep.name, [f"{found[ep.name].value} ({_distribution(found[ep.name]) or '?'})"])
+            clashes.setdefault(
+                ep.name, [f"{found[ep.name].value} ({_distribution(found[ep.name]) or '?'})"]
+            )
             clashes[ep.name].append(f"{ep.value} ({_distribution(ep) or '?'})")
             continue
         found.setdefault(ep.name, ep)
@@ -81,10 +83,13 @@ def study_names() -> list[str]:
 
 def study_entries() -> list[StudyEntry]:
     """Every registered study from the installed metadata, sorted by name; imports nothing."""
-    return [StudyEntry(name, ep.value, _distribution(ep)) for name, ep in sorted(_entry_points().items())]
+    return [
+        StudyEntry(name, ep.value, _distribution(ep))
+        for name, ep in sorted(_entry_points().items())
+    ]
 
 
-@lru_cache(maxsize=None)
+@cache
 def get_study(name: str) -> Study:
     """The registered study `name` (KeyError if none). Importing it may import torch. A study that
     cannot be imported or breaks the interface is a StudyError naming it."""
@@ -95,19 +100,25 @@ def get_study(name: str) -> Study:
     where = f"study {name!r} ({ep.value}"
     where += f", from {_distribution(ep)})" if _distribution(ep) else ")"
     if name in clashes:
-        raise StudyError(f"study {name!r} is registered by several installed distributions with different "
-                         f"classes: {'; '.join(clashes[name])}; expected one (uninstall or rename one of them)")
+        raise StudyError(
+            f"study {name!r} is registered by several installed distributions with different "
+            f"classes: {'; '.join(clashes[name])}; expected one (uninstall or rename one of them)"
+        )
     try:
         study_cls = ep.load()
     except Exception as e:  # ImportError, or whatever the module raises on import
-        raise StudyError(f"{where} cannot be imported: {type(e).__name__}: {_first_line(e)}") from None
+        raise StudyError(
+            f"{where} cannot be imported: {type(e).__name__}: {_first_line(e)}"
+        ) from None
     problems = interface_problems(study_cls, name)
     if problems:
         raise StudyError(f"{where} breaks the study interface: {'; '.join(problems)}")
     try:
         return study_cls()
     except Exception as e:
-        raise StudyError(f"{where} cannot be created: {type(e).__name__}: {_first_line(e)}") from None
+        raise StudyError(
+            f"{where} cannot be created: {type(e).__name__}: {_first_line(e)}"
+        ) from None
 
 
 def interface_problems(study_cls, name: str) -> list[str]:
@@ -117,24 +128,39 @@ def interface_problems(study_cls, name: str) -> list[str]:
     problems = []
     declared = getattr(study_cls, "name", None)
     if declared != name:
-        problems.append(f"class attribute name = {declared!r}; expected name = {name!r}, the name it is "
-                        f"registered under" if declared is not None else
-                        f"no class attribute `name`; expected name = {name!r}")
+        problems.append(
+            f"class attribute name = {declared!r}; expected name = {name!r}, the name it is "
+            f"registered under"
+            if declared is not None
+            else f"no class attribute `name`; expected name = {name!r}"
+        )
     config = getattr(study_cls, "Config", None)
     if not (isinstance(config, type) and issubclass(config, StudyConfig)):
-        problems.append("no class attribute `Config` subclassing gates.study.StudyConfig (the arm config model)")
+        problems.append(
+            "no class attribute `Config` subclassing gates.study.StudyConfig (the arm config model)"
+        )
     metrics = getattr(study_cls, "metrics", None)
     if not isinstance(metrics, dict) or not metrics:
-        problems.append("no metric declarations: expected a class attribute `metrics = {name: gates.study.Metric("
-                        "direction, role, low, high)}` listing every metric `run` reports and returns")
+        problems.append(
+            "no metric declarations: expected a class attribute `metrics = {name: gates.study.Metric("
+            "direction, role, low, high)}` listing every metric `run` reports and returns"
+        )
     else:
-        bad = [str(k) for k, v in metrics.items() if not isinstance(k, str) or not isinstance(v, Metric)]
+        bad = [
+            str(k)
+            for k, v in metrics.items()
+            if not isinstance(k, str) or not isinstance(v, Metric)
+        ]
         if bad:
-            problems.append(f"metrics {', '.join(bad)} are not declared as gates.study.Metric (direction, role, "
-                            f"range)")
+            problems.append(
+                f"metrics {', '.join(bad)} are not declared as gates.study.Metric (direction, role, "
+                f"range)"
+            )
     for method in ("run", "param_count"):
         if getattr(study_cls, method, None) is getattr(Study, method):
-            problems.append(f"no `{method}` method (gates.study.Study.{method} must be implemented)")
+            problems.append(
+                f"no `{method}` method (gates.study.Study.{method} must be implemented)"
+            )
     return problems
 
 

@@ -6,7 +6,8 @@ the study's loop. The reporter keeps the history the rules and the final record 
 
 from __future__ import annotations
 
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 from gates.rules import StopRuleEngine
 from gates.study import Budget
@@ -19,8 +20,13 @@ class MetricSink(Protocol):
 
 
 class PlatformReporter:
-    def __init__(self, budget: Budget, rules: StopRuleEngine, sink: MetricSink | None = None,
-                 on_report: Callable[[int, dict[str, float]], None] | None = None):
+    def __init__(
+        self,
+        budget: Budget,
+        rules: StopRuleEngine,
+        sink: MetricSink | None = None,
+        on_report: Callable[[int, dict[str, float]], None] | None = None,
+    ):
         self.budget = budget
         self.rules = rules
         self.sink = sink

@@ -17,22 +17,35 @@ from gates.study import Direction, Halt, Metric
 class StopRuleEngine:
     """Asks a contract's stop rules about one arm x seed run after each report."""
 
-    def __init__(self, rules: StopRules, arm: str, metrics: Mapping[str, Metric | Direction], clock=time.monotonic,
-                 others: dict[str, dict[str, list[tuple[int, float]]]] | None = None):
+    def __init__(
+        self,
+        rules: StopRules,
+        arm: str,
+        metrics: Mapping[str, Metric | Direction],
+        clock=time.monotonic,
+        others: dict[str, dict[str, list[tuple[int, float]]]] | None = None,
+    ):
         """`metrics`: the study's metrics (`Study.metrics`) or plain better directions by name; stop
         rules may read a metric of any role. `others`: the histories (arm -> metric -> [(step, value)])
         of the other arms already run on this seed, the reference for `behind_best_other_by` rules."""
         self.rules = rules
         self.others = others or {}
         self.directions: dict[str, Direction] = {
-            name: m.direction if isinstance(m, Metric) else m for name, m in metrics.items()}
+            name: m.direction if isinstance(m, Metric) else m for name, m in metrics.items()
+        }
         self.futility = [r for r in rules.futility if r.arms is None or arm in r.arms]
-        self.looked: set[int] = set()  # futility rules look once, at the first report at/after at_step
+        self.looked: set[int] = (
+            set()
+        )  # futility rules look once, at the first report at/after at_step
         self.clock = clock
         self.started = clock()
 
-    def check(self, step: int, metrics: dict[str, float], history: dict[str, list[tuple[int, float]]]) -> Halt | None:
-        return (self._divergence(step, metrics) or self._budget(step) or self._futility(step, history))
+    def check(
+        self, step: int, metrics: dict[str, float], history: dict[str, list[tuple[int, float]]]
+    ) -> Halt | None:
+        return (
+            self._divergence(step, metrics) or self._budget(step) or self._futility(step, history)
+        )
 
     def _divergence(self, step, metrics) -> Halt | None:
         rule = self.rules.divergence
@@ -50,7 +63,9 @@ class StopRuleEngine:
             return None
         elapsed = self.clock() - self.started
         if elapsed > budget.max_seconds:
-            return Halt("budget", step, f"{elapsed:.1f} s exceeds the budget of {budget.max_seconds:g} s")
+            return Halt(
+                "budget", step, f"{elapsed:.1f} s exceeds the budget of {budget.max_seconds:g} s"
+            )
         return None
 
     def _futility(self, step, history) -> Halt | None:
@@ -63,7 +78,9 @@ class StopRuleEngine:
                 bar = relative_bar(rule, self.directions[rule.metric], self.others, step)
                 if bar is None:  # no other arm has a value by this step: nothing to be behind
                     continue
-            halt = futility_halt(rule, self.directions[rule.metric], history[rule.metric], step, bar)
+            halt = futility_halt(
+                rule, self.directions[rule.metric], history[rule.metric], step, bar
+            )
             if halt:
                 return halt
         return None
@@ -83,8 +100,9 @@ def relative_bar(rule: FutilityRule, direction: Direction, others: dict, step: i
     return min(values) + rule.behind_best_other_by
 
 
-def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[int, float]], step: int,
-                  bar: float) -> Halt | None:
+def futility_halt(
+    rule: FutilityRule, direction: Direction, series: list[tuple[int, float]], step: int, bar: float
+) -> Halt | None:
     """Halt when the metric is worse than `bar` and improved by less than `min_rel_improvement`
     (relative) over the last `window` steps."""
     current = series[-1][1]
@@ -99,13 +117,17 @@ def futility_halt(rule: FutilityRule, direction: Direction, series: list[tuple[i
     relative = trend[2]
     if relative >= rule.min_rel_improvement:
         return None
-    return Halt("futility", step,
-                f"{rule.metric} = {current:.4g} is worse than {bar:.4g}{_bar_origin(rule)} at step {step} and improved "
-                f"{relative:+.2%} over the last {rule.window} steps (< {rule.min_rel_improvement:.2%})")
+    return Halt(
+        "futility",
+        step,
+        f"{rule.metric} = {current:.4g} is worse than {bar:.4g}{_bar_origin(rule)} at step {step} and improved "
+        f"{relative:+.2%} over the last {rule.window} steps (< {rule.min_rel_improvement:.2%})",
+    )
 
 
-def relative_improvement(series: list[tuple[int, float]], direction: Direction, step: int,
-                         window: int) -> tuple[int, float, float] | None:
+def relative_improvement(
+    series: list[tuple[int, float]], direction: Direction, step: int, window: int
+) -> tuple[int, float, float] | None:
     """(earlier step, its value, relative improvement) of the series' latest value against the value
     `window` steps before `step` (the latest one recorded at or before step - window), in the metric's
     better direction: > 0 is better. None when nothing was recorded that far back."""
@@ -122,15 +144,24 @@ def convergence(rule: Convergence, direction: Direction, series: list[tuple[int,
     """A completed run's convergence on `rule.metric` from its reported `series`: `converged` (False
     when it improved by more than `max_rel_improvement` over the last `window` steps, or when the trend
     cannot be measured or is not finite: nothing shows it had stopped learning) and the numbers behind it."""
-    record = {"metric": rule.metric, "window": rule.window, "first_step": None, "last_step": None,
-              "first_value": None, "last_value": None, "rel_improvement": None}
+    record = {
+        "metric": rule.metric,
+        "window": rule.window,
+        "first_step": None,
+        "last_step": None,
+        "first_value": None,
+        "last_value": None,
+        "rel_improvement": None,
+    }
     if not series:
         return {"converged": False, "convergence": record}
     last_step, last_value = series[-1]
     record.update(last_step=last_step, last_value=_finite(last_value))
     trend = relative_improvement(series, direction, last_step, rule.window)
     if trend is not None:
-        record.update(first_step=trend[0], first_value=_finite(trend[1]), rel_improvement=_finite(trend[2]))
+        record.update(
+            first_step=trend[0], first_value=_finite(trend[1]), rel_improvement=_finite(trend[2])
+        )
     return {"converged": is_converged(rule, record), "convergence": record}
 
 
@@ -147,30 +178,40 @@ def preflight_convergence(loaded, refuse) -> list[str]:
     if spec is None:
         return []  # the loader refused it
     if spec.role not in ("train", "validation"):
-        refuse(("convergence", "metric"),
-               f"{conv.metric!r} is a {spec.role} metric of study {study.name!r}; expected a train or validation "
-               f"metric, reported at every evaluation (the test split must not decide whether an arm trained enough)")
+        refuse(
+            ("convergence", "metric"),
+            f"{conv.metric!r} is a {spec.role} metric of study {study.name!r}; expected a train or validation "
+            f"metric, reported at every evaluation (the test split must not decide whether an arm trained enough)",
+        )
         return []
     budget = Budget(c.budget.steps, c.budget.eval_every)
     evals = [s for s in range(1, budget.steps + 1) if budget.is_eval_step(s)]
     last = evals[-1]
     earlier = [s for s in evals if s <= last - conv.window]
     if not earlier:
-        refuse(("convergence", "window"),
-               f"no evaluation lies {conv.window} steps before the last (step {last}) with eval_every "
-               f"{budget.eval_every}; expected window <= {last - evals[0]}")
+        refuse(
+            ("convergence", "window"),
+            f"no evaluation lies {conv.window} steps before the last (step {last}) with eval_every "
+            f"{budget.eval_every}; expected window <= {last - evals[0]}",
+        )
         return []
-    return [f"convergence: {conv.metric} ({spec.direction} is better) from the evaluation at step {earlier[-1]} to "
-            f"the last at step {last} (window {conv.window} steps, eval every {budget.eval_every}); a completed run "
-            f"that improved it by more than {conv.max_rel_improvement:.2%} (relative) is not converged, and every "
-            f"decision condition reading its arm is undetermined (halted runs are not judged)"]
+    return [
+        f"convergence: {conv.metric} ({spec.direction} is better) from the evaluation at step {earlier[-1]} to "
+        f"the last at step {last} (window {conv.window} steps, eval every {budget.eval_every}); a completed run "
+        f"that improved it by more than {conv.max_rel_improvement:.2%} (relative) is not converged, and every "
+        f"decision condition reading its arm is undetermined (halted runs are not judged)"
+    ]
 
 
 def is_converged(rule: Convergence, record: dict) -> bool:
     """What a recorded convergence trend says under `rule` (a missing or non-finite trend: not converged)."""
     rel = record.get("rel_improvement")
-    return (rel is not None and record.get("first_value") is not None and record.get("last_value") is not None
-            and rel <= rule.max_rel_improvement)
+    return (
+        rel is not None
+        and record.get("first_value") is not None
+        and record.get("last_value") is not None
+        and rel <= rule.max_rel_improvement
+    )
 
 
 def _finite(x: float) -> float | None:

@@ -30,7 +30,7 @@ halts all keep working unchanged). The same holds for refutation.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from scipy.stats import norm
 
@@ -46,8 +46,11 @@ def stops(result, last_look: bool) -> bool:
     small: 0.0003 at 3 of 10 seeds under O'Brien-Fleming) waits for the next look's seeds instead of
     ending a working experiment as invalid."""
     if result.verdict == "invalid" and not last_look:
-        return (any(c.outcome == "fails" for c in result.controls) or bool(result.not_run)
-                or bool(result.beyond_ceiling))
+        return (
+            any(c.outcome == "fails" for c in result.controls)
+            or bool(result.not_run)
+            or bool(result.beyond_ceiling)
+        )
     return result.verdict in DECIDED
 
 
@@ -86,8 +89,14 @@ def _look_runs(runs: list[dict], seeds: list[int]) -> list[dict]:
     return [r for r in runs if r["seed"] in keep]
 
 
-def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *,
-                     ceilings=None, edges=None):
+def judge_sequential(
+    contract,
+    runs: list[dict],
+    metrics: Mapping[str, Metric] | None = None,
+    *,
+    ceilings=None,
+    edges=None,
+):
     """The verdict of a sequential contract on its runs: its looks in order over the runs present,
     stopping at the first decided look; the Verdict of the look it stopped at, with `looks` filled.
 
@@ -105,34 +114,61 @@ def judge_sequential(contract, runs: list[dict], metrics: Mapping[str, Metric] |
         if k and not present & set(seeds[before:n]):
             break
         cum, at_look = levels[k]
-        result = v.decide(contract.decision, _look_runs(runs, seeds[:n]), metrics, alpha=at_look,
-                          controls=contract.controls, seeds=seeds[:n], ceilings=ceilings, edges=edges)
-        looks.append({"look": k + 1, "seeds": seeds[:n], "alpha_spent": cum, "alpha_look": at_look,
-                      "verdict": result.verdict,
-                      "outcomes": {r.label: r.outcome for r in result.conditions + result.controls}})
+        result = v.decide(
+            contract.decision,
+            _look_runs(runs, seeds[:n]),
+            metrics,
+            alpha=at_look,
+            controls=contract.controls,
+            seeds=seeds[:n],
+            ceilings=ceilings,
+            edges=edges,
+        )
+        looks.append(
+            {
+                "look": k + 1,
+                "seeds": seeds[:n],
+                "alpha_spent": cum,
+                "alpha_look": at_look,
+                "verdict": result.verdict,
+                "outcomes": {r.label: r.outcome for r in result.conditions + result.controls},
+            }
+        )
         if stops(result, k == len(seq.looks) - 1):
             break
     k = len(looks) - 1
     total = len(seq.looks)
-    head = (f"sequential look {k + 1} of {total} ({len(looks[-1]['seeds'])} seeds, {seq.spending} spending): "
-            f"judged at alpha {looks[-1]['alpha_look']:.3g} spent at this look, {looks[-1]['alpha_spent']:.3g} "
-            f"of {alpha:g} spent so far")
+    head = (
+        f"sequential look {k + 1} of {total} ({len(looks[-1]['seeds'])} seeds, {seq.spending} spending): "
+        f"judged at alpha {looks[-1]['alpha_look']:.3g} spent at this look, {looks[-1]['alpha_spent']:.3g} "
+        f"of {alpha:g} spent so far"
+    )
     result.reasons = [head] + result.reasons
     if result.verdict == "inconclusive" or not stops(result, k + 1 == total):
         if k + 1 < total:
             nxt = seq.looks[k + 1]
-            result.settle = [f"continue to look {k + 2} ({nxt} seeds): `gates run` runs seeds "
-                             f"{seeds[seq.looks[k]:nxt]} and judges again"] + result.settle
+            result.settle = [
+                f"continue to look {k + 2} ({nxt} seeds): `gates run` runs seeds "
+                f"{seeds[seq.looks[k] : nxt]} and judges again"
+            ] + result.settle
         else:
-            result.settle = [f"a sequential version with more seeds: every look was spent ({seq.looks[-1]} seeds, "
-                             f"alpha {alpha:g}); a new contract id with a longer `seeds` list and `looks` "
-                             f"(the estimates below say roughly how many)"] + result.settle
+            result.settle = [
+                f"a sequential version with more seeds: every look was spent ({seq.looks[-1]} seeds, "
+                f"alpha {alpha:g}); a new contract id with a longer `seeds` list and `looks` "
+                f"(the estimates below say roughly how many)"
+            ] + result.settle
     result.looks = v.json_safe(looks)
     return result
 
 
-def next_look(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *, ceilings=None,
-              edges=None) -> list[int] | None:
+def next_look(
+    contract,
+    runs: list[dict],
+    metrics: Mapping[str, Metric] | None = None,
+    *,
+    ceilings=None,
+    edges=None,
+) -> list[int] | None:
     """The seeds to run next: those of the first look that some arm lacks a run for, once every
     earlier look was judged undetermined; None when a look decided or every look has run."""
     from gates import verdict as v
@@ -144,14 +180,24 @@ def next_look(contract, runs: list[dict], metrics: Mapping[str, Metric] | None =
         lacking = [s for s in seeds[:n] if any((a, s) not in have for a in arms)]
         if lacking:
             return lacking
-        result = v.decide(contract.decision, _look_runs(runs, seeds[:n]), metrics, alpha=levels[k][1],
-                          controls=contract.controls, seeds=seeds[:n], ceilings=ceilings, edges=edges)
+        result = v.decide(
+            contract.decision,
+            _look_runs(runs, seeds[:n]),
+            metrics,
+            alpha=levels[k][1],
+            controls=contract.controls,
+            seeds=seeds[:n],
+            ceilings=ceilings,
+            edges=edges,
+        )
         if stops(result, k == len(seq.looks) - 1):
             return None
     return None
 
 
-def stopping_seeds(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, **inputs) -> list[int]:
+def stopping_seeds(
+    contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, **inputs
+) -> list[int]:
     """The seeds of the look the sequence stops at on these runs (what the evidence must hold); `inputs`:
     the ceilings and tuning edges (`verdict.claim_inputs`)."""
     result = judge_sequential(contract, runs, metrics, **inputs)

@@ -28,9 +28,15 @@ def regime_of(loaded) -> dict | None:
         return None
     regime = {}
     for name in fields:
-        values = list(dict.fromkeys(canonical_json(cfg.model_dump(mode="json").get(name))
-                                    for cfg in loaded.arm_configs.values()))
-        regime[name] = json.loads(values[0]) if len(values) == 1 else [json.loads(v) for v in values]
+        values = list(
+            dict.fromkeys(
+                canonical_json(cfg.model_dump(mode="json").get(name))
+                for cfg in loaded.arm_configs.values()
+            )
+        )
+        regime[name] = (
+            json.loads(values[0]) if len(values) == 1 else [json.loads(v) for v in values]
+        )
     return regime
 
 
@@ -54,13 +60,19 @@ class RegimeLeft:
 
     @property
     def note(self) -> str:
-        return (f"its regime was left when its sibling {self.sibling} was superseded by {self.superseded_by} "
-                f"({', '.join(self.changes)}); supersede or withdraw this claim too, unless the change does not "
-                f"concern it")
+        return (
+            f"its regime was left when its sibling {self.sibling} was superseded by {self.superseded_by} "
+            f"({', '.join(self.changes)}); supersede or withdraw this claim too, unless the change does not "
+            f"concern it"
+        )
 
     def as_dict(self) -> dict:
-        return {"sibling": self.sibling, "superseded_by": self.superseded_by, "changes": list(self.changes),
-                "note": self.note}
+        return {
+            "sibling": self.sibling,
+            "superseded_by": self.superseded_by,
+            "changes": list(self.changes),
+            "note": self.note,
+        }
 
 
 def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, RegimeLeft]:
@@ -81,7 +93,10 @@ def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, Re
         old, new = left[key]
         if old == claim.contract_id:
             continue
-        regime, moved = evidence[claim.contract_id].get("regime") or {}, evidence[new].get("regime") or {}
+        regime, moved = (
+            evidence[claim.contract_id].get("regime") or {},
+            evidence[new].get("regime") or {},
+        )
         found[claim.contract_id] = RegimeLeft(old, new, tuple(_changes(regime, moved)))
     return found
 
@@ -109,11 +124,18 @@ def run_keys(ev: dict) -> dict[str, str]:
     def config(arm: str) -> dict:
         return {k: v for k, v in (configs.get(arm) or {}).items() if k != "device"}
 
-    return {f"{r['arm']}/seed {r['seed']}": canonical_json([ev.get("study"), config(r["arm"]), r["seed"], budget])
-            for r in ev.get("runs") or [] if isinstance(r, dict) and r.get("arm") in configs}
+    return {
+        f"{r['arm']}/seed {r['seed']}": canonical_json(
+            [ev.get("study"), config(r["arm"]), r["seed"], budget]
+        )
+        for r in ev.get("runs") or []
+        if isinstance(r, dict) and r.get("arm") in configs
+    }
 
 
-def shared_runs(evidence: dict[str, dict | None], only: str | None = None) -> dict[str, dict[str, list[str]]]:
+def shared_runs(
+    evidence: dict[str, dict | None], only: str | None = None
+) -> dict[str, dict[str, list[str]]]:
     """contract id -> {other contract id: [arm/seed of this contract's runs that the other ran too]}."""
     by_key: dict[str, list[tuple[str, str]]] = {}
     keys = {cid: run_keys(ev) for cid, ev in evidence.items() if isinstance(ev, dict)}
@@ -133,10 +155,14 @@ def shared_runs(evidence: dict[str, dict | None], only: str | None = None) -> di
 
 def describe_shared(shared: dict[str, list[str]]) -> str:
     """'shares 10 runs with X (lifting/seed 0, ...): ...', one line."""
-    parts = [f"{len(runs)} with {other} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})"
-             for other, runs in sorted(shared.items())]
-    return (f"shares runs with other contracts (same study, arm config, seed and budget): {'; '.join(parts)}; "
-            f"each shared run is one observation, not an independent replication")
+    parts = [
+        f"{len(runs)} with {other} ({', '.join(runs[:3])}{', ...' if len(runs) > 3 else ''})"
+        for other, runs in sorted(shared.items())
+    ]
+    return (
+        f"shares runs with other contracts (same study, arm config, seed and budget): {'; '.join(parts)}; "
+        f"each shared run is one observation, not an independent replication"
+    )
 
 
 def annotate(claims: list, evidence: dict[str, dict | None]) -> None:

@@ -79,7 +79,9 @@ def _truncated(path: Path) -> str | None:
     page_size = int.from_bytes(header[16:18], "big")
     page_size = 65536 if page_size == 1 else page_size
     pages = int.from_bytes(header[28:32], "big")
-    valid = header[24:28] == header[92:96]  # the in-header page count is valid (SQLite >= 3.7.0 writers)
+    valid = (
+        header[24:28] == header[92:96]
+    )  # the in-header page count is valid (SQLite >= 3.7.0 writers)
     if valid and pages and size < pages * page_size:
         return f"is truncated ({size} bytes; its header says {pages * page_size})"
     return None
@@ -114,13 +116,23 @@ def inspect(path: Path) -> Inspection:
     try:
         con = sqlite3.connect(path, timeout=30)
         try:
-            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            tables = {
+                row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+            }
             version = None
             if "alembic_version" in tables:
                 rows = con.execute("SELECT version_num FROM alembic_version").fetchall()
                 version = rows[0][0] if len(rows) == 1 else None
-            complete = version == head and expected <= tables and not any(t.startswith("_alembic_tmp_") for t in tables)
-            runs = 0 if complete or "runs" not in tables else con.execute("SELECT count(*) FROM runs").fetchone()[0]
+            complete = (
+                version == head
+                and expected <= tables
+                and not any(t.startswith("_alembic_tmp_") for t in tables)
+            )
+            runs = (
+                0
+                if complete or "runs" not in tables
+                else con.execute("SELECT count(*) FROM runs").fetchone()[0]
+            )
         finally:
             con.close()
     except (sqlite3.Error, OSError) as e:
@@ -130,8 +142,11 @@ def inspect(path: Path) -> Inspection:
         return Inspection(DAMAGED, -1, truncated)
     if complete:
         return Inspection(COMPLETE)
-    foreign = sorted(t for t in tables - expected - _initial_tables() - {"alembic_version"}
-                     if not t.startswith(("_alembic_tmp_", "sqlite_")))
+    foreign = sorted(
+        t
+        for t in tables - expected - _initial_tables() - {"alembic_version"}
+        if not t.startswith(("_alembic_tmp_", "sqlite_"))
+    )
     if foreign:  # someone else's database: never rebuilt or upgraded here
         return Inspection(DAMAGED, -1, f"is not an MLflow store (it has a table {foreign[0]!r})")
     missing = sorted(expected - tables)
@@ -174,19 +189,29 @@ def _refuse(path: Path, uri: str, found: Inspection, readonly: bool = False):
         raise StoreError("MLflow store not found; `gates run` creates it", file=str(path))
     if found.state == PARTIAL and readonly:  # the dashboard reads; it never builds or upgrades
         if found.runs == 0:
-            raise StoreError(f"MLflow store is half-built and holds no runs: the next `gates run` rebuilds it "
-                             f"({found.detail})", file=str(path))
-        raise StoreError(f"MLflow store is at an older schema or half-migrated and holds {found.runs} runs: the next "
-                         f"`gates run` upgrades a copy of it, or says what to do ({found.detail})", file=str(path))
+            raise StoreError(
+                f"MLflow store is half-built and holds no runs: the next `gates run` rebuilds it "
+                f"({found.detail})",
+                file=str(path),
+            )
+        raise StoreError(
+            f"MLflow store is at an older schema or half-migrated and holds {found.runs} runs: the next "
+            f"`gates run` upgrades a copy of it, or says what to do ({found.detail})",
+            file=str(path),
+        )
     runs = {-1: "", 0: " and holds no runs"}.get(found.runs, f" and holds {found.runs} runs")
     fix = _FIX.format(path=path)
-    if found.detail.startswith("cannot be read ("):  # permissions, an I/O error: the file may be fine
+    if found.detail.startswith(
+        "cannot be read ("
+    ):  # permissions, an I/O error: the file may be fine
         fix = "expected a file this user can read and write (check its permissions and the disk)"
     raise StoreError(f"MLflow store {found.detail}{runs}; {fix}", file=str(path))
 
 
-_FIX = ("restore it from a backup, or move it aside (mv {path} {path}.damaged) and re-run: `gates run` starts a "
-        "new store there and retrains the runs it lacks (evidence in runs/ is kept)")
+_FIX = (
+    "restore it from a backup, or move it aside (mv {path} {path}.damaged) and re-run: `gates run` starts a "
+    "new store there and retrains the runs it lacks (evidence in runs/ is kept)"
+)
 
 
 @contextlib.contextmanager
@@ -197,8 +222,11 @@ def _locked(path: Path):
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
     except OSError as e:
-        raise StoreError(f"cannot create the MLflow store's lock file {lock} ({e.strerror or e}); expected a "
-                         f"writable folder", file=str(path)) from None
+        raise StoreError(
+            f"cannot create the MLflow store's lock file {lock} ({e.strerror or e}); expected a "
+            f"writable folder",
+            file=str(path),
+        ) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -220,21 +248,24 @@ def _clean_leftovers(path: Path) -> None:
 def _build(path: Path, uri: str, upgrade: Inspection | None) -> None:
     """A complete store under a temporary name in the same folder, then renamed onto `path`: a new one,
     or (`upgrade`) a copy of the present one brought to this MLflow's schema."""
+    import mlflow.store.db.utils as db_utils
     import sqlalchemy
     from sqlalchemy.pool import NullPool
-
-    import mlflow.store.db.utils as db_utils
 
     tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}{BUILDING}"
     engine = None
     try:
         if upgrade is not None:
-            with contextlib.closing(sqlite3.connect(path, timeout=30)) as src, \
-                    contextlib.closing(sqlite3.connect(tmp)) as dst:
+            with (
+                contextlib.closing(sqlite3.connect(path, timeout=30)) as src,
+                contextlib.closing(sqlite3.connect(tmp)) as dst,
+            ):
                 src.backup(dst)
         engine = sqlalchemy.create_engine(f"sqlite:///{tmp}", poolclass=NullPool)
         if upgrade is None or not db_utils._all_tables_exist(engine):
-            db_utils._initialize_tables(engine)  # MLflow's own creation: initial tables, then every migration
+            db_utils._initialize_tables(
+                engine
+            )  # MLflow's own creation: initial tables, then every migration
         else:
             db_utils._upgrade_db(engine)
         engine.dispose()
@@ -259,11 +290,14 @@ def _build(path: Path, uri: str, upgrade: Inspection | None) -> None:
             raise  # KeyboardInterrupt, SystemExit: nothing was renamed, the store is as it was
         reason = " ".join(str(getattr(e, "orig", None) or e).split())[:300]
         if upgrade is not None:
-            raise StoreError(f"MLflow store is half-migrated or damaged ({upgrade.detail}; upgrading a copy "
-                             f"failed: {reason}) and holds {upgrade.runs} runs, left as they are; "
-                             f"{_FIX.format(path=path)}", file=str(path)) from None
-        raise StoreError(f"cannot create the MLflow store ({reason}); expected a writable folder with free "
-                         f"space (or --tracking-uri elsewhere); nothing was left behind", file=str(path)) from None
-
-
-
+            raise StoreError(
+                f"MLflow store is half-migrated or damaged ({upgrade.detail}; upgrading a copy "
+                f"failed: {reason}) and holds {upgrade.runs} runs, left as they are; "
+                f"{_FIX.format(path=path)}",
+                file=str(path),
+            ) from None
+        raise StoreError(
+            f"cannot create the MLflow store ({reason}); expected a writable folder with free "
+            f"space (or --tracking-uri elsewhere); nothing was left behind",
+            file=str(path),
+        ) from None

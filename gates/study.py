@@ -73,7 +73,9 @@ class Metric:
         if self.scale not in SCALES:
             raise ValueError(f"scale must be one of {', '.join(SCALES)}, got {self.scale!r}")
         if self.scale == "log" and (self.low is None or self.low < 0):
-            raise ValueError("a log-scale metric is positive: declare low = 0 (its values must be > 0)")
+            raise ValueError(
+                "a log-scale metric is positive: declare low = 0 (its values must be > 0)"
+            )
         if self.chance is not None and not self.contains(self.chance):
             raise ValueError(f"chance {self.chance} lies outside the range {self.describe()}")
 
@@ -84,11 +86,13 @@ class Metric:
     def contains(self, value: float) -> bool:
         """Whether a value lies in the declared range (a value outside it is not a measurement of this metric),
         up to float rounding at the bound (sacrebleu's BLEU of a perfect match is 100.00000000000004)."""
+
         def slack(bound: float) -> float:
             return 1e-9 * max(1.0, abs(bound))
 
-        return ((self.low is None or value >= self.low - slack(self.low))
-                and (self.high is None or value <= self.high + slack(self.high)))
+        return (self.low is None or value >= self.low - slack(self.low)) and (
+            self.high is None or value <= self.high + slack(self.high)
+        )
 
     def at_bound(self, value: float) -> bool:
         return value == self.low or value == self.high
@@ -97,9 +101,13 @@ class Metric:
         lo = "-inf" if self.low is None else f"{self.low:g}"
         hi = "inf" if self.high is None else f"{self.high:g}"
         span = "" if self.low is None and self.high is None else f", range [{lo}, {hi}]"
-        extra = "".join([", log scale" if self.scale == "log" else "",
-                         f", chance {self.chance:g}" if self.chance is not None else "",
-                         f", unit {self.unit}" if self.unit else ""])
+        extra = "".join(
+            [
+                ", log scale" if self.scale == "log" else "",
+                f", chance {self.chance:g}" if self.chance is not None else "",
+                f", unit {self.unit}" if self.unit else "",
+            ]
+        )
         return f"{self.direction}, {self.role}{span}{extra}"
 
 
@@ -131,7 +139,9 @@ class Ceiling:
 
     def __post_init__(self):
         if (self.value is None) == (self.metric is None):
-            raise ValueError("a ceiling is either a value known before the run or a metric the runs report")
+            raise ValueError(
+                "a ceiling is either a value known before the run or a metric the runs report"
+            )
 
 
 class Halt(Exception):
@@ -200,8 +210,10 @@ def device_unavailable(config: StudyConfig) -> str | None:
     import torch
 
     if not torch.cuda.is_available():
-        return (f"the arm pins device cuda but torch {torch.__version__} sees no CUDA GPU here "
-                f"(CUDA build: {torch.version.cuda or 'none'}); run it on a GPU machine or set device: auto")
+        return (
+            f"the arm pins device cuda but torch {torch.__version__} sees no CUDA GPU here "
+            f"(CUDA build: {torch.version.cuda or 'none'}); run it on a GPU machine or set device: auto"
+        )
     return None
 
 
@@ -214,8 +226,12 @@ def device_environment(config: StudyConfig) -> dict[str, str]:
     import torch
 
     device = resolve_device(choice)
-    env = {"device": device, "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-           "threads": str(torch.get_num_threads())}
+    env = {
+        "device": device,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+        "threads": str(torch.get_num_threads()),
+    }
     if device == "cuda":
         env["gpu"] = torch.cuda.get_device_name(0)
     return env
@@ -293,7 +309,7 @@ class Study:
         metric the arm cannot report is refused, and a completed run that lacks one has failed."""
         return frozenset(self.metrics)
 
-    def ceiling(self, metric: str, config: StudyConfig) -> "Ceiling | None":
+    def ceiling(self, metric: str, config: StudyConfig) -> Ceiling | None:
         """What the best possible arm reaches on `metric`, where the study knows it: a value known before
         the run (the accuracy label noise allows), or another metric each run reports (the mass the best
         leaves hold). A bar beyond it tests nothing: `gates check` refuses it, or the verdict is invalid."""

@@ -102,57 +102,110 @@ class Tracker:
         if not fresh:
             found = self.client.search_runs(
                 [experiment_id],
-                filter_string=(f"tags.`gates.role` = 'contract' and "
-                               f"tags.`gates.contract_sha256` = '{tags['gates.contract_sha256']}' and "
-                               f"tags.`gates.code_sha256` = '{tags['gates.code_sha256']}'"),
-                order_by=["attributes.start_time DESC"], max_results=1)
+                filter_string=(
+                    f"tags.`gates.role` = 'contract' and "
+                    f"tags.`gates.contract_sha256` = '{tags['gates.contract_sha256']}' and "
+                    f"tags.`gates.code_sha256` = '{tags['gates.code_sha256']}'"
+                ),
+                order_by=["attributes.start_time DESC"],
+                max_results=1,
+            )
             if found:
                 run_id = found[0].info.run_id
                 self.client.update_run(run_id, status="RUNNING")
                 return run_id, True
-        run = self.client.create_run(experiment_id, tags={**tags, "gates.role": "contract"},
-                                     run_name=f"{tags['gates.contract']}@{tags['gates.contract_sha256'][:8]}")
+        run = self.client.create_run(
+            experiment_id,
+            tags={**tags, "gates.role": "contract"},
+            run_name=f"{tags['gates.contract']}@{tags['gates.contract_sha256'][:8]}",
+        )
         return run.info.run_id, False
 
     def child_runs(self, experiment_id: str, parent_id: str) -> list:
-        return list(self.client.search_runs(
-            [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=10000))
+        return list(
+            self.client.search_runs(
+                [experiment_id],
+                filter_string=f"tags.mlflow.parentRunId = '{parent_id}'",
+                max_results=10000,
+            )
+        )
 
-    def start_child(self, experiment_id: str, parent_id: str, name: str, params: dict[str, str],
-                    tags: dict[str, str]) -> str:
+    def start_child(
+        self,
+        experiment_id: str,
+        parent_id: str,
+        name: str,
+        params: dict[str, str],
+        tags: dict[str, str],
+    ) -> str:
         from mlflow.entities import Param, RunTag
 
-        run = self.client.create_run(experiment_id, tags={**tags, "mlflow.parentRunId": parent_id,
-                                                           "gates.role": "run", "gates.status": "running"},
-                                     run_name=name)
-        self.client.log_batch(run.info.run_id, params=[Param(k, v[:6000]) for k, v in params.items()],
-                              tags=[RunTag(k, v) for k, v in tags.items()])
+        run = self.client.create_run(
+            experiment_id,
+            tags={
+                **tags,
+                "mlflow.parentRunId": parent_id,
+                "gates.role": "run",
+                "gates.status": "running",
+            },
+            run_name=name,
+        )
+        self.client.log_batch(
+            run.info.run_id,
+            params=[Param(k, v[:6000]) for k, v in params.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
         return run.info.run_id
 
-    def finish_child(self, run_id: str, status: str, halt_reason: str | None, halt_detail: str | None,
-                     final_metrics: dict[str, float], final_step: int, seconds: float,
-                     first_signal: dict | None) -> None:
+    def finish_child(
+        self,
+        run_id: str,
+        status: str,
+        halt_reason: str | None,
+        halt_detail: str | None,
+        final_metrics: dict[str, float],
+        final_step: int,
+        seconds: float,
+        first_signal: dict | None,
+    ) -> None:
         from mlflow.entities import Metric, RunTag
 
-        tags = {"gates.status": status, "gates.halt_reason": halt_reason or "",
-                "gates.final_metrics": json.dumps(final_metrics), "gates.seconds": str(seconds),
-                "gates.first_signal": json.dumps(first_signal)}
+        tags = {
+            "gates.status": status,
+            "gates.halt_reason": halt_reason or "",
+            "gates.final_metrics": json.dumps(final_metrics),
+            "gates.seconds": str(seconds),
+            "gates.first_signal": json.dumps(first_signal),
+        }
         if halt_detail:
             tags["gates.halt_detail"] = halt_detail[:5000]
         now = int(time.time() * 1000)
         self.client.log_batch(
-            run_id, metrics=[Metric(k, v, now, final_step) for k, v in final_metrics.items()],
-            tags=[RunTag(k, v) for k, v in tags.items()])
-        mlflow_status = {"completed": "FINISHED", "halted": "FINISHED", "failed": "FAILED"}.get(status, "KILLED")
+            run_id,
+            metrics=[Metric(k, v, now, final_step) for k, v in final_metrics.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
+        mlflow_status = {"completed": "FINISHED", "halted": "FINISHED", "failed": "FAILED"}.get(
+            status, "KILLED"
+        )
         self.client.set_terminated(run_id, status=mlflow_status)
 
-    def finish_parent(self, run_id: str, tags: dict[str, str], metrics: dict[str, float],
-                      artifacts: list[str], status: str = "FINISHED") -> None:
+    def finish_parent(
+        self,
+        run_id: str,
+        tags: dict[str, str],
+        metrics: dict[str, float],
+        artifacts: list[str],
+        status: str = "FINISHED",
+    ) -> None:
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
-        self.client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
-                              tags=[RunTag(k, v) for k, v in tags.items()])
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
+            tags=[RunTag(k, v) for k, v in tags.items()],
+        )
         for path in artifacts:
             self.client.log_artifact(run_id, path)
         self.client.set_terminated(run_id, status=status)
@@ -184,7 +237,11 @@ def run_summary(run: Any) -> dict:
         "mlflow_status": run.info.status,
         # set only on a completed run judged under a convergence rule
         "converged": {"true": True, "false": False}.get(tags.get("gates.converged", "")),
-        "convergence": json.loads(tags["gates.convergence"]) if "gates.convergence" in tags else None,
+        "convergence": json.loads(tags["gates.convergence"])
+        if "gates.convergence" in tags
+        else None,
         # where it ran (device, torch, CUDA, GPU, threads); absent for a study without a device
-        "environment": json.loads(tags["gates.environment"]) if "gates.environment" in tags else None,
+        "environment": json.loads(tags["gates.environment"])
+        if "gates.environment" in tags
+        else None,
     }

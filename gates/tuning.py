@@ -62,8 +62,12 @@ def default_storage(tracking_uri: str) -> str:
     prefix = "sqlite:///"
     if not tracking_uri.startswith(prefix):
         return DEFAULT_STORAGE
-    path = Path(tracking_uri[len(prefix):])
-    name = path.name.replace("mlflow", "optuna") if "mlflow" in path.name else f"{path.stem}-optuna{path.suffix}"
+    path = Path(tracking_uri[len(prefix) :])
+    name = (
+        path.name.replace("mlflow", "optuna")
+        if "mlflow" in path.name
+        else f"{path.stem}-optuna{path.suffix}"
+    )
     return prefix + str(path.with_name(name))
 
 
@@ -161,8 +165,12 @@ def open_study(loaded: LoadedContract, arm: str, storage_url: str, code_sha256: 
     """The arm's Optuna study (created on first use), with the stop-rule pruner."""
     t = loaded.contract.tuning
     return optuna.create_study(
-        study_name=study_name(loaded, arm, code_sha256), storage=_storage(storage_url), load_if_exists=True,
-        direction="maximize" if t.objective.direction == "higher" else "minimize", pruner=StopRulePruner())
+        study_name=study_name(loaded, arm, code_sha256),
+        storage=_storage(storage_url),
+        load_if_exists=True,
+        direction="maximize" if t.objective.direction == "higher" else "minimize",
+        pruner=StopRulePruner(),
+    )
 
 
 def counted(study) -> list:
@@ -171,7 +179,8 @@ def counted(study) -> list:
     out = []
     for tr in study.get_trials(deepcopy=False):
         if tr.state in (TrialState.COMPLETE, TrialState.PRUNED) or (
-                tr.state == TrialState.FAIL and "seconds" in tr.user_attrs):
+            tr.state == TrialState.FAIL and "seconds" in tr.user_attrs
+        ):
             out.append(tr)
     return sorted(out, key=lambda tr: tr.number)
 
@@ -182,8 +191,13 @@ def budget_places(trials: list) -> set[int]:
     return {int(tr.user_attrs.get("budget_index", i)) for i, tr in enumerate(trials)}
 
 
-def reap_interrupted(loaded: LoadedContract, arm: str, storage_url: str, tracker: Tracker | None = None,
-                     code_sha256: str | None = None) -> int:
+def reap_interrupted(
+    loaded: LoadedContract,
+    arm: str,
+    storage_url: str,
+    tracker: Tracker | None = None,
+    code_sha256: str | None = None,
+) -> int:
     """Close the arm's trials left RUNNING by a kill (failed, not counted; their MLflow runs killed).
     Only for a single local runner: a distributed worker's running trial would be closed too."""
     code = code_sha256 or provenance.current(type(loaded.study).__module__).code_sha256
@@ -202,29 +216,57 @@ def _parent_run(loaded: LoadedContract, tracker: Tracker, prov) -> tuple[str, st
     """(experiment id, parent run id) of the contract, as `gates run` finds or creates them."""
     c = loaded.contract
     experiment_id = tracker.experiment_id(c.id)
-    tags = {"gates.contract": c.id, "gates.contract_sha256": loaded.sha256, "gates.code_sha256": prov.code_sha256,
-            "gates.git_commit": prov.git_commit, "gates.git_dirty": prov.git_dirty, "gates.study": c.study,
-            "gates.claim": c.claim[:5000], "mlflow.source.git.commit": prov.git_commit}
+    tags = {
+        "gates.contract": c.id,
+        "gates.contract_sha256": loaded.sha256,
+        "gates.code_sha256": prov.code_sha256,
+        "gates.git_commit": prov.git_commit,
+        "gates.git_dirty": prov.git_dirty,
+        "gates.study": c.study,
+        "gates.claim": c.claim[:5000],
+        "mlflow.source.git.commit": prov.git_commit,
+    }
     parent_id, _ = tracker.parent_run(experiment_id, tags, fresh=False)
     return experiment_id, parent_id
 
 
-def _close_mlflow_run(tracker: Tracker, run_id: str, state: str, value: float | None, extra: dict,
-                      mlflow_status: str, seed_values: dict | None = None) -> None:
+def _close_mlflow_run(
+    tracker: Tracker,
+    run_id: str,
+    state: str,
+    value: float | None,
+    extra: dict,
+    mlflow_status: str,
+    seed_values: dict | None = None,
+) -> None:
     from mlflow.entities import Metric, RunTag
 
     now = int(time.time() * 1000)
     metrics = [Metric("objective", value, now, 0)] if value is not None else []
-    metrics += [Metric(f"objective.seed{s}", v, now, 0) for s, v in (seed_values or {}).items() if math.isfinite(v)]
-    tags = [RunTag("gates.tuning_state", state)] + [RunTag(k, str(v)[:5000]) for k, v in extra.items() if v]
+    metrics += [
+        Metric(f"objective.seed{s}", v, now, 0)
+        for s, v in (seed_values or {}).items()
+        if math.isfinite(v)
+    ]
+    tags = [RunTag("gates.tuning_state", state)] + [
+        RunTag(k, str(v)[:5000]) for k, v in extra.items() if v
+    ]
     tracker.client.log_batch(run_id, metrics=metrics, tags=tags)
     tracker.client.set_terminated(run_id, status=mlflow_status)
 
 
 # ---------------------------------------------------------------------------------- one trial
-def run_tuning_trial(loaded: LoadedContract, arm: str, storage_url: str, tracking_uri: str, *,
-                     parent_run_id: str | None = None, experiment_id: str | None = None,
-                     prov: provenance.Provenance | None = None, index: int | None = None) -> dict | None:
+def run_tuning_trial(
+    loaded: LoadedContract,
+    arm: str,
+    storage_url: str,
+    tracking_uri: str,
+    *,
+    parent_run_id: str | None = None,
+    experiment_id: str | None = None,
+    prov: provenance.Provenance | None = None,
+    index: int | None = None,
+) -> dict | None:
     """Run one tuning trial of `arm` (all tuning seeds) if its budget is not spent; its record, or None.
 
     `index`: the trial's place in the arm's budget, which fixes what it samples (a distributed job
@@ -255,17 +297,35 @@ def run_tuning_trial(loaded: LoadedContract, arm: str, storage_url: str, trackin
     tracker = Tracker(tracking_uri)
     if parent_run_id is None or experiment_id is None:
         experiment_id, parent_run_id = _parent_run(loaded, tracker, prov)
-    tags = {"gates.contract": c.id, "gates.contract_sha256": loaded.sha256, "gates.code_sha256": prov.code_sha256,
-            "gates.git_commit": prov.git_commit, "gates.git_dirty": prov.git_dirty, "gates.study": c.study,
-            "gates.arm": arm, "gates.tuning_trial": str(trial.number), "gates.role": "tuning_trial",
-            "gates.tuning_state": "running", "gates.optuna_study": study.study_name,
-            "mlflow.parentRunId": parent_run_id}
+    tags = {
+        "gates.contract": c.id,
+        "gates.contract_sha256": loaded.sha256,
+        "gates.code_sha256": prov.code_sha256,
+        "gates.git_commit": prov.git_commit,
+        "gates.git_dirty": prov.git_dirty,
+        "gates.study": c.study,
+        "gates.arm": arm,
+        "gates.tuning_trial": str(trial.number),
+        "gates.role": "tuning_trial",
+        "gates.tuning_state": "running",
+        "gates.optuna_study": study.study_name,
+        "mlflow.parentRunId": parent_run_id,
+    }
     run = tracker.client.create_run(experiment_id, tags=tags, run_name=f"{arm}/trial{trial.number}")
     run_id = run.info.run_id
     from mlflow.entities import Param
 
-    tracker.client.log_batch(run_id, params=[Param(k, v[:6000]) for k, v in {
-        **flatten(params), "tuning_seeds": json.dumps(list(t.seeds)), "contract_sha256": loaded.sha256}.items()])
+    tracker.client.log_batch(
+        run_id,
+        params=[
+            Param(k, v[:6000])
+            for k, v in {
+                **flatten(params),
+                "tuning_seeds": json.dumps(list(t.seeds)),
+                "contract_sha256": loaded.sha256,
+            }.items()
+        ],
+    )
     trial.set_user_attr("mlflow_run_id", run_id)
 
     budget = Budget(c.budget.steps, c.budget.eval_every)
@@ -278,7 +338,9 @@ def run_tuning_trial(loaded: LoadedContract, arm: str, storage_url: str, trackin
             offset = i * budget.steps  # one trial, several runs: Optuna's steps keep increasing
             pruner.watch(trial.number, StopRuleEngine(c.stop_rules, arm, study_def.metrics))
             shifted = _ShiftedSink(sink, offset)
-            reporter = PlatformReporter(budget, TrialRules(trial, pruner, t.objective.metric, offset), shifted)
+            reporter = PlatformReporter(
+                budget, TrialRules(trial, pruner, t.objective.metric, offset), shifted
+            )
             final = dict(study_def.run(cfg, seed, reporter))
             seed_values[seed] = float(final.get(t.objective.metric, math.nan))
     except Halt as h:
@@ -288,7 +350,9 @@ def run_tuning_trial(loaded: LoadedContract, arm: str, storage_url: str, trackin
         study.tell(trial, state=TrialState.FAIL)  # without `seconds`: not counted, redone next time
         _close_mlflow_run(tracker, run_id, "killed", None, {}, "KILLED")
         raise
-    except Exception as e:  # a study crash (or an invalid sampled config): the trial failed, budget spent
+    except (
+        Exception
+    ) as e:  # a study crash (or an invalid sampled config): the trial failed, budget spent
         state, detail = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     finally:
         pruner.release(trial.number)
@@ -296,18 +360,30 @@ def run_tuning_trial(loaded: LoadedContract, arm: str, storage_url: str, trackin
     if state == "completed":
         value = float(np.mean(list(seed_values.values())))
         if not math.isfinite(value):
-            state, detail, value = "failed", f"objective {t.objective.metric} is not finite: {seed_values}", None
+            state, detail, value = (
+                "failed",
+                f"objective {t.objective.metric} is not finite: {seed_values}",
+                None,
+            )
     seconds = round(time.perf_counter() - started, 3)
     sink.flush()
     trial.set_user_attr("seed_values", {str(s): v for s, v in seed_values.items()})
     trial.set_user_attr("halt_reason", halt.reason if halt else None)
     trial.set_user_attr("detail", (detail or "")[:2000] or None)
     trial.set_user_attr("seconds", seconds)
-    optuna_state = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED}.get(state, TrialState.FAIL)
+    optuna_state = {"completed": TrialState.COMPLETE, "pruned": TrialState.PRUNED}.get(
+        state, TrialState.FAIL
+    )
     frozen = study.tell(trial, value if state == "completed" else None, state=optuna_state)
-    _close_mlflow_run(tracker, run_id, state, value, {"gates.halt_reason": halt.reason if halt else "",
-                                                      "gates.halt_detail": detail or ""},
-                      "FAILED" if state == "failed" else "FINISHED", seed_values)
+    _close_mlflow_run(
+        tracker,
+        run_id,
+        state,
+        value,
+        {"gates.halt_reason": halt.reason if halt else "", "gates.halt_detail": detail or ""},
+        "FAILED" if state == "failed" else "FINISHED",
+        seed_values,
+    )
     return {"arm": arm, **_trial_record(frozen)}
 
 
@@ -327,15 +403,28 @@ class _ShiftedSink:
 def _trial_record(tr) -> dict:
     state = {TrialState.COMPLETE: "completed", TrialState.PRUNED: "pruned"}.get(tr.state, "failed")
     value = tr.value if tr.state == TrialState.COMPLETE else None
-    return {"number": tr.number, "params": dict(tr.params), "state": state, "value": value,
-            "last_step": tr.last_step, "last_reported": tr.intermediate_values.get(tr.last_step), "seed_values": tr.user_attrs.get("seed_values", {}),
-            "halt_reason": tr.user_attrs.get("halt_reason"), "detail": tr.user_attrs.get("detail"),
-            "seconds": tr.user_attrs.get("seconds"), "mlflow_run_id": tr.user_attrs.get("mlflow_run_id")}
+    return {
+        "number": tr.number,
+        "params": dict(tr.params),
+        "state": state,
+        "value": value,
+        "last_step": tr.last_step,
+        "last_reported": tr.intermediate_values.get(tr.last_step),
+        "seed_values": tr.user_attrs.get("seed_values", {}),
+        "halt_reason": tr.user_attrs.get("halt_reason"),
+        "detail": tr.user_attrs.get("detail"),
+        "seconds": tr.user_attrs.get("seconds"),
+        "mlflow_run_id": tr.user_attrs.get("mlflow_run_id"),
+    }
 
 
 def best_trial(trials: list[dict], direction: str) -> dict | None:
     """The completed trial with the best finite value; ties go to the earliest trial."""
-    done = [t for t in trials if t["state"] == "completed" and t["value"] is not None and math.isfinite(t["value"])]
+    done = [
+        t
+        for t in trials
+        if t["state"] == "completed" and t["value"] is not None and math.isfinite(t["value"])
+    ]
     if not done:
         return None
     sign = -1.0 if direction == "higher" else 1.0
@@ -343,9 +432,17 @@ def best_trial(trials: list[dict], direction: str) -> dict | None:
 
 
 # ---------------------------------------------------------------------------------- all arms
-def tune(loaded: LoadedContract, tracking_uri: str, *, storage_url: str | None = None,
-         parent_run_id: str | None = None, experiment_id: str | None = None, fresh: bool = False,
-         progress=None, prov: provenance.Provenance | None = None) -> dict:
+def tune(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    *,
+    storage_url: str | None = None,
+    parent_run_id: str | None = None,
+    experiment_id: str | None = None,
+    fresh: bool = False,
+    progress=None,
+    prov: provenance.Provenance | None = None,
+) -> dict:
     """Spend every tuned arm's remaining budget; the tuning record (for the evidence). `prov`: the
     provenance the run started with (default: measured now)."""
     c = loaded.contract
@@ -364,20 +461,38 @@ def tune(loaded: LoadedContract, tracking_uri: str, *, storage_url: str | None =
             except KeyError:
                 pass
         reap_interrupted(loaded, arm, storage_url, tracker, code)
-        while (record := run_tuning_trial(loaded, arm, storage_url, tracking_uri, parent_run_id=parent_run_id,
-                                          experiment_id=experiment_id, prov=prov)) is not None:
+        while (
+            record := run_tuning_trial(
+                loaded,
+                arm,
+                storage_url,
+                tracking_uri,
+                parent_run_id=parent_run_id,
+                experiment_id=experiment_id,
+                prov=prov,
+            )
+        ) is not None:
             if notify:
                 notify(record)
         study = open_study(loaded, arm, storage_url, code)
-        trials = [_trial_record(tr) for tr in counted(study)[:t.trials_per_arm]]
+        trials = [_trial_record(tr) for tr in counted(study)[: t.trials_per_arm]]
         best = best_trial(trials, t.objective.direction)
-        arms[arm] = {"study_name": name, "trials": trials,
-                     "best": None if best is None else {k: best[k] for k in ("number", "params", "value")},
-                     "note": None if best else "no trial completed: the declared config runs over the seeds"}
-    return {"storage": storage_url, "space": {k: p.model_dump(mode="json", exclude_defaults=True)
-                                              for k, p in t.space.items()},
-            "trials_per_arm": t.trials_per_arm, "objective": t.objective.model_dump(), "seeds": list(t.seeds),
-            "sampler": t.sampler.model_dump(), "code_sha256": code, "arms": arms}
+        arms[arm] = {
+            "study_name": name,
+            "trials": trials,
+            "best": None if best is None else {k: best[k] for k in ("number", "params", "value")},
+            "note": None if best else "no trial completed: the declared config runs over the seeds",
+        }
+    return {
+        "storage": storage_url,
+        "space": {k: p.model_dump(mode="json", exclude_defaults=True) for k, p in t.space.items()},
+        "trials_per_arm": t.trials_per_arm,
+        "objective": t.objective.model_dump(),
+        "seeds": list(t.seeds),
+        "sampler": t.sampler.model_dump(),
+        "code_sha256": code,
+        "arms": arms,
+    }
 
 
 def tuned_config(loaded: LoadedContract, arm: str, params: dict):
@@ -395,18 +510,39 @@ def apply(loaded: LoadedContract, record: dict) -> LoadedContract:
     return tuned
 
 
-def tune_and_apply(loaded: LoadedContract, tracking_uri: str, *, parent_run_id: str, experiment_id: str,
-                   storage_url: str | None = None, fresh: bool = False, progress=None,
-                   prov: provenance.Provenance | None = None) -> tuple[LoadedContract, dict]:
+def tune_and_apply(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    *,
+    parent_run_id: str,
+    experiment_id: str,
+    storage_url: str | None = None,
+    fresh: bool = False,
+    progress=None,
+    prov: provenance.Provenance | None = None,
+) -> tuple[LoadedContract, dict]:
     """The runner's hook: tune, then the contract with each tuned arm's best config (preflight again:
     the tuned configs must pass the same compute and capacity gates)."""
-    record = tune(loaded, tracking_uri, storage_url=storage_url, parent_run_id=parent_run_id,
-                  experiment_id=experiment_id, fresh=fresh, progress=progress, prov=prov)
+    record = tune(
+        loaded,
+        tracking_uri,
+        storage_url=storage_url,
+        parent_run_id=parent_run_id,
+        experiment_id=experiment_id,
+        fresh=fresh,
+        progress=progress,
+        prov=prov,
+    )
     tuned = apply(loaded, record)
     tuned.tuning_record = record
     pre = preflight(tuned)
     if pre.errors:
-        raise UserErrors([loaded.error(("tuning",), f"the tuned configs fail preflight: {e.message}") for e in pre.errors])
+        raise UserErrors(
+            [
+                loaded.error(("tuning",), f"the tuned configs fail preflight: {e.message}")
+                for e in pre.errors
+            ]
+        )
     return tuned, record
 
 
@@ -421,8 +557,13 @@ def edges(contract, record: dict) -> dict[str, str]:
         best = r.get("best")
         if not best:
             continue
-        done = [t for t in r.get("trials", []) if t.get("state") == "completed" and t.get("value") is not None
-                and math.isfinite(t["value"])]
+        done = [
+            t
+            for t in r.get("trials", [])
+            if t.get("state") == "completed"
+            and t.get("value") is not None
+            and math.isfinite(t["value"])
+        ]
         notes = []
         for key, p in space.items():
             if p.type == "categorical" or key not in best["params"]:
@@ -430,12 +571,19 @@ def edges(contract, record: dict) -> dict[str, str]:
             tried = sorted({float(t["params"][key]) for t in done if key in t.get("params", {})})
             value = float(best["params"][key])
             if len(tried) < 2:
-                notes.append(f"{key}: only one value was tried ({value:.4g}), so nothing was searched")
+                notes.append(
+                    f"{key}: only one value was tried ({value:.4g}), so nothing was searched"
+                )
                 continue
-            for side, at_edge, where in (("low", value <= tried[0], "below"), ("high", value >= tried[-1], "above")):
+            for side, at_edge, where in (
+                ("low", value <= tried[0], "below"),
+                ("high", value >= tried[-1], "above"),
+            ):
                 if at_edge and side not in p.hard:
-                    notes.append(f"{key} = {value:.4g} is the {'lowest' if side == 'low' else 'highest'} of the "
-                                 f"{len(tried)} values tried; widen the search {where} {value:.4g}")
+                    notes.append(
+                        f"{key} = {value:.4g} is the {'lowest' if side == 'low' else 'highest'} of the "
+                        f"{len(tried)} values tried; widen the search {where} {value:.4g}"
+                    )
         if notes:
             out[arm] = "; ".join(notes)
     return out
@@ -449,28 +597,45 @@ def check_evidence(loaded: LoadedContract, ev: dict) -> list[str]:
     t = loaded.contract.tuning
     rec = ev.get("tuning")
     if t is None:
-        return ["evidence has a tuning record but the contract has no tuning section"] if rec else []
+        return (
+            ["evidence has a tuning record but the contract has no tuning section"] if rec else []
+        )
     if not rec:
         return ["the contract tunes its arms but the evidence has no tuning record"]
     problems = []
     tuned = t.tuned_arms(loaded.contract.arms)
     if sorted(rec.get("arms", {})) != sorted(tuned):
-        problems.append(f"tuning record covers arms {sorted(rec.get('arms', {}))}, the contract tunes {sorted(tuned)}")
+        problems.append(
+            f"tuning record covers arms {sorted(rec.get('arms', {}))}, the contract tunes {sorted(tuned)}"
+        )
     for arm, r in rec.get("arms", {}).items():
         if len(r["trials"]) != t.trials_per_arm:
-            problems.append(f"tuning of {arm!r} records {len(r['trials'])} trials, the contract's budget is "
-                            f"{t.trials_per_arm}")
+            problems.append(
+                f"tuning of {arm!r} records {len(r['trials'])} trials, the contract's budget is "
+                f"{t.trials_per_arm}"
+            )
         best = best_trial(r["trials"], t.objective.direction)
         if (best and best["number"]) != (r["best"] and r["best"]["number"]):
-            problems.append(f"tuning of {arm!r}: recorded best trial {r['best'] and r['best']['number']}, "
-                            f"re-derived {best and best['number']}")
+            problems.append(
+                f"tuning of {arm!r}: recorded best trial {r['best'] and r['best']['number']}, "
+                f"re-derived {best and best['number']}"
+            )
         if arm not in loaded.contract.arms:
             continue
         config = tuned_config(loaded, arm, r["best"]["params"] if r["best"] else {})
-        expected, stated = config.model_dump(mode="json"), config.model_dump(mode="json", exclude_unset=True)
+        expected, stated = (
+            config.model_dump(mode="json"),
+            config.model_dump(mode="json", exclude_unset=True),
+        )
         ran = ev.get("settings", {}).get("arm_configs", {}).get(arm)
-        if ran is not None:  # a field the study's config gained since (at its default) is no difference
+        if (
+            ran is not None
+        ):  # a field the study's config gained since (at its default) is no difference
             expected = {k: v for k, v in expected.items() if k in ran or k in stated}
-        if ran is not None and json.dumps(ran, sort_keys=True) != json.dumps(expected, sort_keys=True):
-            problems.append(f"arm {arm!r} ran a config that is not its declared one with the best trial's params")
+        if ran is not None and json.dumps(ran, sort_keys=True) != json.dumps(
+            expected, sort_keys=True
+        ):
+            problems.append(
+                f"arm {arm!r} ran a config that is not its declared one with the best trial's params"
+            )
     return problems

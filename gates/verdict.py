@@ -92,11 +92,17 @@ MAX_SEEDS_SEARCHED = 1000
 POWER = 0.8
 CORRECTION = "iut+holm"  # supported_if and controls: intersection-union; the refutation: Holm
 
-T_TEST_REASON = ("per-seed values taken as roughly normal on the condition's scale: every term has spread, no "
-                 "repeated value, none at a bound")
-PAIRED_T_REASON = "paired differences taken as roughly normal: they have spread and no repeated value"
-BOOTSTRAP_REASON = ("interval: bootstrap; its own p-value does not hold its level at few seeds, so p comes "
-                    "from the exact test and the bootstrap gives the interval")
+T_TEST_REASON = (
+    "per-seed values taken as roughly normal on the condition's scale: every term has spread, no "
+    "repeated value, none at a bound"
+)
+PAIRED_T_REASON = (
+    "paired differences taken as roughly normal: they have spread and no repeated value"
+)
+BOOTSTRAP_REASON = (
+    "interval: bootstrap; its own p-value does not hold its level at few seeds, so p comes "
+    "from the exact test and the bootstrap gives the interval"
+)
 
 
 # ---------------------------------------------------------------------------------- results
@@ -106,7 +112,9 @@ class ConditionResult:
     index: int
     kind: str
     description: str
-    estimate: float | None  # theta on the condition's scale: > 0 means the condition holds (trend: weakest pair)
+    estimate: (
+        float | None
+    )  # theta on the condition's scale: > 0 means the condition holds (trend: weakest pair)
     ci_low: float | None
     ci_high: float | None
     ci_level: float | None
@@ -120,11 +128,17 @@ class ConditionResult:
     outcome: str  # "holds" | "fails" | "undetermined"
     note: str = ""
     seeds_needed: int | None = None
-    test_reason: str = ""  # why this test: the t-test's assumption, or what in the data rules it out
+    test_reason: str = (
+        ""  # why this test: the t-test's assumption, or what in the data rules it out
+    )
     control: str | None = None  # "positive" | "negative" for a control
-    estimand: str = ""  # what the condition's estimate estimates (a mean, a geometric mean, a median, a ratio)
+    estimand: str = (
+        ""  # what the condition's estimate estimates (a mean, a geometric mean, a median, a ratio)
+    )
     scale: str = "linear"  # "linear" | "log": the scale theta, its interval and the test are on
-    adjustment: str = ""  # how p_hold_adj / p_fail_adj were adjusted (intersection-union, Holm over m)
+    adjustment: str = (
+        ""  # how p_hold_adj / p_fail_adj were adjusted (intersection-union, Holm over m)
+    )
 
     @property
     def label(self) -> str:
@@ -144,21 +158,34 @@ class Verdict:
     correction: str
     settle: list[str] = field(default_factory=list)
     halts: list[dict] = field(default_factory=list)
-    lost: list[dict] = field(default_factory=list)  # (arm, metric, seed, why) a condition reads but lacks
+    lost: list[dict] = field(
+        default_factory=list
+    )  # (arm, metric, seed, why) a condition reads but lacks
     engine_version: str = ENGINE_VERSION
     controls: list[ConditionResult] = field(default_factory=list)
-    looks: list[dict] = field(default_factory=list)  # a sequential contract's looks (gates.sequential)
+    looks: list[dict] = field(
+        default_factory=list
+    )  # a sequential contract's looks (gates.sequential)
     not_run: list[dict] = field(default_factory=list)  # arms read without a completed run (invalid)
-    beyond_ceiling: list[dict] = field(default_factory=list)  # conditions whose bar the best arm cannot reach
-    tuning_edges: dict[str, str] = field(default_factory=dict)  # tuned arm -> why its search stopped at an edge
+    beyond_ceiling: list[dict] = field(
+        default_factory=list
+    )  # conditions whose bar the best arm cannot reach
+    tuning_edges: dict[str, str] = field(
+        default_factory=dict
+    )  # tuned arm -> why its search stopped at an edge
 
     def signature(self) -> str:
         """The statistical settings the verdict was reached under, compact, for comparing records."""
         tests = ",".join(sorted({c.test for c in self.conditions}))
-        boot = (f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
-                if any(c.ci_level and "t" not in c.test.split() for c in self.conditions) else "")
-        return (f"engine={self.engine_version}|alpha={self.alpha:g}|eval={self.evaluation}"
-                f"|correction={self.correction}{boot}|tests={tests}")
+        boot = (
+            f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
+            if any(c.ci_level and "t" not in c.test.split() for c in self.conditions)
+            else ""
+        )
+        return (
+            f"engine={self.engine_version}|alpha={self.alpha:g}|eval={self.evaluation}"
+            f"|correction={self.correction}{boot}|tests={tests}"
+        )
 
     def to_dict(self) -> dict:
         return json_safe(asdict(self))
@@ -207,8 +234,9 @@ def condition_scale(c, metrics: Mapping[str, Metric]) -> str:
     multiplicative (a threshold above 0, a compare with a relative margin or none, a trend); else
     'linear'. A compare with an absolute margin on log-scale metrics stays linear (refused for new
     contracts: a log-scale metric compares by ratio)."""
-    if not condition_terms(c) or not all(getattr(metrics.get(m), "scale", "linear") == "log"
-                                         for _, m in condition_terms(c)):
+    if not condition_terms(c) or not all(
+        getattr(metrics.get(m), "scale", "linear") == "log" for _, m in condition_terms(c)
+    ):
         return "linear"
     if isinstance(c, Threshold):
         return "log" if c.value > 0 else "linear"
@@ -220,42 +248,63 @@ def condition_scale(c, metrics: Mapping[str, Metric]) -> str:
 def _effects(c, log: bool = False) -> list[_Effect]:
     if isinstance(c, Threshold):
         sign = 1.0 if c.direction == "higher" else -1.0
-        return [_Effect((_Term(c.arm, c.metric, sign),), -sign * (math.log(c.value) if log else c.value), log=log)]
+        return [
+            _Effect(
+                (_Term(c.arm, c.metric, sign),),
+                -sign * (math.log(c.value) if log else c.value),
+                log=log,
+            )
+        ]
     if isinstance(c, Compare):
         other_metric = c.other_metric or c.metric
         r, margin = c.relative_margin, c.margin or 0.0
         if log:  # higher: log A - log B - log(1+r); lower: log B + log(1-r) - log A
             sign_a = 1.0 if c.direction == "higher" else -1.0
             const = -math.log1p(r or 0.0) if c.direction == "higher" else math.log1p(-(r or 0.0))
-            return [_Effect((_Term(c.arm, c.metric, sign_a), _Term(c.other, other_metric, -sign_a)), const, log=True)]
+            return [
+                _Effect(
+                    (_Term(c.arm, c.metric, sign_a), _Term(c.other, other_metric, -sign_a)),
+                    const,
+                    log=True,
+                )
+            ]
         if c.direction == "higher":  # A - B - m  or  A - (1+r) B
             sign_a, coef_b = 1.0, (-(1 + r) if r is not None else -1.0)
         else:  # B - A - m  or  (1-r) B - A
             sign_a, coef_b = -1.0, ((1 - r) if r is not None else 1.0)
         const = 0.0 if r is not None else -margin
-        return [_Effect((_Term(c.arm, c.metric, sign_a), _Term(c.other, other_metric, coef_b)), const)]
+        return [
+            _Effect((_Term(c.arm, c.metric, sign_a), _Term(c.other, other_metric, coef_b)), const)
+        ]
     items = c.items()
     sign = 1.0 if c.direction == "higher" else -1.0  # lower: theta_k = mu_{k-1} - mu_k
-    return [_Effect((_Term(*items[k - 1], -sign), _Term(*items[k], sign)), 0.0, strict=True, log=log)
-            for k in range(1, len(items))]
+    return [
+        _Effect((_Term(*items[k - 1], -sign), _Term(*items[k], sign)), 0.0, strict=True, log=log)
+        for k in range(1, len(items))
+    ]
 
 
 def _estimand(c, log: bool, exact_test: bool) -> str:
     """What the condition's estimate estimates, in words (the test decides between mean and median)."""
+
     def pair(a: str, b: str, paired: bool) -> str:
         if paired:
             what = "per-seed ratios" if log else "per-seed differences"
             centre = "median" if exact_test else "geometric mean" if log else "mean"
             return f"{centre} of the {what} {a} {'/' if log else '-'} {b}"
         if log:
-            return f"ratio of the geometric means {a} / {b}" + (" (permutation test)" if exact_test else "")
+            return f"ratio of the geometric means {a} / {b}" + (
+                " (permutation test)" if exact_test else ""
+            )
         return f"difference of the means {a} - {b}" + (" (permutation test)" if exact_test else "")
 
     if isinstance(c, Threshold):
         centre = "median" if exact_test else "geometric mean" if log else "mean"
         return f"{centre} of {c.arm}.{c.metric} across seeds"
     if isinstance(c, Compare):
-        return pair(f"{c.arm}.{c.metric}", f"{c.other}.{c.other_metric or c.metric}", c.test == "paired")
+        return pair(
+            f"{c.arm}.{c.metric}", f"{c.other}.{c.other_metric or c.metric}", c.test == "paired"
+        )
     return "each consecutive pair: " + pair("item k", "item k-1", c.test == "paired")
 
 
@@ -268,7 +317,11 @@ def _describe(c) -> str:
         if c.relative_margin is not None:
             return f"{a} {op} {b} * (1 {sign} {c.relative_margin:g})"
         offset = (c.margin or 0.0) * (1 if c.direction == "higher" else -1)
-        return f"{a} {op} {b} {'+' if offset > 0 else '-'} {abs(offset):g}" if offset else f"{a} {op} {b}"
+        return (
+            f"{a} {op} {b} {'+' if offset > 0 else '-'} {abs(offset):g}"
+            if offset
+            else f"{a} {op} {b}"
+        )
     op = " > " if c.direction == "lower" else " < "
     return f"trend {c.direction}: " + op.join(f"{a}.{m}" for a, m in c.items())
 
@@ -288,8 +341,12 @@ class _Stat:
     test: str = ""
     test_reason: str = ""
     ci_level: float | None = None
-    plan: tuple | None = None  # (spread_parts, one_sample, sizes): seeds_needed, computed when asked
-    exact_test: bool = False  # tested by the sign or permutation test (its estimand: a median, exchangeability)
+    plan: tuple | None = (
+        None  # (spread_parts, one_sample, sizes): seeds_needed, computed when asked
+    )
+    exact_test: bool = (
+        False  # tested by the sign or permutation test (its estimand: a median, exchangeability)
+    )
 
     def needed(self, level: float) -> int | None:
         if self.plan is None or self.theta is None:
@@ -309,22 +366,38 @@ def _var(x: np.ndarray) -> float:
 
 def _log(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(x)  # 0 -> -inf (a value at the bound of a positive metric); the t-test is then unfit
+        return np.log(
+            x
+        )  # 0 -> -inf (a value at the bound of a positive metric); the t-test is then unfit
 
 
-def _lacking(effect: _Effect, columns: list[np.ndarray], need: int, paired: bool, counts: dict[str, int]) -> str:
+def _lacking(
+    effect: _Effect, columns: list[np.ndarray], need: int, paired: bool, counts: dict[str, int]
+) -> str:
     """Why an effect cannot be judged: which terms have fewer than `need` values, counting each arm's
     completed seeds as they are (and, paired, how many seeds every term has)."""
     if paired and len(columns) > 1 and len(columns[0]) < need:
         have = ", ".join(f"{t.key} {counts.get(t.key, 0)}" for t in effect.terms)
-        return (f"only {len(columns[0])} seed{'' if len(columns[0]) == 1 else 's'} have completed values of every "
-                f"term (completed seeds: {have})")
-    return "; ".join(f"only {counts.get(t.key, 0)} completed seed{'' if counts.get(t.key, 0) == 1 else 's'} of "
-                     f"arm {t.arm} ({t.key})" for t, col in zip(effect.terms, columns) if len(col) < need)
+        return (
+            f"only {len(columns[0])} seed{'' if len(columns[0]) == 1 else 's'} have completed values of every "
+            f"term (completed seeds: {have})"
+        )
+    return "; ".join(
+        f"only {counts.get(t.key, 0)} completed seed{'' if counts.get(t.key, 0) == 1 else 's'} of "
+        f"arm {t.arm} ({t.key})"
+        for t, col in zip(effect.terms, columns)
+        if len(col) < need
+    )
 
 
-def _t_unfit(effect: _Effect, raw: list[np.ndarray], scaled: list[np.ndarray], d: np.ndarray | None,
-             paired: bool, metrics: Mapping[str, Metric]) -> str:
+def _t_unfit(
+    effect: _Effect,
+    raw: list[np.ndarray],
+    scaled: list[np.ndarray],
+    d: np.ndarray | None,
+    paired: bool,
+    metrics: Mapping[str, Metric],
+) -> str:
     """Why the t-test's normality cannot hold for what it reads ('' when nothing contradicts it): the paired
     differences for a paired test, else each term's values."""
     if paired:
@@ -348,23 +421,38 @@ def _t_unfit(effect: _Effect, raw: list[np.ndarray], scaled: list[np.ndarray], d
     return ""
 
 
-def _interval(effect: _Effect, raw: list[np.ndarray], paired: bool, alpha: float, bootstrap: bool,
-              metrics: Mapping[str, Metric], counts: dict[str, int]) -> _Stat:
+def _interval(
+    effect: _Effect,
+    raw: list[np.ndarray],
+    paired: bool,
+    alpha: float,
+    bootstrap: bool,
+    metrics: Mapping[str, Metric],
+    counts: dict[str, int],
+) -> _Stat:
     note = _lacking(effect, raw, 2, paired, counts)
     if note:
         return _Stat(theta=None, note=note)
     columns = [_log(c) for c in raw] if effect.log else raw
     one_sample = paired or len(columns) == 1
-    d = effect.const + sum(t.coef * col for t, col in zip(effect.terms, columns)) if one_sample else None
+    d = (
+        effect.const + sum(t.coef * col for t, col in zip(effect.terms, columns))
+        if one_sample
+        else None
+    )
     unfit = _t_unfit(effect, raw, columns, d, paired, metrics)
     if bootstrap or unfit:
         stat = _exact_test(effect, columns, d)
-        stat.test_reason = BOOTSTRAP_REASON if bootstrap else f"{unfit}: the t-test's normality cannot hold"
+        stat.test_reason = (
+            BOOTSTRAP_REASON if bootstrap else f"{unfit}: the t-test's normality cannot hold"
+        )
         if stat.theta is not None and bootstrap:
             draws = _bootstrap(effect, columns, d)
             stat.ci_low, stat.ci_high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
             stat.ci_level = 1 - 2 * alpha
-        if stat.theta is not None and np.all(np.isfinite(d if d is not None else np.concatenate(columns))):
+        if stat.theta is not None and np.all(
+            np.isfinite(d if d is not None else np.concatenate(columns))
+        ):
             stat.plan = _plan(effect, columns, d, one_sample)
         return stat
     if one_sample:
@@ -373,24 +461,38 @@ def _interval(effect: _Effect, raw: list[np.ndarray], paired: bool, alpha: float
         se, df = math.sqrt(spread_parts[0] / n), n - 1.0
     else:
         theta = effect.const + sum(t.coef * _mean(col) for t, col in zip(effect.terms, columns))
-        spread_parts = [t.coef ** 2 * _var(col) for t, col in zip(effect.terms, columns)]
+        spread_parts = [t.coef**2 * _var(col) for t, col in zip(effect.terms, columns)]
         parts = [s / len(col) for s, col in zip(spread_parts, columns)]
         se = math.sqrt(sum(parts))
-        df = sum(parts) ** 2 / sum(p ** 2 / (len(col) - 1) for p, col in zip(parts, columns))  # Welch
+        df = sum(parts) ** 2 / sum(p**2 / (len(col) - 1) for p, col in zip(parts, columns))  # Welch
     t_obs = theta / se
     # Student t through scipy.special (stdtr, stdtrit): what stats.t.cdf / sf / ppf compute, without their
     # argument checking, which was half of a verdict's time (simulations judge hundreds of thousands)
     half = float(special.stdtrit(df, 1 - alpha)) * se
     test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
-    return _Stat(theta, theta - half, theta + half, float(special.stdtr(df, -t_obs)), float(special.stdtr(df, t_obs)),
-                 test=test, test_reason=PAIRED_T_REASON if paired else T_TEST_REASON, ci_level=1 - 2 * alpha,
-                 plan=_plan(effect, columns, d, one_sample))
+    return _Stat(
+        theta,
+        theta - half,
+        theta + half,
+        float(special.stdtr(df, -t_obs)),
+        float(special.stdtr(df, t_obs)),
+        test=test,
+        test_reason=PAIRED_T_REASON if paired else T_TEST_REASON,
+        ci_level=1 - 2 * alpha,
+        plan=_plan(effect, columns, d, one_sample),
+    )
 
 
-def _plan(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None, one_sample: bool) -> tuple:
+def _plan(
+    effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None, one_sample: bool
+) -> tuple:
     if one_sample:
         return [_var(d)], True, [len(d)]
-    return [t.coef ** 2 * _var(col) for t, col in zip(effect.terms, columns)], False, [len(c) for c in columns]
+    return (
+        [t.coef**2 * _var(col) for t, col in zip(effect.terms, columns)],
+        False,
+        [len(c) for c in columns],
+    )
 
 
 def _exact_test(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> _Stat:
@@ -399,7 +501,10 @@ def _exact_test(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None
     if d is not None:
         return _sign_test(d)
     if not all(np.all(np.isfinite(c)) for c in columns):
-        return _Stat(theta=None, note="a value at 0 on a log-scale metric: the ratio of geometric means is undefined")
+        return _Stat(
+            theta=None,
+            note="a value at 0 on a log-scale metric: the ratio of geometric means is undefined",
+        )
     # theta = mean(x) - mean(y) with x = coef_a * a and y = -(const + coef_b * b)
     (ta, a), (tb, b) = zip(effect.terms, columns)
     x, y = ta.coef * a, -(effect.const + tb.coef * b)
@@ -414,10 +519,21 @@ def _exact_test(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None
     else:  # Monte Carlo: the observed arrangement counts as one draw
         total = len(diffs) + 1
         p_hold, p_fail = (k_hold + 1) / total, (k_fail + 1) / total
-    note = (f"exact permutation test over {total} arrangements" if exact
-            else f"permutation test, {RANDOMIZATION_DRAWS} random arrangements (seed {RANDOMIZATION_SEED})")
-    return _Stat(observed, None, None, min(1.0, p_hold), min(1.0, p_fail), note=note,
-                 test="permutation (exact)" if exact else "permutation (Monte Carlo)", exact_test=True)
+    note = (
+        f"exact permutation test over {total} arrangements"
+        if exact
+        else f"permutation test, {RANDOMIZATION_DRAWS} random arrangements (seed {RANDOMIZATION_SEED})"
+    )
+    return _Stat(
+        observed,
+        None,
+        None,
+        min(1.0, p_hold),
+        min(1.0, p_fail),
+        note=note,
+        test="permutation (exact)" if exact else "permutation (Monte Carlo)",
+        exact_test=True,
+    )
 
 
 def _sign_test(d: np.ndarray) -> _Stat:
@@ -426,10 +542,20 @@ def _sign_test(d: np.ndarray) -> _Stat:
     finite = np.abs(d[np.isfinite(d)])
     tol = 1e-12 * max(1.0, float(finite.max()) if len(finite) else 1.0)
     n, above, below = len(d), int(np.sum(d > tol)), int(np.sum(d < -tol))
-    p_hold, p_fail = float(stats.binom.sf(above - 1, n, 0.5)), float(stats.binom.sf(below - 1, n, 0.5))
-    return _Stat(float(np.median(d)), float(np.min(d)), float(np.max(d)), p_hold, p_fail, test="sign (exact)",
-                 note=f"exact sign test: {above} of {n} seeds on the condition's side of its bar, {below} on the other",
-                 exact_test=True)
+    p_hold, p_fail = (
+        float(stats.binom.sf(above - 1, n, 0.5)),
+        float(stats.binom.sf(below - 1, n, 0.5)),
+    )
+    return _Stat(
+        float(np.median(d)),
+        float(np.min(d)),
+        float(np.max(d)),
+        p_hold,
+        p_fail,
+        test="sign (exact)",
+        note=f"exact sign test: {above} of {n} seeds on the condition's side of its bar, {below} on the other",
+        exact_test=True,
+    )
 
 
 def _permutation_diffs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, bool]:
@@ -454,7 +580,9 @@ def smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
     permutation: 1 / C(n1 + n2, n1))."""
     if paired_or_one_term:
         return 2.0 ** -min(sizes)
-    return 1 / math.comb(sum(sizes), sizes[0])  # exactly 1/20 at 3 + 3 (int / int: huge counts give 0.0)
+    return 1 / math.comb(
+        sum(sizes), sizes[0]
+    )  # exactly 1/20 at 3 + 3 (int / int: huge counts give 0.0)
 
 
 def second_smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
@@ -462,7 +590,7 @@ def second_smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
     the permutation test with the two samples' extremes swapped once (2 / C(n1 + n2, n1))."""
     if paired_or_one_term:
         n = min(sizes)
-        return (n + 1) * 2.0 ** -n
+        return (n + 1) * 2.0**-n
     return 2 * smallest_p(False, sizes)
 
 
@@ -478,26 +606,33 @@ def _bootstrap(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None)
     return draws
 
 
-def _seeds_needed(theta: float, spread_parts: list[float], level: float, one_sample: bool,
-                  sizes: list[int]) -> int | None:
+def _seeds_needed(
+    theta: float, spread_parts: list[float], level: float, one_sample: bool, sizes: list[int]
+) -> int | None:
     """Seeds per arm for 80% power at `level` at the observed effect and spread (noncentral t), and
     at least as many as the exact test needs to reach `level` at all (zero spread: if every further
     seed agrees). None when the observed effect is 0 or more than MAX_SEEDS_SEARCHED would be needed."""
     if theta == 0 or not math.isfinite(theta):
         return None
-    floor = next(k for k in range(2, MAX_SEEDS_SEARCHED + 1) if smallest_p(one_sample, [k] * len(sizes)) <= level)
+    floor = next(
+        k
+        for k in range(2, MAX_SEEDS_SEARCHED + 1)
+        if smallest_p(one_sample, [k] * len(sizes)) <= level
+    )
     s2 = sum(spread_parts)
     if s2 <= 0:
         return floor
 
     def powered(n: int) -> bool:
         # Welch df with n per term: (n-1) (sum a)^2 / sum a^2; one term or paired: n - 1
-        df = (n - 1.0) if one_sample else (n - 1.0) * s2 ** 2 / sum(a ** 2 for a in spread_parts)
+        df = (n - 1.0) if one_sample else (n - 1.0) * s2**2 / sum(a**2 for a in spread_parts)
         # scipy.special's t quantile and noncentral t cdf: what stats.t.ppf / stats.nct.sf compute, without
         # their argument checking (this runs for every undetermined condition, many times per bisection)
         critical, noncentrality = special.stdtrit(df, 1 - level), abs(theta) / math.sqrt(s2 / n)
         power = 1.0 - special.nctdtr(df, noncentrality, critical)
-        if not math.isfinite(power):  # nctdtr gives NaN at large noncentrality (~40 and up): the slow, exact path
+        if not math.isfinite(
+            power
+        ):  # nctdtr gives NaN at large noncentrality (~40 and up): the slow, exact path
             power = float(stats.nct.sf(critical, df, noncentrality))
         return power >= POWER
 
@@ -513,10 +648,12 @@ def _seeds_needed(theta: float, spread_parts: list[float], level: float, one_sam
 def seeds_for_power(size: float, sd: float, level: float) -> int | None:
     """Seeds per arm for 80% power to detect a difference `size` between two arms whose per-seed
     values spread with standard deviation `sd` (Welch, equal spreads), at `level`."""
-    return _seeds_needed(size, [sd ** 2, sd ** 2], level, False, [2, 2])
+    return _seeds_needed(size, [sd**2, sd**2], level, False, [2, 2])
 
 
-def _exact(effect: _Effect, columns: list[np.ndarray], by_seed: bool, counts: dict[str, int]) -> _Stat:
+def _exact(
+    effect: _Effect, columns: list[np.ndarray], by_seed: bool, counts: dict[str, int]
+) -> _Stat:
     note = _lacking(effect, columns, 1, by_seed, counts)
     if note:
         return _Stat(theta=None, note=note)
@@ -558,8 +695,9 @@ def _samples(runs: list[dict]) -> tuple[dict[tuple[str, str], dict[int, float]],
     return samples, dropped
 
 
-def _evaluate(list_name: str, index: int, c, samples, alpha: float, exact: bool,
-              metrics: Mapping[str, Metric]) -> tuple[ConditionResult, list[_Stat]]:
+def _evaluate(
+    list_name: str, index: int, c, samples, alpha: float, exact: bool, metrics: Mapping[str, Metric]
+) -> tuple[ConditionResult, list[_Stat]]:
     """One condition's result (outcome still open under interval evaluation) and its effects' stats."""
     terms = list(dict.fromkeys(condition_terms(c)))
     # paired tests (and exact trends, judged seed by seed) use the seeds every term has
@@ -575,35 +713,61 @@ def _evaluate(list_name: str, index: int, c, samples, alpha: float, exact: bool,
     pair_stats = []
     for effect in _effects(c, log):
         cols = [columns[(t.arm, t.metric)] for t in effect.terms]
-        pair_stats.append(_exact(effect, cols, by_seed, counts) if exact
-                          else _interval(effect, cols, by_seed, alpha, bootstrap, metrics, counts))
+        pair_stats.append(
+            _exact(effect, cols, by_seed, counts)
+            if exact
+            else _interval(effect, cols, by_seed, alpha, bootstrap, metrics, counts)
+        )
     known = [s for s in pair_stats if s.theta is not None]
     weakest = min(known, key=lambda s: s.theta) if known else _Stat(theta=None)
     notes = list(dict.fromkeys(s.note for s in pair_stats if s.note))
     if exact:
         outcomes = [s.outcome for s in pair_stats]
-        outcome = ("fails" if "fails" in outcomes else "holds" if all(o == "holds" for o in outcomes)
-                   else "undetermined")
+        outcome = (
+            "fails"
+            if "fails" in outcomes
+            else "holds"
+            if all(o == "holds" for o in outcomes)
+            else "undetermined"
+        )
         p_hold = p_fail = None
-        test, reason = "exact", "evaluation: exact (a deterministic study): judged seed by seed, no statistics"
+        test, reason = (
+            "exact",
+            "evaluation: exact (a deterministic study): judged seed by seed, no statistics",
+        )
     else:
         outcome = "undetermined"  # settled after the families are corrected, across conditions
         p_hold = max(s.p_hold for s in pair_stats)
         p_fail = min(1.0, len(pair_stats) * min(s.p_fail for s in pair_stats))
         tests = list(dict.fromkeys(s.test for s in pair_stats if s.test))
         reasons = list(dict.fromkeys(s.test_reason for s in pair_stats if s.test_reason))
-        test = " + ".join(tests) or ("paired t" if by_seed else "one-sample t" if isinstance(c, Threshold)
-                                     else "welch t")
+        test = " + ".join(tests) or (
+            "paired t" if by_seed else "one-sample t" if isinstance(c, Threshold) else "welch t"
+        )
         reason = "; ".join(reasons)
     result = ConditionResult(
-        list_name=list_name, index=index, kind=c.kind, description=_describe(c),
-        estimate=weakest.theta, ci_low=weakest.ci_low, ci_high=weakest.ci_high, ci_level=weakest.ci_level,
-        p_hold=p_hold, p_fail=p_fail, p_hold_adj=None, p_fail_adj=None, test=test,
+        list_name=list_name,
+        index=index,
+        kind=c.kind,
+        description=_describe(c),
+        estimate=weakest.theta,
+        ci_low=weakest.ci_low,
+        ci_high=weakest.ci_high,
+        ci_level=weakest.ci_level,
+        p_hold=p_hold,
+        p_fail=p_fail,
+        p_hold_adj=None,
+        p_fail_adj=None,
+        test=test,
         n={f"{a}.{m}": len(col) for (a, m), col in columns.items()},
         values={f"{a}.{m}": [float(v) for v in col] for (a, m), col in columns.items()},
-        outcome=outcome, note="; ".join(notes), test_reason=reason,
-        estimand=_estimand(c, log, any(s.exact_test for s in pair_stats)) + (" (on the log scale)" if log else ""),
-        scale="log" if log else "linear")
+        outcome=outcome,
+        note="; ".join(notes),
+        test_reason=reason,
+        estimand=_estimand(c, log, any(s.exact_test for s in pair_stats))
+        + (" (on the log scale)" if log else ""),
+        scale="log" if log else "linear",
+    )
     return result, pair_stats
 
 
@@ -628,30 +792,43 @@ def _apply_families(results: list[ConditionResult], alpha: float) -> dict[str, f
     refuted = [r for r in results if r.list_name == "refuted_if"]
     refute = holm([r.p_hold for r in refuted] + [r.p_fail for r in supported])
     m = len(refute)
-    for r, adj in zip(refuted, refute[:len(refuted)]):
+    for r, adj in zip(refuted, refute[: len(refuted)]):
         r.p_hold_adj = adj
-    for r, adj in zip(supported, refute[len(refuted):]):
+    for r, adj in zip(supported, refute[len(refuted) :]):
         r.p_hold_adj, r.p_fail_adj = r.p_hold, adj
     for r, adj in zip(refuted, holm([r.p_fail for r in refuted])):
         r.p_fail_adj = adj
     levels = {}
     for r in results:
-        r.outcome = "holds" if r.p_hold_adj <= alpha else "fails" if r.p_fail_adj <= alpha else "undetermined"
+        r.outcome = (
+            "holds"
+            if r.p_hold_adj <= alpha
+            else "fails"
+            if r.p_fail_adj <= alpha
+            else "undetermined"
+        )
         ways = f"Holm over the {m} ways to refute (a refuted_if holding, a supported_if failing)"
         if r.list_name == "supported_if":
             r.adjustment = f"p(hold): intersection-union, at alpha unadjusted; p(fail): {ways}"
             levels[r.label] = alpha if (r.estimate or 0) > 0 else alpha / m
             raw, adj = r.p_fail, r.p_fail_adj
         else:
-            r.adjustment = f"p(hold): {ways}; p(fail): Holm over the {len(refuted)} refuted_if conditions"
+            r.adjustment = (
+                f"p(hold): {ways}; p(fail): Holm over the {len(refuted)} refuted_if conditions"
+            )
             levels[r.label] = alpha / m if (r.estimate or 0) > 0 else alpha / len(refuted)
             raw, adj = r.p_hold, r.p_hold_adj
         if r.outcome == "undetermined" and raw <= alpha < adj:
-            r.note = _join(r.note, f"significant alone, p = {raw:.3g}, but not after Holm over the {m} ways to refute")
+            r.note = _join(
+                r.note,
+                f"significant alone, p = {raw:.3g}, but not after Holm over the {m} ways to refute",
+            )
     return levels
 
 
-def _evaluate_controls(controls, samples, alpha: float, exact: bool, metrics) -> list[ConditionResult]:
+def _evaluate_controls(
+    controls, samples, alpha: float, exact: bool, metrics
+) -> list[ConditionResult]:
     """Each control as a condition that must hold: all must hold (intersection-union at alpha); a control
     fails in the controls' own Holm family."""
     evaluated = []
@@ -663,18 +840,35 @@ def _evaluate_controls(controls, samples, alpha: float, exact: bool, metrics) ->
     if out and not exact:
         for (r, pair_stats, c), adj in zip(evaluated, holm([r.p_fail for r in out])):
             r.p_hold_adj, r.p_fail_adj = r.p_hold, adj
-            r.outcome = "holds" if r.p_hold_adj <= alpha else "fails" if r.p_fail_adj <= alpha else "undetermined"
-            r.adjustment = (f"p(hold): intersection-union (every control must hold), at alpha unadjusted; "
-                            f"p(fail): Holm over the {len(out)} controls")
+            r.outcome = (
+                "holds"
+                if r.p_hold_adj <= alpha
+                else "fails"
+                if r.p_fail_adj <= alpha
+                else "undetermined"
+            )
+            r.adjustment = (
+                f"p(hold): intersection-union (every control must hold), at alpha unadjusted; "
+                f"p(fail): Holm over the {len(out)} controls"
+            )
             if r.outcome == "undetermined":  # it must hold: seeds for power at alpha
-                r.seeds_needed = (_trend_seeds_needed(pair_stats, alpha) if isinstance(c, Trend)
-                                  else pair_stats[0].needed(alpha))
+                r.seeds_needed = (
+                    _trend_seeds_needed(pair_stats, alpha)
+                    if isinstance(c, Trend)
+                    else pair_stats[0].needed(alpha)
+                )
     return out
 
 
 # ---------------------------------------------------------------------------------- the verdict
-def judge(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *,
-          ceilings: Mapping[str, dict] | None = None, edges: Mapping[str, str] | None = None) -> Verdict:
+def judge(
+    contract,
+    runs: list[dict],
+    metrics: Mapping[str, Metric] | None = None,
+    *,
+    ceilings: Mapping[str, dict] | None = None,
+    edges: Mapping[str, str] | None = None,
+) -> Verdict:
     """A contract's verdict on its runs: its decision with its controls over its seeds, and for a
     sequential contract look by look (gates.sequential). `ceilings` (condition label -> a resolved
     ceiling) and `edges` (tuned arm -> why its search stopped at an edge) come from the contract's study
@@ -683,8 +877,15 @@ def judge(contract, runs: list[dict], metrics: Mapping[str, Metric] | None = Non
         from gates.sequential import judge_sequential
 
         return judge_sequential(contract, runs, metrics, ceilings=ceilings, edges=edges)
-    return decide(contract.decision, runs, metrics, controls=contract.controls, seeds=list(contract.seeds),
-                  ceilings=ceilings, edges=edges)
+    return decide(
+        contract.decision,
+        runs,
+        metrics,
+        controls=contract.controls,
+        seeds=list(contract.seeds),
+        ceilings=ceilings,
+        edges=edges,
+    )
 
 
 def claim_inputs(loaded) -> dict:
@@ -705,9 +906,17 @@ def judge_claim(loaded, runs: list[dict]) -> Verdict:
     return judge(loaded.contract, runs, loaded.study.metrics, **claim_inputs(loaded))
 
 
-def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] | None = None, *,
-           alpha: float | None = None, controls=(), seeds: list[int] | None = None,
-           ceilings: Mapping[str, dict] | None = None, edges: Mapping[str, str] | None = None) -> Verdict:
+def decide(
+    decision: Decision,
+    runs: list[dict],
+    metrics: Mapping[str, Metric] | None = None,
+    *,
+    alpha: float | None = None,
+    controls=(),
+    seeds: list[int] | None = None,
+    ceilings: Mapping[str, dict] | None = None,
+    edges: Mapping[str, str] | None = None,
+) -> Verdict:
     """The verdict the decision rules give on these runs (plain dicts, as stored in evidence.json).
 
     `metrics` is the study's metric declarations (scales, ranges); without it every metric is linear and
@@ -729,23 +938,35 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
         for (r, pair_stats), (_, _, c) in zip(evaluated, listed):
             if r.outcome == "undetermined":
                 level = levels[r.label]
-                r.seeds_needed = (_trend_seeds_needed(pair_stats, level) if isinstance(c, Trend)
-                                  else pair_stats[0].needed(level))
+                r.seeds_needed = (
+                    _trend_seeds_needed(pair_stats, level)
+                    if isinstance(c, Trend)
+                    else pair_stats[0].needed(level)
+                )
 
     under_test = arms_under_test(decision)
-    halts = [{"arm": r["arm"], "seed": r["seed"], "reason": r.get("halt_reason")}
-             for r in runs if r.get("status") == "halted"]
+    halts = [
+        {"arm": r["arm"], "seed": r["seed"], "reason": r.get("halt_reason")}
+        for r in runs
+        if r.get("status") == "halted"
+    ]
     futile = [h for h in halts if h["arm"] in under_test and _is_futility(h["reason"])]
     checked = _evaluate_controls(controls, samples, alpha, exact, metrics)
-    read = [t for _, _, c in listed for t in condition_terms(c)] + [t for c in controls for t in condition_terms(c)]
+    read = [t for _, _, c in listed for t in condition_terms(c)] + [
+        t for c in controls for t in condition_terms(c)
+    ]
     lost = _lost_values(read, runs, samples, seeds)
     for r, c in zip(results + checked, [c for _, _, c in listed] + list(controls)):
         missing = [x for x in lost if (x["arm"], x["metric"]) in condition_terms(c)]
         if r.list_name in ("supported_if", "controls") and missing and r.outcome == "holds":
             r.outcome = "undetermined"
-            r.note = _join(r.note, "cannot hold while runs it reads are lost: "
-                                   + ", ".join(f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})"
-                                               for x in missing))
+            r.note = _join(
+                r.note,
+                "cannot hold while runs it reads are lost: "
+                + ", ".join(
+                    f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})" for x in missing
+                ),
+            )
     stalled = _withhold(results, listed, runs, edges or {})
     not_run = _not_run(list(dict.fromkeys(a for a, _ in read)), runs, seeds, under_test)
     beyond = _beyond_ceiling(results, listed, ceilings or {}, samples, metrics)
@@ -758,24 +979,38 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
         verdict = "invalid"
         reasons += [f"arm {x['arm']} did not run as designed: {x['text']}" for x in not_run]
         reasons += [x["text"] for x in beyond]
-        reasons += [f"{r.label} ({r.control} control) {'fails' if r.outcome == 'fails' else 'cannot be settled'}: "
-                    f"{_line(r)}" for r in broken]
+        reasons += [
+            f"{r.label} ({r.control} control) {'fails' if r.outcome == 'fails' else 'cannot be settled'}: "
+            f"{_line(r)}"
+            for r in broken
+        ]
         if not_run:
-            reasons.append("an arm the decision reads has no completed run: the experiment did not run as designed, "
-                           "so the claim is neither supported nor refuted (failed runs are never results)")
+            reasons.append(
+                "an arm the decision reads has no completed run: the experiment did not run as designed, "
+                "so the claim is neither supported nor refuted (failed runs are never results)"
+            )
         if beyond:
-            reasons.append("a bar beyond what the best possible arm reaches tests nothing: the claim is neither "
-                           "supported nor refuted")
+            reasons.append(
+                "a bar beyond what the best possible arm reaches tests nothing: the claim is neither "
+                "supported nor refuted"
+            )
         if broken:
-            reasons.append("a control that does not hold means the setup cannot be trusted to show the effect or its "
-                           "absence: the claim is neither supported nor refuted")
-    elif (any(r.outcome == "holds" for r in refuted) or any(r.outcome == "fails" for r in supported)
-            or futile):
+            reasons.append(
+                "a control that does not hold means the setup cannot be trusted to show the effect or its "
+                "absence: the claim is neither supported nor refuted"
+            )
+    elif (
+        any(r.outcome == "holds" for r in refuted)
+        or any(r.outcome == "fails" for r in supported)
+        or futile
+    ):
         verdict = "refuted"
         reasons += [f"{r.label} holds: {_line(r)}" for r in refuted if r.outcome == "holds"]
         reasons += [f"{r.label} fails: {_line(r)}" for r in supported if r.outcome == "fails"]
-        reasons += [f"arm {h['arm']} seed {h['seed']} was halted for futility (an arm under test was hopeless)"
-                    for h in futile]
+        reasons += [
+            f"arm {h['arm']} seed {h['seed']} was halted for futility (an arm under test was hopeless)"
+            for h in futile
+        ]
     elif all(r.outcome == "holds" for r in supported):
         verdict = "supported"
         reasons += [f"{r.label} holds: {_line(r)}" for r in supported]
@@ -784,21 +1019,39 @@ def decide(decision: Decision, runs: list[dict], metrics: Mapping[str, Metric] |
         verdict = "inconclusive"
         reasons.append("not every supported_if condition holds, and nothing refutes the claim")
         reasons += [f"{r.label} holds: {_line(r)}" for r in supported if r.outcome == "holds"]
-        reasons += [f"{r.label} undetermined: {_line(r)}" for r in results if r.outcome == "undetermined"]
+        reasons += [
+            f"{r.label} undetermined: {_line(r)}" for r in results if r.outcome == "undetermined"
+        ]
     reasons += _run_notes(runs, read, under_test, seeds, not_run)
     if dropped:
         reasons.append("non-finite values dropped: " + ", ".join(dropped))
     if verdict == "inconclusive":
-        settle = [_settle_line(r, stalled.get(r.label)) for r in results if r.outcome == "undetermined"]
+        settle = [
+            _settle_line(r, stalled.get(r.label)) for r in results if r.outcome == "undetermined"
+        ]
     elif verdict == "invalid":
-        settle = ([f"arm {x['arm']}: {x['settle']}" for x in not_run] + [x["settle"] for x in beyond]
-                  + [_settle_line(r) for r in broken if r.outcome == "undetermined"])
+        settle = (
+            [f"arm {x['arm']}: {x['settle']}" for x in not_run]
+            + [x["settle"] for x in beyond]
+            + [_settle_line(r) for r in broken if r.outcome == "undetermined"]
+        )
     else:
         settle = []
-    return Verdict(verdict=verdict, reasons=reasons, conditions=results, alpha=alpha,
-                   evaluation=decision.evaluation, correction="none" if exact else CORRECTION,
-                   settle=settle, halts=halts, lost=lost, controls=checked, not_run=not_run, beyond_ceiling=beyond,
-                   tuning_edges=dict(edges or {}))
+    return Verdict(
+        verdict=verdict,
+        reasons=reasons,
+        conditions=results,
+        alpha=alpha,
+        evaluation=decision.evaluation,
+        correction="none" if exact else CORRECTION,
+        settle=settle,
+        halts=halts,
+        lost=lost,
+        controls=checked,
+        not_run=not_run,
+        beyond_ceiling=beyond,
+        tuning_edges=dict(edges or {}),
+    )
 
 
 def _withhold(results, listed, runs: list[dict], edges: Mapping[str, str]) -> dict[str, dict]:
@@ -815,12 +1068,20 @@ def _withhold(results, listed, runs: list[dict], edges: Mapping[str, str]) -> di
             stalled[r.label] = {"still": still, "edges": at_edge}
         if still:
             r.outcome = "undetermined"
-            r.note = _join(r.note, "still improving at the end of training: "
-                                   + "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
-                                               for a, v in still.items()) + "; needs more steps")
+            r.note = _join(
+                r.note,
+                "still improving at the end of training: "
+                + "; ".join(
+                    f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+                    for a, v in still.items()
+                )
+                + "; needs more steps",
+            )
         if at_edge:
             r.outcome = "undetermined"
-            r.note = _join(r.note, "tuning stopped at the edge of its search: " + "; ".join(at_edge))
+            r.note = _join(
+                r.note, "tuning stopped at the edge of its search: " + "; ".join(at_edge)
+            )
     return stalled
 
 
@@ -837,7 +1098,9 @@ def _expected(runs: list[dict], seeds: list[int] | None) -> list[int]:
     return sorted(set(seeds) if seeds is not None else {r["seed"] for r in runs})
 
 
-def _lost_values(read: list[tuple[str, str]], runs: list[dict], samples, seeds: list[int] | None) -> list[dict]:
+def _lost_values(
+    read: list[tuple[str, str]], runs: list[dict], samples, seeds: list[int] | None
+) -> list[dict]:
     """Every (arm, metric, seed) among `read` that the runs do not give a finite value for, over the
     expected seeds (default: those any run was recorded with)."""
     by_key = {(r["arm"], r["seed"]): r for r in runs}
@@ -850,7 +1113,9 @@ def _lost_values(read: list[tuple[str, str]], runs: list[dict], samples, seeds: 
             if run is None:
                 why = "no run recorded"
             elif run.get("status") != "completed":
-                why = run.get("status") + (f": {run['halt_reason']}" if run.get("halt_reason") else "")
+                why = run.get("status") + (
+                    f": {run['halt_reason']}" if run.get("halt_reason") else ""
+                )
             else:
                 why = "no finite value"
             lost.append({"arm": arm, "metric": metric, "seed": seed, "why": why})
@@ -870,7 +1135,9 @@ def first_error(runs: list[dict]) -> str | None:
     return None
 
 
-def _not_run(arms: list[str], runs: list[dict], seeds: list[int] | None, under_test: set[str]) -> list[dict]:
+def _not_run(
+    arms: list[str], runs: list[dict], seeds: list[int] | None, under_test: set[str]
+) -> list[dict]:
     """The arms read by the decision or a control that have no completed run among the expected seeds
     (a futility halt of an arm under test excepted: that is a designed outcome, which refutes)."""
     expected = _expected(runs, seeds)
@@ -887,21 +1154,41 @@ def _not_run(arms: list[str], runs: list[dict], seeds: list[int] | None, under_t
         if len(expected) > len(mine):
             statuses["not recorded"] = len(expected) - len(mine)
         error = first_error(mine)
-        text = (f"0 of {len(expected)} runs completed ("
-                + ", ".join(f"{n} {_status_words(s)}" for s, n in statuses.items()) + ")"
-                + (f"; first error: {error}" if error else ""))
-        settle = ("find and fix what fails" + (f" ({error})" if error else "") + ", then record a new attempt "
-                  "(`gates run CONTRACT --record --reason TEXT`; this one stays on the record)")
-        out.append({"arm": arm, "runs": len(expected), "completed": 0, "statuses": statuses, "first_error": error,
-                    "text": text, "settle": settle})
+        text = (
+            f"0 of {len(expected)} runs completed ("
+            + ", ".join(f"{n} {_status_words(s)}" for s, n in statuses.items())
+            + ")"
+            + (f"; first error: {error}" if error else "")
+        )
+        settle = (
+            "find and fix what fails"
+            + (f" ({error})" if error else "")
+            + ", then record a new attempt "
+            "(`gates run CONTRACT --record --reason TEXT`; this one stays on the record)"
+        )
+        out.append(
+            {
+                "arm": arm,
+                "runs": len(expected),
+                "completed": 0,
+                "statuses": statuses,
+                "first_error": error,
+                "text": text,
+                "settle": settle,
+            }
+        )
     return out
 
 
 def _status_words(status: str) -> str:
-    return {"skipped": "not run after its arm kept failing", "halted": "halted by a stop rule"}.get(status, status)
+    return {"skipped": "not run after its arm kept failing", "halted": "halted by a stop rule"}.get(
+        status, status
+    )
 
 
-def _run_notes(runs: list[dict], read, under_test: set[str], seeds, not_run: list[dict]) -> list[str]:
+def _run_notes(
+    runs: list[dict], read, under_test: set[str], seeds, not_run: list[dict]
+) -> list[str]:
     """A line per run the decision reads that did not complete, and one per other arm with failures."""
     read_arms = {a for a, _ in read}
     broken_arms = {x["arm"] for x in not_run}
@@ -914,16 +1201,20 @@ def _run_notes(runs: list[dict], read, under_test: set[str], seeds, not_run: lis
         if r["arm"] in under_test and _is_futility(r.get("halt_reason")):
             continue
         why = first_error([r]) if r.get("status") in ("failed", "skipped") else r.get("halt_reason")
-        notes.append(f"arm {r['arm']} seed {r['seed']} did not complete ({r.get('status')}"
-                     f"{': ' + str(why) if why else ''}); its values are missing")
+        notes.append(
+            f"arm {r['arm']} seed {r['seed']} did not complete ({r.get('status')}"
+            f"{': ' + str(why) if why else ''}); its values are missing"
+        )
     others: dict[str, list[dict]] = {}
     for r in runs:
         if r["arm"] not in read_arms and r.get("status") in ("failed", "skipped"):
             others.setdefault(r["arm"], []).append(r)
     for arm, bad in others.items():
         total = len([r for r in runs if r["arm"] == arm])
-        notes.append(f"arm {arm} (not read by the decision) did not complete {len(bad)} of {total} runs; first error: "
-                     f"{first_error(bad) or '-'}")
+        notes.append(
+            f"arm {arm} (not read by the decision) did not complete {len(bad)} of {total} runs; first error: "
+            f"{first_error(bad) or '-'}"
+        )
     return notes
 
 
@@ -940,9 +1231,15 @@ def _beyond_ceiling(results, listed, ceilings: Mapping[str, dict], samples, metr
         if ceiling.get("value") is not None:
             values, source = [float(ceiling["value"])], "known before the run"
         elif ceiling.get("metric"):
-            values, source = list(samples.get((c.arm, ceiling["metric"]), {}).values()), f"{c.arm}.{ceiling['metric']}"
+            values, source = (
+                list(samples.get((c.arm, ceiling["metric"]), {}).values()),
+                f"{c.arm}.{ceiling['metric']}",
+            )
         else:
-            values, source = list(samples.get((ceiling["arm"], c.metric), {}).values()), f"{ceiling['arm']}.{c.metric}"
+            values, source = (
+                list(samples.get((ceiling["arm"], c.metric), {}).values()),
+                f"{ceiling['arm']}.{c.metric}",
+            )
         if not values:
             continue
         log = r.scale == "log" and all(v > 0 for v in values)
@@ -957,14 +1254,26 @@ def _beyond_ceiling(results, listed, ceilings: Mapping[str, dict], samples, metr
             best += effect.terms[1].coef * other_centre
         if best > 0:
             continue
-        shown = (f"{min(values):.4g}-{max(values):.4g} over {len(values)} seeds (centre {centre:.4g})"
-                 if len(values) > 1 else f"{centre:.4g}")
-        out.append({"condition": r.label, "description": r.description, "ceiling": centre, "min": min(values),
-                    "max": max(values), "source": source, "why": ceiling.get("why", ""),
-                    "text": f"{r.label} `{r.description}`: the best possible arm reaches {shown} ({source}: "
-                            f"{ceiling.get('why', '')}), which does not clear the bar: the condition tests nothing",
-                    "settle": f"{r.label}: the claim as stated asks more than the best possible arm reaches here; a "
-                              f"new version needs a claim (or a regime) where the ceiling clears the bar"})
+        shown = (
+            f"{min(values):.4g}-{max(values):.4g} over {len(values)} seeds (centre {centre:.4g})"
+            if len(values) > 1
+            else f"{centre:.4g}"
+        )
+        out.append(
+            {
+                "condition": r.label,
+                "description": r.description,
+                "ceiling": centre,
+                "min": min(values),
+                "max": max(values),
+                "source": source,
+                "why": ceiling.get("why", ""),
+                "text": f"{r.label} `{r.description}`: the best possible arm reaches {shown} ({source}: "
+                f"{ceiling.get('why', '')}), which does not clear the bar: the condition tests nothing",
+                "settle": f"{r.label}: the claim as stated asks more than the best possible arm reaches here; a "
+                f"new version needs a claim (or a regime) where the ceiling clears the bar",
+            }
+        )
     return out
 
 
@@ -983,7 +1292,10 @@ def _num(x: float | None) -> str:
 
 def _line(r: ConditionResult) -> str:
     """One plain line: the condition, its estimate, its interval and p-values, and any note."""
-    parts = [r.description, f"estimate {_num(r.estimate)}" + (" (log scale)" if r.scale == "log" else "")]
+    parts = [
+        r.description,
+        f"estimate {_num(r.estimate)}" + (" (log scale)" if r.scale == "log" else ""),
+    ]
     if r.ci_level is not None and r.ci_low is not None:
         parts.append(f"{r.ci_level:.0%} CI [{_num(r.ci_low)}, {_num(r.ci_high)}]")
     elif r.ci_low is not None:  # exact evaluation, or an exact test
@@ -998,12 +1310,19 @@ def _settle_line(r: ConditionResult, withheld: dict | None = None) -> str:
     still, at_edge = (withheld or {}).get("still"), (withheld or {}).get("edges")
     if still:  # arms it reads were still improving when training stopped (`convergence`)
         arms = ", ".join(still)
-        runs = "; ".join(f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}" for a, v in still.items())
-        return (f"{head}: more steps for arm{'s' if len(still) > 1 else ''} {arms} (still improving at the end of "
-                f"training: {runs}); a new version of the contract with a longer budget")
+        runs = "; ".join(
+            f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
+            for a, v in still.items()
+        )
+        return (
+            f"{head}: more steps for arm{'s' if len(still) > 1 else ''} {arms} (still improving at the end of "
+            f"training: {runs}); a new version of the contract with a longer budget"
+        )
     if at_edge:
-        return (f"{head}: a new version whose tuning searches beyond the edge its best trial sits at "
-                f"({'; '.join(at_edge)}), with the same budget for every arm")
+        return (
+            f"{head}: a new version whose tuning searches beyond the edge its best trial sits at "
+            f"({'; '.join(at_edge)}), with the same budget for every arm"
+        )
     if any(n < (1 if r.test == "exact" else 2) for n in r.n.values()):
         need = 1 if r.test == "exact" else 2
         short = ", ".join(f"{k} has {n}" for k, n in r.n.items() if n < need)
@@ -1013,12 +1332,16 @@ def _settle_line(r: ConditionResult, withheld: dict | None = None) -> str:
     if r.seeds_needed is not None:
         which = "hold" if r.estimate > 0 else "fail"
         current = max(r.n.values())
-        return (f"{head}: about {r.seeds_needed} seeds per arm for 80% power at the level it is tested at (it would "
-                f"{which}; an estimate from the observed effect and spread, now {current} seeds)")
+        return (
+            f"{head}: about {r.seeds_needed} seeds per arm for 80% power at the level it is tested at (it would "
+            f"{which}; an estimate from the observed effect and spread, now {current} seeds)"
+        )
     if r.estimate == 0:
         return f"{head}: the observed effect is 0; more seeds alone are unlikely to settle it"
-    return (f"{head}: more than {MAX_SEEDS_SEARCHED} seeds per arm at the observed spread; "
-            f"the effect is too small against the seed-to-seed spread to settle")
+    return (
+        f"{head}: more than {MAX_SEEDS_SEARCHED} seeds per arm at the observed spread; "
+        f"the effect is too small against the seed-to-seed spread to settle"
+    )
 
 
 # ---------------------------------------------------------------------------------- preflight
@@ -1039,13 +1362,18 @@ def _p_floor(c, n_seeds: int, exact_everywhere: bool) -> float:
     return smallest_p(_one_sample_shape(c), _sizes(c, n_seeds))
 
 
-def _unreachable_at(decision: Decision, n_seeds: int, exact_everywhere: bool) -> list[tuple[str, int, float, float]]:
+def _unreachable_at(
+    decision: Decision, n_seeds: int, exact_everywhere: bool
+) -> list[tuple[str, int, float, float]]:
     """(list, index, the smallest p its test can give, the level it must reach) of each condition that
     cannot reach its level with `n_seeds` seeds."""
     m = len(decision.conditions())
     levels = {"supported_if": decision.alpha, "refuted_if": decision.alpha / m}
-    return [(name, i, q, levels[name]) for name, i, c in decision.conditions()
-            if (q := _p_floor(c, n_seeds, exact_everywhere)) > levels[name]]
+    return [
+        (name, i, q, levels[name])
+        for name, i, c in decision.conditions()
+        if (q := _p_floor(c, n_seeds, exact_everywhere)) > levels[name]
+    ]
 
 
 def _seeds_to_reach(decision: Decision, exact_everywhere: bool, start: int) -> int | None:
@@ -1059,7 +1387,9 @@ def supportable(decision: Decision, n_seeds: int, alpha: float, exact_everywhere
     """Whether every supported_if condition could hold with `n_seeds` seeds at `alpha` (a sequential
     look's share), best case, with the exact test everywhere or only where declared."""
     at = decision.model_copy(update={"alpha": alpha})
-    return not any(name == "supported_if" for name, *_ in _unreachable_at(at, n_seeds, exact_everywhere))
+    return not any(
+        name == "supported_if" for name, *_ in _unreachable_at(at, n_seeds, exact_everywhere)
+    )
 
 
 def unreachable(decision: Decision, n_seeds: int) -> list[tuple[str, int, str]]:
@@ -1068,11 +1398,16 @@ def unreachable(decision: Decision, n_seeds: int) -> list[tuple[str, int, str]]:
     out = []
     enough = _seeds_to_reach(decision, False, n_seeds)
     for name, i, q, level in _unreachable_at(decision, n_seeds, False):
-        how = ("each supported_if is tested at alpha" if name == "supported_if"
-               else f"a refuted_if is in the Holm family of the {len(decision.conditions())} ways to refute")
-        why = (f"with {n_seeds} seeds, {name}[{i}] cannot hold at alpha {decision.alpha:g} ({how}): the smallest p "
-               f"its exact test can give is {q:.3g}, above {level:.3g}; expected at least {enough or 'more than 64'} "
-               f"seeds, or the t-test (interval: t)")
+        how = (
+            "each supported_if is tested at alpha"
+            if name == "supported_if"
+            else f"a refuted_if is in the Holm family of the {len(decision.conditions())} ways to refute"
+        )
+        why = (
+            f"with {n_seeds} seeds, {name}[{i}] cannot hold at alpha {decision.alpha:g} ({how}): the smallest p "
+            f"its exact test can give is {q:.3g}, above {level:.3g}; expected at least {enough or 'more than 64'} "
+            f"seeds, or the t-test (interval: t)"
+        )
         out.append((name, i, why))
     return out
 
@@ -1086,25 +1421,43 @@ def exact_test_notes(decision: Decision, n_seeds: int, metrics: Mapping[str, Met
     notes = []
     alpha = decision.alpha
     for i, c in enumerate(decision.supported_if):
-        bounded = [m for _, m in condition_terms(c)
-                   if m in metrics and (metrics[m].low is not None or metrics[m].high is not None)]
+        bounded = [
+            m
+            for _, m in condition_terms(c)
+            if m in metrics and (metrics[m].low is not None or metrics[m].high is not None)
+        ]
         if c.interval != "bootstrap" and not bounded:
             continue
-        when = ("its p-values come from the exact test" if c.interval == "bootstrap" else
-                f"if the per-seed values of {', '.join(dict.fromkeys(bounded))} tie or reach a bound, the exact test "
-                f"replaces the t-test, and")
+        when = (
+            "its p-values come from the exact test"
+            if c.interval == "bootstrap"
+            else f"if the per-seed values of {', '.join(dict.fromkeys(bounded))} tie or reach a bound, the exact test "
+            f"replaces the t-test, and"
+        )
         one = _one_sample_shape(c)
-        floor, next_p = smallest_p(one, _sizes(c, n_seeds)), second_smallest_p(one, _sizes(c, n_seeds))
+        floor, next_p = (
+            smallest_p(one, _sizes(c, n_seeds)),
+            second_smallest_p(one, _sizes(c, n_seeds)),
+        )
         if floor > alpha:
-            enough = next((n for n in range(n_seeds, 65) if smallest_p(one, _sizes(c, n)) <= alpha), None)
-            notes.append(f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could not hold at alpha {alpha:g} "
-                         f"(smallest p {floor:.3g}); {enough or 'more than 64'} seeds could")
+            enough = next(
+                (n for n in range(n_seeds, 65) if smallest_p(one, _sizes(c, n)) <= alpha), None
+            )
+            notes.append(
+                f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could not hold at alpha {alpha:g} "
+                f"(smallest p {floor:.3g}); {enough or 'more than 64'} seeds could"
+            )
         elif next_p > alpha:
-            enough = next((n for n in range(n_seeds, 65) if second_smallest_p(one, _sizes(c, n)) <= alpha), None)
-            every = ("every seed agrees" if one else "the two arms' values do not overlap at all")
-            notes.append(f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could hold only if {every} "
-                         f"(p {floor:.3g}; one seed the other way gives {next_p:.3g} > alpha {alpha:g}); "
-                         f"{enough or 'more than 64'} seeds would allow one seed to disagree")
+            enough = next(
+                (n for n in range(n_seeds, 65) if second_smallest_p(one, _sizes(c, n)) <= alpha),
+                None,
+            )
+            every = "every seed agrees" if one else "the two arms' values do not overlap at all"
+            notes.append(
+                f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could hold only if {every} "
+                f"(p {floor:.3g}; one seed the other way gives {next_p:.3g} > alpha {alpha:g}); "
+                f"{enough or 'more than 64'} seeds would allow one seed to disagree"
+            )
     return notes
 
 
@@ -1112,11 +1465,17 @@ def linear_skew_notes(decision: Decision, metrics: Mapping[str, Metric]) -> list
     """A note for each metric a condition reads that is positive and unbounded but declared linear: if its
     per-seed values are right-skewed (losses, errors, latencies) a t-test on them does not keep its level."""
     read = dict.fromkeys(m for _, _, c in decision.conditions() for _, m in condition_terms(c))
-    return [f"note: {m} is declared on the linear scale ({metrics[m].describe()}): the t-test assumes its per-seed "
-            f"values are roughly symmetric; a right-skewed positive metric (a loss near 0, an error, a KL, a "
-            f"latency) is declared `positive(...)` by its study and judged on the log scale"
-            for m in read if m in metrics and metrics[m].scale == "linear" and metrics[m].low is not None
-            and metrics[m].low >= 0 and metrics[m].high is None]
+    return [
+        f"note: {m} is declared on the linear scale ({metrics[m].describe()}): the t-test assumes its per-seed "
+        f"values are roughly symmetric; a right-skewed positive metric (a loss near 0, an error, a KL, a "
+        f"latency) is declared `positive(...)` by its study and judged on the log scale"
+        for m in read
+        if m in metrics
+        and metrics[m].scale == "linear"
+        and metrics[m].low is not None
+        and metrics[m].low >= 0
+        and metrics[m].high is None
+    ]
 
 
 # ---------------------------------------------------------------------------------- the gates, measured
@@ -1134,14 +1493,28 @@ def predictions(contract, runs: list[dict], first_signals: list[dict]) -> dict:
         diff = float(np.mean(list(a.values())) - np.mean(list(b.values())))
         measured = diff if pa.direction == "higher" else -diff
     # a supported_if condition is tested at alpha itself (intersection-union)
-    power = (seeds_for_power(pa.size, pa.sd, contract.decision.alpha)
-             if pa.sd is not None and pa.size > 0 else None)
+    power = (
+        seeds_for_power(pa.size, pa.sd, contract.decision.alpha)
+        if pa.sd is not None and pa.size > 0
+        else None
+    )
     met = [bool(r.get("met")) for r in first_signals]
     return {
-        "predicted_ablation": {"arm": pa.arm, "versus": pa.versus, "metric": pa.metric, "direction": pa.direction,
-                               "predicted_size": pa.size, "measured_size": measured,
-                               "came_true": None if measured is None else bool(measured >= pa.size),
-                               "n": {pa.arm: len(a), pa.versus: len(b)}, "sd": pa.sd,
-                               "seeds_for_80pct_power": power},
-        "falsifiable_point": {"met_on": sum(met), "of": len(met), "came_true": bool(met) and all(met)},
+        "predicted_ablation": {
+            "arm": pa.arm,
+            "versus": pa.versus,
+            "metric": pa.metric,
+            "direction": pa.direction,
+            "predicted_size": pa.size,
+            "measured_size": measured,
+            "came_true": None if measured is None else bool(measured >= pa.size),
+            "n": {pa.arm: len(a), pa.versus: len(b)},
+            "sd": pa.sd,
+            "seeds_for_80pct_power": power,
+        },
+        "falsifiable_point": {
+            "met_on": sum(met),
+            "of": len(met),
+            "came_true": bool(met) and all(met),
+        },
     }

@@ -35,20 +35,34 @@ class ClaimCheck:
     created_at: str | None = None
     problems: list[str] = field(default_factory=list)
     replayed: bool = False
-    hash_ok: bool | None = None  # the contract's sha256 against the recorded one; None: not compared
+    hash_ok: bool | None = (
+        None  # the contract's sha256 against the recorded one; None: not compared
+    )
     # the claims history and the code, filled in by verify() (gates.history, gates.provenance, gates.audit)
-    withdrawn: bool = False  # the index's latest entry for this id is a withdrawal (status "withdrawn")
+    withdrawn: bool = (
+        False  # the index's latest entry for this id is a withdrawal (status "withdrawn")
+    )
     withdrawal: str | None = None  # its reason and time
     supersedes: str | None = None  # the id this contract replaces
-    superseded_by: list[str] = field(default_factory=list)  # ids of the contracts that replace this one
+    superseded_by: list[str] = field(
+        default_factory=list
+    )  # ids of the contracts that replace this one
     stale: bool = False  # the code the evidence was computed with has changed since
-    stale_files: list[str] = field(default_factory=list)  # which files ("unknown files" when not nameable)
+    stale_files: list[str] = field(
+        default_factory=list
+    )  # which files ("unknown files" when not nameable)
     stale_note: str = ""
     rule_flags: list[str] = field(default_factory=list)  # rules the recorded contract predates
-    audited: list[str] = field(default_factory=list)  # runs re-run by a spot-check audit, with their outcome
+    audited: list[str] = field(
+        default_factory=list
+    )  # runs re-run by a spot-check audit, with their outcome
     attempts: int = 0  # attempts at this claim in the claims history (gates.history.attempts)
-    earlier: list[str] = field(default_factory=list)  # each earlier attempt in a line ("attempt 1 invalid (...)")
-    shared_runs: dict[str, list[str]] = field(default_factory=dict)  # other claim -> runs it ran too (gates.siblings)
+    earlier: list[str] = field(
+        default_factory=list
+    )  # each earlier attempt in a line ("attempt 1 invalid (...)")
+    shared_runs: dict[str, list[str]] = field(
+        default_factory=dict
+    )  # other claim -> runs it ran too (gates.siblings)
     regime_left: siblings.RegimeLeft | None = None  # a superseded sibling left this claim's regime
 
     def as_dict(self) -> dict:
@@ -92,24 +106,39 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
     try:
         ev = ledger.read_evidence(evidence_path)
     except ValueError as e:
-        return _lost(check, f"{evidence_path}: {e}; expected valid evidence: restore the committed file from git, "
-                            f"or run the contract again")
+        return _lost(
+            check,
+            f"{evidence_path}: {e}; expected valid evidence: restore the committed file from git, "
+            f"or run the contract again",
+        )
     check.verdict, check.created_at = ev["verdict"], ev["created_at"]
     if ev["contract_id"] != contract_id:
-        return _lost(check, f"{evidence_path} records contract {ev['contract_id']!r}, not {contract_id!r}")
+        return _lost(
+            check, f"{evidence_path} records contract {ev['contract_id']!r}, not {contract_id!r}"
+        )
 
     # the contract is the repository's file with this id: a path the evidence names is never trusted
     duplicates = getattr(contracts, "duplicates", {}).get(contract_id)
     if duplicates:
-        return _lost(check, f"contracts {', '.join(map(str, duplicates))} all have id {contract_id!r}; expected "
-                            f"exactly one contract per id (a new version needs a new id)")
+        return _lost(
+            check,
+            f"contracts {', '.join(map(str, duplicates))} all have id {contract_id!r}; expected "
+            f"exactly one contract per id (a new version needs a new id)",
+        )
     path = contracts.get(contract_id)
     if path is None or not Path(path).is_file():
-        broken = [(p, why) for p, why in getattr(contracts, "unloadable", {}).items() if p.stem == contract_id]
+        broken = [
+            (p, why)
+            for p, why in getattr(contracts, "unloadable", {}).items()
+            if p.stem == contract_id
+        ]
         if broken:
             return _lost(check, f"contract no longer loads: {broken[0][1]}")
-        return _lost(check, f"contract {contract_id!r} is missing (recorded at {ev.get('contract_path')}); no "
-                            f"contract file in the contracts folder has this id")
+        return _lost(
+            check,
+            f"contract {contract_id!r} is missing (recorded at {ev.get('contract_path')}); no "
+            f"contract file in the contracts folder has this id",
+        )
     try:
         loaded = load_contract(path)
     except UserError as e:
@@ -119,10 +148,16 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
     check.hash_ok = loaded.sha256 == ev["contract_sha256"]
     if not check.hash_ok:
         named = ev.get("contract_path")
-        elsewhere = (f"; the evidence names {named}, but the contract with id {contract_id!r} is {path}"
-                     if named and not _same_file(named, path) else "")
-        return _lost(check, f"{path} was edited after its evidence: sha256 {loaded.sha256[:16]} != recorded "
-                            f"{ev['contract_sha256'][:16]} (a new version needs a new id){elsewhere}")
+        elsewhere = (
+            f"; the evidence names {named}, but the contract with id {contract_id!r} is {path}"
+            if named and not _same_file(named, path)
+            else ""
+        )
+        return _lost(
+            check,
+            f"{path} was edited after its evidence: sha256 {loaded.sha256[:16]} != recorded "
+            f"{ev['contract_sha256'][:16]} (a new version needs a new id){elsewhere}",
+        )
 
     loaded.tuning_record = ev.get("tuning")
     check.problems += _check_runs(loaded, ev)
@@ -133,7 +168,9 @@ def check_claim(evidence_path: Path, contracts: dict[str, Path], *, replay: bool
     check.problems += _check_derived(loaded, ev, again)
     check.problems += _check_report(evidence_path.parent, ev)
     if loaded.contract.tuning is not None or ev.get("tuning"):
-        from gates.tuning import check_evidence as check_tuning  # imports Optuna: only when it matters
+        from gates.tuning import (
+            check_evidence as check_tuning,
+        )  # imports Optuna: only when it matters
 
         check.problems += check_tuning(loaded, ev)
     if replay and loaded.contract.replay and loaded.contract.replay.ci:
@@ -161,25 +198,52 @@ def _rederive(again: verdict.Verdict, ev: dict) -> list[str]:
     """The verdict and each condition's outcome against `again`, re-derived from the recorded runs."""
     problems = []
     if again.verdict != ev["verdict"]:
-        problems.append(f"recorded verdict {ev['verdict']!r} does not reproduce from its metrics: "
-                        f"today's code says {again.verdict!r}")
+        problems.append(
+            f"recorded verdict {ev['verdict']!r} does not reproduce from its metrics: "
+            f"today's code says {again.verdict!r}"
+        )
     recorded = {(c["list_name"], c["index"]): c["outcome"] for c in ev["conditions"]}
     for c in again.conditions:
         was = recorded.get((c.list_name, c.index))
         if was != c.outcome:
-            problems.append(f"{c.list_name}[{c.index}] `{c.description}`: recorded {was!r}, re-derived {c.outcome!r}")
+            problems.append(
+                f"{c.list_name}[{c.index}] `{c.description}`: recorded {was!r}, re-derived {c.outcome!r}"
+            )
     return problems
 
 
 # ---------------------------------------------------------------------------------- record checks
-REL_TOL, ABS_TOL = 1e-9, 1e-12  # recorded vs re-derived floats: the same computation, up to rounding
+REL_TOL, ABS_TOL = (
+    1e-9,
+    1e-12,
+)  # recorded vs re-derived floats: the same computation, up to rounding
 SHOWN = 4  # arm x seeds named per problem line
 # condition fields that verdict.md and the dashboard show: a record without one hides it. Other fields
 # that today's code derives may be absent (evidence recorded before the field existed), never different.
-SHOWN_CONDITION_FIELDS = ("description", "outcome", "estimate", "ci_low", "ci_high", "p_hold_adj", "p_fail_adj",
-                          "test", "values")
-OPTIONAL_DERIVED = ("not_run", "beyond_ceiling", "tuning_edges")  # engine 3's, written only when not empty
-DERIVED_TOP_LEVEL = ("reasons", "settle", "halts", "lost", "controls", "looks") + OPTIONAL_DERIVED  # the verdict's own fields, where recorded
+SHOWN_CONDITION_FIELDS = (
+    "description",
+    "outcome",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "p_hold_adj",
+    "p_fail_adj",
+    "test",
+    "values",
+)
+OPTIONAL_DERIVED = (
+    "not_run",
+    "beyond_ceiling",
+    "tuning_edges",
+)  # engine 3's, written only when not empty
+DERIVED_TOP_LEVEL = (
+    "reasons",
+    "settle",
+    "halts",
+    "lost",
+    "controls",
+    "looks",
+) + OPTIONAL_DERIVED  # the verdict's own fields, where recorded
 
 
 def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
@@ -193,10 +257,19 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
     if loaded.contract.sequential is not None:
         from gates.sequential import stopping_seeds
 
-        seeds = stopping_seeds(loaded.contract, ev["runs"], loaded.study.metrics, **verdict.claim_inputs(loaded))
+        seeds = stopping_seeds(
+            loaded.contract, ev["runs"], loaded.study.metrics, **verdict.claim_inputs(loaded)
+        )
         taken = {r["seed"] for r in ev["runs"]}
         later = [n for n in loaded.contract.sequential.looks if n > len(seeds)]
-        seeds = next((list(loaded.contract.seeds)[:n] for n in later if set(loaded.contract.seeds[:n]) == taken), seeds)
+        seeds = next(
+            (
+                list(loaded.contract.seeds)[:n]
+                for n in later
+                if set(loaded.contract.seeds[:n]) == taken
+            ),
+            seeds,
+        )
     expected = [(a, s) for a in arms for s in seeds]
     counts = Counter((r["arm"], r["seed"]) for r in ev["runs"])
     problems = []
@@ -209,12 +282,21 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
     extra = [k for k in counts if k not in set(expected)]
     twice = [k for k, n in counts.items() if n > 1 and k in set(expected)]
     if missing:
-        problems.append(f"runs lack {names(missing)}: the evidence has {len(ev['runs'])} runs, the contract's "
-                        f"{len(arms)} arms x {len(seeds)} seeds are {len(expected)} (each arm runs on every seed)")
+        problems.append(
+            f"runs lack {names(missing)}: the evidence has {len(ev['runs'])} runs, the contract's "
+            f"{len(arms)} arms x {len(seeds)} seeds are {len(expected)} (each arm runs on every seed)"
+        )
     if extra:
-        listed = "which the contract does not list" if loaded.contract.sequential is None else (
-            "beyond the look at which the sequence stops on these runs (or not the contract's)")
-        problems.append(f"runs include {names(extra)}, {listed} (arms {', '.join(arms)}; seeds {seeds})")
+        listed = (
+            "which the contract does not list"
+            if loaded.contract.sequential is None
+            else (
+                "beyond the look at which the sequence stops on these runs (or not the contract's)"
+            )
+        )
+        problems.append(
+            f"runs include {names(extra)}, {listed} (arms {', '.join(arms)}; seeds {seeds})"
+        )
     if twice:
         problems.append(f"runs list {names(twice)} more than once; expected each arm x seed once")
     return problems
@@ -232,21 +314,31 @@ def _check_convergence(loaded: LoadedContract, ev: dict) -> list[str]:
         name = f"run {r['arm']}/seed {r['seed']}"
         if rule is None or r.get("status") != "completed":
             if "converged" in r or "convergence" in r:
-                why = "the contract has no convergence rule" if rule is None else f"it is {r.get('status')}"
+                why = (
+                    "the contract has no convergence rule"
+                    if rule is None
+                    else f"it is {r.get('status')}"
+                )
                 problems.append(f"{name} records convergence, but {why}; expected none")
             continue
         conv = r.get("convergence")
         if not isinstance(r.get("converged"), bool) or not isinstance(conv, dict):
-            problems.append(f"{name} completed without a convergence record; expected converged and convergence "
-                            f"under the contract's convergence rule")
+            problems.append(
+                f"{name} completed without a convergence record; expected converged and convergence "
+                f"under the contract's convergence rule"
+            )
             continue
         if conv.get("metric") != rule.metric or conv.get("window") != rule.window:
-            problems.append(f"{name} was judged on {conv.get('metric')!r} over {conv.get('window')} steps; the "
-                            f"contract's rule is {rule.metric!r} over {rule.window}")
+            problems.append(
+                f"{name} was judged on {conv.get('metric')!r} over {conv.get('window')} steps; the "
+                f"contract's rule is {rule.metric!r} over {rule.window}"
+            )
         elif r["converged"] != is_converged(rule, conv):
-            problems.append(f"{name} records converged={str(r['converged']).lower()}, but its trend "
-                            f"({conv.get('rel_improvement')} relative over the window, bar "
-                            f"{rule.max_rel_improvement:g}) gives converged={str(not r['converged']).lower()}")
+            problems.append(
+                f"{name} records converged={str(r['converged']).lower()}, but its trend "
+                f"({conv.get('rel_improvement')} relative over the window, bar "
+                f"{rule.max_rel_improvement:g}) gives converged={str(not r['converged']).lower()}"
+            )
     return problems
 
 
@@ -258,32 +350,49 @@ def _check_settings(loaded: LoadedContract, ev: dict) -> list[str]:
     problems = []
     for key, want in (("claim", c.claim), ("source", c.source), ("study", c.study)):
         if ev.get(key) != want:
-            problems.append(f"the recorded {key} is not the contract's: {_short(ev.get(key))} != {_short(want)}")
-    for key, got, want in (("alpha", s["alpha"], c.decision.alpha), ("evaluation", s["evaluation"], c.decision.evaluation),
-                           ("seeds", s["seeds"], list(c.seeds))):
+            problems.append(
+                f"the recorded {key} is not the contract's: {_short(ev.get(key))} != {_short(want)}"
+            )
+    for key, got, want in (
+        ("alpha", s["alpha"], c.decision.alpha),
+        ("evaluation", s["evaluation"], c.decision.evaluation),
+        ("seeds", s["seeds"], list(c.seeds)),
+    ):
         if not _same(got, want):
             problems.append(f"settings.{key} {_short(got)} is not the contract's {_short(want)}")
     problems += _stated_problems("settings.budget", s["budget"], c.budget, "the contract's budget")
     recorded = s["arm_configs"]
     if sorted(recorded) != sorted(loaded.arm_configs):
-        problems.append(f"settings.arm_configs covers arms {sorted(recorded)}, the contract has {sorted(loaded.arm_configs)}")
+        problems.append(
+            f"settings.arm_configs covers arms {sorted(recorded)}, the contract has {sorted(loaded.arm_configs)}"
+        )
     tuned = set(c.tuning.tuned_arms(c.arms)) if c.tuning is not None else set()
     for arm, cfg in loaded.arm_configs.items():
         if arm in recorded and arm not in tuned:
-            problems += _stated_problems(f"settings.arm_configs.{arm}", recorded[arm], cfg, "the study's config")
+            problems += _stated_problems(
+                f"settings.arm_configs.{arm}", recorded[arm], cfg, "the study's config"
+            )
     from gates.runner import design_of
     from gates.siblings import regime_of
 
     for key, want in (("design", design_of(c)), ("regime", regime_of(loaded))):
         if not _same(ev.get(key) or None, want or None):
-            problems.append(f"the recorded {key} {_short(ev.get(key))} is not the contract's {_short(want)}")
+            problems.append(
+                f"the recorded {key} {_short(ev.get(key))} is not the contract's {_short(want)}"
+            )
     point = ev.get("falsifiable_point")
     if point is not None:
         want = c.preflight.falsifiable_point.model_dump(exclude={"statement"})
         for key, value in want.items():
             if not _same(point.get(key), value):
-                problems.append(f"falsifiable_point.{key} {_short(point.get(key))} is not the contract's {_short(value)}")
-        signals = [{"seed": r["seed"], **r["first_signal"]} for r in ev["runs"] if isinstance(r.get("first_signal"), dict)]
+                problems.append(
+                    f"falsifiable_point.{key} {_short(point.get(key))} is not the contract's {_short(value)}"
+                )
+        signals = [
+            {"seed": r["seed"], **r["first_signal"]}
+            for r in ev["runs"]
+            if isinstance(r.get("first_signal"), dict)
+        ]
         if not _same(point.get("runs", []), signals):
             problems.append("falsifiable_point.runs is not what the runs' first signals record")
     return problems
@@ -302,8 +411,10 @@ def _stated_problems(where: str, recorded: dict, model, what: str) -> list[str]:
         if key not in want:
             problems.append(f"{where}.{key} is recorded but is no field of {what}")
         elif key not in recorded or not _same(recorded[key], want[key]):
-            problems.append(f"{where}.{key} {_short(recorded.get(key, '(absent)'))} is not the contract's "
-                            f"{_short(want[key])}")
+            problems.append(
+                f"{where}.{key} {_short(recorded.get(key, '(absent)'))} is not the contract's "
+                f"{_short(want[key])}"
+            )
     return problems
 
 
@@ -314,16 +425,21 @@ def _check_derived(loaded: LoadedContract, ev: dict, again: verdict.Verdict) -> 
     and outcomes are `_rederive`'s. Gates 3 and 5 as measured (`predictions`) likewise, where recorded."""
     problems = []
     if ev["settings"]["correction"] != again.correction:
-        problems.append(f"settings.correction {ev['settings']['correction']!r} is not today's {again.correction!r}")
+        problems.append(
+            f"settings.correction {ev['settings']['correction']!r} is not today's {again.correction!r}"
+        )
     derived = again.to_dict()
     if "predictions" in ev:
-        derived["predictions"] = verdict.predictions(loaded.contract, ev["runs"],
-                                                     (ev.get("falsifiable_point") or {}).get("runs", []))
+        derived["predictions"] = verdict.predictions(
+            loaded.contract, ev["runs"], (ev.get("falsifiable_point") or {}).get("runs", [])
+        )
     for key in OPTIONAL_DERIVED:  # recorded only when not empty: absent and empty are the same
         ev = {**ev, key: ev.get(key) or type(derived[key])()}
     for key in DERIVED_TOP_LEVEL + ("predictions",):
         if key in ev and key in derived and not _same(ev[key], derived[key]):
-            problems.append(f"the recorded {key} are not what the runs give: {_diff(ev[key], derived[key])}")
+            problems.append(
+                f"the recorded {key} are not what the runs give: {_diff(ev[key], derived[key])}"
+            )
     recorded = {}
     for c in ev["conditions"]:
         label = f"{c['list_name']}[{c['index']}]"
@@ -342,11 +458,15 @@ def _check_derived(loaded: LoadedContract, ev: dict, again: verdict.Verdict) -> 
                 continue  # `_rederive` compares outcomes
             if key not in got:
                 if key in SHOWN_CONDITION_FIELDS:
-                    problems.append(f"{label}: the record lacks {key} (the runs give {_short(value)})")
+                    problems.append(
+                        f"{label}: the record lacks {key} (the runs give {_short(value)})"
+                    )
                 continue
             if not _same(got[key], value):
-                problems.append(f"{label} `{want['description']}`: recorded {key} {_short(got[key])}, the recorded "
-                                f"runs give {_short(value)}")
+                problems.append(
+                    f"{label} `{want['description']}`: recorded {key} {_short(got[key])}, the recorded "
+                    f"runs give {_short(value)}"
+                )
     return problems
 
 
@@ -365,12 +485,22 @@ def _check_report(folder: Path, ev: dict) -> list[str]:
         return [f"{path} cannot be read ({str(e).splitlines()[0]}); {fix}"]
     try:
         rendered = ledger.render_report(ev)
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:  # a shape the schema lets through
-        return [f"{folder / ledger.EVIDENCE} cannot be rendered ({type(e).__name__}: {str(e)[:100]}); expected "
-                f"evidence as `gates run` writes it"]
+    except (
+        KeyError,
+        TypeError,
+        ValueError,
+        AttributeError,
+        IndexError,
+    ) as e:  # a shape the schema lets through
+        return [
+            f"{folder / ledger.EVIDENCE} cannot be rendered ({type(e).__name__}: {str(e)[:100]}); expected "
+            f"evidence as `gates run` writes it"
+        ]
     if text != rendered:
-        return [f"{path} is not the rendering of its evidence.json (edited, or left by an interrupted write or an "
-                f"older renderer); {fix}"]
+        return [
+            f"{path} is not the rendering of its evidence.json (edited, or left by an interrupted write or an "
+            f"older renderer); {fix}"
+        ]
     return []
 
 
@@ -400,7 +530,7 @@ def _diff(got, want) -> str:
 
 def _short(x, limit: int = 100) -> str:
     text = repr(x)
-    return text if len(text) <= limit else text[:limit - 3] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
@@ -411,12 +541,18 @@ def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
 
     tol = loaded.contract.replay
     counts = {recorded_threads(r.get("environment")) for r in ev.get("runs", [])}
-    with tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp, \
-            cpu_threads(counts.pop() if len(counts) == 1 else None):
-        fresh = run_contract(loaded, f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs", fresh=True)
+    with (
+        tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp,
+        cpu_threads(counts.pop() if len(counts) == 1 else None),
+    ):
+        fresh = run_contract(
+            loaded, f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs", fresh=True
+        )
     problems = []
     if fresh["verdict"] != ev["verdict"]:
-        problems.append(f"replay gives verdict {fresh['verdict']!r}, evidence says {ev['verdict']!r}")
+        problems.append(
+            f"replay gives verdict {fresh['verdict']!r}, evidence says {ev['verdict']!r}"
+        )
     recorded = {(r["arm"], r["seed"]): r for r in ev["runs"]}
     for run in fresh["runs"]:
         old = recorded.get((run["arm"], run["seed"]))
@@ -424,14 +560,20 @@ def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
             problems.append(f"replay ran {run['arm']}/seed {run['seed']}, which the evidence lacks")
             continue
         if run["status"] != old["status"]:
-            problems.append(f"{run['arm']}/seed {run['seed']}: replay status {run['status']}, recorded {old['status']}")
+            problems.append(
+                f"{run['arm']}/seed {run['seed']}: replay status {run['status']}, recorded {old['status']}"
+            )
         for name, value in old["metrics"].items():
-            if name in loaded.study.machine_metrics:  # speed and memory of whichever machine replays
+            if (
+                name in loaded.study.machine_metrics
+            ):  # speed and memory of whichever machine replays
                 continue
             new = run["metrics"].get(name)
             if not within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
-                problems.append(f"{run['arm']}/seed {run['seed']}: {name} replays as {new}, recorded {value} "
-                                f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})")
+                problems.append(
+                    f"{run['arm']}/seed {run['seed']}: {name} replays as {new}, recorded {value} "
+                    f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
+                )
     return problems
 
 
@@ -443,10 +585,18 @@ def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
     return abs(a - b) <= abs_tol + rel_tol * abs(b)
 
 
-def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None, *,
-           replay: bool = False, strict_code: bool = False, audit_seconds: float | None = None,
-           audit_seed: int | None = None, audit_tolerance: tuple[float, float] | None = None,
-           log=None) -> list[ClaimCheck]:
+def verify(
+    runs_root: Path,
+    contracts_root: Path,
+    only: list[Path] | None = None,
+    *,
+    replay: bool = False,
+    strict_code: bool = False,
+    audit_seconds: float | None = None,
+    audit_seed: int | None = None,
+    audit_tolerance: tuple[float, float] | None = None,
+    log=None,
+) -> list[ClaimCheck]:
     """Check every claim in `runs_root` (or only the contracts named); contracts without evidence
     are reported as pending when found by scanning, and as lost when named explicitly.
 
@@ -466,7 +616,9 @@ def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None
     checks = []
     if only:
         for path in only:
-            loaded = load_contract(path)  # a contract named on the command line must load: else exit 2
+            loaded = load_contract(
+                path
+            )  # a contract named on the command line must load: else exit 2
             contracts[loaded.id] = path
             evidence = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
             if history.is_withdrawn(index.get(loaded.id)):
@@ -474,7 +626,9 @@ def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None
             elif evidence.exists():
                 checks.append(check_claim(evidence, contracts, replay=replay))
             else:
-                checks.append(ClaimCheck(loaded.id, "lost", problems=[f"evidence missing: {evidence}"]))
+                checks.append(
+                    ClaimCheck(loaded.id, "lost", problems=[f"evidence missing: {evidence}"])
+                )
     else:
         with_evidence = set()
         for evidence in sorted(runs_root.glob(f"*/{ledger.EVIDENCE}")):
@@ -488,7 +642,9 @@ def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None
             if history.is_withdrawn(index.get(contract_id)):
                 checks.append(_withdrawn(contract_id, index[contract_id], None))
             elif contract_id in contracts:
-                checks.append(ClaimCheck(contract_id, "pending", problems=["no evidence yet (not run)"]))
+                checks.append(
+                    ClaimCheck(contract_id, "pending", problems=["no evidence yet (not run)"])
+                )
             else:  # indexed, neither evidence nor contract: history.check says what disappeared
                 checks.append(ClaimCheck(contract_id, "lost"))
     _check_history(checks, runs_root, contracts, named=bool(only))
@@ -496,15 +652,26 @@ def verify(runs_root: Path, contracts_root: Path, only: list[Path] | None = None
     if audit_seconds:
         from gates import audit
 
-        audit.audit(checks, runs_root, contracts, audit_seconds, seed=audit_seed, log=log,
-                    default_tolerance=audit_tolerance)
+        audit.audit(
+            checks,
+            runs_root,
+            contracts,
+            audit_seconds,
+            seed=audit_seed,
+            log=log,
+            default_tolerance=audit_tolerance,
+        )
     return checks
 
 
 def _withdrawn(contract_id: str, entry: dict, evidence: Path | None) -> ClaimCheck:
     """A withdrawn claim: shown with its last verdict, not checked (it is no longer made)."""
-    check = ClaimCheck(contract_id, "withdrawn", withdrawn=True,
-                       withdrawal=f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})")
+    check = ClaimCheck(
+        contract_id,
+        "withdrawn",
+        withdrawn=True,
+        withdrawal=f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})",
+    )
     ev = raw_evidence(evidence) if evidence is not None else None
     if ev is not None:
         check.verdict, check.created_at = ev.get("verdict"), ev.get("created_at")
@@ -524,7 +691,9 @@ def raw_evidence(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def _check_history(checks: list[ClaimCheck], runs_root: Path, contracts: dict[str, Path], *, named: bool) -> None:
+def _check_history(
+    checks: list[ClaimCheck], runs_root: Path, contracts: dict[str, Path], *, named: bool
+) -> None:
     """Lose the claims whose history (runs/INDEX.jsonl) is broken or does not vouch for their evidence."""
     from gates import history
 
@@ -561,7 +730,9 @@ def load_contract_cached(path: Path) -> LoadedContract | None:
     return _LOADED[key]
 
 
-def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *, strict_code: bool) -> None:
+def _annotate(
+    checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *, strict_code: bool
+) -> None:
     """Supersedes chain, rules the recorded contract predates, and staleness (the code changed since
     the evidence; with `strict_code` a stale claim is lost)."""
     from gates import history, provenance
@@ -572,10 +743,15 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
         contract = load_contract_cached(path)
         if contract is not None:
             loaded.setdefault(contract.id, contract)
-    evidence = {c.contract_id: raw_evidence(ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE)
-                for c in checks}
-    history.link_supersession(checks, {cid: lc.contract.supersedes for cid, lc in loaded.items()
-                                       if lc.contract.supersedes}, evidence)
+    evidence = {
+        c.contract_id: raw_evidence(ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE)
+        for c in checks
+    }
+    history.link_supersession(
+        checks,
+        {cid: lc.contract.supersedes for cid, lc in loaded.items() if lc.contract.supersedes},
+        evidence,
+    )
     siblings.annotate(checks, evidence)
     attempts, today = history.attempts(runs_root), {}
     for check in checks:
@@ -588,9 +764,14 @@ def _annotate(checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *
         if ev is None or not isinstance(ev.get("study"), str):
             continue
         found = provenance.staleness(ev, study_module(ev["study"]), today=today)
-        check.stale, check.stale_files, check.stale_note = found.stale, list(found.files), found.note
+        check.stale, check.stale_files, check.stale_note = (
+            found.stale,
+            list(found.files),
+            found.note,
+        )
         if strict_code and found.stale and check.status in ("ok", "lost"):
             check.status = "lost"
-            check.problems.append(f"stale (--strict-code): the code changed since its evidence: "
-                                  f"{describe_stale(check.stale_files)}"
-                                  + (f" ({found.note})" if found.note else ""))
+            check.problems.append(
+                f"stale (--strict-code): the code changed since its evidence: "
+                f"{describe_stale(check.stale_files)}" + (f" ({found.note})" if found.note else "")
+            )

@@ -21,7 +21,8 @@ from gates.errors import UserError
 
 # Tags a plain-data YAML file may carry (implicit or explicit); everything else builds objects.
 _PLAIN_TAGS = {
-    "tag:yaml.org,2002:" + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")
+    "tag:yaml.org,2002:" + t
+    for t in ("str", "int", "float", "bool", "null", "map", "seq", "timestamp")
 }
 # libyaml's parser (same nodes and line marks) is ~10x faster; PyYAML's pure-Python one where absent
 _COMPOSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -42,9 +43,17 @@ def read_capped(path: Path, max_bytes: int) -> bytes:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                    "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "a special file")
+            kind = (
+                "a folder"
+                if stat.S_ISDIR(mode)
+                else "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a special file"
+            )
             raise ValueError(f"{kind}, not a regular file; expected a regular file")
         chunks, left = [], max_bytes + 1
         while left > 0:
@@ -72,26 +81,43 @@ def load_yaml(path: Path, max_bytes: int) -> tuple[Any, dict[tuple, int]]:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = raw[:e.start].count(b"\n") + 1
-        raise UserError(f"cannot read file as UTF-8 text: byte 0x{raw[e.start]:02x} is not UTF-8; expected "
-                        f"UTF-8 text", file=shown, line=line) from None
+        line = raw[: e.start].count(b"\n") + 1
+        raise UserError(
+            f"cannot read file as UTF-8 text: byte 0x{raw[e.start]:02x} is not UTF-8; expected "
+            f"UTF-8 text",
+            file=shown,
+            line=line,
+        ) from None
     return parse_yaml(text, shown)
 
 
 def parse_yaml(text: str, shown: str = "<string>") -> tuple[Any, dict[tuple, int]]:
     try:
         root = yaml.compose(text, Loader=_COMPOSER)
-    except yaml.reader.ReaderError as e:  # a character YAML does not allow: no mark, only a position
+    except (
+        yaml.reader.ReaderError
+    ) as e:  # a character YAML does not allow: no mark, only a position
         position = e.position if isinstance(e.position, int) else 0
         line = text.count("\n", 0, position) + 1
-        char = e.character if isinstance(e.character, str) else chr(e.character) if isinstance(e.character, int) else "?"
-        raise UserError(f"invalid YAML: character U+{ord(char):04X} is not allowed (a control character); "
-                        f"expected printable text (write it as an escape in a double-quoted string)",
-                        file=shown, line=line) from None
+        char = (
+            e.character
+            if isinstance(e.character, str)
+            else chr(e.character)
+            if isinstance(e.character, int)
+            else "?"
+        )
+        raise UserError(
+            f"invalid YAML: character U+{ord(char):04X} is not allowed (a control character); "
+            f"expected printable text (write it as an escape in a double-quoted string)",
+            file=shown,
+            line=line,
+        ) from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
-        raise UserError(f"invalid YAML: {_one_line(e.problem or e)}", file=shown, line=line) from None
+        raise UserError(
+            f"invalid YAML: {_one_line(e.problem or e)}", file=shown, line=line
+        ) from None
     except yaml.YAMLError as e:
         raise UserError(f"invalid YAML: {_one_line(e)}", file=shown) from None
     if root is None:
@@ -112,7 +138,9 @@ class _Builder:
         self.seen: set[int] = set()
         self.alias_uses = 0
         self.nodes = 0
-        self.scalars = yaml.SafeLoader("")  # PyYAML's safe scalar resolution (ints, floats, bools, null)
+        self.scalars = yaml.SafeLoader(
+            ""
+        )  # PyYAML's safe scalar resolution (ints, floats, bools, null)
 
     def fail(self, node: Node, msg: str):
         raise UserError(msg, file=self.shown, line=node.start_mark.line + 1)
@@ -120,7 +148,10 @@ class _Builder:
     def build(self, node: Node, path: tuple) -> Any:
         self.nodes += 1
         if self.nodes > MAX_NODES:
-            self.fail(node, f"too many values (aliases expand to more than {MAX_NODES}); expected a small contract")
+            self.fail(
+                node,
+                f"too many values (aliases expand to more than {MAX_NODES}); expected a small contract",
+            )
         if len(path) > MAX_DEPTH:
             self.fail(node, f"nested deeper than {MAX_DEPTH} levels (a recursive alias?)")
         if id(node) in self.seen:  # reached again: this is an alias (*name) of an anchored node

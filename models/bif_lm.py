@@ -107,8 +107,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, resolve_device
 from gates.data import cache_root
+from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, resolve_device
 from models.common import count_parameters, seed_everything, split_lines, train_loop
 from models.tokenizer import encode_stream, train_sentencepiece
 
@@ -144,25 +144,23 @@ class BifLMConfig(DeviceConfig):
     weight_decay: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
-    def _consistent_sizes(self) -> "BifLMConfig":
+    def _consistent_sizes(self) -> BifLMConfig:
         if self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.arm != "baseline" and self.alpha_dim >= self.d_model:
-            raise ValueError(f"alpha_dim ({self.alpha_dim}) must be below d_model ({self.d_model}): "
-                             f"e = alpha B factorises the embedding through a narrower recipe space")
+            raise ValueError(
+                f"alpha_dim ({self.alpha_dim}) must be below d_model ({self.d_model}): "
+                f"e = alpha B factorises the embedding through a narrower recipe space"
+            )
         return self
 
     @property
     def ablation_width(self) -> int:
         """q/k width r of the ablation's compressed attention: 2 d r is about FAM's k^2."""
-        return max(1, round(self.alpha_dim ** 2 / (2 * self.d_model)))
+        return max(1, round(self.alpha_dim**2 / (2 * self.d_model)))
 
 
 # ------------------------------------------------------------------------------------ data
-
-
-
-
 
 
 def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
@@ -172,9 +170,14 @@ def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
 
 def tokenizer_settings(config: BifLMConfig) -> dict:
     """Everything that decides what a tokenizer folder holds, besides the data itself."""
-    return {"model_type": "unigram", "vocab_size": config.vocab_size, "train_fraction": config.train_fraction,
-            "split": "sha1(line)[:8] / 2^64 < train_fraction", "eos": "after every line",
-            "version": TOKENIZER_VERSION}
+    return {
+        "model_type": "unigram",
+        "vocab_size": config.vocab_size,
+        "train_fraction": config.train_fraction,
+        "split": "sha1(line)[:8] / 2^64 < train_fraction",
+        "eos": "after every line",
+        "version": TOKENIZER_VERSION,
+    }
 
 
 def tokenizer_key(config: BifLMConfig) -> str:
@@ -228,12 +231,16 @@ def load_token_data(config: BifLMConfig, log=lambda _msg: None) -> TokenData:
     log(f"training a {config.vocab_size}-piece tokenizer on {config.corpus} into {folder}")
     train_lines, heldout_lines = split_lines(load_text(config.corpus), config.train_fraction)
     if not train_lines or not heldout_lines:
-        raise ValueError(f"{config.corpus}: the split left {len(train_lines)} training and "
-                         f"{len(heldout_lines)} held-out lines; expected both non-empty")
+        raise ValueError(
+            f"{config.corpus}: the split left {len(train_lines)} training and "
+            f"{len(heldout_lines)} held-out lines; expected both non-empty"
+        )
     model_bytes = train_tokenizer(train_lines, config.vocab_size)
     tokenizer = spm.SentencePieceProcessor(model_proto=model_bytes)
-    streams = {side: encode_stream(tokenizer, lines).astype(np.uint16)  # vocab_size <= 65,536
-               for side, lines in (("train", train_lines), ("heldout", heldout_lines))}
+    streams = {
+        side: encode_stream(tokenizer, lines).astype(np.uint16)  # vocab_size <= 65,536
+        for side, lines in (("train", train_lines), ("heldout", heldout_lines))
+    }
 
     # Build under a private name, tokenizer.json last, then one rename: readers see all or nothing.
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -245,8 +252,11 @@ def load_token_data(config: BifLMConfig, log=lambda _msg: None) -> TokenData:
             np.save(building / filename, streams[side])
         files = ["tokenizer.model", *STREAM_FILES.values()]
         meta = {
-            "key": key, "source": config.corpus, "source_fingerprint": source_fingerprint(config.corpus),
-            "settings": tokenizer_settings(config), "pieces": tokenizer.get_piece_size(),
+            "key": key,
+            "source": config.corpus,
+            "source_fingerprint": source_fingerprint(config.corpus),
+            "settings": tokenizer_settings(config),
+            "pieces": tokenizer.get_piece_size(),
             "lines": {"train": len(train_lines), "heldout": len(heldout_lines)},
             "tokens": {side: int(len(s)) for side, s in streams.items()},
             "files": {name: _sha256(building / name) for name in files},
@@ -269,7 +279,9 @@ def load_token_data(config: BifLMConfig, log=lambda _msg: None) -> TokenData:
     return cached
 
 
-def validation_set(heldout: np.ndarray, seq_len: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+def validation_set(
+    heldout: np.ndarray, seq_len: int, count: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The fixed held-out windows: `count` windows of seq_len + 1 tokens at evenly spaced offsets.
 
     Returns inputs and next-token targets, (count, seq_len) each. A function of the stream and
@@ -277,14 +289,19 @@ def validation_set(heldout: np.ndarray, seq_len: int, count: int) -> tuple[torch
     """
     last_start = len(heldout) - (seq_len + 1)
     if last_start < 0:
-        raise ValueError(f"the held-out stream has {len(heldout)} tokens; a window needs {seq_len + 1}")
+        raise ValueError(
+            f"the held-out stream has {len(heldout)} tokens; a window needs {seq_len + 1}"
+        )
     starts = np.linspace(0, last_start, num=count).round().astype(np.int64)
-    windows = torch.from_numpy(heldout[starts[:, None] + np.arange(seq_len + 1)[None, :]].astype(np.int64))
+    windows = torch.from_numpy(
+        heldout[starts[:, None] + np.arange(seq_len + 1)[None, :]].astype(np.int64)
+    )
     return windows[:, :-1], windows[:, 1:]
 
 
-def sample_windows(stream: torch.Tensor, rows: int, seq_len: int, generator: torch.Generator
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_windows(
+    stream: torch.Tensor, rows: int, seq_len: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`rows` random contiguous windows of the training stream: inputs and next-token targets.
 
     The starts are drawn on the CPU by `generator` (the same windows on every device); the rows are
@@ -304,7 +321,9 @@ def causal_softmax(scores: torch.Tensor) -> torch.Tensor:
     return scores.masked_fill(future, float("-inf")).softmax(dim=-1)
 
 
-def causal_mix(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+def causal_mix(
+    queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
+) -> torch.Tensor:
     """causal_softmax(scale x queries keys^T) @ values, in one fused call (scaled_dot_product_attention).
 
     The same math as building the (..., T, T) scores, masking and normalising them and multiplying,
@@ -326,7 +345,10 @@ class CausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, d = x.shape
-        q, k, v = (t.view(B, T, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).split(d, dim=2))
+        q, k, v = (
+            t.view(B, T, self.heads, d // self.heads).transpose(1, 2)
+            for t in self.qkv(x).split(d, dim=2)
+        )
         mixed = causal_mix(q, k, v, 1 / math.sqrt(d // self.heads))  # (B, heads, T, d / heads)
         return self.out(mixed.transpose(1, 2).reshape(B, T, d))
 
@@ -435,7 +457,9 @@ class BifLM(nn.Module):
         nn.init.normal_(self.position_embedding.weight, std=0.02)
         if self.factorised:
             nn.init.normal_(self.alpha.weight, std=ALPHA_STD)  # an embedding table, like E
-            nn.init.normal_(self.basis, std=1 / math.sqrt(self.config.alpha_dim))  # alpha B starts at E's scale
+            nn.init.normal_(
+                self.basis, std=1 / math.sqrt(self.config.alpha_dim)
+            )  # alpha B starts at E's scale
         else:
             nn.init.normal_(self.token_embedding.weight, std=0.02)
 
@@ -451,7 +475,9 @@ class BifLM(nn.Module):
             h = block(h)
         h = self.final_norm(h)
         if self.factorised:
-            return (h @ self.basis.T) @ self.alpha.weight.T  # tied through the factorisation: h B^T A^T
+            return (
+                h @ self.basis.T
+            ) @ self.alpha.weight.T  # tied through the factorisation: h B^T A^T
         return h @ self.token_embedding.weight.T
 
 
@@ -463,13 +489,23 @@ def forward_flops(config: BifLMConfig) -> int:
     (a causal row has on average (T + 1) / 2). Embedding lookups, norms, softmax, GELU, the
     residual adds and the LayerNorm affine maps are not counted.
     """
-    V, d, k, T, m, L = (config.vocab_size, config.d_model, config.alpha_dim, config.seq_len,
-                        config.mlp_hidden, config.layers)
-    standard_block = 4 * d * d + 2 * T * d + 2 * d * m  # q,k,v,o; q.k over T keys; mixing T values; MLP
+    V, d, k, T, m, L = (
+        config.vocab_size,
+        config.d_model,
+        config.alpha_dim,
+        config.seq_len,
+        config.mlp_hidden,
+        config.layers,
+    )
+    standard_block = (
+        4 * d * d + 2 * T * d + 2 * d * m
+    )  # q,k,v,o; q.k over T keys; mixing T values; MLP
     if config.arm == "baseline":
         return 2 * (L * standard_block + d * V)
     if config.arm == "bif":
-        mixer = k * k + T * k + T * d  # alpha_i W; (alpha_i W) . alpha_j over T keys; mixing T inputs
+        mixer = (
+            k * k + T * k + T * d
+        )  # alpha_i W; (alpha_i W) . alpha_j over T keys; mixing T inputs
     else:
         r = config.ablation_width
         mixer = 2 * d * r + T * r + T * d  # q, k; q . k over T keys; mixing T inputs
@@ -502,17 +538,23 @@ def optimizer_for(model: BifLM, config: BifLMConfig) -> torch.optim.AdamW:
     """AdamW (betas 0.9, 0.95; the learning rate is set per step by `learning_rate`), fused: one kernel
     per parameter (CPU and CUDA) instead of a handful of tensor ops each; the same update up to float32
     rounding, about 4x less optimizer time (1.5% of a step at the contract's sizes)."""
-    return torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                             weight_decay=config.weight_decay, fused=True)
+    return torch.optim.AdamW(
+        model.parameters(),
+        lr=config.lr,
+        betas=(0.9, 0.95),
+        weight_decay=config.weight_decay,
+        fused=True,
+    )
 
 
 def mean_loss(model: BifLM, inputs: torch.Tensor, targets: torch.Tensor) -> float:
     """Mean next-token cross-entropy (nats per token) over fixed windows, in fixed chunks."""
     total = 0.0
     for first in range(0, len(inputs), EVAL_CHUNK):
-        logits = model(inputs[first:first + EVAL_CHUNK])
-        total += F.cross_entropy(logits.flatten(0, 1), targets[first:first + EVAL_CHUNK].flatten(),
-                                 reduction="sum").item()
+        logits = model(inputs[first : first + EVAL_CHUNK])
+        total += F.cross_entropy(
+            logits.flatten(0, 1), targets[first : first + EVAL_CHUNK].flatten(), reduction="sum"
+        ).item()
     return total / targets.numel()
 
 
@@ -530,9 +572,17 @@ class BifLMStudy(Study):
         "val_ppl": Metric("lower", "validation", 1.0, None, scale="log"),
     }
     deterministic: ClassVar[bool] = False  # initialisation and batches depend on the seed
-    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "warmup_steps", "min_lr_ratio", "weight_decay"})
+    hyperparameters: ClassVar[frozenset[str]] = frozenset(
+        {"lr", "warmup_steps", "min_lr_ratio", "weight_decay"}
+    )
     # the data: corpus, tokenizer, split, window length and the fixed held-out windows
-    regime_fields: ClassVar[tuple[str, ...]] = ("corpus", "vocab_size", "train_fraction", "seq_len", "val_windows")
+    regime_fields: ClassVar[tuple[str, ...]] = (
+        "corpus",
+        "vocab_size",
+        "train_fraction",
+        "seq_len",
+        "val_windows",
+    )
 
     def chance(self, metric: str, config: BifLMConfig) -> float | None:
         """An LM that learned nothing predicts the vocab_size pieces uniformly (the tokenizer has exactly that
@@ -556,8 +606,9 @@ class BifLMStudy(Study):
     def run(self, config: BifLMConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         device = torch.device(resolve_device(config.device))
         data = load_token_data(config)
-        val_inputs, val_targets = (t.to(device) for t in
-                                   validation_set(data.heldout, config.seq_len, config.val_windows))
+        val_inputs, val_targets = (
+            t.to(device) for t in validation_set(data.heldout, config.seq_len, config.val_windows)
+        )
         train = torch.from_numpy(data.train.astype(np.int64)).to(device)
 
         seed_everything(seed)
@@ -570,7 +621,9 @@ class BifLMStudy(Study):
         def loss_fn() -> torch.Tensor:
             nonlocal step
             step += 1
-            for group in optimizer.param_groups:  # set before train_loop's optimizer.step() for this step
+            for (
+                group
+            ) in optimizer.param_groups:  # set before train_loop's optimizer.step() for this step
                 group["lr"] = learning_rate(config, step, total_steps)
             inputs, targets = sample_windows(train, config.batch_size, config.seq_len, batches)
             return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
@@ -579,4 +632,6 @@ class BifLMStudy(Study):
             val_loss = mean_loss(model, val_inputs, val_targets)
             return {"val_loss": val_loss, "val_ppl": math.exp(val_loss)}
 
-        return train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate, clip_grad_norm=1.0)
+        return train_loop(
+            model, optimizer, loss_fn, reporter.budget, reporter, evaluate, clip_grad_norm=1.0
+        )

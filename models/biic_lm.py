@@ -56,7 +56,8 @@ Roads and arms (`arm`; d = the LM width, V = vocab_size, T = seq_len, L = layers
                   i never reads itself); g: one linear map R^{4d} -> R^k with bias (the author's).
                   h_0 = e_i + P[i], then L standard blocks (bif_lm's Block), logits = LN(h_L) W_out
                   (an untied head, the author's). B ~ N(0, basis_std^2) (default 1 / k, so alpha B
-                  starts at an embedding's scale; the author's code 0.02^2). v1.0: g initialised to zero. v1.1: g ~ N(0, 0.001^2),
+                  starts at an embedding's scale; the author's code 0.02^2). v1.0: g initialised to zero.
+                  v1.1: g ~ N(0, 0.001^2),
                   its learning rate g_lr_multiplier (10) x the schedule's, and an auxiliary loss
                   aux_weight (0.01) x the mean pairwise cosine of the dynamic alphas of each tracked
                   token's occurrences in the batch (the seed's "explicit differentiation loss"; the
@@ -105,15 +106,23 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import (DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, positive, proportion,
-                         resolve_device)
+from gates.study import (
+    DeviceConfig,
+    Metric,
+    Reporter,
+    Study,
+    StudyConfig,
+    nonnegative,
+    positive,
+    proportion,
+    resolve_device,
+)
 from models import clifford as cl
 from models.bif_lm import (
-    Block,
     BifLM,
     BifLMConfig,
+    Block,
     causal_mix,
-    forward_flops as transformer_forward_flops,
     learning_rate,
     load_token_data,
     mean_loss,
@@ -122,12 +131,17 @@ from models.bif_lm import (
     sample_windows,
     validation_set,
 )
+from models.bif_lm import (
+    forward_flops as transformer_forward_flops,
+)
 from models.common import count_parameters, seed_everything, train_loop
 
 Arm = Literal["biic", "grade0_only", "scalar_wide", "transformer", "sfe_v10", "sfe_v11"]
 BIIC_ARMS = ("biic", "grade0_only", "scalar_wide")
 SFE_ARMS = ("sfe_v10", "sfe_v11")
-ALPHA_STD = 0.02  # initial scale of the static recipes alpha (bif_lm's choice: an embedding table's)
+ALPHA_STD = (
+    0.02  # initial scale of the static recipes alpha (bif_lm's choice: an embedding table's)
+)
 G_INIT_STD_V11 = 0.001  # the author's v1.1 initialisation of g
 GP_MACS = cl.N_BLADES * cl.N_BLADES  # one geometric product as executed by clifford.gp
 
@@ -153,7 +167,9 @@ class BiicLMConfig(DeviceConfig):
     d_model: int = Field(default=128, ge=8)  # transformer and SFE width
     mlp_hidden: int = Field(default=512, ge=1)  # transformer and SFE MLP width
     alpha_dim: int = Field(default=64, ge=2)  # SFE: k
-    basis_std: float | None = Field(default=None, gt=0)  # SFE: B's init std; None: 1 / sqrt(k) (alpha B at
+    basis_std: float | None = Field(
+        default=None, gt=0
+    )  # SFE: B's init std; None: 1 / sqrt(k) (alpha B at
     # an embedding's scale); the author's code: 0.02
     context: int = Field(default=4, ge=1)  # SFE: previous embeddings g reads
     g_lr_multiplier: float = Field(default=10.0, gt=0)  # sfe_v11 only
@@ -168,9 +184,11 @@ class BiicLMConfig(DeviceConfig):
     weight_decay: float = Field(default=0.0, ge=0)
 
     @model_validator(mode="after")
-    def _consistent_sizes(self) -> "BiicLMConfig":
+    def _consistent_sizes(self) -> BiicLMConfig:
         if self.arm in BIIC_ARMS and self.channels % self.heads:
-            raise ValueError(f"channels ({self.channels}) must be divisible by heads ({self.heads})")
+            raise ValueError(
+                f"channels ({self.channels}) must be divisible by heads ({self.heads})"
+            )
         if self.arm not in BIIC_ARMS and self.d_model % self.heads:
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.arm in SFE_ARMS and self.alpha_dim >= self.d_model:
@@ -185,11 +203,23 @@ class BiicLMConfig(DeviceConfig):
 
 def transformer_config(config: BiicLMConfig) -> BifLMConfig:
     """bif_lm's baseline at this config's sizes (the transformer arm is that model)."""
-    return BifLMConfig(arm="baseline", corpus=config.corpus, vocab_size=config.vocab_size,
-                       train_fraction=config.train_fraction, seq_len=config.seq_len, d_model=config.d_model,
-                       layers=config.layers, heads=config.heads, mlp_hidden=config.mlp_hidden,
-                       batch_size=config.batch_size, lr=config.lr, warmup_steps=config.warmup_steps,
-                       min_lr_ratio=config.min_lr_ratio, weight_decay=config.weight_decay, device=config.device)
+    return BifLMConfig(
+        arm="baseline",
+        corpus=config.corpus,
+        vocab_size=config.vocab_size,
+        train_fraction=config.train_fraction,
+        seq_len=config.seq_len,
+        d_model=config.d_model,
+        layers=config.layers,
+        heads=config.heads,
+        mlp_hidden=config.mlp_hidden,
+        batch_size=config.batch_size,
+        lr=config.lr,
+        warmup_steps=config.warmup_steps,
+        min_lr_ratio=config.min_lr_ratio,
+        weight_decay=config.weight_decay,
+        device=config.device,
+    )
 
 
 # ------------------------------------------------------------------------------------ biic model
@@ -220,8 +250,12 @@ class GradeNorm(nn.Module):
         super().__init__()
         self.gain = nn.Parameter(torch.ones(channels, cl.N_VECTORS + 1))
         self.eps = eps
-        sizes = torch.tensor([len(cl.BLADES_OF_GRADE[k]) for k in range(cl.N_VECTORS + 1)], dtype=torch.float32)
-        self.register_buffer("onehot", F.one_hot(GRADE_INDEX, cl.N_VECTORS + 1).float() / sizes, persistent=False)
+        sizes = torch.tensor(
+            [len(cl.BLADES_OF_GRADE[k]) for k in range(cl.N_VECTORS + 1)], dtype=torch.float32
+        )
+        self.register_buffer(
+            "onehot", F.one_hot(GRADE_INDEX, cl.N_VECTORS + 1).float() / sizes, persistent=False
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         # mean square per grade over its blades and over the channels: (..., 6)
@@ -232,7 +266,9 @@ class GradeNorm(nn.Module):
 
 
 # LEFT_SIGN[k, j] = sign(j xor k, j): (a x)_k = sum_j a_(j xor k) sign(j xor k, j) x_j
-LEFT_SIGN = torch.tensor([[cl.blade_product(j ^ k, j)[0] for j in range(cl.N_BLADES)] for k in range(cl.N_BLADES)])
+LEFT_SIGN = torch.tensor(
+    [[cl.blade_product(j ^ k, j)[0] for j in range(cl.N_BLADES)] for k in range(cl.N_BLADES)]
+)
 
 
 def sandwich_matrix(r: torch.Tensor) -> torch.Tensor:
@@ -261,7 +297,9 @@ def rotor_powers(bivector: torch.Tensor, length: int, clamp: float, terms: int) 
     powers = cl.one_like(r1).unsqueeze(0)  # (1, C, 32): R^0 = 1
     step = r1
     while powers.shape[0] < length:
-        powers = torch.cat([powers, cl.gp(powers, step.unsqueeze(0))], 0)  # R^(n..2n-1) = R^(0..n-1) R^n
+        powers = torch.cat(
+            [powers, cl.gp(powers, step.unsqueeze(0))], 0
+        )  # R^(n..2n-1) = R^(0..n-1) R^n
         step = cl.gp(step, step)
     return powers[:length]
 
@@ -284,13 +322,19 @@ class RotorAttention(nn.Module):
         self.heads, self.clamp, self.terms = config.heads, config.rotor_clamp, config.exp_terms
         self.q, self.k, self.v = (GradeLinear(C, C, 1 / math.sqrt(C)) for _ in range(3))
         self.o = GradeLinear(C, C, residual_scale(config) / math.sqrt(C))
-        self.transport = config.arm != "scalar_wide"  # scalar_wide: every coordinate a scalar, no rotors
+        self.transport = (
+            config.arm != "scalar_wide"
+        )  # scalar_wide: every coordinate a scalar, no rotors
         if self.transport:
-            self.bivector = nn.Parameter(cl.from_grade(0.01 * torch.randn(C, len(cl.BLADES_OF_GRADE[2])), 2))
+            self.bivector = nn.Parameter(
+                cl.from_grade(0.01 * torch.randn(C, len(cl.BLADES_OF_GRADE[2])), 2)
+            )
 
     def transports(self, length: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The sandwich matrices of R^t and R^-t, t = 0..length-1: (T, C, 32, 32) each."""
-        powers = rotor_powers(cl.grade(self.bivector, 2), length, self.clamp, self.terms)  # (T, C, 32)
+        powers = rotor_powers(
+            cl.grade(self.bivector, 2), length, self.clamp, self.terms
+        )  # (T, C, 32)
         return sandwich_matrix(powers), sandwich_matrix(cl.reverse(powers))  # R^-t = (R^t)~
 
     def forward(self, z: torch.Tensor, mask=lambda x: x) -> torch.Tensor:
@@ -298,7 +342,9 @@ class RotorAttention(nn.Module):
         q, k, v = self.q(z), self.k(z), self.v(z)
         if self.transport:
             out, home = self.transports(T)
-            v_home = mask(torch.einsum("tcki,btci->btck", home, v))  # R^-j v_j R^j: each value carried to position 0
+            v_home = mask(
+                torch.einsum("tcki,btci->btck", home, v)
+            )  # R^-j v_j R^j: each value carried to position 0
         else:
             v_home = v
         H = self.heads
@@ -380,8 +426,12 @@ class SFELM(nn.Module):
         V, d, k = config.vocab_size, config.d_model, config.alpha_dim
         block_config = transformer_config(config)  # bif_lm's Block reads d_model, heads, mlp_hidden
         self.alpha = nn.Embedding(V, k)
-        std = config.basis_std if config.basis_std is not None else 1 / math.sqrt(k)  # default: alpha B at an
-        self.basis = nn.Parameter(std * torch.randn(k, d))  # embedding's scale; the author's code: 0.02
+        std = (
+            config.basis_std if config.basis_std is not None else 1 / math.sqrt(k)
+        )  # default: alpha B at an
+        self.basis = nn.Parameter(
+            std * torch.randn(k, d)
+        )  # embedding's scale; the author's code: 0.02
         self.g = nn.Linear(config.context * d, k, bias=True)
         self.position_embedding = nn.Embedding(config.seq_len, d)
         self.blocks = nn.ModuleList(Block(block_config) for _ in range(config.layers))
@@ -390,7 +440,10 @@ class SFELM(nn.Module):
         residual_std = 0.02 / math.sqrt(2 * config.layers)
         for name, module in self.named_modules():
             if isinstance(module, nn.Linear) and not name == "g":
-                nn.init.normal_(module.weight, std=residual_std if name.endswith(("attention.out", "mlp.down")) else 0.02)
+                nn.init.normal_(
+                    module.weight,
+                    std=residual_std if name.endswith(("attention.out", "mlp.down")) else 0.02,
+                )
         nn.init.normal_(self.alpha.weight, std=ALPHA_STD)
         nn.init.normal_(self.position_embedding.weight, std=0.02)
         nn.init.zeros_(self.g.bias)
@@ -406,7 +459,9 @@ class SFELM(nn.Module):
         B, T, d = static.shape
         c = self.config.context
         padded = torch.cat([static.new_zeros(B, c, d), static], 1)  # padded[c + j] = static[j]
-        return torch.cat([padded[:, c - n: c - n + T] for n in range(1, c + 1)], -1)  # n-th previous
+        return torch.cat(
+            [padded[:, c - n : c - n + T] for n in range(1, c + 1)], -1
+        )  # n-th previous
 
     def alphas(self, tokens: torch.Tensor) -> torch.Tensor:
         """The dynamic recipes alpha_static + g(ctx): (B, T, k)."""
@@ -415,7 +470,9 @@ class SFELM(nn.Module):
 
     def forward(self, tokens: torch.Tensor, return_alphas: bool = False):
         alphas = self.alphas(tokens)
-        h = alphas @ self.basis + self.position_embedding(torch.arange(tokens.shape[1], device=tokens.device))
+        h = alphas @ self.basis + self.position_embedding(
+            torch.arange(tokens.shape[1], device=tokens.device)
+        )
         for block in self.blocks:
             h = block(h)
         logits = self.head(self.final_norm(h))
@@ -446,7 +503,9 @@ def mean_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
     return (cos.sum() - cos.diagonal().sum()) / (n * (n - 1))
 
 
-def occurrence_index(tokens: torch.Tensor, tracked: list[int], start: int, limit: int) -> dict[int, torch.Tensor]:
+def occurrence_index(
+    tokens: torch.Tensor, tracked: list[int], start: int, limit: int
+) -> dict[int, torch.Tensor]:
     """Per tracked token, the flat indices of its first `limit` occurrences at positions >= start."""
     flat = tokens.clone()
     flat[:, :start] = -1
@@ -466,7 +525,9 @@ def alpha_cos(alphas: torch.Tensor, occurrences: dict[int, torch.Tensor]) -> flo
     return float(torch.stack(values).mean()) if values else float("nan")
 
 
-def diversity_loss(alphas: torch.Tensor, tokens: torch.Tensor, tracked: torch.Tensor) -> torch.Tensor:
+def diversity_loss(
+    alphas: torch.Tensor, tokens: torch.Tensor, tracked: torch.Tensor
+) -> torch.Tensor:
     """sfe_v11's auxiliary term (before its weight): mean over tracked tokens present at least twice in
     the batch of the mean pairwise cosine of their dynamic alphas. Lower = more differentiated."""
     flat, ids = alphas.reshape(-1, alphas.shape[-1]), tokens.flatten()
@@ -489,7 +550,7 @@ def biic_window_macs(config: BiicLMConfig) -> int:
     while n < T:
         products += n + 1
         n *= 2
-    return C * (products * GP_MACS + 2 * T * cl.N_BLADES ** 3)
+    return C * (products * GP_MACS + 2 * T * cl.N_BLADES**3)
 
 
 def forward_flops(config: BiicLMConfig) -> int:
@@ -514,7 +575,9 @@ def forward_flops(config: BiicLMConfig) -> int:
 
 def transformer_mlp_hidden_to_match(config: BiicLMConfig, target_params: int) -> int:
     """The transformer arm's mlp_hidden at which its parameter count is nearest target_params."""
-    return mlp_hidden_to_match(transformer_config(config.model_copy(update={"arm": "transformer"})), target_params)
+    return mlp_hidden_to_match(
+        transformer_config(config.model_copy(update={"arm": "transformer"})), target_params
+    )
 
 
 # ------------------------------------------------------------------------------------ study
@@ -544,10 +607,18 @@ class BiicLMStudy(Study):
     }
     deterministic: ClassVar[bool] = False  # initialisation and batches depend on the seed
     # the schedule and regularisation; not g_lr_multiplier or aux_weight, which are what sfe_v11 is
-    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "warmup_steps", "min_lr_ratio", "weight_decay"})
+    hyperparameters: ClassVar[frozenset[str]] = frozenset(
+        {"lr", "warmup_steps", "min_lr_ratio", "weight_decay"}
+    )
     # the data: corpus, tokenizer, split, window length and the fixed validation and test windows
-    regime_fields: ClassVar[tuple[str, ...]] = ("corpus", "vocab_size", "train_fraction", "seq_len", "val_windows",
-                                                "test_windows")
+    regime_fields: ClassVar[tuple[str, ...]] = (
+        "corpus",
+        "vocab_size",
+        "train_fraction",
+        "seq_len",
+        "val_windows",
+        "test_windows",
+    )
 
     def param_count(self, config: BiicLMConfig) -> int:
         return count_parameters(build_model(config))
@@ -566,7 +637,11 @@ class BiicLMStudy(Study):
         """An LM that learned nothing predicts the vocab_size pieces uniformly: log V nats per token. (Not
         alpha_cos: g = 0, an SFE arm that learned nothing, scores 1.0, which sfe-alpha-suppression's claim
         expects of sfe_v10: a chance there would refuse the claim's own condition.)"""
-        return math.log(config.vocab_size) if metric in ("train_loss", "val_loss", "test_loss") else None
+        return (
+            math.log(config.vocab_size)
+            if metric in ("train_loss", "val_loss", "test_loss")
+            else None
+        )
 
     def flops(self, config: BiicLMConfig) -> int:
         """Forward FLOPs per token (see `forward_flops`)."""
@@ -581,13 +656,18 @@ class BiicLMStudy(Study):
         device = torch.device(resolve_device(config.device))
         data = load_token_data(config)  # bif_lm's cache: reads corpus, vocab_size, train_fraction
         val_stream, test_stream = heldout_halves(data.heldout)
-        val_inputs, val_targets = (t.to(device) for t in validation_set(val_stream, config.seq_len, config.val_windows))
-        test_inputs, test_targets = (t.to(device) for t in
-                                     validation_set(test_stream, config.seq_len, config.test_windows))
+        val_inputs, val_targets = (
+            t.to(device) for t in validation_set(val_stream, config.seq_len, config.val_windows)
+        )
+        test_inputs, test_targets = (
+            t.to(device) for t in validation_set(test_stream, config.seq_len, config.test_windows)
+        )
         train = torch.from_numpy(data.train.astype(np.int64)).to(device)
         sfe = config.arm in SFE_ARMS
         tracked = tracked_tokens(data.train, config.alpha_tokens)
-        occurrences = occurrence_index(test_inputs.cpu(), tracked, config.context, config.alpha_occurrences)
+        occurrences = occurrence_index(
+            test_inputs.cpu(), tracked, config.context, config.alpha_occurrences
+        )
         occurrences = {t: where.to(device) for t, where in occurrences.items()}
         tracked_tensor = torch.tensor(tracked, device=device)
 
@@ -597,10 +677,16 @@ class BiicLMStudy(Study):
         if sfe:
             g_params = list(model.g.parameters())
             others = [p for n, p in model.named_parameters() if not n.startswith("g.")]
-            optimizer = torch.optim.AdamW([{"params": others, "multiplier": 1.0},
-                                           {"params": g_params, "multiplier": g_multiplier}],
-                                          lr=config.lr, betas=(0.9, 0.95), weight_decay=config.weight_decay,
-                                          fused=True)
+            optimizer = torch.optim.AdamW(
+                [
+                    {"params": others, "multiplier": 1.0},
+                    {"params": g_params, "multiplier": g_multiplier},
+                ],
+                lr=config.lr,
+                betas=(0.9, 0.95),
+                weight_decay=config.weight_decay,
+                fused=True,
+            )
         else:
             optimizer = optimizer_for(model, config)  # bif_lm's AdamW (reads lr, weight_decay)
         batches = torch.Generator().manual_seed(seed)
@@ -613,7 +699,9 @@ class BiicLMStudy(Study):
             nonlocal step
             step += 1
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(config, step, total_steps) * group.get("multiplier", 1.0)
+                group["lr"] = learning_rate(config, step, total_steps) * group.get(
+                    "multiplier", 1.0
+                )
             inputs, targets = sample_windows(train, config.batch_size, config.seq_len, batches)
             if not sfe:
                 return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
@@ -624,18 +712,24 @@ class BiicLMStudy(Study):
             return loss
 
         def evaluate() -> dict[str, float]:
-            metrics = {"val_loss": mean_loss(model, val_inputs, val_targets),
-                       "test_loss": mean_loss(model, test_inputs, test_targets)}
+            metrics = {
+                "val_loss": mean_loss(model, val_inputs, val_targets),
+                "test_loss": mean_loss(model, test_inputs, test_targets),
+            }
             if sfe:
                 value = alpha_cos(model.alphas(test_inputs), occurrences)
                 lowest[0] = min(lowest[0], value)
-                metrics.update(alpha_cos=value, alpha_cos_min=lowest[0], alpha_cos_rebound=value - lowest[0])
+                metrics.update(
+                    alpha_cos=value, alpha_cos_min=lowest[0], alpha_cos_rebound=value - lowest[0]
+                )
             if config.arm in BIIC_ARMS:
                 h = model.states(test_inputs[:8])
                 metrics["equivariant_share"] = float((h[..., 1:] ** 2).sum() / (h * h).sum())
             return metrics
 
-        return train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate, clip_grad_norm=1.0)
+        return train_loop(
+            model, optimizer, loss_fn, reporter.budget, reporter, evaluate, clip_grad_norm=1.0
+        )
 
 
 # ------------------------------------------------------------------------------------ algebra gates
@@ -647,7 +741,9 @@ class BiicAlgebraConfig(DeviceConfig):
 
     unit: Literal["sandwich", "attention_score"] = "sandwich"  # what flops() counts per token pair
     accounting: Accounting = "executed"
-    d_state: int = Field(default=256, ge=32)  # the seed's d = 256: C = d / 32 multivectors per state
+    d_state: int = Field(
+        default=256, ge=32
+    )  # the seed's d = 256: C = d / 32 multivectors per state
     rotor_scale: float = Field(default=0.5, gt=0)  # std of each random bivector coefficient
     transformations: int = Field(default=100, ge=1)  # the seed: 100 successive sandwiches
     samples: int = Field(default=256, ge=1)  # random multivectors per check
@@ -655,9 +751,11 @@ class BiicAlgebraConfig(DeviceConfig):
     dtype: Literal["float32", "float64"] = "float32"  # the LM's precision
 
     @model_validator(mode="after")
-    def _whole_channels(self) -> "BiicAlgebraConfig":
+    def _whole_channels(self) -> BiicAlgebraConfig:
         if self.d_state % cl.N_BLADES:
-            raise ValueError(f"d_state ({self.d_state}) must be a multiple of 32 (whole multivectors)")
+            raise ValueError(
+                f"d_state ({self.d_state}) must be a multiple of 32 (whole multivectors)"
+            )
         return self
 
 
@@ -670,8 +768,9 @@ def sandwich_cost(d_state: int, accounting: str, exp_terms: int = 16) -> dict:
     elif accounting == "executed_exp":  # + the rotor's Taylor series per pair: terms - 1 products
         macs = C * 2 * GP_MACS + C * (exp_terms - 1) * GP_MACS
     else:
-        macs = cl.sandwich_flops(d_state, channels=C, rotor_even=True,
-                                 dense_table=accounting == "dense")["sandwich_macs"]
+        macs = cl.sandwich_flops(
+            d_state, channels=C, rotor_even=True, dense_table=accounting == "dense"
+        )["sandwich_macs"]
     return {"sandwich_macs": macs, "attention_macs": d_state, "ratio": macs / d_state}
 
 
@@ -734,19 +833,30 @@ class BiicAlgebraStudy(Study):
         under the config's accounting (unit sandwich), or one attention score q.k (unit attention_score)."""
         if config.unit == "attention_score":
             return 2 * config.d_state
-        return 2 * sandwich_cost(config.d_state, config.accounting, config.exp_terms)["sandwich_macs"]
+        return (
+            2 * sandwich_cost(config.d_state, config.accounting, config.exp_terms)["sandwich_macs"]
+        )
 
     def run(self, config: BiicAlgebraConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         dtype = getattr(torch, config.dtype)
         device = torch.device(resolve_device(config.device))
-        gen = torch.Generator().manual_seed(seed)  # drawn on the CPU: the same draws on every device
+        gen = torch.Generator().manual_seed(
+            seed
+        )  # drawn on the CPU: the same draws on every device
         n, steps = config.samples, config.transformations
         x0 = cl.random_multivector((n,), gen, dtype=torch.float64).to(device)
-        bivectors = cl.random_bivector((steps, n), config.rotor_scale, gen, dtype=torch.float64).to(device)
-        reference = cl.exp_scaling_squaring(bivectors.reshape(-1, cl.N_BLADES)).reshape(bivectors.shape)
+        bivectors = cl.random_bivector((steps, n), config.rotor_scale, gen, dtype=torch.float64).to(
+            device
+        )
+        reference = cl.exp_scaling_squaring(bivectors.reshape(-1, cl.N_BLADES)).reshape(
+            bivectors.shape
+        )
         rotors = cl.exp_taylor(bivectors.to(dtype), config.exp_terms)
 
-        x, raw = x0.to(dtype), x0.clone()  # the growth in float64: float32 overflows (the seed's problem)
+        x, raw = (
+            x0.to(dtype),
+            x0.clone(),
+        )  # the growth in float64: float32 overflows (the seed's problem)
         rotors64 = cl.exp_taylor(bivectors, config.exp_terms)
         for s in range(steps):
             x = cl.normalize_grades(cl.sandwich(rotors[s], x))
@@ -759,14 +869,21 @@ class BiicAlgebraStudy(Study):
         rotate_then_project = cl.grade(cl.sandwich(r, xs), 2)
         project_then_rotate = cl.sandwich(r, cl.grade(xs, 2))
         scale = project_then_rotate.abs().amax(-1).clamp_min(1e-30)
-        equivariance = float(((rotate_then_project - project_then_rotate).abs().amax(-1) / scale).max())
+        equivariance = float(
+            ((rotate_then_project - project_then_rotate).abs().amax(-1) / scale).max()
+        )
 
         unit = cl.gp(rotors, cl.reverse(rotors)).double() - cl.one_like(rotors).double()
-        taylor = {terms: float((cl.exp_taylor(bivectors, terms) - reference).abs().max()) for terms in (12, 16)}
+        taylor = {
+            terms: float((cl.exp_taylor(bivectors, terms) - reference).abs().max())
+            for terms in (12, 16)
+        }
 
         C = config.d_state // cl.N_BLADES
         states = torch.randn(1024, C, cl.N_BLADES, generator=gen, dtype=dtype).to(device)
-        pair_rotors = cl.exp_taylor(cl.random_bivector((1024, C), config.rotor_scale, gen, dtype=dtype), 16).to(device)
+        pair_rotors = cl.exp_taylor(
+            cl.random_bivector((1024, C), config.rotor_scale, gen, dtype=dtype), 16
+        ).to(device)
         keys = torch.randn(1024, config.d_state, generator=gen, dtype=dtype).to(device)
         flat = states.reshape(1024, -1)
         sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -780,10 +897,14 @@ class BiicAlgebraStudy(Study):
             "taylor12_error": taylor[12],
             "taylor16_error": taylor[16],
             "log10_growth_unnormalized": growth,
-            "sandwich_cost_ratio": sandwich_cost(config.d_state, config.accounting, config.exp_terms)["ratio"],
+            "sandwich_cost_ratio": sandwich_cost(
+                config.d_state, config.accounting, config.exp_terms
+            )["ratio"],
             "sandwich_time_ratio": t_sandwich / t_dot,
         }
-        for step in range(1, reporter.budget.steps + 1):  # nothing trains: the same numbers at each report
+        for step in range(
+            1, reporter.budget.steps + 1
+        ):  # nothing trains: the same numbers at each report
             if reporter.budget.is_eval_step(step):
                 reporter.report(step, dict(metrics))
         return metrics

@@ -49,7 +49,8 @@ share of present sources that influence a target, averaged over targets and exam
 the smallest; `far_reach_share` the share over pairs at distance > D; `short_*` the same on short
 sequences (one example per short length). `init_*` are the same on the untrained model (the kernel's
 structural reach, measured): what a contract judges reach on, since training teaches a model to
-ignore fillers (on butterfly-reach seed 4 two filler influences fell to 4e-7 and 8e-7 of the largest). A per-leaf table of influencing-source counts is attached to each run (`reach.txt`).
+ignore fillers (on butterfly-reach seed 4 two filler influences fell to 4e-7 and 8e-7 of the largest).
+A per-leaf table of influencing-source counts is attached to each run (`reach.txt`).
 
 Multi-message task (butterfly-reach-v3; `messages` = M > 1, opt-in, the default 1 is the task above bit
 for bit): M disjoint (source, target) pairs per example, pair k marked at both ends by a message id
@@ -70,7 +71,16 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, positive, proportion, resolve_device
+from gates.study import (
+    DeviceConfig,
+    Metric,
+    Reporter,
+    Study,
+    StudyConfig,
+    positive,
+    proportion,
+    resolve_device,
+)
 from models.common import count_parameters, seed_everything, train_loop
 from models.treeheap import Butterfly, Fold, fold_levels, mlp, xor_pairing
 
@@ -96,40 +106,55 @@ class ButterflyReachConfig(DeviceConfig):
     test_examples: int = Field(256, ge=1)  # per distance, per test set
     val_examples: int = Field(512, ge=1)
     # butterfly-reach-v3 (opt-in; the defaults keep v1, v2 and short-reach bit for bit):
-    messages: int = Field(1, ge=1)  # M > 1: M disjoint (source, target) pairs per example, see make_examples
+    messages: int = Field(
+        1, ge=1
+    )  # M > 1: M disjoint (source, target) pairs per example, see make_examples
     clip_grad_norm: float | None = Field(None, gt=0)  # gradient-norm clipping, every arm alike
 
     @property
     def n_leaves(self) -> int:
-        return 2 ** self.depth
+        return 2**self.depth
 
     @model_validator(mode="after")
-    def _fits(self) -> "ButterflyReachConfig":
+    def _fits(self) -> ButterflyReachConfig:
         n = self.n_leaves
-        if any(d < 0 or d >= n for d in self.distances) or len(set(self.distances)) != len(self.distances):
-            raise ValueError(f"distances must be distinct and in [0, {n - 1}] for depth {self.depth}")
+        if any(d < 0 or d >= n for d in self.distances) or len(set(self.distances)) != len(
+            self.distances
+        ):
+            raise ValueError(
+                f"distances must be distinct and in [0, {n - 1}] for depth {self.depth}"
+            )
         if any(length < 2 or length > n for length in self.short_lengths):
             raise ValueError(f"short_lengths must lie in [2, {n}] for depth {self.depth}")
         if self.short_lengths and not any(d < max(self.short_lengths) for d in self.distances):
             raise ValueError("no distance fits in any short length")
         if self.messages > 1:
             if 2 * self.messages > min([n, *self.short_lengths]):
-                raise ValueError(f"{self.messages} disjoint pairs need 2 x {self.messages} present leaves")
+                raise ValueError(
+                    f"{self.messages} disjoint pairs need 2 x {self.messages} present leaves"
+                )
             if 0 in self.distances:
-                raise ValueError("with messages > 1 sources and targets are disjoint: no distance 0")
+                raise ValueError(
+                    "with messages > 1 sources and targets are disjoint: no distance 0"
+                )
         return self
 
 
 def near_far(config: ButterflyReachConfig) -> tuple[list[int], list[int]]:
     """Distances within every leaf's reach in a D-round adjacent chain (1 .. D-1) and beyond it (> D)."""
-    return ([d for d in config.distances if 1 <= d <= config.depth - 1],
-            [d for d in config.distances if d > config.depth])
+    return (
+        [d for d in config.distances if 1 <= d <= config.depth - 1],
+        [d for d in config.distances if d > config.depth],
+    )
 
 
 # ------------------------------------------------------------------------------------ pairings
 def adjacent_pairing(n_leaves: int, rounds: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per round r: (first members, partners) = (2i + r mod 2, 2i + 1 + r mod 2), no wrap-around."""
-    return [(torch.arange(r % 2, n_leaves - 1, 2), torch.arange(r % 2, n_leaves - 1, 2) + 1) for r in range(rounds)]
+    return [
+        (torch.arange(r % 2, n_leaves - 1, 2), torch.arange(r % 2, n_leaves - 1, 2) + 1)
+        for r in range(rounds)
+    ]
 
 
 def pairing_reach(pairing, n_leaves: int, length: int, relay: bool = False) -> torch.Tensor:
@@ -137,7 +162,11 @@ def pairing_reach(pairing, n_leaves: int, length: int, relay: bool = False) -> t
     through the pairs of every round (a pair acts only when both members are present, unless `relay`)."""
     reach = torch.eye(n_leaves, dtype=torch.bool)
     for first, second in pairing:
-        act = torch.ones(len(first), dtype=torch.bool) if relay else (first < length) & (second < length)
+        act = (
+            torch.ones(len(first), dtype=torch.bool)
+            if relay
+            else (first < length) & (second < length)
+        )
         i, j = first[act], second[act]
         merged = reach[i] | reach[j]  # b' hears a; a' hears b' (so both)
         reach[i], reach[j] = merged, merged
@@ -147,7 +176,7 @@ def pairing_reach(pairing, n_leaves: int, length: int, relay: bool = False) -> t
 def structural_reach(arm: str, depth: int, length: int) -> torch.Tensor:
     """What the pairing alone allows (length x length, bool) for the Butterfly arms; bag_of_leaves and
     root_bottleneck hear every present leaf."""
-    n = 2 ** depth
+    n = 2**depth
     if arm in ("bag_of_leaves", "root_bottleneck"):
         return torch.ones(length, length, dtype=torch.bool)
     pairing = adjacent_pairing(n, depth) if arm == "adjacent" else xor_pairing(n, depth)
@@ -155,8 +184,13 @@ def structural_reach(arm: str, depth: int, length: int) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------ data
-def make_examples(config: ButterflyReachConfig, generator: torch.Generator, count: int,
-                  lengths: list[int] | None, distance: int | None = None) -> dict[str, torch.Tensor]:
+def make_examples(
+    config: ButterflyReachConfig,
+    generator: torch.Generator,
+    count: int,
+    lengths: list[int] | None,
+    distance: int | None = None,
+) -> dict[str, torch.Tensor]:
     """`count` examples. `lengths` None: full length N; else L uniform over `lengths` (those > the
     distance). `distance` None: uniform over the configured distances that fit each example.
     With `messages` > 1: see `make_messages`."""
@@ -176,7 +210,9 @@ def make_examples(config: ButterflyReachConfig, generator: torch.Generator, coun
         delta = options[pick]
     else:
         delta = torch.full((count,), distance)
-    low = (torch.rand(count, generator=g) * (length - delta)).long()  # lower end of the pair, in [0, L - delta)
+    low = (
+        torch.rand(count, generator=g) * (length - delta)
+    ).long()  # lower end of the pair, in [0, L - delta)
     source_left = torch.rand(count, generator=g) < 0.5
     source = torch.where(source_left, low, low + delta)
     target = torch.where(source_left, low + delta, low)
@@ -186,12 +222,25 @@ def make_examples(config: ButterflyReachConfig, generator: torch.Generator, coun
     role[rows, source] = SOURCE
     role[rows, target] = torch.where(source == target, BOTH, TARGET)
     mask = torch.arange(n)[None, :] < length[:, None]
-    return {"values": values, "role": role, "mask": mask, "target": target, "source": source,
-            "answer": values[rows, source], "distance": delta, "length": length}
+    return {
+        "values": values,
+        "role": role,
+        "mask": mask,
+        "target": target,
+        "source": source,
+        "answer": values[rows, source],
+        "distance": delta,
+        "length": length,
+    }
 
 
-def make_messages(config: ButterflyReachConfig, generator: torch.Generator, count: int,
-                  lengths: list[int] | None, distance: int | None = None) -> dict[str, torch.Tensor]:
+def make_messages(
+    config: ButterflyReachConfig,
+    generator: torch.Generator,
+    count: int,
+    lengths: list[int] | None,
+    distance: int | None = None,
+) -> dict[str, torch.Tensor]:
     """The multi-message task (M = `messages` > 1). M disjoint (source, target) pairs of present leaves
     per example, pair k marked at both ends by a message id (`message`: 0 none, k + 1 for pair k, the
     ids a random permutation per example); every target's answer is its own source's value. `distance`
@@ -227,9 +276,17 @@ def make_messages(config: ButterflyReachConfig, generator: torch.Generator, coun
     message = torch.zeros(count, n, dtype=torch.long)
     message[rows, source] = ids
     message[rows, target] = ids
-    return {"values": values, "role": role, "mask": mask, "message": message, "target": target,
-            "source": source, "answer": values[rows, source], "distance": (target - source).abs(),
-            "length": length}
+    return {
+        "values": values,
+        "role": role,
+        "mask": mask,
+        "message": message,
+        "target": target,
+        "source": source,
+        "answer": values[rows, source],
+        "distance": (target - source).abs(),
+        "length": length,
+    }
 
 
 # ------------------------------------------------------------------------------------ model
@@ -242,7 +299,9 @@ class BagOfLeaves(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         weight = mask.unsqueeze(-1).to(x.dtype)
-        pooled = (torch.tanh(self.F(x)) * weight).sum(1, keepdim=True) / weight.sum(1, keepdim=True).clamp(min=1)
+        pooled = (torch.tanh(self.F(x)) * weight).sum(1, keepdim=True) / weight.sum(
+            1, keepdim=True
+        ).clamp(min=1)
         return x + torch.tanh(self.G(x + pooled))
 
 
@@ -256,7 +315,9 @@ class ReachModel(nn.Module):
         if arm in ("butterfly", "adjacent", "butterfly_relay"):
             self.butterfly = Butterfly(d, config.hidden, config.depth)
         elif arm == "root_bottleneck":
-            self.fold = Fold(d, config.hidden, config.fold, merge_hidden=config.merge_hidden or config.hidden)
+            self.fold = Fold(
+                d, config.hidden, config.fold, merge_hidden=config.merge_hidden or config.hidden
+            )
         else:
             self.bag = BagOfLeaves(d, config.hidden)
         pairing = adjacent_pairing(config.n_leaves, config.depth) if arm == "adjacent" else []
@@ -284,8 +345,10 @@ class ReachModel(nn.Module):
         if arm == "butterfly":
             return self.butterfly(x, mask)
         if arm == "adjacent":
-            pairing = [(getattr(self, f"pair_first_{r}"), getattr(self, f"pair_second_{r}"))
-                       for r in range(self.config.depth)]
+            pairing = [
+                (getattr(self, f"pair_first_{r}"), getattr(self, f"pair_second_{r}"))
+                for r in range(self.config.depth)
+            ]
             return self.butterfly(x, mask, pairing)
         if arm == "butterfly_relay":
             return self.butterfly(x * mask.unsqueeze(-1), torch.ones_like(mask))
@@ -323,7 +386,9 @@ def influence(model: ReachModel, batch: dict, projections: int = 2, seed: int = 
     return out
 
 
-def reach_stats(strength: torch.Tensor, mask: torch.Tensor, far: int) -> tuple[dict[str, float], torch.Tensor]:
+def reach_stats(
+    strength: torch.Tensor, mask: torch.Tensor, far: int
+) -> tuple[dict[str, float], torch.Tensor]:
     """(mean, min and far shares of present sources influencing each present target, per-leaf counts)
     from `influence` and the mask; `far`: distances > far count as far."""
     present = mask[:, :, None] & mask[:, None, :]
@@ -336,8 +401,10 @@ def reach_stats(strength: torch.Tensor, mask: torch.Tensor, far: int) -> tuple[d
     distance = (torch.arange(n)[:, None] - torch.arange(n)[None, :]).abs().to(mask.device)
     far_pairs = present & (distance > far)[None]
     far_share = float(reaches[far_pairs].double().mean()) if far_pairs.any() else 1.0
-    return ({"mean": float(shares.mean()), "min": float(shares.min()), "far": far_share},
-            torch.where(mask, counts, torch.full_like(counts, -1)))
+    return (
+        {"mean": float(shares.mean()), "min": float(shares.min()), "far": far_share},
+        torch.where(mask, counts, torch.full_like(counts, -1)),
+    )
 
 
 # ------------------------------------------------------------------------------------ study
@@ -356,7 +423,9 @@ def _declared() -> dict[str, Metric]:
         for d in range(MAX_LEAVES):
             metrics[f"{prefix}accuracy_at_distance_{d}"] = proportion("higher", "test")
         for stat in ("mean", "min", "far"):
-            metrics[f"{prefix}{stat}_reach_share"] = proportion("higher", "test")  # of the trained model
+            metrics[f"{prefix}{stat}_reach_share"] = proportion(
+                "higher", "test"
+            )  # of the trained model
             # of the untrained model, measured on the test examples: what the coupling can carry
             # (judged by butterfly-reach-v2; a trained model learns to ignore fillers, which is not reach)
             metrics[f"init_{prefix}{stat}_reach_share"] = proportion("higher", "test")
@@ -372,8 +441,14 @@ class ButterflyReachStudy(Study):
     deterministic: ClassVar[bool] = False  # metrics depend on the seed's data and initialisation
     hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "clip_grad_norm"})
     # the task: N, the values, the distances asked, the short sequences and how many messages at once
-    regime_fields: ClassVar[tuple[str, ...]] = ("depth", "values", "distances", "short_lengths", "short_fraction",
-                                                "messages")
+    regime_fields: ClassVar[tuple[str, ...]] = (
+        "depth",
+        "values",
+        "distances",
+        "short_lengths",
+        "short_fraction",
+        "messages",
+    )
 
     def param_count(self, config: ButterflyReachConfig) -> int:
         return count_parameters(ReachModel(config))
@@ -389,13 +464,18 @@ class ButterflyReachStudy(Study):
 
         def accuracies(prefix: str, distances: list[int]) -> set[str]:
             out = {f"{prefix}test_acc"} | {f"{prefix}accuracy_at_distance_{d}" for d in distances}
-            return out | {f"{prefix}accuracy_{name}" for name, group in (("near", near), ("far", far))
-                          if set(group) & set(distances)}
+            return out | {
+                f"{prefix}accuracy_{name}"
+                for name, group in (("near", near), ("far", far))
+                if set(group) & set(distances)
+            }
 
         names |= accuracies("", config.distances)
         names |= {f"{init}{stat}_reach_share" for init in ("", "init_") for stat in stats}
         if config.short_lengths:
-            names |= accuracies("short_", [d for d in config.distances if d < max(config.short_lengths)])
+            names |= accuracies(
+                "short_", [d for d in config.distances if d < max(config.short_lengths)]
+            )
             names |= {f"{init}short_{stat}_reach_share" for init in ("", "init_") for stat in stats}
         return frozenset(names)
 
@@ -414,18 +494,34 @@ class ButterflyReachStudy(Study):
         to = lambda batch: {k: v.to(device) for k, v in batch.items()}  # noqa: E731
         near, far = near_far(config)
         # data drawn on the CPU from the seed's own streams (train / test / validation / reach)
-        test_g, val_g = torch.Generator().manual_seed(seed * 4 + 1), torch.Generator().manual_seed(seed * 4 + 2)
-        full_sets = {d: to(make_examples(config, test_g, config.test_examples, None, d)) for d in config.distances}
-        short_sets = {d: to(make_examples(config, test_g, config.test_examples, config.short_lengths, d))
-                      for d in config.distances if config.short_lengths and d < max(config.short_lengths)}
-        n_short_val = round(config.val_examples * config.short_fraction) if config.short_lengths else 0
+        test_g, val_g = (
+            torch.Generator().manual_seed(seed * 4 + 1),
+            torch.Generator().manual_seed(seed * 4 + 2),
+        )
+        full_sets = {
+            d: to(make_examples(config, test_g, config.test_examples, None, d))
+            for d in config.distances
+        }
+        short_sets = {
+            d: to(make_examples(config, test_g, config.test_examples, config.short_lengths, d))
+            for d in config.distances
+            if config.short_lengths and d < max(config.short_lengths)
+        }
+        n_short_val = (
+            round(config.val_examples * config.short_fraction) if config.short_lengths else 0
+        )
         val_parts = [make_examples(config, val_g, config.val_examples - n_short_val, None)]
         if n_short_val:
             val_parts.append(make_examples(config, val_g, n_short_val, config.short_lengths))
-        val = to({k: torch.cat([p[k] for p in val_parts]) for k in val_parts[0]})  # mixed like training
+        val = to(
+            {k: torch.cat([p[k] for p in val_parts]) for k in val_parts[0]}
+        )  # mixed like training
         reach_g = torch.Generator().manual_seed(seed * 4 + 3)
         reach_full = to(make_examples(config, reach_g, 4, None))
-        reach_short = {length: to(make_examples(config, reach_g, 1, [length])) for length in config.short_lengths}
+        reach_short = {
+            length: to(make_examples(config, reach_g, 1, [length]))
+            for length in config.short_lengths
+        }
 
         model = ReachModel(config).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
@@ -434,7 +530,9 @@ class ButterflyReachStudy(Study):
 
         def measure_reach(prefix: str) -> tuple[dict[str, float], str]:
             model.eval()
-            stats, full_counts = reach_stats(influence(model, reach_full), reach_full["mask"], config.depth)
+            stats, full_counts = reach_stats(
+                influence(model, reach_full), reach_full["mask"], config.depth
+            )
             out = {f"{prefix}{k}_reach_share": v for k, v in stats.items()}
             lines = ["full length: influencing sources per target leaf (rows: examples)"]
             lines += [" ".join(f"{c:2d}" for c in row.tolist()) for row in full_counts]
@@ -442,11 +540,17 @@ class ButterflyReachStudy(Study):
             for length, batch in reach_short.items():
                 s, counts = reach_stats(influence(model, batch), batch["mask"], config.depth)
                 short_stats.append(s)
-                lines.append(f"L = {length}: " + " ".join(f"{c:2d}" for c in counts[0, :length].tolist()))
+                lines.append(
+                    f"L = {length}: " + " ".join(f"{c:2d}" for c in counts[0, :length].tolist())
+                )
             if short_stats:
-                out[f"{prefix}short_mean_reach_share"] = sum(s["mean"] for s in short_stats) / len(short_stats)
+                out[f"{prefix}short_mean_reach_share"] = sum(s["mean"] for s in short_stats) / len(
+                    short_stats
+                )
                 out[f"{prefix}short_min_reach_share"] = min(s["min"] for s in short_stats)
-                out[f"{prefix}short_far_reach_share"] = sum(s["far"] for s in short_stats) / len(short_stats)
+                out[f"{prefix}short_far_reach_share"] = sum(s["far"] for s in short_stats) / len(
+                    short_stats
+                )
             model.train()
             return out, "\n".join(lines)
 
@@ -464,7 +568,10 @@ class ButterflyReachStudy(Study):
                 return {}
             if config.messages > 1:
                 return message_accuracy(sets, prefix)
-            hits = {d: (model(b).argmax(-1) == b["answer"]).double().mean().item() for d, b in sets.items()}
+            hits = {
+                d: (model(b).argmax(-1) == b["answer"]).double().mean().item()
+                for d, b in sets.items()
+            }
             out = {f"{prefix}accuracy_at_distance_{d}": h for d, h in hits.items()}
             out[f"{prefix}test_acc"] = sum(hits.values()) / len(hits)
             for name, group in (("near", near), ("far", far)):
@@ -478,12 +585,19 @@ class ButterflyReachStudy(Study):
             grouped by its own pair's distance; near / far / test_acc pool messages likewise."""
             if not sets:
                 return {}
-            hits = torch.cat([(model(b).argmax(-1) == b["answer"]).flatten() for b in sets.values()]).double()
+            hits = torch.cat(
+                [(model(b).argmax(-1) == b["answer"]).flatten() for b in sets.values()]
+            ).double()
             dist = torch.cat([b["distance"].flatten() for b in sets.values()])
-            out = {f"{prefix}accuracy_at_distance_{d}": hits[dist == d].mean().item()
-                   for d in sorted(set(dist.tolist()))}
+            out = {
+                f"{prefix}accuracy_at_distance_{d}": hits[dist == d].mean().item()
+                for d in sorted(set(dist.tolist()))
+            }
             out[f"{prefix}test_acc"] = hits.mean().item()
-            for name, inside in (("near", (dist >= 1) & (dist <= config.depth - 1)), ("far", dist > config.depth)):
+            for name, inside in (
+                ("near", (dist >= 1) & (dist <= config.depth - 1)),
+                ("far", dist > config.depth),
+            ):
                 if inside.any():
                     out[f"{prefix}accuracy_{name}"] = hits[inside].mean().item()
             return out
@@ -491,11 +605,16 @@ class ButterflyReachStudy(Study):
         def evaluate() -> dict[str, float]:
             logits = model(val).flatten(0, -2)
             answer = val["answer"].flatten()
-            return {**accuracy(full_sets, ""), **accuracy(short_sets, "short_"),
-                    "val_loss": F.cross_entropy(logits, answer).item(),
-                    "val_acc": (logits.argmax(-1) == answer).double().mean().item()}
+            return {
+                **accuracy(full_sets, ""),
+                **accuracy(short_sets, "short_"),
+                "val_loss": F.cross_entropy(logits, answer).item(),
+                "val_acc": (logits.argmax(-1) == answer).double().mean().item(),
+            }
 
-        final = train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate, config.clip_grad_norm)
+        final = train_loop(
+            model, optimizer, loss_fn, reporter.budget, reporter, evaluate, config.clip_grad_norm
+        )
         final_reach, final_table = measure_reach("")
         reporter.attach("reach.txt", f"untrained\n{init_table}\n\ntrained\n{final_table}\n")
         return {**final, **init_reach, **final_reach}

@@ -47,7 +47,16 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
-from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, positive, proportion, resolve_device
+from gates.study import (
+    DeviceConfig,
+    Metric,
+    Reporter,
+    Study,
+    StudyConfig,
+    positive,
+    proportion,
+    resolve_device,
+)
 from models.common import count_parameters, seed_everything, train_loop
 
 Depth = Annotated[int, Field(ge=1, le=12)]  # 12: an 8191-address space, still quick on CPU
@@ -64,7 +73,9 @@ class C05ProbeConfig(DeviceConfig):
     test_depths: list[Depth] = Field(default_factory=lambda: [5, 6], min_length=1)
     train_trees: int = Field(default=900, ge=1)
     test_trees: int = Field(default=400, ge=1)
-    val_trees: int = Field(default=200, ge=1)  # held-out shallow trees for tuning (val_loss, val_acc)
+    val_trees: int = Field(
+        default=200, ge=1
+    )  # held-out shallow trees for tuning (val_loss, val_acc)
     hidden: int = Field(default=32, ge=1)
     lr: float = Field(default=0.01, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
@@ -77,12 +88,13 @@ class C05ProbeConfig(DeviceConfig):
         return pattern
 
     @model_validator(mode="after")
-    def _test_deeper_than_train(self) -> "C05ProbeConfig":
+    def _test_deeper_than_train(self) -> C05ProbeConfig:
         # test targets sit at depth >= max(train_depths), which must be an internal depth (< D)
         if min(self.test_depths) <= max(self.train_depths):
             raise ValueError(
                 f"every test depth must exceed every train depth (test {self.test_depths}, "
-                f"train {self.train_depths}): test patterns go at depth >= max(train_depths)")
+                f"train {self.train_depths}): test patterns go at depth >= max(train_depths)"
+            )
         return self
 
     @property
@@ -117,7 +129,9 @@ def path_code(max_depth: int) -> torch.Tensor:
     return torch.from_numpy(code.reshape(len(bits), 2 * max_depth).astype(np.float32))
 
 
-def walk_route(bits: torch.Tensor, lengths: torch.Tensor, exists: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def walk_route(
+    bits: torch.Tensor, lengths: torch.Tensor, exists: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Walk each path from its tree's root, one L/R step at a time (vectorised over trees).
 
     bits (B, D) and lengths (B,) are paths, exists (B, A) the trees. Returns the node reached (B,)
@@ -130,7 +144,9 @@ def walk_route(bits: torch.Tensor, lengths: torch.Tensor, exists: torch.Tensor) 
         moving = t < lengths
         child = 2 * node + 1 + bits[:, t]
         in_space = child < num_addresses
-        child_exists = exists.gather(1, child.clamp(max=num_addresses - 1)[:, None])[:, 0] & in_space
+        child_exists = (
+            exists.gather(1, child.clamp(max=num_addresses - 1)[:, None])[:, 0] & in_space
+        )
         ok = ok & (~moving | child_exists)
         node = torch.where(moving & in_space, child, node)
     return node, ok
@@ -146,8 +162,15 @@ def is_internal(node: torch.Tensor, exists: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------ data
-def make_trees(rng: np.random.Generator, num_trees: int, depths: list[int], pattern_min_depth: int,
-               pattern: tuple[float, float, float], sigma: float, max_depth: int) -> dict[str, torch.Tensor]:
+def make_trees(
+    rng: np.random.Generator,
+    num_trees: int,
+    depths: list[int],
+    pattern_min_depth: int,
+    pattern: tuple[float, float, float],
+    sigma: float,
+    max_depth: int,
+) -> dict[str, torch.Tensor]:
     """Trees with a planted pattern, in heap layout over the global address space.
 
     The pattern's node is uniform over the tree's internal nodes at depth >= pattern_min_depth.
@@ -158,8 +181,8 @@ def make_trees(rng: np.random.Generator, num_trees: int, depths: list[int], patt
     depth = rng.choice(np.asarray(depths), size=num_trees)
     exists = np.arange(num_addresses)[None, :] < (2 ** (depth + 1) - 1)[:, None]
     values = np.where(exists, rng.normal(0.0, sigma, size=(num_trees, num_addresses)), 0.0)
-    first = 2 ** pattern_min_depth - 1  # first address at depth pattern_min_depth
-    target = rng.integers(first, 2 ** depth - 1)  # internal nodes: addresses 0 .. 2^D - 2
+    first = 2**pattern_min_depth - 1  # first address at depth pattern_min_depth
+    target = rng.integers(first, 2**depth - 1)  # internal nodes: addresses 0 .. 2^D - 2
     rows = np.arange(num_trees)
     values[rows, target] = pattern[0]
     values[rows, 2 * target + 1] = pattern[1]
@@ -181,10 +204,20 @@ def make_trees(rng: np.random.Generator, num_trees: int, depths: list[int], patt
 def make_datasets(config: C05ProbeConfig, seed: int) -> tuple[dict, dict]:
     """Train and test sets; independent streams so changing one's size leaves the other alone."""
     common = dict(pattern=config.pattern, sigma=config.sigma, max_depth=config.max_depth)
-    train = make_trees(np.random.default_rng([seed, 0]), config.train_trees, config.train_depths,
-                       pattern_min_depth=0, **common)
-    test = make_trees(np.random.default_rng([seed, 1]), config.test_trees, config.test_depths,
-                      pattern_min_depth=max(config.train_depths), **common)
+    train = make_trees(
+        np.random.default_rng([seed, 0]),
+        config.train_trees,
+        config.train_depths,
+        pattern_min_depth=0,
+        **common,
+    )
+    test = make_trees(
+        np.random.default_rng([seed, 1]),
+        config.test_trees,
+        config.test_depths,
+        pattern_min_depth=max(config.train_depths),
+        **common,
+    )
     return train, test
 
 
@@ -202,8 +235,15 @@ def crop_to_own_addresses(trees: dict) -> dict:
 def make_validation(config: C05ProbeConfig, seed: int) -> dict:
     """Held-out trees drawn like the train trees (same depths, pattern anywhere), from a third stream:
     tuning selects on them, so the test trees stay unseen by every choice made before the verdict."""
-    return make_trees(np.random.default_rng([seed, 2]), config.val_trees, config.train_depths,
-                      pattern_min_depth=0, pattern=config.pattern, sigma=config.sigma, max_depth=config.max_depth)
+    return make_trees(
+        np.random.default_rng([seed, 2]),
+        config.val_trees,
+        config.train_depths,
+        pattern_min_depth=0,
+        pattern=config.pattern,
+        sigma=config.sigma,
+        max_depth=config.max_depth,
+    )
 
 
 # ------------------------------------------------------------------------------------ model
@@ -247,8 +287,12 @@ def kernel_inputs(config: C05ProbeConfig) -> int:
     """Width of the kernel MLP's input (flat_address: the one-hot address, i.e. A)."""
     path = 2 * config.max_depth
     subheap = 6  # candidate, left child, right child, and the 3 query values
-    return {"flat_address": config.num_addresses, "path_only": path,
-            "subheap_kernel": subheap, "path_subheap_kernel": path + subheap}[config.features]
+    return {
+        "flat_address": config.num_addresses,
+        "path_only": path,
+        "subheap_kernel": subheap,
+        "path_subheap_kernel": path + subheap,
+    }[config.features]
 
 
 def masked_scores(model: StructuralKernel, trees: dict) -> torch.Tensor:
@@ -268,7 +312,13 @@ def target_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 # ------------------------------------------------------------------------------------ study
-TEST_SET = ("test_acc", "hit_at_3", "mean_rank", "route_valid_rate", "test_loss")  # metrics of the test trees
+TEST_SET = (
+    "test_acc",
+    "hit_at_3",
+    "mean_rank",
+    "route_valid_rate",
+    "test_loss",
+)  # metrics of the test trees
 
 
 def node_counts(depths: list[int]) -> list[int]:
@@ -288,7 +338,9 @@ class C05ProbeStudy(Study):
         "train_acc": proportion("higher", "train"),
         "test_acc": proportion("higher", "test"),
         "hit_at_3": proportion("higher", "test"),
-        "mean_rank": Metric("lower", "test", 1.0, None),  # 1-based: rank 1 is a hit; at most the node count
+        "mean_rank": Metric(
+            "lower", "test", 1.0, None
+        ),  # 1-based: rank 1 is a hit; at most the node count
         # on the test trees' predictions, but a property of the predicted route, not of finding the target
         "route_valid_rate": proportion("higher", "diagnostic"),
         "test_loss": positive("lower", "test", unit="nats"),
@@ -299,10 +351,18 @@ class C05ProbeStudy(Study):
     hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "weight_decay"})
     # the task: which pattern in which noise, on trees of which depths and how many (c05-structural-probe-hard
     # is the hard pattern's regime; the others share the easy one)
-    regime_fields: ClassVar[tuple[str, ...]] = ("pattern", "sigma", "train_depths", "test_depths", "train_trees",
-                                                "test_trees")
+    regime_fields: ClassVar[tuple[str, ...]] = (
+        "pattern",
+        "sigma",
+        "train_depths",
+        "test_depths",
+        "train_trees",
+        "test_trees",
+    )
 
-    def metric_range(self, metric: str, config: C05ProbeConfig) -> tuple[float | None, float | None]:
+    def metric_range(
+        self, metric: str, config: C05ProbeConfig
+    ) -> tuple[float | None, float | None]:
         """mean_rank: a test target's rank is at most its tree's node count, 2^(D+1) - 1 at the deepest D."""
         if metric == "mean_rank":
             return 1.0, float(max(node_counts(config.test_depths)))
@@ -313,12 +373,22 @@ class C05ProbeStudy(Study):
         scored) in a uniformly random order, or scores them all alike (the losses: log n exactly); averaged
         over the depths a set draws from (`rng.choice` over the config's list: each entry equally likely).
         Test metrics on the test trees, the rest on trees drawn like the training trees."""
-        counts = np.asarray(node_counts(config.test_depths if metric in TEST_SET else config.train_depths), float)
+        counts = np.asarray(
+            node_counts(config.test_depths if metric in TEST_SET else config.train_depths), float
+        )
         internal = (counts - 1) / 2  # a full binary tree of n nodes has (n - 1) / 2 internal ones
-        per_tree = {"train_acc": 1 / counts, "val_acc": 1 / counts, "test_acc": 1 / counts,
-                    "hit_at_3": np.minimum(3, counts) / counts, "mean_rank": (counts + 1) / 2,
-                    "route_valid_rate": internal / counts,  # every node walks from the root; internal ones count
-                    "train_loss": np.log(counts), "val_loss": np.log(counts), "test_loss": np.log(counts)}
+        per_tree = {
+            "train_acc": 1 / counts,
+            "val_acc": 1 / counts,
+            "test_acc": 1 / counts,
+            "hit_at_3": np.minimum(3, counts) / counts,
+            "mean_rank": (counts + 1) / 2,
+            "route_valid_rate": internal
+            / counts,  # every node walks from the root; internal ones count
+            "train_loss": np.log(counts),
+            "val_loss": np.log(counts),
+            "test_loss": np.log(counts),
+        }
         return float(per_tree[metric].mean()) if metric in per_tree else None
 
     def param_count(self, config: C05ProbeConfig) -> int:
@@ -337,11 +407,17 @@ class C05ProbeStudy(Study):
         device = torch.device(resolve_device(config.device))
         # data drawn by numpy and the model initialised on the CPU (the same on every device), then moved
         on_device = lambda trees: {key: value.to(device) for key, value in trees.items()}  # noqa: E731
-        train, test = (on_device(crop_to_own_addresses(trees)) for trees in make_datasets(config, seed))
+        train, test = (
+            on_device(crop_to_own_addresses(trees)) for trees in make_datasets(config, seed)
+        )
         val = on_device(crop_to_own_addresses(make_validation(config, seed)))
         model = StructuralKernel(config).to(device)
-        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-        paths, path_lengths = (torch.from_numpy(a).to(device) for a in address_paths(config.max_depth))
+        optimizer = torch.optim.Adam(
+            model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+        )
+        paths, path_lengths = (
+            torch.from_numpy(a).to(device) for a in address_paths(config.max_depth)
+        )
 
         def loss_fn() -> torch.Tensor:
             return F.cross_entropy(masked_scores(model, train), train["target"])
@@ -352,7 +428,9 @@ class C05ProbeStudy(Study):
             prediction = scores.argmax(dim=1)
             rank = target_rank(scores, test["target"]).float()
             # route validity: walk the predicted address's L/R steps from the root of its tree
-            reached, walked = walk_route(paths[prediction], path_lengths[prediction], test["exists"])
+            reached, walked = walk_route(
+                paths[prediction], path_lengths[prediction], test["exists"]
+            )
             route_valid = walked & is_internal(reached, test["exists"])
             val_scores = masked_scores(model, val)
             return {

@@ -83,8 +83,12 @@ def blade_product(a: int, b: int) -> tuple[int, int]:
 
 
 GRADES = tuple(_popcount(i) for i in range(N_BLADES))
-BLADES_OF_GRADE = tuple(tuple(i for i in range(N_BLADES) if GRADES[i] == k) for k in range(N_VECTORS + 1))
-CAYLEY_SIGN = torch.tensor([[blade_product(a, b)[0] for b in range(N_BLADES)] for a in range(N_BLADES)])
+BLADES_OF_GRADE = tuple(
+    tuple(i for i in range(N_BLADES) if GRADES[i] == k) for k in range(N_VECTORS + 1)
+)
+CAYLEY_SIGN = torch.tensor(
+    [[blade_product(a, b)[0] for b in range(N_BLADES)] for a in range(N_BLADES)]
+)
 XOR = torch.tensor([[a ^ b for b in range(N_BLADES)] for a in range(N_BLADES)])
 # SIGN_IK[i, k] = sign of e_i e_(i xor k) (the pair whose product lands on blade k).
 SIGN_IK = torch.gather(CAYLEY_SIGN, 1, XOR)
@@ -103,7 +107,9 @@ def _table(name: str, like: torch.Tensor) -> torch.Tensor:
     key = (name, like.dtype, like.device)
     if key not in _CACHE:
         t = globals()[name]
-        _CACHE[key] = t.to(like.device) if name in ("XOR", "SIGNED_XOR") else t.to(like.device, like.dtype)
+        _CACHE[key] = (
+            t.to(like.device) if name in ("XOR", "SIGNED_XOR") else t.to(like.device, like.dtype)
+        )
     return _CACHE[key]
 
 
@@ -130,6 +136,7 @@ def from_grade(coeffs: torch.Tensor, k: int) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- products
+
 
 def gp(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Geometric product: out_k = sum_i a_i sign(i, i^k) b_(i^k). Batched, broadcasting."""
@@ -175,7 +182,9 @@ def scalar(x: torch.Tensor) -> torch.Tensor:
 
 def grade_norms(x: torch.Tensor) -> torch.Tensor:
     """(..., 6): the Euclidean norm of each grade's block of coefficients (positive definite)."""
-    return torch.stack([x[..., list(BLADES_OF_GRADE[k])].norm(dim=-1) for k in range(N_VECTORS + 1)], -1)
+    return torch.stack(
+        [x[..., list(BLADES_OF_GRADE[k])].norm(dim=-1) for k in range(N_VECTORS + 1)], -1
+    )
 
 
 def grade_quadratic(x: torch.Tensor) -> torch.Tensor:
@@ -199,6 +208,7 @@ def sandwich(r: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 
 # ----------------------------------------------------------------------------- rotors
+
 
 def one_like(b: torch.Tensor) -> torch.Tensor:
     one = torch.zeros_like(b)
@@ -264,13 +274,19 @@ def exp_closed(b: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- random draws
 
+
 def random_multivector(shape, generator: torch.Generator, dtype=torch.float64) -> torch.Tensor:
     """Standard normal coefficients on all 32 blades."""
     return torch.randn(*shape, N_BLADES, generator=generator, dtype=dtype)
 
 
-def random_bivector(shape, scale: float, generator: torch.Generator, dtype=torch.float64,
-                    euclidean_only: bool = False) -> torch.Tensor:
+def random_bivector(
+    shape,
+    scale: float,
+    generator: torch.Generator,
+    dtype=torch.float64,
+    euclidean_only: bool = False,
+) -> torch.Tensor:
     """N(0, scale^2) coefficients on the 10 bivector blades (only the 6 without e5 if euclidean_only)."""
     coeffs = scale * torch.randn(*shape, len(BLADES_OF_GRADE[2]), generator=generator, dtype=dtype)
     if euclidean_only:
@@ -279,6 +295,7 @@ def random_bivector(shape, scale: float, generator: torch.Generator, dtype=torch
 
 
 # ----------------------------------------------------------------------------- cost
+
 
 def product_macs(a_grades=range(6), b_grades=range(6), dense_table: bool = False) -> int:
     """Multiply-adds of one geometric product, counted from the Cayley table: every pair of
@@ -289,8 +306,13 @@ def product_macs(a_grades=range(6), b_grades=range(6), dense_table: bool = False
     return na * nb * (N_BLADES if dense_table else 1)
 
 
-def sandwich_flops(d: int, channels: int = 1, rotor_even: bool = False, dense_table: bool = False,
-                   exp_terms: int = 0) -> dict:
+def sandwich_flops(
+    d: int,
+    channels: int = 1,
+    rotor_even: bool = False,
+    dense_table: bool = False,
+    exp_terms: int = 0,
+) -> dict:
     """Multiply-adds of one sandwich R x R~ per token pair vs one attention score q.k of width d.
 
     channels: multivectors per token state (a state of width d = 32 * channels has `channels`);
@@ -300,7 +322,9 @@ def sandwich_flops(d: int, channels: int = 1, rotor_even: bool = False, dense_ta
     products of a bivector with an even multivector, plus 32 multiply-adds per term to accumulate).
     """
     r_grades = (0, 2, 4) if rotor_even else range(6)
-    one = product_macs(r_grades, range(6), dense_table) + product_macs(range(6), r_grades, dense_table)
+    one = product_macs(r_grades, range(6), dense_table) + product_macs(
+        range(6), r_grades, dense_table
+    )
     exp = 0
     if exp_terms > 2:
         exp = (exp_terms - 2) * product_macs((2,), (0, 2, 4), dense_table) + exp_terms * N_BLADES

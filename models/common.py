@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -109,6 +109,7 @@ def peak_rss_growth_mb(fn: Callable[[], None]) -> float:
 
     Linux only: writing 5 to /proc/self/clear_refs resets the peak (VmHWM) to the current RSS, so
     the peak read afterwards belongs to `fn` alone. NaN where that is not offered (other systems)."""
+
     def read_kb(field: str) -> int:
         with open("/proc/self/status") as status:
             return next(int(line.split()[1]) for line in status if line.startswith(field))

@@ -47,8 +47,18 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 from pydantic import Field, model_validator
 
-from gates.study import (Ceiling, DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, positive,
-                         proportion, resolve_device)
+from gates.study import (
+    Ceiling,
+    DeviceConfig,
+    Metric,
+    Reporter,
+    Study,
+    StudyConfig,
+    nonnegative,
+    positive,
+    proportion,
+    resolve_device,
+)
 from models import relation_tree as rt
 from models import tree_read as tr
 from models.common import seed_everything
@@ -63,25 +73,36 @@ PROBE_QUERIES = 128  # evaluation queries used for the closure error at intermed
 
 class RelationClosureConfig(DeviceConfig):
     teacher: TeacherConfig = TeacherConfig()
-    teacher_layer: int | None = Field(default=None, ge=0, description="the attention layer whose queries and "
-                                                                     "keys are read (None: the last)")
+    teacher_layer: int | None = Field(
+        default=None,
+        ge=0,
+        description="the attention layer whose queries and keys are read (None: the last)",
+    )
     leaf_set: Literal["context", "bank"] = "context"
-    leaves: int = Field(default=64, ge=4, le=2 ** MAX_DEPTH, description="N, a power of two")
+    leaves: int = Field(default=64, ge=4, le=2**MAX_DEPTH, description="N, a power of two")
     trees: int = Field(default=32, ge=1, description="per-context trees per seed (bank: 1)")
     query_set: Literal["heldout_windows", "continuation"] = "heldout_windows"
     fit_queries: int = Field(default=1024, ge=8, description="continuation: per tree")
     eval_queries: int = Field(default=512, ge=8, description="continuation: per tree")
-    val_queries: int = Field(default=0, ge=0, description="continuation only, per tree: the validation "
-                                                          "queries of val_closure_error (0: none)")
+    val_queries: int = Field(
+        default=0,
+        ge=0,
+        description="continuation only, per tree: the validation "
+        "queries of val_closure_error (0: none)",
+    )
     parent: Literal["single_key", "prototypes", "lowrank", "mlp", "oracle", "dense"] = "prototypes"
     prototypes: int = Field(default=4, ge=1, le=64, description="m, for prototypes and lowrank")
     rank: int = Field(default=16, ge=1, description="lowrank: width of the per-node coefficients")
-    mlp_match_prototypes: int = Field(default=8, ge=1, description="mlp: match this m's parameter count")
+    mlp_match_prototypes: int = Field(
+        default=8, ge=1, description="mlp: match this m's parameter count"
+    )
     topology: Literal["positional", "random", "learned"] = "learned"
     read: Literal["soft", "beam", "drilldown", "fast_beam"] = "soft"
     beam_width: int | None = Field(default=None, ge=1, description="None: calibrate on fit queries")
     target_recall: float = Field(default=0.95, gt=0, le=1)
-    calibration_queries: int = Field(default=256, ge=8, description="fit queries the beam is calibrated on")
+    calibration_queries: int = Field(
+        default=256, ge=8, description="fit queries the beam is calibrated on"
+    )
     drill_tolerance: float = Field(default=0.01, ge=0, lt=0.5)
     max_frontier: int = Field(default=1024, ge=1)
     lr: float = Field(default=0.02, gt=0)
@@ -93,28 +114,41 @@ class RelationClosureConfig(DeviceConfig):
         if self.leaves & (self.leaves - 1):
             raise ValueError(f"leaves must be a power of two, got {self.leaves}")
         if self.teacher_layer is not None and self.teacher_layer >= self.teacher.layers:
-            raise ValueError(f"teacher_layer must name one of the teacher's layers 0..{self.teacher.layers - 1}, "
-                             f"got {self.teacher_layer}")
+            raise ValueError(
+                f"teacher_layer must name one of the teacher's layers 0..{self.teacher.layers - 1}, "
+                f"got {self.teacher_layer}"
+            )
         if self.leaf_set == "context" and self.leaves > self.teacher.max_positions:
-            raise ValueError(f"a context tree holds one window: leaves <= teacher.max_positions "
-                             f"({self.teacher.max_positions}), got {self.leaves}")
+            raise ValueError(
+                f"a context tree holds one window: leaves <= teacher.max_positions "
+                f"({self.teacher.max_positions}), got {self.leaves}"
+            )
         if self.query_set == "continuation":
             later = self.teacher.max_positions - self.leaves
             if self.leaf_set != "context":
-                raise ValueError("query_set: continuation reads per-context trees (leaf_set: context)")
+                raise ValueError(
+                    "query_set: continuation reads per-context trees (leaf_set: context)"
+                )
             if self.fit_queries + self.val_queries + self.eval_queries > later:
-                raise ValueError(f"query_set: continuation has {later} later positions per window "
-                                 f"(teacher.max_positions - leaves); fit_queries + val_queries + eval_queries "
-                                 f"must not exceed them, got {self.fit_queries} + {self.val_queries} + "
-                                 f"{self.eval_queries}")
+                raise ValueError(
+                    f"query_set: continuation has {later} later positions per window "
+                    f"(teacher.max_positions - leaves); fit_queries + val_queries + eval_queries "
+                    f"must not exceed them, got {self.fit_queries} + {self.val_queries} + "
+                    f"{self.eval_queries}"
+                )
         elif self.val_queries:
-            raise ValueError("val_queries are drawn from the continuation positions (query_set: continuation)")
+            raise ValueError(
+                "val_queries are drawn from the continuation positions (query_set: continuation)"
+            )
         if self.parent == "dense" and self.read != "soft":
             raise ValueError("the dense arm has no tree to read cheaply; use read: soft")
-        if self.read == "fast_beam" and (self.leaf_set != "bank" or self.parent not in ("prototypes", "single_key",
-                                                                                       "lowrank")):
-            raise ValueError("read: fast_beam reads one bank (leaf_set: bank) with parents linear in the query "
-                             "(prototypes, single_key or lowrank)")
+        if self.read == "fast_beam" and (
+            self.leaf_set != "bank" or self.parent not in ("prototypes", "single_key", "lowrank")
+        ):
+            raise ValueError(
+                "read: fast_beam reads one bank (leaf_set: bank) with parents linear in the query "
+                "(prototypes, single_key or lowrank)"
+            )
         return self
 
 
@@ -127,15 +161,29 @@ def _metrics() -> dict[str, Metric]:
     # 0.00036-0.00059, leaf_kl 0.0029-0.0042), compared by ratios (relative margins): log scale. (The
     # oracle parent, a test fixture no contract runs, gets exactly 0.)
     metrics: dict[str, Metric] = {"closure_error": positive("lower", "test", unit="nats^2")}
-    metrics.update({f"closure_error_level_{k}": positive("lower", "test", unit="nats^2") for k in range(MAX_DEPTH)})
+    metrics.update(
+        {
+            f"closure_error_level_{k}": positive("lower", "test", unit="nats^2")
+            for k in range(MAX_DEPTH)
+        }
+    )
     metrics["leaf_kl"] = positive("lower", "test", unit="nats")
-    metrics.update({f"{kind}kl_at_depth_{t}": positive("lower", "test", unit="nats")
-                    for kind in ("", "node_") for t in range(1, MAX_DEPTH + 1)})
+    metrics.update(
+        {
+            f"{kind}kl_at_depth_{t}": positive("lower", "test", unit="nats")
+            for kind in ("", "node_")
+            for t in range(1, MAX_DEPTH + 1)
+        }
+    )
     # the pruning read: the dense mass the kept half / quarter of the depth-t nodes hold; nodes kept at
     # random (a tree whose nodes each hold a spread of the query's mass) keep their share, 1/2 or 1/4
-    metrics.update({f"mass_kept_top_{share}_at_depth_{t}": proportion("higher", "test", chance=kept)
-                    for share, first, kept in (("half", 1, 0.5), ("quarter", 2, 0.25))
-                    for t in range(first, MAX_DEPTH + 1)})
+    metrics.update(
+        {
+            f"mass_kept_top_{share}_at_depth_{t}": proportion("higher", "test", chance=kept)
+            for share, first, kept in (("half", 1, 0.5), ("quarter", 2, 0.25))
+            for t in range(first, MAX_DEPTH + 1)
+        }
+    )
     # what the best half / quarter of the leaves themselves hold (the pruning read's ceiling: whatever the
     # topology and parents, a read that keeps N/2 or N/4 leaves keeps at most this); at least their share
     metrics["best_mass_top_half"] = Metric("higher", "test", 0.5, 1.0)
@@ -145,26 +193,49 @@ def _metrics() -> dict[str, Metric]:
     # unit: nats, but not to be compared with the KLs, which are on the log scale)
     metrics["dense_entropy"] = nonnegative("lower", "test")
     metrics["dense_entropy_ratio"] = proportion("lower", "test")  # dense_entropy / log N
-    metrics["teacher_heldout_loss"] = nonnegative("lower", "diagnostic")  # nats per token, of the frozen teacher
+    metrics["teacher_heldout_loss"] = nonnegative(
+        "lower", "diagnostic"
+    )  # nats per token, of the frozen teacher
     metrics.update({f"topk_recall_{k}": proportion("higher", "test") for k in (1, 5, 10)})
     # the closure error on fit minibatches and on validation queries (for convergence): like closure_error
     metrics["fit_loss"] = positive("lower", "train", unit="nats^2")
     metrics["val_closure_error"] = positive("lower", "validation", unit="nats^2")
-    metrics["fit_topk_recall_10"] = proportion("higher", "train")  # the beam calibration's, on fit queries
+    metrics["fit_topk_recall_10"] = proportion(
+        "higher", "train"
+    )  # the beam calibration's, on fit queries
     metrics["visited_nodes"] = nonnegative("lower", "cost")  # a count per query, at most 2N - 1
     # wall-clock medians and byte accountings: positive, multiplicative (a ratio to the dense read is the
     # question of spr096-read-cost: latency_ms vs dense_latency_ms, one unit)
-    metrics.update({name: positive("lower", "cost", unit="ms") for name in ("latency_ms", "dense_latency_ms")})
-    metrics.update({name: positive("lower", "cost", unit="MB") for name in ("peak_mem_mb", "dense_peak_mem_mb")})
+    metrics.update(
+        {name: positive("lower", "cost", unit="ms") for name in ("latency_ms", "dense_latency_ms")}
+    )
+    metrics.update(
+        {
+            name: positive("lower", "cost", unit="MB")
+            for name in ("peak_mem_mb", "dense_peak_mem_mb")
+        }
+    )
     metrics["visited_share"] = proportion("lower", "cost")
-    metrics["index_bytes_per_key"] = nonnegative("lower", "cost")  # what the read keeps in memory, per leaf key
+    metrics["index_bytes_per_key"] = nonnegative(
+        "lower", "cost"
+    )  # what the read keeps in memory, per leaf key
     metrics["beam_width"] = Metric("lower", "diagnostic", 1.0, None)
     metrics["overflow_share"] = proportion("lower", "diagnostic")
     return metrics
 
 
-DENSE_READ_METRICS = ("topk_recall_1", "topk_recall_5", "topk_recall_10", "visited_nodes", "visited_share",
-                      "latency_ms", "dense_latency_ms", "peak_mem_mb", "dense_peak_mem_mb", "index_bytes_per_key")
+DENSE_READ_METRICS = (
+    "topk_recall_1",
+    "topk_recall_5",
+    "topk_recall_10",
+    "visited_nodes",
+    "visited_share",
+    "latency_ms",
+    "dense_latency_ms",
+    "peak_mem_mb",
+    "dense_peak_mem_mb",
+    "index_bytes_per_key",
+)
 
 
 class RelationClosureStudy(Study):
@@ -188,11 +259,23 @@ class RelationClosureStudy(Study):
         if config.parent == "dense":
             return frozenset(DENSE_READ_METRICS)
         depth = rt.tree_depth(config.leaves)
-        names = {"fit_loss", "teacher_heldout_loss", "closure_error", "leaf_kl", "dense_entropy",
-                 "dense_entropy_ratio", "best_mass_top_half", "best_mass_top_quarter"}
+        names = {
+            "fit_loss",
+            "teacher_heldout_loss",
+            "closure_error",
+            "leaf_kl",
+            "dense_entropy",
+            "dense_entropy_ratio",
+            "best_mass_top_half",
+            "best_mass_top_quarter",
+        }
         names |= {f"closure_error_level_{k}" for k in range(depth)}
         for t in rt.resolution_depths(depth):
-            names |= {f"kl_at_depth_{t}", f"node_kl_at_depth_{t}", f"mass_kept_top_half_at_depth_{t}"}
+            names |= {
+                f"kl_at_depth_{t}",
+                f"node_kl_at_depth_{t}",
+                f"mass_kept_top_half_at_depth_{t}",
+            }
             if t >= 2:
                 names.add(f"mass_kept_top_quarter_at_depth_{t}")
         if config.query_set == "continuation" and config.val_queries:
@@ -205,7 +288,9 @@ class RelationClosureStudy(Study):
                 names.add("fit_topk_recall_10")  # calibrated on fit queries
         return frozenset(names)
 
-    def metric_range(self, metric: str, config: RelationClosureConfig) -> tuple[float | None, float | None]:
+    def metric_range(
+        self, metric: str, config: RelationClosureConfig
+    ) -> tuple[float | None, float | None]:
         n = config.leaves
         if metric == "visited_nodes":
             return 0.0, float(2 * n - 1)  # the tree's nodes (the dense read: its N leaves)
@@ -227,9 +312,11 @@ class RelationClosureStudy(Study):
         dense mass than the N/2 or N/4 leaves of highest dense posterior, which each run reports per seed."""
         if metric.startswith("mass_kept_top_") and metric in self.reported_metrics(config):
             share = metric.split("_")[3]  # half / quarter
-            return Ceiling(f"the pruning read keeps 1/{2 if share == 'half' else 4} of the leaves; no topology or "
-                           f"parent keeps more dense mass than the best such set of leaves",
-                           metric=f"best_mass_top_{share}")
+            return Ceiling(
+                f"the pruning read keeps 1/{2 if share == 'half' else 4} of the leaves; no topology or "
+                f"parent keeps more dense mass than the best such set of leaves",
+                metric=f"best_mass_top_{share}",
+            )
         return None
 
     def check_ready(self, config: RelationClosureConfig) -> str | None:
@@ -242,8 +329,10 @@ class RelationClosureStudy(Study):
 
         if is_cached(config.teacher):
             return None
-        return (f"its teacher ({config.teacher.steps} steps) is not trained in this machine's cache; "
-                f"training it takes minutes that the run's recorded seconds do not include")
+        return (
+            f"its teacher ({config.teacher.steps} steps) is not trained in this machine's cache; "
+            f"training it takes minutes that the run's recorded seconds do not include"
+        )
 
     def param_count(self, config: RelationClosureConfig) -> int:
         """Trainable parameters per tree (the dense arm: none besides the leaf keys it reads)."""
@@ -255,8 +344,13 @@ class RelationClosureStudy(Study):
     def flops(self, config: RelationClosureConfig) -> int | None:
         """Multiply-adds x 2 to score every node of a tree for one query (the soft read's cost)."""
         d, n = config.teacher.d_k, config.leaves
-        per_node = {"single_key": d, "prototypes": config.prototypes * d, "oracle": d,
-                    "lowrank": config.prototypes * config.rank, "dense": 0}
+        per_node = {
+            "single_key": d,
+            "prototypes": config.prototypes * d,
+            "oracle": d,
+            "lowrank": config.prototypes * config.rank,
+            "dense": 0,
+        }
         shared = 0
         if config.parent == "mlp":
             # the node states' share of the hidden layer (W e_p) does not depend on the query and is
@@ -270,10 +364,13 @@ class RelationClosureStudy(Study):
         generator = torch.Generator().manual_seed(seed)
         device = torch.device(resolve_device(config.device))
         # the teacher records on the arm's device; it is trained (once, cached) on the CPU: see teacher_key
-        teacher = load_or_train(config.teacher, log=lambda line: print(line, file=sys.stderr), device=device.type)
+        teacher = load_or_train(
+            config.teacher, log=lambda line: print(line, file=sys.stderr), device=device.type
+        )
         # drawn on the CPU by the seed's generator (the same draws on every device), then moved
-        keys, fit_queries, eval_queries, val_queries = (None if t is None else t.to(device)
-                                                        for t in draw_data(teacher, config, generator))
+        keys, fit_queries, eval_queries, val_queries = (
+            None if t is None else t.to(device) for t in draw_data(teacher, config, generator)
+        )
         if config.parent == "dense":
             return self._dense(config, keys, eval_queries, reporter)
 
@@ -284,17 +381,38 @@ class RelationClosureStudy(Study):
         budget = reporter.budget
 
         def validation() -> dict[str, float]:
-            return {} if val_queries is None else {"val_closure_error": closure_error(parent, keys_heap, val_queries)}
+            return (
+                {}
+                if val_queries is None
+                else {"val_closure_error": closure_error(parent, keys_heap, val_queries)}
+            )
 
         def on_step(step: int, loss: float) -> None:
             if budget.is_eval_step(step) and step < budget.steps:  # the last report comes below
-                reporter.report(step, {"fit_loss": loss, "closure_error": closure_error(parent, keys_heap, probe),
-                                       **validation()})
+                reporter.report(
+                    step,
+                    {
+                        "fit_loss": loss,
+                        "closure_error": closure_error(parent, keys_heap, probe),
+                        **validation(),
+                    },
+                )
 
-        losses = rt.fit_parents(parent, keys_heap, fit_queries, budget.steps, config.lr, config.batch,
-                                generator, on_step=on_step)
-        metrics = {"fit_loss": losses[-1] if losses else 0.0, "teacher_heldout_loss": teacher.meta["heldout_loss"],
-                   **validation()}
+        losses = rt.fit_parents(
+            parent,
+            keys_heap,
+            fit_queries,
+            budget.steps,
+            config.lr,
+            config.batch,
+            generator,
+            on_step=on_step,
+        )
+        metrics = {
+            "fit_loss": losses[-1] if losses else 0.0,
+            "teacher_heldout_loss": teacher.meta["heldout_loss"],
+            **validation(),
+        }
         metrics.update(rt.soft_read_metrics(parent, keys_heap, eval_queries))
         metrics["dense_entropy_ratio"] = metrics["dense_entropy"] / math.log(config.leaves)
         if config.read != "soft":
@@ -307,20 +425,31 @@ class RelationClosureStudy(Study):
         latency = rt.time_read(lambda: rt.dense_read(keys, eval_queries), config.timing_repeats)
         read = rt.dense_read(keys, eval_queries)
         n = config.leaves
-        metrics = {"topk_recall_1": 1.0, "topk_recall_5": 1.0, "topk_recall_10": 1.0,
-                   "visited_nodes": float(n), "visited_share": 1.0, "latency_ms": latency,
-                   "dense_latency_ms": latency, "peak_mem_mb": read.read_bytes / 1e6,
-                   "dense_peak_mem_mb": read.read_bytes / 1e6,
-                   "index_bytes_per_key": keys.element_size() * keys.shape[2]}
+        metrics = {
+            "topk_recall_1": 1.0,
+            "topk_recall_5": 1.0,
+            "topk_recall_10": 1.0,
+            "visited_nodes": float(n),
+            "visited_share": 1.0,
+            "latency_ms": latency,
+            "dense_latency_ms": latency,
+            "peak_mem_mb": read.read_bytes / 1e6,
+            "dense_peak_mem_mb": read.read_bytes / 1e6,
+            "index_bytes_per_key": keys.element_size() * keys.shape[2],
+        }
         reporter.report(reporter.budget.steps, metrics)
         return metrics
 
 
-def make_parent(config: RelationClosureConfig, keys_heap: torch.Tensor, generator: torch.Generator) -> rt.Parent:
+def make_parent(
+    config: RelationClosureConfig, keys_heap: torch.Tensor, generator: torch.Generator
+) -> rt.Parent:
     if config.parent == "mlp":
         state_dim, hidden = mlp_shape(config, keys_heap.shape[1] - 1, keys_heap.shape[2])
         return rt.make_parent("mlp", keys_heap, generator, state_dim=state_dim, hidden=hidden)
-    return rt.make_parent(config.parent, keys_heap, generator, m=config.prototypes, rank=config.rank)
+    return rt.make_parent(
+        config.parent, keys_heap, generator, m=config.prototypes, rank=config.rank
+    )
 
 
 def mlp_shape(config: RelationClosureConfig, internal: int, d: int) -> tuple[int, int]:
@@ -346,11 +475,18 @@ def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator
     shuffled = queries[torch.randperm(len(queries), generator=generator)]
     half = len(shuffled) // 2
     fit_pool, eval_pool = shuffled[:half].flatten(0, 1), shuffled[half:].flatten(0, 1)
-    for pool, wanted, name in ((fit_pool, config.fit_queries, "fit"), (eval_pool, config.eval_queries, "eval")):
+    for pool, wanted, name in (
+        (fit_pool, config.fit_queries, "fit"),
+        (eval_pool, config.eval_queries, "eval"),
+    ):
         if len(pool) < wanted:
-            raise ValueError(f"the held-out slice has {len(pool)} {name} queries, fewer than {wanted}")
+            raise ValueError(
+                f"the held-out slice has {len(pool)} {name} queries, fewer than {wanted}"
+            )
     fit_queries = fit_pool[torch.randperm(len(fit_pool), generator=generator)[: config.fit_queries]]
-    eval_queries = eval_pool[torch.randperm(len(eval_pool), generator=generator)[: config.eval_queries]]
+    eval_queries = eval_pool[
+        torch.randperm(len(eval_pool), generator=generator)[: config.eval_queries]
+    ]
 
     if config.leaf_set == "context":
         pool_windows = min(CONTEXT_POOL, teacher.stream("train").numel() // config.leaves)
@@ -359,12 +495,18 @@ def draw_data(teacher, config: RelationClosureConfig, generator: torch.Generator
     else:
         # a pool of 4x the windows one bank needs: seeds draw different keys from it
         bank_window = min(BANK_WINDOW, teacher.config.max_positions)
-        windows = min(teacher.stream("train").numel() // bank_window, 4 * -(-config.leaves // bank_window))
+        windows = min(
+            teacher.stream("train").numel() // bank_window, 4 * -(-config.leaves // bank_window)
+        )
         _, window_keys = teacher.record("train", windows, bank_window, config.teacher_layer)
         pooled = window_keys.flatten(0, 1)
         if len(pooled) < config.leaves:
-            raise ValueError(f"the training slice has {len(pooled)} keys, fewer than {config.leaves} leaves")
-        keys = pooled[torch.randperm(len(pooled), generator=generator)[: config.leaves]].unsqueeze(0)
+            raise ValueError(
+                f"the training slice has {len(pooled)} keys, fewer than {config.leaves} leaves"
+            )
+        keys = pooled[torch.randperm(len(pooled), generator=generator)[: config.leaves]].unsqueeze(
+            0
+        )
     return Drawn(keys.contiguous(), fit_queries.contiguous(), eval_queries.contiguous(), None)
 
 
@@ -376,10 +518,15 @@ def continuation_data(teacher, config: RelationClosureConfig, generator: torch.G
     chosen = torch.randperm(pool_windows, generator=generator)[: config.trees]
     later = config.leaves + torch.randperm(window - config.leaves, generator=generator)
     fit_positions, eval_positions, val_positions = later.split(
-        [config.fit_queries, config.eval_queries, config.val_queries])[:3]
+        [config.fit_queries, config.eval_queries, config.val_queries]
+    )[:3]
     own = queries[chosen]
-    return Drawn(window_keys[chosen, : config.leaves].contiguous(), own[:, fit_positions].contiguous(),
-                 own[:, eval_positions].contiguous(), own[:, val_positions].contiguous() if config.val_queries else None)
+    return Drawn(
+        window_keys[chosen, : config.leaves].contiguous(),
+        own[:, fit_positions].contiguous(),
+        own[:, eval_positions].contiguous(),
+        own[:, val_positions].contiguous() if config.val_queries else None,
+    )
 
 
 def closure_error(parent: rt.Parent, keys_heap: torch.Tensor, queries: torch.Tensor) -> float:
@@ -387,16 +534,23 @@ def closure_error(parent: rt.Parent, keys_heap: torch.Tensor, queries: torch.Ten
         return float((parent(queries) - rt.closure_targets(keys_heap, queries)).pow(2).mean())
 
 
-def cheap_read(config: RelationClosureConfig, parent, keys_heap, fit_queries, eval_queries) -> dict[str, float]:
+def cheap_read(
+    config: RelationClosureConfig, parent, keys_heap, fit_queries, eval_queries
+) -> dict[str, float]:
     """A beam, drill-down or fast read on evaluation queries: recall, visited nodes, latency against the
     dense read timed in the same process, the bytes each read holds and its index bytes per key."""
     metrics: dict[str, float] = {}
     index_bytes = sum(t.numel() * t.element_size() for t in (*parent.parameters(), keys_heap))
     if config.read == "fast_beam":
-        calibration = tr.calibrate(tr.TreeIndex(parent, keys_heap), fit_queries[: config.calibration_queries],
-                                   config.target_recall)
+        calibration = tr.calibrate(
+            tr.TreeIndex(parent, keys_heap),
+            fit_queries[: config.calibration_queries],
+            config.target_recall,
+        )
         schedule = calibration.schedule
-        index = tr.TreeIndex(parent, keys_heap, max_depth=schedule.scan_depth)  # the parents it reads
+        index = tr.TreeIndex(
+            parent, keys_heap, max_depth=schedule.scan_depth
+        )  # the parents it reads
         metrics["fit_topk_recall_10"] = calibration.fit_recall
         metrics["beam_width"] = float(tr.kept_per_depth(schedule)[-1])  # nodes scanned per query
         index_bytes = index.nbytes()
@@ -405,21 +559,33 @@ def cheap_read(config: RelationClosureConfig, parent, keys_heap, fit_queries, ev
         width = config.beam_width
         if width is None:
             # on a subset of the fit queries, the width bisected to within 1/32: wide beams are slow
-            width, fit_recall = rt.calibrate_beam(parent, keys_heap, fit_queries[: config.calibration_queries],
-                                                  config.target_recall, relative_precision=1 / 32)
+            width, fit_recall = rt.calibrate_beam(
+                parent,
+                keys_heap,
+                fit_queries[: config.calibration_queries],
+                config.target_recall,
+                relative_precision=1 / 32,
+            )
             metrics["fit_topk_recall_10"] = fit_recall
         metrics["beam_width"] = float(width)
         read = lambda: rt.beam_read(parent, keys_heap, eval_queries, width)  # noqa: E731
     else:
-        read = lambda: rt.drilldown_read(parent, keys_heap, eval_queries,  # noqa: E731
-                                         config.drill_tolerance, config.max_frontier)
+        read = lambda: rt.drilldown_read(  # noqa: E731
+            parent,
+            keys_heap,
+            eval_queries,
+            config.drill_tolerance,
+            config.max_frontier,
+        )
     with torch.inference_mode():
         result = read()
         dense_top = rt.dense_topk(keys_heap, eval_queries, 10)
     metrics.update(rt.cheap_read_metrics(result, dense_top, config.leaves))
     metrics["overflow_share"] = result.overflow / result.visited.numel()
     metrics["latency_ms"] = rt.time_read(read, config.timing_repeats)
-    metrics["dense_latency_ms"] = rt.time_read(lambda: rt.dense_read(keys_heap, eval_queries), config.timing_repeats)
+    metrics["dense_latency_ms"] = rt.time_read(
+        lambda: rt.dense_read(keys_heap, eval_queries), config.timing_repeats
+    )
     metrics["peak_mem_mb"] = metrics.pop("read_bytes") / 1e6
     metrics["index_bytes_per_key"] = index_bytes / config.leaves
     metrics["dense_peak_mem_mb"] = rt.dense_read(keys_heap, eval_queries).read_bytes / 1e6

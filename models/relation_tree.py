@@ -48,8 +48,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -66,7 +67,7 @@ PROTOTYPE_SPREAD = 0.5  # initial prototypes sit halfway between the block mean 
 def tree_depth(num_leaves: int) -> int:
     """D for N = 2^D leaves (N >= 2)."""
     depth = num_leaves.bit_length() - 1
-    if num_leaves < 2 or 2 ** depth != num_leaves:
+    if num_leaves < 2 or 2**depth != num_leaves:
         raise ValueError(f"the number of leaves must be a power of two >= 2, got {num_leaves}")
     return depth
 
@@ -76,7 +77,9 @@ def tree_queries(queries: torch.Tensor, num_trees: int) -> torch.Tensor:
     if queries.dim() == 2:
         return queries.unsqueeze(0).expand(num_trees, -1, -1)
     if queries.dim() != 3 or queries.shape[0] != num_trees:
-        raise ValueError(f"queries must be (Q, d) or ({num_trees}, Q, d), got {tuple(queries.shape)}")
+        raise ValueError(
+            f"queries must be (Q, d) or ({num_trees}, Q, d), got {tuple(queries.shape)}"
+        )
     return queries
 
 
@@ -89,7 +92,9 @@ def query_chunks(queries: torch.Tensor, chunk: int):
     """Consecutive query blocks of at most `chunk` (memory batching, not a per-query loop)."""
     num_queries = queries.shape[-2]
     for start in range(0, num_queries, chunk):
-        yield select_queries(queries, torch.arange(start, min(start + chunk, num_queries), device=queries.device))
+        yield select_queries(
+            queries, torch.arange(start, min(start + chunk, num_queries), device=queries.device)
+        )
 
 
 def heap_keys(keys: torch.Tensor, leaf_order: torch.Tensor) -> torch.Tensor:
@@ -105,23 +110,24 @@ def leaf_scores(keys_heap: torch.Tensor, queries: torch.Tensor) -> torch.Tensor:
 
 def block_sizes(depth: int) -> torch.Tensor:
     """Leaves under each internal node, BFS order: (N-1,) = 2^(D-k) for a node at depth k."""
-    return torch.cat([torch.full((2 ** k,), 2.0 ** (depth - k)) for k in range(depth)])
+    return torch.cat([torch.full((2**k,), 2.0 ** (depth - k)) for k in range(depth)])
 
 
 def internal_levels(flat: torch.Tensor) -> list[torch.Tensor]:
     """Split (..., N-1) BFS-ordered internal-node values into per-depth views (..., 2^k), k < D."""
     depth = tree_depth(flat.shape[-1] + 1)
-    return list(flat.split([2 ** k for k in range(depth)], dim=-1))
+    return list(flat.split([2**k for k in range(depth)], dim=-1))
 
 
 def resolution_depths(depth: int) -> list[int]:
     """t in {1, 2, 4, ...} up to D, and D itself."""
-    return sorted({2 ** i for i in range(depth.bit_length()) if 2 ** i <= depth} | {depth})
+    return sorted({2**i for i in range(depth.bit_length()) if 2**i <= depth} | {depth})
 
 
 # ------------------------------------------------------------------------------------ topology
-def build_topology(kind: TopologyKind, keys: torch.Tensor, generator: torch.Generator,
-                   power_iterations: int = 32) -> torch.Tensor:
+def build_topology(
+    kind: TopologyKind, keys: torch.Tensor, generator: torch.Generator, power_iterations: int = 32
+) -> torch.Tensor:
     """leaf_order (T, N): the leaves of each tree in heap order. Same shape for every kind.
 
     - positional: the identity (text order).
@@ -146,9 +152,11 @@ def build_topology(kind: TopologyKind, keys: torch.Tensor, generator: torch.Gene
     order = identity.clone()
     for k in range(depth):
         size = num_leaves >> k
-        blocks = heap_keys(keys, order).reshape(num_trees * 2 ** k, size, width)
+        blocks = heap_keys(keys, order).reshape(num_trees * 2**k, size, width)
         centred = blocks - blocks.mean(dim=1, keepdim=True)
-        direction = torch.randn(len(blocks), 1, width, generator=generator, dtype=keys.dtype).to(keys.device)
+        direction = torch.randn(len(blocks), 1, width, generator=generator, dtype=keys.dtype).to(
+            keys.device
+        )
         for _ in range(power_iterations):  # v <- X^T X v: the leading eigenvector of the scatter
             # elementwise products and sums, not bmm: deep levels are 2^k tiny (size x d) blocks
             projection = (centred * direction).sum(dim=-1, keepdim=True)  # (blocks, size, 1)
@@ -156,7 +164,9 @@ def build_topology(kind: TopologyKind, keys: torch.Tensor, generator: torch.Gene
             direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-30)
         projection = (centred * direction).sum(dim=-1)  # (blocks, size)
         within = projection.argsort(dim=1, stable=True)  # median split = first half vs second half
-        order = order.reshape(num_trees * 2 ** k, size).gather(1, within).reshape(num_trees, num_leaves)
+        order = (
+            order.reshape(num_trees * 2**k, size).gather(1, within).reshape(num_trees, num_leaves)
+        )
     return order
 
 
@@ -168,7 +178,7 @@ def exact_node_scores(scores: torch.Tensor) -> list[torch.Tensor]:
     """
     depth = tree_depth(scores.shape[-1])
     levels = [scores]
-    for k in reversed(range(depth)):
+    for _ in range(depth):
         # logaddexp of the even and odd children: elementwise, ~10x faster on CPU than a
         # logsumexp over a trailing dimension of size 2
         levels.insert(0, torch.logaddexp(levels[0][..., 0::2], levels[0][..., 1::2]))
@@ -186,7 +196,7 @@ def exact_internal_scores(scores: torch.Tensor) -> torch.Tensor:
     internal = scores.new_empty(*scores.shape[:-1], num_leaves - 1)
     below = scores
     for k in reversed(range(depth)):
-        level = internal[..., 2 ** k - 1: 2 ** (k + 1) - 1]
+        level = internal[..., 2**k - 1 : 2 ** (k + 1) - 1]
         torch.logaddexp(below[..., 0::2], below[..., 1::2], out=level)
         below = level
     return internal
@@ -229,13 +239,16 @@ def small_logsumexp(x: torch.Tensor, dim: int) -> torch.Tensor:
 def _gather_nodes(table: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
     """table (T, P, ...) per-node parameters, nodes (T, Q, B) -> (T, Q, B, ...)."""
     num_trees, num_nodes = table.shape[:2]
-    rows = (nodes + num_nodes * torch.arange(num_trees, device=nodes.device).view(-1, 1, 1)).flatten()
+    rows = (
+        nodes + num_nodes * torch.arange(num_trees, device=nodes.device).view(-1, 1, 1)
+    ).flatten()
     # index_select on a (T P, ...) view: a row copy per node, much faster than 2-d fancy indexing
     return table.flatten(0, 1).index_select(0, rows).view(*nodes.shape, *table.shape[2:])
 
 
-def init_prototype_keys(keys_heap: torch.Tensor, m: int, generator: torch.Generator,
-                        spread: float = PROTOTYPE_SPREAD) -> torch.Tensor:
+def init_prototype_keys(
+    keys_heap: torch.Tensor, m: int, generator: torch.Generator, spread: float = PROTOTYPE_SPREAD
+) -> torch.Tensor:
     """The shared data-driven initialisation: (T, N-1, m, d) starting keys for every internal node.
 
     k_{p,a} = mean_p + spread (k_{l_a} - mean_p), l_a a uniformly drawn descendant leaf of p (with
@@ -249,8 +262,8 @@ def init_prototype_keys(keys_heap: torch.Tensor, m: int, generator: torch.Genera
     depth = tree_depth(num_leaves)
     per_depth = []
     for k in range(depth):
-        blocks = keys_heap.view(num_trees, 2 ** k, num_leaves >> k, width)
-        pick = torch.randint(num_leaves >> k, (num_trees, 2 ** k, m), generator=generator)
+        blocks = keys_heap.view(num_trees, 2**k, num_leaves >> k, width)
+        pick = torch.randint(num_leaves >> k, (num_trees, 2**k, m), generator=generator)
         picked = blocks.gather(2, pick.to(keys_heap.device).unsqueeze(-1).expand(-1, -1, -1, width))
         mean = blocks.mean(dim=2, keepdim=True)
         per_depth.append(mean + spread * (picked - mean))
@@ -280,8 +293,9 @@ class Parent(nn.Module):
         self.num_trees, num_leaves, self.width = keys_heap.shape
         self.depth = tree_depth(num_leaves)
 
-    def score_nodes(self, queries: torch.Tensor, nodes: torch.Tensor,
-                    account: "ByteAccount | None" = None) -> torch.Tensor:
+    def score_nodes(
+        self, queries: torch.Tensor, nodes: torch.Tensor, account: ByteAccount | None = None
+    ) -> torch.Tensor:
         raise NotImplementedError
 
 
@@ -292,8 +306,12 @@ class SingleKeyParent(Parent):
         super().__init__()
         self._setup(keys_heap)
         self.numbers_per_node = self.width + 1
-        self.key = nn.Parameter(init_prototype_keys(keys_heap, 1, generator)[:, :, 0])  # (T, N-1, d)
-        self.bias = nn.Parameter(init_log_weights(self.num_trees, self.depth, 1, keys_heap)[:, :, 0])
+        self.key = nn.Parameter(
+            init_prototype_keys(keys_heap, 1, generator)[:, :, 0]
+        )  # (T, N-1, d)
+        self.bias = nn.Parameter(
+            init_log_weights(self.num_trees, self.depth, 1, keys_heap)[:, :, 0]
+        )
 
     def forward(self, queries: torch.Tensor) -> torch.Tensor:
         q = tree_queries(queries, self.num_trees) / math.sqrt(self.width)
@@ -349,17 +367,24 @@ class LowRankParent(Parent):
     per-prototype perturbation so the m prototypes can move apart; log weights as for prototypes.
     """
 
-    def __init__(self, keys_heap: torch.Tensor, generator: torch.Generator, m: int = 4, rank: int = 16):
+    def __init__(
+        self, keys_heap: torch.Tensor, generator: torch.Generator, m: int = 4, rank: int = 16
+    ):
         super().__init__()
         self._setup(keys_heap)
         self.m, self.rank = m, min(rank, self.width)
         self.numbers_per_node = self.rank + 2 * m
         start = init_prototype_keys(keys_heap, m, generator).mean(dim=2)  # (T, N-1, d)
         gram = keys_heap.transpose(1, 2) @ keys_heap  # (T, d, d)
-        top = torch.linalg.eigh(gram).eigenvectors[..., -self.rank:]  # (T, d, r), columns unit norm
-        nudge = torch.randn(self.num_trees, m, self.width, self.rank, generator=generator,
-                            dtype=keys_heap.dtype).to(keys_heap.device)
-        self.bases = nn.Parameter(top.unsqueeze(1) + 0.1 / math.sqrt(self.width) * nudge)  # (T, m, d, r)
+        top = torch.linalg.eigh(gram).eigenvectors[
+            ..., -self.rank :
+        ]  # (T, d, r), columns unit norm
+        nudge = torch.randn(
+            self.num_trees, m, self.width, self.rank, generator=generator, dtype=keys_heap.dtype
+        ).to(keys_heap.device)
+        self.bases = nn.Parameter(
+            top.unsqueeze(1) + 0.1 / math.sqrt(self.width) * nudge
+        )  # (T, m, d, r)
         self.coef = nn.Parameter(start @ top)  # (T, N-1, r)
         self.log_w = nn.Parameter(init_log_weights(self.num_trees, self.depth, m, keys_heap))
 
@@ -370,8 +395,12 @@ class LowRankParent(Parent):
     def forward(self, queries: torch.Tensor) -> torch.Tensor:
         u = self._projected_queries(queries)
         num_trees, num_queries, m, rank = u.shape
-        logits = u.reshape(num_trees, num_queries * m, rank) @ self.coef.transpose(1, 2)  # (T, Q m, N-1)
-        logits = logits.view(num_trees, num_queries, m, -1)  # (T, Q, m, N-1): prototype-major, as above
+        logits = u.reshape(num_trees, num_queries * m, rank) @ self.coef.transpose(
+            1, 2
+        )  # (T, Q m, N-1)
+        logits = logits.view(
+            num_trees, num_queries, m, -1
+        )  # (T, Q, m, N-1): prototype-major, as above
         return small_logsumexp(logits + self.log_w.transpose(1, 2).unsqueeze(1), dim=-2)
 
     def score_nodes(self, queries, nodes, account=None):
@@ -395,8 +424,13 @@ class MLPParent(Parent):
     sized for it. `mlp_shape_matching` picks (state_dim, hidden) for a target parameter count.
     """
 
-    def __init__(self, keys_heap: torch.Tensor, generator: torch.Generator, state_dim: int = 64,
-                 hidden: int = 32):
+    def __init__(
+        self,
+        keys_heap: torch.Tensor,
+        generator: torch.Generator,
+        state_dim: int = 64,
+        hidden: int = 32,
+    ):
         super().__init__()
         self._setup(keys_heap)
         d, s, h, dtype = self.width, state_dim, hidden, keys_heap.dtype
@@ -406,12 +440,16 @@ class MLPParent(Parent):
             draw = torch.rand(*shape, generator=generator, dtype=dtype) * 2 - 1
             return (draw / math.sqrt(d + s)).to(keys_heap.device)
 
-        state = 0.02 * torch.randn(self.num_trees, 2 ** self.depth - 1, s, generator=generator, dtype=dtype)
+        state = 0.02 * torch.randn(
+            self.num_trees, 2**self.depth - 1, s, generator=generator, dtype=dtype
+        )
         state = state.to(keys_heap.device)
         start = init_prototype_keys(keys_heap, 1, generator)[:, :, 0]
         state[..., : min(d, s)] = start[..., : min(d, s)]
         self.state = nn.Parameter(state)  # (T, N-1, s)
-        self.beta = nn.Parameter(init_log_weights(self.num_trees, self.depth, 1, keys_heap)[:, :, 0])
+        self.beta = nn.Parameter(
+            init_log_weights(self.num_trees, self.depth, 1, keys_heap)[:, :, 0]
+        )
         self.w1_query = nn.Parameter(uniform(self.num_trees, d, h))
         self.w1_state = nn.Parameter(uniform(self.num_trees, s, h))
         self.b1 = nn.Parameter(uniform(self.num_trees, h))
@@ -435,7 +473,8 @@ class MLPParent(Parent):
         if account is not None:
             account.live(state, nodes)
         pre = (q @ self.w1_query + self.b1.unsqueeze(1)).unsqueeze(2) + torch.einsum(
-            "tqbs,tsh->tqbh", state, self.w1_state)
+            "tqbs,tsh->tqbh", state, self.w1_state
+        )
         return self._head(pre) + _gather_nodes(self.beta, nodes)
 
 
@@ -447,7 +486,7 @@ class OracleParent(Parent):
         super().__init__()
         self._setup(keys_heap)
         self.keys_heap = keys_heap
-        self.numbers_per_node = 2 ** self.depth  # it scores every node (and leaf) for every query
+        self.numbers_per_node = 2**self.depth  # it scores every node (and leaf) for every query
 
     def forward(self, queries: torch.Tensor) -> torch.Tensor:
         return exact_internal_scores(leaf_scores(self.keys_heap, queries))
@@ -459,8 +498,15 @@ class OracleParent(Parent):
         return every.gather(2, nodes)
 
 
-def make_parent(kind: ParentKind, keys_heap: torch.Tensor, generator: torch.Generator, m: int = 4,
-                rank: int = 16, state_dim: int = 64, hidden: int = 32) -> Parent:
+def make_parent(
+    kind: ParentKind,
+    keys_heap: torch.Tensor,
+    generator: torch.Generator,
+    m: int = 4,
+    rank: int = 16,
+    state_dim: int = 64,
+    hidden: int = 32,
+) -> Parent:
     """One parent model for every internal node of every tree, initialised from the heap-ordered keys."""
     if kind == "single_key":
         return SingleKeyParent(keys_heap, generator)
@@ -485,7 +531,9 @@ def mlp_parameter_count(num_internal: int, d: int, state_dim: int, hidden: int) 
     return num_internal * (state_dim + 1) + (d + state_dim) * hidden + 2 * hidden + 1
 
 
-def mlp_shape_matching(target_params: int, num_internal: int, d: int, hidden: int = 32) -> tuple[int, int]:
+def mlp_shape_matching(
+    target_params: int, num_internal: int, d: int, hidden: int = 32
+) -> tuple[int, int]:
     """(state_dim, hidden) whose per-tree MLP parameter count is within 2% of target_params.
 
     hidden is kept small (the MLP's all-node read holds Q x (N-1) x hidden) and halved while the
@@ -499,7 +547,9 @@ def mlp_shape_matching(target_params: int, num_internal: int, d: int, hidden: in
             if abs(count - target_params) <= 0.02 * target_params:
                 return state_dim, hidden
         hidden //= 2
-    raise ValueError(f"no MLP of {num_internal} nodes and width {d} has about {target_params} parameters")
+    raise ValueError(
+        f"no MLP of {num_internal} nodes and width {d} has about {target_params} parameters"
+    )
 
 
 # ------------------------------------------------------------------------------------ fitting
@@ -508,9 +558,16 @@ def closure_targets(keys_heap: torch.Tensor, queries: torch.Tensor) -> torch.Ten
     return exact_internal_scores(leaf_scores(keys_heap, queries))
 
 
-def fit_parents(parent: Parent, keys_heap: torch.Tensor, fit_queries: torch.Tensor, steps: int,
-                lr: float, batch: int, generator: torch.Generator,
-                on_step: Callable[[int, float], None] | None = None) -> list[float]:
+def fit_parents(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    fit_queries: torch.Tensor,
+    steps: int,
+    lr: float,
+    batch: int,
+    generator: torch.Generator,
+    on_step: Callable[[int, float], None] | None = None,
+) -> list[float]:
     """Adam on the closure error mean_{q, p} (z^_p(q) - z_p(q))^2, all nodes of all trees jointly.
 
     Each step draws `batch` fit queries without replacement (the same rows for every tree when
@@ -543,16 +600,19 @@ def fit_parents(parent: Parent, keys_heap: torch.Tensor, fit_queries: torch.Tens
 
 
 # ------------------------------------------------------------------------------------ soft reads
-def _prior_at(log_prior: torch.Tensor | None, depth_of_nodes: int, positions: torch.Tensor) -> torch.Tensor | float:
+def _prior_at(
+    log_prior: torch.Tensor | None, depth_of_nodes: int, positions: torch.Tensor
+) -> torch.Tensor | float:
     """log pi of the nodes at `positions` (T, Q, B) of one depth, from the BFS (T, 2N-1) prior."""
     if log_prior is None:
         return 0.0
-    flat = (2 ** depth_of_nodes - 1 + positions).reshape(positions.shape[0], -1)
+    flat = (2**depth_of_nodes - 1 + positions).reshape(positions.shape[0], -1)
     return log_prior.gather(1, flat).view_as(positions)
 
 
-def tree_log_posteriors(parent_scores: torch.Tensor, scores: torch.Tensor,
-                        log_prior: torch.Tensor | None = None) -> list[torch.Tensor]:
+def tree_log_posteriors(
+    parent_scores: torch.Tensor, scores: torch.Tensor, log_prior: torch.Tensor | None = None
+) -> list[torch.Tensor]:
     """log P_tree of every node, per depth: [(T, Q, 1) = 0 at the root, ..., (T, Q, N) at the leaves].
 
     parent_scores (T, Q, N-1) are z^ of internal nodes (BFS), scores (T, Q, N) the exact leaf
@@ -564,14 +624,18 @@ def tree_log_posteriors(parent_scores: torch.Tensor, scores: torch.Tensor,
     posteriors = [torch.zeros_like(scores[..., :1])]
     for k, children in enumerate(child_scores, start=1):
         if log_prior is not None:
-            children = children + log_prior[:, 2 ** k - 1: 2 ** (k + 1) - 1].unsqueeze(1)
+            children = children + log_prior[:, 2**k - 1 : 2 ** (k + 1) - 1].unsqueeze(1)
         route = children.unflatten(-1, (-1, 2)).log_softmax(dim=-1)
         posteriors.append((posteriors[-1].unsqueeze(-1) + route).flatten(-2))
     return posteriors
 
 
-def full_read(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor,
-              log_prior: torch.Tensor | None = None) -> torch.Tensor:
+def full_read(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    queries: torch.Tensor,
+    log_prior: torch.Tensor | None = None,
+) -> torch.Tensor:
     """log P_tree(l | q) over every leaf (heap positions): (T, Q, N)."""
     return tree_log_posteriors(parent(queries), leaf_scores(keys_heap, queries), log_prior)[-1]
 
@@ -641,8 +705,13 @@ def dense_entropy(scores: torch.Tensor) -> torch.Tensor:
     return -(log_p.exp() * log_p).sum(dim=-1)
 
 
-def soft_read_metrics(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor,
-                      log_prior: torch.Tensor | None = None, query_chunk: int = 128) -> dict[str, float]:
+def soft_read_metrics(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    queries: torch.Tensor,
+    log_prior: torch.Tensor | None = None,
+    query_chunk: int = 128,
+) -> dict[str, float]:
     """Full soft read on evaluation queries, means over trees and queries:
     leaf_kl, kl_at_depth_t and node_kl_at_depth_t for t in resolution_depths(D), the dense mass kept
     when the best half (t >= 1) or quarter (t >= 2) of depth-t nodes are kept
@@ -666,14 +735,20 @@ def soft_read_metrics(parent: Parent, keys_heap: torch.Tensor, queries: torch.Te
             posteriors = tree_log_posteriors(estimate, scores, log_prior)
             add("leaf_kl", leaf_kl(posteriors[-1], scores))
             add("dense_entropy", dense_entropy(scores))
-            for share, keep in (("half", scores.shape[-1] // 2), ("quarter", scores.shape[-1] // 4)):
+            for share, keep in (
+                ("half", scores.shape[-1] // 2),
+                ("quarter", scores.shape[-1] // 4),
+            ):
                 add(f"best_mass_top_{share}", best_mass(scores, keep))
             for t in depths:
                 add(f"kl_at_depth_{t}", kl_at_depth(posteriors[t], scores))
                 add(f"node_kl_at_depth_{t}", node_kl_at_depth(posteriors[t], scores))
-                for share, keep in (("half", 2 ** t // 2), ("quarter", 2 ** t // 4)):
+                for share, keep in (("half", 2**t // 2), ("quarter", 2**t // 4)):
                     if keep:
-                        add(f"mass_kept_top_{share}_at_depth_{t}", mass_kept(posteriors[t], scores, keep))
+                        add(
+                            f"mass_kept_top_{share}_at_depth_{t}",
+                            mass_kept(posteriors[t], scores, keep),
+                        )
             add("closure_error", error.mean(dim=-1))
             for k, level in enumerate(internal_levels(error)):
                 add(f"closure_error_level_{k}", level.mean(dim=-1))
@@ -724,13 +799,19 @@ class ReadResult:
     overflow: int = 0
 
 
-def _child_scores(parent: Parent, keys_heap: torch.Tensor, q: torch.Tensor, depth_of_children: int,
-                  positions: torch.Tensor, log_prior: torch.Tensor | None,
-                  account: ByteAccount | None) -> torch.Tensor:
+def _child_scores(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    q: torch.Tensor,
+    depth_of_children: int,
+    positions: torch.Tensor,
+    log_prior: torch.Tensor | None,
+    account: ByteAccount | None,
+) -> torch.Tensor:
     """Scores (+ log prior) of the nodes at `positions` (T, Q, B) of one depth: z^ for internal
     nodes, the exact s_l for leaves. Gathers only those nodes."""
     if depth_of_children < parent.depth:
-        scores = parent.score_nodes(q, 2 ** depth_of_children - 1 + positions, account)
+        scores = parent.score_nodes(q, 2**depth_of_children - 1 + positions, account)
     else:
         keys = _gather_nodes(keys_heap, positions)  # (T, Q, B, d)
         if account is not None:
@@ -739,8 +820,9 @@ def _child_scores(parent: Parent, keys_heap: torch.Tensor, q: torch.Tensor, dept
     return scores + _prior_at(log_prior, depth_of_children, positions)
 
 
-def _rank_leaves(keys_heap: torch.Tensor, q: torch.Tensor, positions: torch.Tensor,
-                 valid: torch.Tensor) -> torch.Tensor:
+def _rank_leaves(
+    keys_heap: torch.Tensor, q: torch.Tensor, positions: torch.Tensor, valid: torch.Tensor
+) -> torch.Tensor:
     """Returned leaves sorted by exact score, best first; invalid slots become -1 at the end."""
     keys = _gather_nodes(keys_heap, positions)
     scores = torch.einsum("tqbd,tqd->tqb", keys, q) / math.sqrt(keys_heap.shape[-1])
@@ -748,8 +830,9 @@ def _rank_leaves(keys_heap: torch.Tensor, q: torch.Tensor, positions: torch.Tens
     return torch.where(valid.gather(-1, order), positions.gather(-1, order), -1)
 
 
-def _chunked(read: Callable[[torch.Tensor], ReadResult], queries: torch.Tensor,
-             query_chunk: int | None) -> ReadResult:
+def _chunked(
+    read: Callable[[torch.Tensor], ReadResult], queries: torch.Tensor, query_chunk: int | None
+) -> ReadResult:
     """Run a read over consecutive query blocks (memory batching): leaves and visits concatenated
     over queries (leaves padded with -1 to the widest block), read_bytes the largest block's (the
     blocks run one after another), overflow summed."""
@@ -757,21 +840,32 @@ def _chunked(read: Callable[[torch.Tensor], ReadResult], queries: torch.Tensor,
         return read(queries)
     parts = [read(q) for q in query_chunks(queries, query_chunk)]
     width = max(part.leaves.shape[-1] for part in parts)
-    leaves = torch.cat([F.pad(part.leaves, (0, width - part.leaves.shape[-1]), value=-1) for part in parts], 1)
-    return ReadResult(leaves, torch.cat([part.visited for part in parts], dim=1),
-                      max(part.read_bytes for part in parts), sum(part.overflow for part in parts))
+    leaves = torch.cat(
+        [F.pad(part.leaves, (0, width - part.leaves.shape[-1]), value=-1) for part in parts], 1
+    )
+    return ReadResult(
+        leaves,
+        torch.cat([part.visited for part in parts], dim=1),
+        max(part.read_bytes for part in parts),
+        sum(part.overflow for part in parts),
+    )
 
 
-def beam_query_chunk(parent: Parent, beam_width: int, max_gathered: int = 2 ** 25) -> int:
+def beam_query_chunk(parent: Parent, beam_width: int, max_gathered: int = 2**25) -> int:
     """Queries per block such that one depth of a beam read gathers about `max_gathered` numbers
     (block x 2 beam_width x the parent's numbers per node); pass it as `query_chunk` to keep wide
     beams in memory."""
     return max(1, max_gathered // (2 * beam_width * parent.numbers_per_node))
 
 
-def beam_read(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor, beam_width: int,
-              log_prior: torch.Tensor | None = None,
-              query_chunk: int | Literal["auto"] | None = "auto") -> ReadResult:
+def beam_read(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    queries: torch.Tensor,
+    beam_width: int,
+    log_prior: torch.Tensor | None = None,
+    query_chunk: int | Literal["auto"] | None = "auto",
+) -> ReadResult:
     """Keep the beam_width nodes of highest path log posterior per depth; expand both children.
 
     Children are scored by gathering only their parameters (z^, or the exact leaf score at the
@@ -782,11 +876,18 @@ def beam_read(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor, be
     """
     if query_chunk == "auto":
         query_chunk = beam_query_chunk(parent, beam_width)
-    return _chunked(lambda q: _beam_block(parent, keys_heap, q, beam_width, log_prior), queries, query_chunk)
+    return _chunked(
+        lambda q: _beam_block(parent, keys_heap, q, beam_width, log_prior), queries, query_chunk
+    )
 
 
-def _beam_block(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor, beam_width: int,
-                log_prior: torch.Tensor | None) -> ReadResult:
+def _beam_block(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    queries: torch.Tensor,
+    beam_width: int,
+    log_prior: torch.Tensor | None,
+) -> ReadResult:
     num_trees = keys_heap.shape[0]
     q = tree_queries(queries, num_trees)
     account = read_account(parent, keys_heap)
@@ -811,9 +912,15 @@ def _beam_block(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor, 
     return ReadResult(leaves, visited_per_query, account.read_bytes)
 
 
-def drilldown_read(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor, tolerance: float,
-                   max_frontier: int, log_prior: torch.Tensor | None = None,
-                   query_chunk: int | Literal["auto"] | None = "auto") -> ReadResult:
+def drilldown_read(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    queries: torch.Tensor,
+    tolerance: float,
+    max_frontier: int,
+    log_prior: torch.Tensor | None = None,
+    query_chunk: int | Literal["auto"] | None = "auto",
+) -> ReadResult:
     """Descend only where a parent cannot separate its children with confidence (SPR-096 6.4).
 
     At an expanded node, if min(P(L), P(R)) < tolerance the parent is confident and only the more
@@ -826,12 +933,21 @@ def drilldown_read(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tenso
     """
     if query_chunk == "auto":
         query_chunk = beam_query_chunk(parent, max_frontier)
-    return _chunked(lambda q: _drilldown_block(parent, keys_heap, q, tolerance, max_frontier, log_prior),
-                    queries, query_chunk)
+    return _chunked(
+        lambda q: _drilldown_block(parent, keys_heap, q, tolerance, max_frontier, log_prior),
+        queries,
+        query_chunk,
+    )
 
 
-def _drilldown_block(parent: Parent, keys_heap: torch.Tensor, queries: torch.Tensor, tolerance: float,
-                     max_frontier: int, log_prior: torch.Tensor | None) -> ReadResult:
+def _drilldown_block(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    queries: torch.Tensor,
+    tolerance: float,
+    max_frontier: int,
+    log_prior: torch.Tensor | None,
+) -> ReadResult:
     num_trees = keys_heap.shape[0]
     q = tree_queries(queries, num_trees)
     account = read_account(parent, keys_heap)
@@ -859,7 +975,11 @@ def _drilldown_block(parent: Parent, keys_heap: torch.Tensor, queries: torch.Ten
         rank_key = torch.where(keep, child_post.clamp(min=lowest), float("-inf"))
         chosen = rank_key.topk(width, dim=-1).indices
         account.step(children, scores, child_post, keep, rank_key)
-        nodes, log_post, valid = children.gather(-1, chosen), child_post.gather(-1, chosen), keep.gather(-1, chosen)
+        nodes, log_post, valid = (
+            children.gather(-1, chosen),
+            child_post.gather(-1, chosen),
+            keep.gather(-1, chosen),
+        )
     leaves = _rank_leaves(keys_heap, q, nodes, valid)
     return ReadResult(leaves, visited, account.read_bytes, int(overflowed.sum()))
 
@@ -875,11 +995,18 @@ def dense_read(keys_heap: torch.Tensor, queries: torch.Tensor, k: int = 10) -> R
     return ReadResult(top.indices, visited, account.read_bytes)
 
 
-def dense_topk(keys_heap: torch.Tensor, queries: torch.Tensor, k: int, query_chunk: int = 256) -> torch.Tensor:
+def dense_topk(
+    keys_heap: torch.Tensor, queries: torch.Tensor, k: int, query_chunk: int = 256
+) -> torch.Tensor:
     """The dense top-k leaves (heap positions), best first: (T, Q, k). Queries in chunks."""
     with torch.no_grad():
-        return torch.cat([leaf_scores(keys_heap, q).topk(k, dim=-1).indices
-                          for q in query_chunks(queries, query_chunk)], dim=1)
+        return torch.cat(
+            [
+                leaf_scores(keys_heap, q).topk(k, dim=-1).indices
+                for q in query_chunks(queries, query_chunk)
+            ],
+            dim=1,
+        )
 
 
 def topk_recall(returned_leaves: torch.Tensor, dense_scores_or_topk: torch.Tensor, k: int) -> float:
@@ -897,20 +1024,31 @@ def topk_recall(returned_leaves: torch.Tensor, dense_scores_or_topk: torch.Tenso
     return float(hits.any(dim=-2).sum(dim=-1).double().mean() / k)
 
 
-def cheap_read_metrics(result: ReadResult, dense_top: torch.Tensor, num_leaves: int,
-                       ks: tuple[int, ...] = (1, 5, 10)) -> dict[str, float]:
+def cheap_read_metrics(
+    result: ReadResult, dense_top: torch.Tensor, num_leaves: int, ks: tuple[int, ...] = (1, 5, 10)
+) -> dict[str, float]:
     """topk_recall_k, visited_nodes (mean per query), visited_share = visited / (2N - 1), read_bytes."""
     metrics = {f"topk_recall_{k}": topk_recall(result.leaves, dense_top, k) for k in ks}
     visited = float(result.visited.double().mean())
-    metrics.update(visited_nodes=visited, visited_share=visited / (2 * num_leaves - 1),
-                   read_bytes=float(result.read_bytes))
+    metrics.update(
+        visited_nodes=visited,
+        visited_share=visited / (2 * num_leaves - 1),
+        read_bytes=float(result.read_bytes),
+    )
     return metrics
 
 
-def calibrate_beam(parent: Parent, keys_heap: torch.Tensor, fit_queries: torch.Tensor,
-                   target_recall: float = 0.95, k: int = 10, log_prior: torch.Tensor | None = None,
-                   max_gathered: int = 2 ** 25, relative_precision: float = 0.0,
-                   on_width: Callable[[int, float], None] | None = None) -> tuple[int, float]:
+def calibrate_beam(
+    parent: Parent,
+    keys_heap: torch.Tensor,
+    fit_queries: torch.Tensor,
+    target_recall: float = 0.95,
+    k: int = 10,
+    log_prior: torch.Tensor | None = None,
+    max_gathered: int = 2**25,
+    relative_precision: float = 0.0,
+    on_width: Callable[[int, float], None] | None = None,
+) -> tuple[int, float]:
     """Smallest beam width whose top-k recall on the FIT queries reaches target_recall.
 
     Doubles 1, 2, 4, ... until the target is reached (beam N returns every leaf: recall 1), then
@@ -926,19 +1064,31 @@ def calibrate_beam(parent: Parent, keys_heap: torch.Tensor, fit_queries: torch.T
 
     def recall(width: int) -> float:
         with torch.inference_mode():
-            read = beam_read(parent, keys_heap, fit_queries, width, log_prior,
-                             query_chunk=beam_query_chunk(parent, width, max_gathered))
+            read = beam_read(
+                parent,
+                keys_heap,
+                fit_queries,
+                width,
+                log_prior,
+                query_chunk=beam_query_chunk(parent, width, max_gathered),
+            )
         value = topk_recall(read.leaves, target, k)
         if on_width is not None:
             on_width(width, value)
         return value
 
-    return smallest_passing(recall, target_recall, start=1, upper=num_leaves,
-                            relative_precision=relative_precision)
+    return smallest_passing(
+        recall, target_recall, start=1, upper=num_leaves, relative_precision=relative_precision
+    )
 
 
-def smallest_passing(score: Callable[[int], float], target: float, start: int, upper: int,
-                     relative_precision: float = 0.0) -> tuple[int, float]:
+def smallest_passing(
+    score: Callable[[int], float],
+    target: float,
+    start: int,
+    upper: int,
+    relative_precision: float = 0.0,
+) -> tuple[int, float]:
     """Smallest integer setting in [start, upper] whose score reaches `target`, assuming the score
     grows with the setting: double from `start` until it passes, then bisect the bracket down to
     max(1, relative_precision x setting). Returns (setting, its score); `upper` if none passes."""

@@ -71,19 +71,27 @@ class SprHashConfig(DeviceConfig):
     depth: int = Field(default=6, ge=1, le=12, description="D: the tree has 2^D leaves")
     dim: int = Field(default=32, ge=2, le=512, description="embedding width d")
     vocab_size: int = Field(default=5000, ge=10, description="top-V tokens that get an embedding")
-    window: int = Field(default=2, ge=1, le=20, description="co-occurrence window (tokens each side)")
+    window: int = Field(
+        default=2, ge=1, le=20, description="co-occurrence window (tokens each side)"
+    )
     min_words: int = Field(default=5, ge=1)
     max_words: int = Field(default=40, ge=1)
 
     @model_validator(mode="after")
-    def _sentences_fit(self) -> "SprHashConfig":
+    def _sentences_fit(self) -> SprHashConfig:
         if self.min_words > self.max_words:
-            raise ValueError(f"min_words ({self.min_words}) must not exceed max_words ({self.max_words})")
-        if self.max_words > 2 ** self.depth:
-            raise ValueError(f"max_words ({self.max_words}) does not fit 2^depth = {2 ** self.depth} leaves; "
-                             f"expected depth >= {int(np.ceil(np.log2(self.max_words)))}")
+            raise ValueError(
+                f"min_words ({self.min_words}) must not exceed max_words ({self.max_words})"
+            )
+        if self.max_words > 2**self.depth:
+            raise ValueError(
+                f"max_words ({self.max_words}) does not fit 2^depth = {2**self.depth} leaves; "
+                f"expected depth >= {int(np.ceil(np.log2(self.max_words)))}"
+            )
         if self.dim >= self.vocab_size:
-            raise ValueError(f"dim ({self.dim}) must be below vocab_size ({self.vocab_size}) for the SVD")
+            raise ValueError(
+                f"dim ({self.dim}) must be below vocab_size ({self.vocab_size}) for the SVD"
+            )
         return self
 
 
@@ -123,7 +131,7 @@ def root_hash(leaves: torch.Tensor, rule: Merge) -> torch.Tensor:
 
 def leaf_vectors(vectors: torch.Tensor, depth: int) -> torch.Tensor:
     """Pad (..., n, d) token vectors with zero vectors to (..., 2^depth, d)."""
-    missing = 2 ** depth - vectors.shape[-2]
+    missing = 2**depth - vectors.shape[-2]
     if missing < 0:
         raise ValueError(f"{vectors.shape[-2]} tokens do not fit 2^{depth} leaves")
     return F.pad(vectors, (0, 0, 0, missing))
@@ -148,7 +156,9 @@ def tokenize(text: str) -> list[str]:
     return TOKEN.findall(text.lower())
 
 
-def build_vocab(token_lists: list[list[str]], size: int, reserved: tuple[str, ...] = ()) -> list[str]:
+def build_vocab(
+    token_lists: list[list[str]], size: int, reserved: tuple[str, ...] = ()
+) -> list[str]:
     """`reserved` tokens first, then the most frequent tokens (ties by text) up to `size` in all."""
     counts = Counter(token for tokens in token_lists for token in tokens)
     for token in reserved:
@@ -157,14 +167,18 @@ def build_vocab(token_lists: list[list[str]], size: int, reserved: tuple[str, ..
     return list(reserved) + [token for token, _ in ranked[: max(size - len(reserved), 0)]]
 
 
-def cooccurrence_embeddings(token_lists: list[list[str]], vocab: list[str], window: int, dim: int) -> np.ndarray:
+def cooccurrence_embeddings(
+    token_lists: list[list[str]], vocab: list[str], window: int, dim: int
+) -> np.ndarray:
     """PPMI of symmetric window co-occurrence counts, truncated SVD -> (len(vocab), dim) float32."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.linalg import svds
 
     index = {token: i for i, token in enumerate(vocab)}
     gap = [-1] * window  # -1 (OOV and line gaps) is never counted, so no window spans two lines
-    stream = np.array([index.get(t, -1) for tokens in token_lists for t in tokens + gap], dtype=np.int64)
+    stream = np.array(
+        [index.get(t, -1) for tokens in token_lists for t in tokens + gap], dtype=np.int64
+    )
     rows, cols = [], []
     for offset in range(1, window + 1):  # over distances, vectorised over the whole corpus
         a, b = stream[:-offset], stream[offset:]
@@ -173,7 +187,9 @@ def cooccurrence_embeddings(token_lists: list[list[str]], vocab: list[str], wind
         cols += [b[keep], a[keep]]
     rows, cols = np.concatenate(rows), np.concatenate(cols)
     size = len(vocab)
-    counts = coo_matrix((np.ones(len(rows)), (rows, cols)), shape=(size, size)).tocsr()  # sums duplicates
+    counts = coo_matrix(
+        (np.ones(len(rows)), (rows, cols)), shape=(size, size)
+    ).tocsr()  # sums duplicates
     counts.sum_duplicates()
 
     # PPMI_ij = max(0, log(C_ij * total / (C_i. * C_.j))), on the nonzero entries only
@@ -182,7 +198,9 @@ def cooccurrence_embeddings(token_lists: list[list[str]], vocab: list[str], wind
     coo = counts.tocoo()
     pmi = np.log(coo.data * total / (marginal[coo.row] * marginal[coo.col]))
     positive = pmi > 0
-    ppmi = coo_matrix((pmi[positive], (coo.row[positive], coo.col[positive])), shape=(size, size)).tocsr()
+    ppmi = coo_matrix(
+        (pmi[positive], (coo.row[positive], coo.col[positive])), shape=(size, size)
+    ).tocsr()
 
     # ARPACK is deterministic given its start vector; singular vectors' signs are fixed afterwards
     u, s, _ = svds(ppmi, k=dim, v0=np.full(size, 1.0 / np.sqrt(size)), solver="arpack")
@@ -193,32 +211,44 @@ def cooccurrence_embeddings(token_lists: list[list[str]], vocab: list[str], wind
 
 
 @lru_cache(maxsize=4)
-def corpus_embeddings(corpus: str, vocab_size: int, window: int, dim: int) -> tuple[tuple[str, ...], np.ndarray, tuple]:
+def corpus_embeddings(
+    corpus: str, vocab_size: int, window: int, dim: int
+) -> tuple[tuple[str, ...], np.ndarray, tuple]:
     """(vocab, embeddings, token lists of the corpus' distinct lines); cached: every arm shares them."""
     from gates.data import load_text
 
     texts = list(dict.fromkeys(load_text(corpus)))  # distinct lines, corpus order
     token_lists = [tokenize(text) for text in texts]
     vocab = build_vocab(token_lists, vocab_size)
-    return tuple(vocab), cooccurrence_embeddings(token_lists, vocab, window, dim), tuple(map(tuple, token_lists))
+    return (
+        tuple(vocab),
+        cooccurrence_embeddings(token_lists, vocab, window, dim),
+        tuple(map(tuple, token_lists)),
+    )
 
 
-def sentence_ids(token_lists, vocab: tuple[str, ...], config: SprHashConfig,
-                 seed: int) -> tuple[np.ndarray, np.ndarray]:
+def sentence_ids(
+    token_lists, vocab: tuple[str, ...], config: SprHashConfig, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Draw S lines by the seed; return their token ids (S, 2^D) (pad/OOV = len(vocab)) and a shuffle.
 
     The shuffle (S, 2^D) gives, per sentence, its tokens in a random order (pads stay at the end).
     """
     index = {token: i for i, token in enumerate(vocab)}
     oov = len(vocab)
-    eligible = [i for i, tokens in enumerate(token_lists)
-                if config.min_words <= len(tokens) <= config.max_words and any(t in index for t in tokens)]
+    eligible = [
+        i
+        for i, tokens in enumerate(token_lists)
+        if config.min_words <= len(tokens) <= config.max_words and any(t in index for t in tokens)
+    ]
     if len(eligible) < config.sentences:
-        raise ValueError(f"only {len(eligible)} lines of {config.corpus!r} have {config.min_words}-"
-                         f"{config.max_words} tokens; the arm asks for {config.sentences}")
+        raise ValueError(
+            f"only {len(eligible)} lines of {config.corpus!r} have {config.min_words}-"
+            f"{config.max_words} tokens; the arm asks for {config.sentences}"
+        )
     rng = np.random.default_rng(seed)
     chosen = rng.choice(np.asarray(eligible), size=config.sentences, replace=False)
-    ids = np.full((config.sentences, 2 ** config.depth), oov, dtype=np.int64)
+    ids = np.full((config.sentences, 2**config.depth), oov, dtype=np.int64)
     shuffled = ids.copy()
     for row, line in enumerate(chosen):  # S <= a few hundred lines: building ids, not a hot path
         tokens = np.array([index.get(t, oov) for t in token_lists[line]], dtype=np.int64)
@@ -241,7 +271,9 @@ class SprHashStudy(Study):
         "shuffled_cos": Metric("lower", "test", -1.0, 1.0),
     }
     deterministic: ClassVar[bool] = False  # the sentences are drawn by the seed
-    trains: ClassVar[bool] = False  # the hash has no parameters; the embeddings are an SVD fit, no training steps
+    trains: ClassVar[bool] = (
+        False  # the hash has no parameters; the embeddings are an SVD fit, no training steps
+    )
     # the embeddings every arm hashes: corpus, vocabulary, co-occurrence window, width
     regime_fields: ClassVar[tuple[str, ...]] = ("corpus", "vocab_size", "window", "dim")
 
@@ -251,7 +283,7 @@ class SprHashStudy(Study):
     def flops(self, config: SprHashConfig) -> int:
         """Per sentence: 2^D - 1 merges of d-vectors; an add plus a sign/scale per element (roll: 0)."""
         per_element = 1 if config.merge == "roll_only" else 2
-        return (2 ** config.depth - 1) * config.dim * per_element
+        return (2**config.depth - 1) * config.dim * per_element
 
     def check_ready(self, config: SprHashConfig) -> str | None:
         from gates.data import check_source
@@ -259,11 +291,18 @@ class SprHashStudy(Study):
         return check_source(config.corpus, kind="text")
 
     def run(self, config: SprHashConfig, seed: int, reporter: Reporter) -> dict[str, float]:
-        vocab, embeddings, token_lists = corpus_embeddings(config.corpus, config.vocab_size, config.window,
-                                                           config.dim)
+        vocab, embeddings, token_lists = corpus_embeddings(
+            config.corpus, config.vocab_size, config.window, config.dim
+        )
         ids, shuffled = sentence_ids(token_lists, vocab, config, seed)
-        device = torch.device(resolve_device(config.device))  # the SVD and the draws stay on the CPU
-        table = torch.from_numpy(np.vstack([embeddings, np.zeros((1, config.dim), np.float32)])).double().to(device)
+        device = torch.device(
+            resolve_device(config.device)
+        )  # the SVD and the draws stay on the CPU
+        table = (
+            torch.from_numpy(np.vstack([embeddings, np.zeros((1, config.dim), np.float32)]))
+            .double()
+            .to(device)
+        )
         roots = root_hash(table[torch.from_numpy(ids).to(device)], config.merge)  # (S, d)
         shuffled_roots = root_hash(table[torch.from_numpy(shuffled).to(device)], config.merge)
         mean_cos, max_cos = mean_pairwise_cos(roots)

@@ -55,10 +55,11 @@ import random
 import shutil
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator, Literal
+from typing import Literal
 
 import numpy as np
 import torch
@@ -67,8 +68,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from gates.data import cache_root
-from models.tokenizer import encode_stream
 from models.common import count_parameters, seed_everything, split_lines
+from models.tokenizer import encode_stream
 
 try:  # one trainer per cache key; without fcntl (Windows) concurrent callers may both train
     import fcntl
@@ -93,7 +94,9 @@ class TeacherConfig(BaseModel):
     d_k: int = Field(default=32, ge=32, le=64)  # query/key width (studies.md: d_k 32-64)
     layers: int = Field(default=2, ge=1, le=2)
     seq_len: int = Field(default=128, ge=8)  # the usual training window
-    max_positions: int = Field(default=256, ge=8)  # learned positions; the longest recordable window
+    max_positions: int = Field(
+        default=256, ge=8
+    )  # learned positions; the longest recordable window
     batch: int = Field(default=32, ge=1)
     steps: int = Field(default=1500, ge=1)
     lr: float = Field(default=3e-3, gt=0)
@@ -101,15 +104,15 @@ class TeacherConfig(BaseModel):
     train_fraction: float = Field(default=0.9, gt=0, lt=1)
 
     @model_validator(mode="after")
-    def _positions_cover_windows(self) -> "TeacherConfig":
+    def _positions_cover_windows(self) -> TeacherConfig:
         if self.max_positions < self.seq_len:
-            raise ValueError(f"max_positions ({self.max_positions}) must be >= seq_len ({self.seq_len})")
+            raise ValueError(
+                f"max_positions ({self.max_positions}) must be >= seq_len ({self.seq_len})"
+            )
         return self
 
 
 # ------------------------------------------------------------------------------------ data
-
-
 
 
 def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
@@ -132,7 +135,10 @@ def train_tokenizer(lines: list[str], vocab_size: int) -> bytes:
         input_sentence_size=len(lines) + 1,  # every line (it samples when there are more)
         shuffle_input_sentence=False,
         max_sentence_length=max(4192, longest + 1),  # longer lines would be skipped silently
-        bos_id=-1, eos_id=1, unk_id=0, pad_id=-1,
+        bos_id=-1,
+        eos_id=1,
+        unk_id=0,
+        pad_id=-1,
         minloglevel=2,
     )
     return model.getvalue()
@@ -158,7 +164,9 @@ class CausalSelfAttention(nn.Module):
         scores = q @ k.transpose(1, 2) / math.sqrt(self.d_k)  # (B, T, T): row t = query t
         # in place on the fresh scores (the division's backward does not need them) with a mask built
         # once per (T, device): the same numbers as masked_fill of a new mask, without the copy
-        attention = scores.masked_fill_(future_mask(x.shape[1], x.device), float("-inf")).softmax(dim=-1)
+        attention = scores.masked_fill_(future_mask(x.shape[1], x.device), float("-inf")).softmax(
+            dim=-1
+        )
         return self.W_O(attention @ self.W_V(x))
 
 
@@ -180,8 +188,11 @@ class Block(nn.Module):
         self.attention_norm = nn.LayerNorm(config.d_model)
         self.attention = CausalSelfAttention(config)
         self.mlp_norm = nn.LayerNorm(config.d_model)
-        self.mlp = nn.Sequential(nn.Linear(config.d_model, 4 * config.d_model), nn.GELU(),
-                                 nn.Linear(4 * config.d_model, config.d_model))
+        self.mlp = nn.Sequential(
+            nn.Linear(config.d_model, 4 * config.d_model),
+            nn.GELU(),
+            nn.Linear(4 * config.d_model, config.d_model),
+        )
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         h = h + self.attention(self.attention_norm(h))
@@ -221,8 +232,9 @@ class TeacherLM(nn.Module):
 
 
 # ------------------------------------------------------------------------------------ training
-def sample_windows(stream: torch.Tensor, rows: int, length: int, generator: torch.Generator
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_windows(
+    stream: torch.Tensor, rows: int, length: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`rows` random contiguous windows: inputs (rows, length) and next-token targets.
 
     The starts are drawn on the CPU by `generator` (the same windows whatever the device); the rows
@@ -244,7 +256,9 @@ def mean_loss(model: TeacherLM, stream: torch.Tensor, length: int, max_windows: 
             index = rows[:, None] * length + torch.arange(length + 1)[None, :]
             windows = stream[index].to(model_device(model))
             logits = model(windows[:, :-1])
-            total += F.cross_entropy(logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum").item()
+            total += F.cross_entropy(
+                logits.flatten(0, 1), windows[:, 1:].flatten(), reduction="sum"
+            ).item()
     return total / (count * length)
 
 
@@ -252,22 +266,27 @@ def model_device(model: nn.Module) -> torch.device:
     return next(model.parameters()).device
 
 
-def train_teacher(config: TeacherConfig, model: TeacherLM, stream: torch.Tensor,
-                  log: Callable[[str], None]) -> float:
+def train_teacher(
+    config: TeacherConfig, model: TeacherLM, stream: torch.Tensor, log: Callable[[str], None]
+) -> float:
     """Train in place on the model's device; returns the mean training loss of the last 50 steps.
 
     The windows are drawn on the CPU (the same windows on every device)."""
     long_rows = max(1, config.batch * config.seq_len // config.max_positions)
     if len(stream) <= config.max_positions + 1:
-        raise ValueError(f"the training slice has {len(stream)} tokens, fewer than one window "
-                         f"of max_positions + 1 = {config.max_positions + 1}")
+        raise ValueError(
+            f"the training slice has {len(stream)} tokens, fewer than one window "
+            f"of max_positions + 1 = {config.max_positions + 1}"
+        )
     generator = torch.Generator().manual_seed(config.seed)
     # weight decay on matrices and embeddings only (not norms or biases), as in nanoGPT
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=config.lr, betas=(0.9, 0.99))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=config.lr,
+        betas=(0.9, 0.99),
+    )
     warmup = max(1, min(100, config.steps // 10))
 
     def lr_at(step: int) -> float:  # linear warmup, then cosine down to 10% of lr
@@ -332,9 +351,14 @@ def teacher_key(config: TeacherConfig) -> str:
     rounding: beyond replay tolerances. Trained once per cache, it costs about a minute."""
     from gates.data import source_fingerprint
 
-    identity = {"source_fingerprint": source_fingerprint(config.corpus),
-                "config": config.model_dump(mode="json"), "teacher_version": TEACHER_VERSION}
-    return hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    identity = {
+        "source_fingerprint": source_fingerprint(config.corpus),
+        "config": config.model_dump(mode="json"),
+        "teacher_version": TEACHER_VERSION,
+    }
+    return hashlib.sha256(
+        json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
 
 
 def is_cached(config: TeacherConfig) -> bool:
@@ -349,8 +373,11 @@ def read_complete(folder: Path, key: str) -> dict | None:
         meta = json.loads((folder / "teacher.json").read_text())
     except (OSError, ValueError):
         return None
-    complete = (meta.get("key") == key and (folder / "tokenizer.model").is_file()
-                and (folder / "weights.pt").is_file())
+    complete = (
+        meta.get("key") == key
+        and (folder / "tokenizer.model").is_file()
+        and (folder / "weights.pt").is_file()
+    )
     return meta if complete else None
 
 
@@ -391,7 +418,9 @@ class Teacher:
             from gates.data import load_text
 
             train, heldout = split_lines(load_text(self.config.corpus), self.config.train_fraction)
-            self._streams[split] = torch.from_numpy(encode_stream(self.tokenizer, train if split == "train" else heldout))
+            self._streams[split] = torch.from_numpy(
+                encode_stream(self.tokenizer, train if split == "train" else heldout)
+            )
         return self._streams[split]
 
     def layer(self, layer: int | None) -> int:
@@ -403,15 +432,18 @@ class Teacher:
             raise ValueError(f"the teacher has attention layers 0..{last}, not {layer}")
         return layer
 
-    def queries_keys(self, tokens: torch.Tensor, layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def queries_keys(
+        self, tokens: torch.Tensor, layer: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens (B, T) -> an attention layer's queries and keys (None: the last layer), (B, T, d_k)
         float32 each, on the teacher's device."""
         with torch.no_grad():
             q, k = self.model.queries_keys(tokens.to(self.device), self.layer(layer))
         return q.float().contiguous(), k.float().contiguous()
 
-    def record(self, split: Split, num_windows: int, window_len: int,
-               layer: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    def record(
+        self, split: Split, num_windows: int, window_len: int, layer: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Queries and keys of an attention layer (None: the last) over consecutive windows of a split.
 
         The split's stream is cut into non-overlapping windows of window_len tokens from its start;
@@ -426,8 +458,10 @@ class Teacher:
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
         if not 1 <= window_len <= self.config.max_positions:
-            raise ValueError(f"window_len must be in 1..{self.config.max_positions} (the teacher's "
-                             f"max_positions), not {window_len}")
+            raise ValueError(
+                f"window_len must be in 1..{self.config.max_positions} (the teacher's "
+                f"max_positions), not {window_len}"
+            )
         if num_windows < 1:
             raise ValueError(f"num_windows must be >= 1, not {num_windows}")
         on = "" if self.device == "cpu" else f"-{self.device}"
@@ -440,10 +474,15 @@ class Teacher:
         stream = self.stream(split)
         available = len(stream) // window_len
         if num_windows > available:
-            raise ValueError(f"the {split} split has {len(stream)} tokens: only {available} windows of "
-                             f"{window_len} available, {num_windows} asked")
+            raise ValueError(
+                f"the {split} split has {len(stream)} tokens: only {available} windows of "
+                f"{window_len} available, {num_windows} asked"
+            )
         windows = stream[: num_windows * window_len].view(num_windows, window_len)
-        parts = [self.queries_keys(windows[i: i + RECORD_CHUNK], layer) for i in range(0, num_windows, RECORD_CHUNK)]
+        parts = [
+            self.queries_keys(windows[i : i + RECORD_CHUNK], layer)
+            for i in range(0, num_windows, RECORD_CHUNK)
+        ]
         queries = torch.cat([q for q, _ in parts]).cpu()
         keys = torch.cat([k for _, k in parts]).cpu()
 
@@ -454,8 +493,14 @@ class Teacher:
         return queries, keys
 
 
-def load_teacher(config: TeacherConfig, key: str, folder: Path, meta: dict, trained_now: bool,
-                 device: str = "cpu") -> Teacher:
+def load_teacher(
+    config: TeacherConfig,
+    key: str,
+    folder: Path,
+    meta: dict,
+    trained_now: bool,
+    device: str = "cpu",
+) -> Teacher:
     import sentencepiece as spm
 
     tokenizer = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
@@ -466,31 +511,43 @@ def load_teacher(config: TeacherConfig, key: str, folder: Path, meta: dict, trai
     return Teacher(config, key, folder, tokenizer, model, meta, trained_now, device)
 
 
-def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[str], None],
-                caller_device: str = "cpu") -> None:
+def build_entry(
+    config: TeacherConfig,
+    key: str,
+    folder: Path,
+    log: Callable[[str], None],
+    caller_device: str = "cpu",
+) -> None:
     """Train a teacher (on the CPU: see `teacher_key`) and write its cache entry into `folder` (teacher.json
     last). `caller_device`: the device of the run asking, whose random state is kept."""
     import sentencepiece as spm
+
     from gates.data import load_text, source_fingerprint
 
     started = time.perf_counter()
     train_lines, heldout_lines = split_lines(load_text(config.corpus), config.train_fraction)
     if not train_lines or not heldout_lines:
-        raise ValueError(f"corpus {config.corpus!r} split into {len(train_lines)} train and "
-                         f"{len(heldout_lines)} held-out lines; both must be non-empty")
+        raise ValueError(
+            f"corpus {config.corpus!r} split into {len(train_lines)} train and "
+            f"{len(heldout_lines)} held-out lines; both must be non-empty"
+        )
     (folder / "tokenizer.model").write_bytes(train_tokenizer(train_lines, config.vocab_size))
     tokenizer = spm.SentencePieceProcessor(model_file=str(folder / "tokenizer.model"))
     train_stream = torch.from_numpy(encode_stream(tokenizer, train_lines))
     heldout_stream = torch.from_numpy(encode_stream(tokenizer, heldout_lines))
-    log(f"teacher {key[:12]}: {len(train_lines)} train / {len(heldout_lines)} held-out lines, "
-        f"{len(train_stream)} / {len(heldout_stream)} tokens, vocab {tokenizer.get_piece_size()}")
+    log(
+        f"teacher {key[:12]}: {len(train_lines)} train / {len(heldout_lines)} held-out lines, "
+        f"{len(train_stream)} / {len(heldout_stream)} tokens, vocab {tokenizer.get_piece_size()}"
+    )
 
     threads = torch.get_num_threads()
     # One thread: a reduction split over a different number of threads rounds differently, and a
     # teacher must be the same network on every machine (CI replays contracts that train one).
     torch.set_num_threads(1)
     try:
-        with preserved_rng_state(caller_device):  # a study calling us mid-run keeps its own random stream
+        with preserved_rng_state(
+            caller_device
+        ):  # a study calling us mid-run keeps its own random stream
             seed_everything(config.seed)
             model = TeacherLM(config, tokenizer.get_piece_size())
             train_started = time.perf_counter()
@@ -526,7 +583,9 @@ def build_entry(config: TeacherConfig, key: str, folder: Path, log: Callable[[st
     os.replace(folder / "teacher.json.tmp", folder / "teacher.json")  # the commit point
 
 
-def load_or_train(config: TeacherConfig, log: Callable[[str], None] = print, device: str = "cpu") -> Teacher:
+def load_or_train(
+    config: TeacherConfig, log: Callable[[str], None] = print, device: str = "cpu"
+) -> Teacher:
     """The cached teacher for `config`, training (and caching) it first when there is none, loaded on
     `device` ("cpu" or "cuda", already resolved): its recordings are computed there. Training is on the
     CPU whatever the device, so every machine shares one teacher (see `teacher_key`)."""
@@ -557,6 +616,8 @@ def load_or_train(config: TeacherConfig, log: Callable[[str], None] = print, dev
         finally:
             shutil.rmtree(building, ignore_errors=True)
         meta = read_complete(folder, key)
-        log(f"teacher {key[:12]}: held-out perplexity {meta['heldout_perplexity']:.2f} "
-            f"after {meta['train_seconds']:.1f}s of training; cached in {folder}")
+        log(
+            f"teacher {key[:12]}: held-out perplexity {meta['heldout_perplexity']:.2f} "
+            f"after {meta['train_seconds']:.1f}s of training; cached in {folder}"
+        )
         return load_teacher(config, key, folder, meta, trained_now=True, device=device)

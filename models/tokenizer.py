@@ -7,8 +7,16 @@ import io
 import numpy as np
 
 
-def train_sentencepiece(lines: list[str], vocab_size: int, *, user_symbols: tuple[str, ...] = (),
-                        unk_id: int = 0, eos_id: int = 1, bos_id: int = -1, pad_id: int = -1) -> bytes:
+def train_sentencepiece(
+    lines: list[str],
+    vocab_size: int,
+    *,
+    user_symbols: tuple[str, ...] = (),
+    unk_id: int = 0,
+    eos_id: int = 1,
+    bos_id: int = -1,
+    pad_id: int = -1,
+) -> bytes:
     """A SentencePiece unigram model (serialized) with exactly vocab_size pieces, trained on `lines`.
 
     Deterministic: one thread (multi-threaded EM may sum in another order), every line in the
@@ -30,13 +38,20 @@ def train_sentencepiece(lines: list[str], vocab_size: int, *, user_symbols: tupl
             input_sentence_size=0,
             shuffle_input_sentence=False,
             max_sentence_length=max(4192, longest + 1),  # longer lines would be skipped silently
-            bos_id=bos_id, eos_id=eos_id, unk_id=unk_id, pad_id=pad_id,
+            bos_id=bos_id,
+            eos_id=eos_id,
+            unk_id=unk_id,
+            pad_id=pad_id,
             user_defined_symbols=list(user_symbols),
             minloglevel=2,
         )
-    except RuntimeError as exc:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 900."
-        raise ValueError(f"SentencePiece cannot build {vocab_size} pieces from {len(lines)} training lines: "
-                         f"{str(exc).split('] ')[-1]}; expected a larger corpus or a smaller vocab_size") from None
+    except (
+        RuntimeError
+    ) as exc:  # e.g. "Vocabulary size too high (8000). Please set it to a value <= 900."
+        raise ValueError(
+            f"SentencePiece cannot build {vocab_size} pieces from {len(lines)} training lines: "
+            f"{str(exc).split('] ')[-1]}; expected a larger corpus or a smaller vocab_size"
+        ) from None
     return model.getvalue()
 
 

@@ -53,7 +53,9 @@ class TranslationData:
         return self.tokenizer.get_piece_size()
 
     def decode(self, ids) -> str:
-        return self.tokenizer.decode([i for i in ids if i > EOS and i not in self.direction_ids.values()])
+        return self.tokenizer.decode(
+            [i for i in ids if i > EOS and i not in self.direction_ids.values()]
+        )
 
 
 def split_of(source_text: str, valid_fraction: float, test_fraction: float) -> str:
@@ -74,27 +76,45 @@ def _tokenizer(corpus: str, train_pairs: list[tuple[str, str]], settings: dict, 
     from gates.data import cache_root, source_fingerprint
     from models.tokenizer import train_sentencepiece
 
-    key = hashlib.sha256(json.dumps({"source": source_fingerprint(corpus), **settings},
-                                    sort_keys=True).encode()).hexdigest()
+    key = hashlib.sha256(
+        json.dumps({"source": source_fingerprint(corpus), **settings}, sort_keys=True).encode()
+    ).hexdigest()
     folder = cache_root() / "translator-tokenizers" / key
     model_file = folder / "tokenizer.model"
     if not model_file.exists():
-        log(f"training a {settings['vocab_size']}-piece tokenizer on {len(train_pairs)} training pairs of {corpus}")
+        log(
+            f"training a {settings['vocab_size']}-piece tokenizer on {len(train_pairs)} training pairs of {corpus}"
+        )
         lines = [side for pair in train_pairs for side in pair]
-        model = train_sentencepiece(lines, settings["vocab_size"], user_symbols=tuple(settings["symbols"]),
-                                    pad_id=PAD, unk_id=UNK, eos_id=EOS)
+        model = train_sentencepiece(
+            lines,
+            settings["vocab_size"],
+            user_symbols=tuple(settings["symbols"]),
+            pad_id=PAD,
+            unk_id=UNK,
+            eos_id=EOS,
+        )
         folder.mkdir(parents=True, exist_ok=True)
         tmp = folder / f".tokenizer.{uuid.uuid4().hex}.tmp"
         tmp.write_bytes(model)
-        (folder / "settings.json").write_text(json.dumps({"corpus": corpus, **settings}, indent=2) + "\n")
+        (folder / "settings.json").write_text(
+            json.dumps({"corpus": corpus, **settings}, indent=2) + "\n"
+        )
         os.replace(tmp, model_file)  # atomic: a reader sees the whole model or none
     return spm.SentencePieceProcessor(model_file=str(model_file))
 
 
 @lru_cache(maxsize=4)
-def load_translation_data(corpus: str, languages: tuple[str, str], directions: tuple[str, ...], vocab_size: int,
-                          max_pieces: int, valid_fraction: float, test_fraction: float,
-                          log=lambda _msg: None) -> TranslationData:
+def load_translation_data(
+    corpus: str,
+    languages: tuple[str, str],
+    directions: tuple[str, ...],
+    vocab_size: int,
+    max_pieces: int,
+    valid_fraction: float,
+    test_fraction: float,
+    log=lambda _msg: None,
+) -> TranslationData:
     from gates.data import load_pairs
 
     unique: dict[str, str] = {}
@@ -108,8 +128,14 @@ def load_translation_data(corpus: str, languages: tuple[str, str], directions: t
 
     all_directions = directions_of(languages)
     symbols = [f"<{d}>" for d in all_directions]
-    settings = {"vocab_size": vocab_size, "symbols": symbols, "languages": list(languages),
-                "valid_fraction": valid_fraction, "test_fraction": test_fraction, "version": DATA_VERSION}
+    settings = {
+        "vocab_size": vocab_size,
+        "symbols": symbols,
+        "languages": list(languages),
+        "valid_fraction": valid_fraction,
+        "test_fraction": test_fraction,
+        "version": DATA_VERSION,
+    }
     tokenizer = _tokenizer(corpus, by_split["train"], settings, log)
     direction_ids = {d: tokenizer.piece_to_id(f"<{d}>") for d in all_directions}
     target_language = {all_directions[0]: languages[1], all_directions[1]: languages[0]}
@@ -123,12 +149,21 @@ def load_translation_data(corpus: str, languages: tuple[str, str], directions: t
         for (text_a, text_b), ids_a, ids_b in zip(pairs, firsts, seconds):
             if not (1 <= len(ids_a) <= max_pieces and 1 <= len(ids_b) <= max_pieces):
                 continue
-            sides = {all_directions[0]: (text_a, ids_a, text_b, ids_b),
-                     all_directions[1]: (text_b, ids_b, text_a, ids_a)}
+            sides = {
+                all_directions[0]: (text_a, ids_a, text_b, ids_b),
+                all_directions[1]: (text_b, ids_b, text_a, ids_a),
+            }
             for direction in directions:
                 src_text, src, tgt_text, tgt = sides[direction]
-                examples.append(Example(direction, (direction_ids[direction], *src, EOS), (*tgt, EOS),
-                                        src_text, tgt_text))
+                examples.append(
+                    Example(
+                        direction,
+                        (direction_ids[direction], *src, EOS),
+                        (*tgt, EOS),
+                        src_text,
+                        tgt_text,
+                    )
+                )
         splits[name] = examples
         kept[name] = {"pairs": len(pairs), "examples": len(examples)}
     meta = {"corpus": corpus, "unique_pairs": len(unique), "splits": kept, "tokenizer": settings}
@@ -143,8 +178,8 @@ def collate(examples: list[Example], n_leaves: int) -> dict[str, torch.Tensor]:
     tgt_in = torch.full((batch, longest), PAD, dtype=torch.long)
     tgt_out = torch.full((batch, longest), PAD, dtype=torch.long)
     for row, e in enumerate(examples):
-        src[row, :len(e.src_ids)] = torch.tensor(e.src_ids)
-        tgt_out[row, :len(e.tgt_ids)] = torch.tensor(e.tgt_ids)
+        src[row, : len(e.src_ids)] = torch.tensor(e.src_ids)
+        tgt_out[row, : len(e.tgt_ids)] = torch.tensor(e.tgt_ids)
         tgt_in[row, 0] = e.src_ids[0]  # the direction token starts the target
-        tgt_in[row, 1:len(e.tgt_ids)] = torch.tensor(e.tgt_ids[:-1])
+        tgt_in[row, 1 : len(e.tgt_ids)] = torch.tensor(e.tgt_ids[:-1])
     return {"src": src, "src_mask": src != PAD, "tgt_in": tgt_in, "tgt_out": tgt_out}

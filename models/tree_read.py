@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -85,15 +85,20 @@ class TreeIndex:
 
     def __init__(self, parent: rt.Parent, keys_heap: torch.Tensor, max_depth: int | None = None):
         if keys_heap.shape[0] != 1:
-            raise ValueError(f"TreeIndex holds one tree (a memory bank); got {keys_heap.shape[0]} trees")
+            raise ValueError(
+                f"TreeIndex holds one tree (a memory bank); got {keys_heap.shape[0]} trees"
+            )
         self.depth = rt.tree_depth(keys_heap.shape[1])
         self.max_depth = self.depth if max_depth is None else max_depth
         self.width = keys_heap.shape[2]
         protos, log_w = prototype_table(parent)  # (N-1, m, d), (N-1, m)
         self.m = protos.shape[1]
-        self.protos = {k: protos[2 ** k - 1: 2 ** (k + 1) - 1].contiguous() for k in range(1, self.max_depth + 1)
-                       if k < self.depth}
-        self.log_w = {k: log_w[2 ** k - 1: 2 ** (k + 1) - 1].contiguous() for k in self.protos}
+        self.protos = {
+            k: protos[2**k - 1 : 2 ** (k + 1) - 1].contiguous()
+            for k in range(1, self.max_depth + 1)
+            if k < self.depth
+        }
+        self.log_w = {k: log_w[2**k - 1 : 2 ** (k + 1) - 1].contiguous() for k in self.protos}
         self.leaf_keys = keys_heap[0].contiguous()
 
     def tensors(self) -> list[torch.Tensor]:
@@ -126,8 +131,10 @@ def prototype_table(parent: rt.Parent) -> tuple[torch.Tensor, torch.Tensor]:
     if isinstance(parent, rt.LowRankParent):
         keys = torch.einsum("adr,pr->pad", parent.bases[0], parent.coef[0])  # k_{p,a} = B_a c_p
         return keys.detach(), parent.log_w[0].detach()
-    raise ValueError(f"the fast read needs parents linear in the query (prototypes, single_key, lowrank), "
-                     f"not {type(parent).__name__}")
+    raise ValueError(
+        f"the fast read needs parents linear in the query (prototypes, single_key, lowrank), "
+        f"not {type(parent).__name__}"
+    )
 
 
 def logsumexp_last(x: torch.Tensor) -> torch.Tensor:
@@ -168,8 +175,9 @@ def padded_count(counts: torch.Tensor) -> torch.Tensor:
     return (counts + step - 1) // step * step
 
 
-def grouped_matmul(table: torch.Tensor, queries: torch.Tensor, pair_query: torch.Tensor,
-                   pair_node: torch.Tensor) -> torch.Tensor:
+def grouped_matmul(
+    table: torch.Tensor, queries: torch.Tensor, pair_query: torch.Tensor, pair_node: torch.Tensor
+) -> torch.Tensor:
     """out[i] = table[pair_node[i]] @ queries[pair_query[i]] for every pair i: (P, R).
 
     table (U, R, d): a block of R rows per node; queries (Q, d). The pairs are grouped by node, so
@@ -185,8 +193,12 @@ def grouped_matmul(table: torch.Tensor, queries: torch.Tensor, pair_query: torch
     nodes, counts = pair_node.index_select(0, order).unique_consecutive(return_counts=True)
     caps = cap.index_select(0, nodes)
     node_of = torch.repeat_interleave(counts)  # sorted pair -> index into nodes
-    rank = torch.arange(num_pairs, device=device) - (counts.cumsum(0) - counts).index_select(0, node_of)
-    slot = (caps.cumsum(0) - caps).index_select(0, node_of) + rank  # padded position of each sorted pair
+    rank = torch.arange(num_pairs, device=device) - (counts.cumsum(0) - counts).index_select(
+        0, node_of
+    )
+    slot = (caps.cumsum(0) - caps).index_select(
+        0, node_of
+    ) + rank  # padded position of each sorted pair
     padded = int(caps.sum())
     query_index = torch.zeros(padded, dtype=torch.long, device=device)
     query_index[slot] = pair_query.index_select(0, order)
@@ -197,16 +209,24 @@ def grouped_matmul(table: torch.Tensor, queries: torch.Tensor, pair_query: torch
     first_node, first_slot = 0, 0
     for c, n in zip(*[t.tolist() for t in caps.unique_consecutive(return_counts=True)]):
         rows = slice(first_slot, first_slot + n * c)
-        torch.bmm(block[rows].view(n, c, -1), table.index_select(0, nodes[first_node: first_node + n]).transpose(1, 2),
-                  out=result[rows].view(n, c, -1))
+        torch.bmm(
+            block[rows].view(n, c, -1),
+            table.index_select(0, nodes[first_node : first_node + n]).transpose(1, 2),
+            out=result[rows].view(n, c, -1),
+        )
         first_node, first_slot = first_node + n, first_slot + n * c
     out = result.new_empty(num_pairs + 1, table.shape[1])
     return out.index_copy_(0, destination, result)[:-1]
 
 
 # ------------------------------------------------------------------------------------ the read
-def fast_read(index: TreeIndex, queries: torch.Tensor, schedule: Schedule, k: int | None = 10,
-              stage_ms: dict[str, float] | None = None) -> rt.ReadResult:
+def fast_read(
+    index: TreeIndex,
+    queries: torch.Tensor,
+    schedule: Schedule,
+    k: int | None = 10,
+    stage_ms: dict[str, float] | None = None,
+) -> rt.ReadResult:
     """Read `queries` (Q, d) with `schedule`; leaves (1, Q, R): heap positions ranked by exact score.
 
     R = k (None: every leaf the read scored exactly, i.e. the whole last beam when the scan depth
@@ -216,8 +236,10 @@ def fast_read(index: TreeIndex, queries: torch.Tensor, schedule: Schedule, k: in
     lap = Laps(stage_ms)
     depth, scan = index.depth, schedule.scan_depth
     if not (0 <= schedule.dense_depth <= scan <= depth and min(scan, depth - 1) <= index.max_depth):
-        raise ValueError(f"schedule ({schedule}) does not fit a tree of depth {depth} (index to depth "
-                         f"{index.max_depth})")
+        raise ValueError(
+            f"schedule ({schedule}) does not fit a tree of depth {depth} (index to depth "
+            f"{index.max_depth})"
+        )
     account = rt.ByteAccount(*index.tensors())
     q = queries / math.sqrt(index.width)
     num_queries = len(q)
@@ -236,7 +258,9 @@ def fast_read(index: TreeIndex, queries: torch.Tensor, schedule: Schedule, k: in
     for level, width in zip(range(schedule.dense_depth + 1, scan + 1), schedule.widths[1:]):
         pair_query, pair_node = every_query.repeat_interleave(nodes.shape[1]), nodes.flatten()
         if level == depth:  # the children are leaves: their exact scores
-            logits = grouped_matmul(index.leaf_keys.view(-1, 2, index.width), q, pair_query, pair_node)
+            logits = grouped_matmul(
+                index.leaf_keys.view(-1, 2, index.width), q, pair_query, pair_node
+            )
             z = logits.view(num_queries, -1)
         else:  # node j's children 2j, 2j+1 are adjacent: a (2 m, d) block per node
             table = index.protos[level].view(-1, 2 * index.m, index.width)
@@ -253,16 +277,23 @@ def fast_read(index: TreeIndex, queries: torch.Tensor, schedule: Schedule, k: in
     # own leaves: the reference ranks its final beam by exact score the same way)
     size = 2 ** (depth - scan)
     pair_query = every_query.repeat_interleave(nodes.shape[1])
-    scores = grouped_matmul(index.leaf_keys.view(-1, size, index.width), q, pair_query, nodes.flatten())
+    scores = grouped_matmul(
+        index.leaf_keys.view(-1, size, index.width), q, pair_query, nodes.flatten()
+    )
     scores = scores.view(num_queries, -1)  # slot i: leaf i % size of kept node i // size
     account.step(scores)
     lap("scan matmul")
     count = scores.shape[1] if k is None else min(k, scores.shape[1])
-    top = scores.topk(count, dim=-1) if count < scores.shape[1] else \
-        scores.sort(dim=-1, descending=True, stable=True)
+    top = (
+        scores.topk(count, dim=-1)
+        if count < scores.shape[1]
+        else scores.sort(dim=-1, descending=True, stable=True)
+    )
     ranked = size * nodes.gather(1, top.indices // size) + top.indices % size
     lap("scan top-k")
-    visited = torch.full((1, num_queries), visited_nodes(schedule, depth), dtype=torch.long, device=q.device)
+    visited = torch.full(
+        (1, num_queries), visited_nodes(schedule, depth), dtype=torch.long, device=q.device
+    )
     return rt.ReadResult(ranked.unsqueeze(0), visited, account.read_bytes)
 
 
@@ -279,7 +310,9 @@ class Laps:
             self.last = now
 
 
-def keep_best(nodes: torch.Tensor, log_post: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+def keep_best(
+    nodes: torch.Tensor, log_post: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The `width` nodes of highest path log posterior per query (all of them, in order, if fewer)."""
     if nodes.shape[1] <= width:
         return nodes, log_post
@@ -299,7 +332,7 @@ LEAF_COST = 0.9
 
 def kept_per_depth(schedule: Schedule) -> list[int]:
     """Nodes a query actually keeps at depths L0..Ls: a width beyond what the level offers keeps all."""
-    kept = [min(schedule.widths[0], 2 ** schedule.dense_depth)]
+    kept = [min(schedule.widths[0], 2**schedule.dense_depth)]
     for width in schedule.widths[1:]:
         kept.append(min(width, 2 * kept[-1]))
     return kept
@@ -321,7 +354,9 @@ def visited_nodes(schedule: Schedule, depth: int) -> int:
     both children of every node kept at a beam level, and every leaf scanned (counted once)."""
     kept = kept_per_depth(schedule)
     visited = 2 ** (schedule.dense_depth + 1) - 1 + 2 * sum(kept[:-1])
-    return visited + (kept[-1] * 2 ** (depth - schedule.scan_depth) if schedule.scan_depth < depth else 0)
+    return visited + (
+        kept[-1] * 2 ** (depth - schedule.scan_depth) if schedule.scan_depth < depth else 0
+    )
 
 
 @dataclass
@@ -330,7 +365,9 @@ class Calibration:
     fit_recall: float  # its mean top-k recall on the fit queries
     fit_lower: float  # the lower confidence bound of that recall, which had to reach the target
     cost: float  # schedule_cost
-    tried: list[tuple[Schedule, float, float]]  # every schedule read on the fit queries: (it, recall, bound)
+    tried: list[
+        tuple[Schedule, float, float]
+    ]  # every schedule read on the fit queries: (it, recall, bound)
 
 
 def per_query_recall(leaves: torch.Tensor, dense_top: torch.Tensor, k: int) -> torch.Tensor:
@@ -341,10 +378,18 @@ def per_query_recall(leaves: torch.Tensor, dense_top: torch.Tensor, k: int) -> t
     return hits.any(dim=-2).sum(dim=-1).flatten().double() / k
 
 
-def calibrate(index: TreeIndex, fit_queries: torch.Tensor, target: float = 0.95, k: int = 10,
-              dense_depths: list[int] | None = None, scan_depths: list[int] | None = None,
-              per_level: bool = True, shortlist: int = 3, z: float = 1.645,
-              on_try: Callable[[Schedule, float, float], None] | None = None) -> Calibration:
+def calibrate(
+    index: TreeIndex,
+    fit_queries: torch.Tensor,
+    target: float = 0.95,
+    k: int = 10,
+    dense_depths: list[int] | None = None,
+    scan_depths: list[int] | None = None,
+    per_level: bool = True,
+    shortlist: int = 3,
+    z: float = 1.645,
+    on_try: Callable[[Schedule, float, float], None] | None = None,
+) -> Calibration:
     """The cheapest schedule (by `schedule_cost`) whose top-k recall on the FIT queries reaches
     `target` at confidence: mean - z x its standard error over the fit queries >= target.
 
@@ -361,7 +406,9 @@ def calibrate(index: TreeIndex, fit_queries: torch.Tensor, target: float = 0.95,
     the cheapest of the widest tried: check `fit_lower` against the target)."""
     depth = index.depth
     top = max(0, depth // 2 - 3)  # chosen at N = 2^12..2^18 (d = 32, 64): D/2 - 2 or D/2 - 1
-    dense_depths = list(range(top, min(depth, top + 4) + 1)) if dense_depths is None else dense_depths
+    dense_depths = (
+        list(range(top, min(depth, top + 4) + 1)) if dense_depths is None else dense_depths
+    )
     dense_top = rt.dense_topk(index.leaf_keys.unsqueeze(0), fit_queries, k)
     tried: list[tuple[Schedule, float, float]] = []
     memo: dict[Schedule, tuple[float, float]] = {}
@@ -370,7 +417,9 @@ def calibrate(index: TreeIndex, fit_queries: torch.Tensor, target: float = 0.95,
         """The lower confidence bound of the schedule's fit recall (read once, remembered)."""
         if schedule not in memo:
             with torch.inference_mode():
-                recall = per_query_recall(fast_read(index, fit_queries, schedule, k).leaves, dense_top, k)
+                recall = per_query_recall(
+                    fast_read(index, fit_queries, schedule, k).leaves, dense_top, k
+                )
             mean = float(recall.mean())
             memo[schedule] = mean, mean - z * float(recall.std()) / math.sqrt(len(recall))
             tried.append((schedule, *memo[schedule]))
@@ -386,8 +435,12 @@ def calibrate(index: TreeIndex, fit_queries: torch.Tensor, target: float = 0.95,
         scans = range(dense, min(depth, dense + 4) + 1) if scan_depths is None else scan_depths
         for scan in (s for s in scans if dense <= s <= depth):
             levels = scan - dense + 1
-            width, _ = rt.smallest_passing(lambda w: bound(Schedule(dense, (w,) * levels)), target,
-                                           start=1, upper=2 ** scan)
+            width, _ = rt.smallest_passing(
+                lambda w: bound(Schedule(dense, (w,) * levels)),  # noqa: B023 (called at once)
+                target,
+                start=1,
+                upper=2**scan,
+            )
             candidates.append(candidate(Schedule(dense, (width,) * levels)))
     candidates.sort(key=lambda c: (c[1] < target, c[0]))
     if per_level:
@@ -395,8 +448,14 @@ def calibrate(index: TreeIndex, fit_queries: torch.Tensor, target: float = 0.95,
             if lower >= target:
                 widths = list(schedule.widths)
                 for i in reversed(range(len(widths))):
-                    def at(w: int, i: int = i) -> float:
-                        return bound(Schedule(schedule.dense_depth, tuple(widths[:i] + [w] + widths[i + 1:])))
+
+                    def at(w: int, i: int = i, widths=widths, schedule=schedule) -> float:
+                        return bound(
+                            Schedule(
+                                schedule.dense_depth, tuple(widths[:i] + [w] + widths[i + 1 :])
+                            )
+                        )
+
                     widths[i], _ = rt.smallest_passing(at, target, start=1, upper=widths[i])
                 candidates.append(candidate(Schedule(schedule.dense_depth, tuple(widths))))
         candidates.sort(key=lambda c: (c[1] < target, c[0]))

@@ -48,7 +48,9 @@ def xor_pairing(n_leaves: int, rounds: int) -> list[tuple[torch.Tensor, torch.Te
     return pairing
 
 
-def random_pairing(n_leaves: int, rounds: int, generator: torch.Generator) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def random_pairing(
+    n_leaves: int, rounds: int, generator: torch.Generator
+) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The pair_break intervention: each round pairs the leaves by a random perfect matching."""
     pairing = []
     for _ in range(rounds):
@@ -75,12 +77,14 @@ class Butterfly(nn.Module):
         """Every round in order (or reversed, inverted); `pairing` None is the XOR pairing, else per round
         (first members, their partners), e.g. `xor_pairing` or `random_pairing`."""
         rounds = range(len(self.alpha))
-        for s in (reversed(rounds) if inverse else rounds):
+        for s in reversed(rounds) if inverse else rounds:
             if pairing is None:
                 # XOR pairing as a view: leaf i = (block, bit s, low bits), its partner differs in bit s only
-                x4 = x.unflatten(1, (-1, 2, 2 ** s))
-                m4 = mask.unflatten(1, (-1, 2, 2 ** s))
-                both = (m4[:, :, 0] & m4[:, :, 1]).unsqueeze(-1)  # a pair with an empty member is the identity
+                x4 = x.unflatten(1, (-1, 2, 2**s))
+                m4 = mask.unflatten(1, (-1, 2, 2**s))
+                both = (m4[:, :, 0] & m4[:, :, 1]).unsqueeze(
+                    -1
+                )  # a pair with an empty member is the identity
                 a, b = self._couple(s, x4[:, :, 0], x4[:, :, 1], both, inverse)
                 x = torch.stack([a, b], 2).flatten(1, 3)
             else:
@@ -100,7 +104,14 @@ class Butterfly(nn.Module):
 class Fold(nn.Module):
     """One FOLD step shared by all levels: children (l, r) -> (parent p, detail d)."""
 
-    def __init__(self, d: int, hidden: int, kind: str = "lifting", relation_rank: int = 0, merge_hidden: int = 0):
+    def __init__(
+        self,
+        d: int,
+        hidden: int,
+        kind: str = "lifting",
+        relation_rank: int = 0,
+        merge_hidden: int = 0,
+    ):
         super().__init__()
         self.kind = kind
         self.P = mlp(d, hidden, d)  # predicts the right child from the left
@@ -117,28 +128,28 @@ class Fold(nn.Module):
     def U(self, d: torch.Tensor) -> torch.Tensor:
         return 0.5 * d + 0.5 * torch.tanh(self.U_tilde(d))
 
-    def parent(self, l, r, d):
+    def parent(self, left, r, d):
         if self.kind == "mlp":
-            return self.merge(torch.cat([l, r], -1))
-        p = l + self.U(d)
+            return self.merge(torch.cat([left, r], -1))
+        p = left + self.U(d)
         if self.kind == "bilinear":
-            p = p + self.relation_gate * self.rel_out(self.rel_A(l) * self.rel_B(r))
+            p = p + self.relation_gate * self.rel_out(self.rel_A(left) * self.rel_B(r))
         return p
 
-    def forward(self, l, r, right_present, detail_source=None):
+    def forward(self, left, r, right_present, detail_source=None):
         """(parent, detail). `detail_source` (the detail_shuffle intervention) swaps the detail the
         parent is built from, e.g. for another sentence's, with the right child that detail implies."""
         keep = right_present.unsqueeze(-1)
-        d = torch.where(keep, r - self.P(l), torch.zeros_like(r))
+        d = torch.where(keep, r - self.P(left), torch.zeros_like(r))
         if detail_source is not None:
             used = torch.where(keep, detail_source(d), torch.zeros_like(d))
-            return torch.where(keep, self.parent(l, used + self.P(l), used), l), d
-        return torch.where(keep, self.parent(l, r, d), l), d
+            return torch.where(keep, self.parent(left, used + self.P(left), used), left), d
+        return torch.where(keep, self.parent(left, r, d), left), d
 
     def unfold(self, p, d, right_present):
         keep = right_present.unsqueeze(-1)
-        l = torch.where(keep, p - self.U(d), p)
-        return l, d + self.P(l)
+        left = torch.where(keep, p - self.U(d), p)
+        return left, d + self.P(left)
 
 
 def fold_levels(fold: Fold, leaves: torch.Tensor, mask: torch.Tensor, detail_source=None):
@@ -148,9 +159,9 @@ def fold_levels(fold: Fold, leaves: torch.Tensor, mask: torch.Tensor, detail_sou
     states, details, masks = [leaves], [], [mask]
     x = leaves
     while x.shape[1] > 1:
-        l, r = x[:, 0::2], x[:, 1::2]
+        left, r = x[:, 0::2], x[:, 1::2]
         present_l, present_r = mask[:, 0::2], mask[:, 1::2]
-        x, d = fold(l, r, present_r, detail_source)
+        x, d = fold(left, r, present_r, detail_source)
         mask = present_l | present_r
         x = x * mask.unsqueeze(-1)
         states.append(x)
@@ -159,12 +170,14 @@ def fold_levels(fold: Fold, leaves: torch.Tensor, mask: torch.Tensor, detail_sou
     return states[::-1], details[::-1], masks[::-1]
 
 
-def unfold_levels(fold: Fold, root: torch.Tensor, details: list[torch.Tensor], masks: list[torch.Tensor]):
+def unfold_levels(
+    fold: Fold, root: torch.Tensor, details: list[torch.Tensor], masks: list[torch.Tensor]
+):
     """UNFOLD from the root and the details (root first) back to the leaves."""
     x = root
     for d, child_mask in zip(details, masks[1:]):
-        l, r = fold.unfold(x, d, child_mask[:, 1::2])
-        x = torch.stack([l, r], 2).flatten(1, 2)
+        left, r = fold.unfold(x, d, child_mask[:, 1::2])
+        x = torch.stack([left, r], 2).flatten(1, 2)
     return x
 
 
@@ -172,7 +185,9 @@ def heap_nodes(states: list[torch.Tensor], masks: list[torch.Tensor]):
     """Every level's nodes in one row, heap order (root first; node n's children are 2n + 1, 2n + 2):
     (nodes B x (2N - 1) x d, each node's depth (2N - 1), occupied B x (2N - 1))."""
     nodes = torch.cat(states, 1)
-    depth = torch.cat([torch.full((s.shape[1],), k, device=nodes.device) for k, s in enumerate(states)])
+    depth = torch.cat(
+        [torch.full((s.shape[1],), k, device=nodes.device) for k, s in enumerate(states)]
+    )
     return nodes, depth, torch.cat(masks, 1)
 
 
@@ -185,20 +200,27 @@ class Read(nn.Module):
         self.depth_embedding = nn.Parameter(torch.zeros(depth + 1, d))
         self.q_stop, self.k_stop = nn.Linear(d_query, m), nn.Linear(d, m, bias=False)
         self.q_branch, self.k_branch = nn.Linear(d_query, m), nn.Linear(d, m, bias=False)
-        parent = torch.arange(1, 2 ** (depth + 1) - 1).sub(1).div(2, rounding_mode="floor")  # of nodes 1, 2, ...
+        parent = (
+            torch.arange(1, 2 ** (depth + 1) - 1).sub(1).div(2, rounding_mode="floor")
+        )  # of nodes 1, 2, ...
         self.register_buffer("parent", parent, persistent=False)
 
     def keys(self, states: list[torch.Tensor], masks: list[torch.Tensor]) -> dict:
         """Per-sentence projections, computed once and reused at every decoder step."""
         nodes, depth, mask = heap_nodes(states, masks)
         # stop and branch keys side by side (B x 2 x nodes x m): one batched product per decoder step
-        keys = torch.stack([self.k_stop(nodes + self.depth_embedding[depth]), self.k_branch(nodes)], 1)
+        keys = torch.stack(
+            [self.k_stop(nodes + self.depth_embedding[depth]), self.k_branch(nodes)], 1
+        )
         return {"nodes": nodes, "keys": keys, "mask": mask}
 
     def query_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         """The stop and branch query maps stacked into one (2m x d_query), for a caller that fuses them
         with its own maps of h."""
-        return (torch.cat([self.q_stop.weight, self.q_branch.weight]), torch.cat([self.q_stop.bias, self.q_branch.bias]))
+        return (
+            torch.cat([self.q_stop.weight, self.q_branch.weight]),
+            torch.cat([self.q_stop.bias, self.q_branch.bias]),
+        )
 
     def masses(self, h: torch.Tensor, keys: dict) -> torch.Tensor:
         """Stopped mass per node for decoder states h (see `masses_for`)."""
@@ -214,17 +236,28 @@ class Read(nn.Module):
         nodes at a time (O(N) per query)."""
         h = queries
         queries = queries.unflatten(1, (2, self.m))  # B x 2 x m
-        stop_logit, branch_logit = (torch.einsum("bsnm,bsm->bsn", keys["keys"], queries) * (1 / math.sqrt(self.m))).unbind(1)
+        stop_logit, branch_logit = (
+            torch.einsum("bsnm,bsm->bsn", keys["keys"], queries) * (1 / math.sqrt(self.m))
+        ).unbind(1)
         branch_logit = branch_logit.masked_fill(~keys["mask"], -1e9)  # empty subtrees get no mass
         log_branch = torch.log_softmax(branch_logit[:, 1:].unflatten(1, (-1, 2)), -1).flatten(1)
-        log_edge = log_branch - F.softplus(stop_logit[:, self.parent])  # log (1 - p_stop(parent)) P(child)
+        log_edge = log_branch - F.softplus(
+            stop_logit[:, self.parent]
+        )  # log (1 - p_stop(parent)) P(child)
         log_reach = [h.new_zeros(h.shape[0], 1)]
         for k in range(1, self.depth + 1):  # level k's edges are log_edge[:, 2^k - 2 : 2^(k+1) - 2]
-            log_reach.append(log_reach[-1].repeat_interleave(2, 1) + log_edge[:, 2 ** k - 2:2 ** (k + 1) - 2])
+            log_reach.append(
+                log_reach[-1].repeat_interleave(2, 1) + log_edge[:, 2**k - 2 : 2 ** (k + 1) - 2]
+            )
         log_reach = torch.cat(log_reach, 1)
-        internal = 2 ** self.depth - 1
-        p_stop = torch.cat([torch.sigmoid(stop_logit[:, :internal]),  # leaves stop all mass that reaches them
-                            h.new_ones(h.shape[0], 2 ** self.depth)], 1)
+        internal = 2**self.depth - 1
+        p_stop = torch.cat(
+            [
+                torch.sigmoid(stop_logit[:, :internal]),  # leaves stop all mass that reaches them
+                h.new_ones(h.shape[0], 2**self.depth),
+            ],
+            1,
+        )
         return log_reach.exp() * p_stop
 
     def forward(self, h: torch.Tensor, keys: dict) -> tuple[torch.Tensor, torch.Tensor]:

@@ -55,21 +55,63 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import DeviceConfig, Metric, Reporter, Study, nonnegative, positive, proportion, resolve_device
+from gates.study import (
+    DeviceConfig,
+    Metric,
+    Reporter,
+    Study,
+    nonnegative,
+    positive,
+    proportion,
+    resolve_device,
+)
 from models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
-from models.translation_data import EOS, PAD, Example, TranslationData, collate, directions_of, load_translation_data
-from models.treeheap import Butterfly, Fold, NodeAttention, Read, fold_levels, mlp, random_pairing, unfold_levels
+from models.translation_data import (
+    EOS,
+    PAD,
+    Example,
+    TranslationData,
+    collate,
+    directions_of,
+    load_translation_data,
+)
+from models.treeheap import (
+    Butterfly,
+    Fold,
+    NodeAttention,
+    Read,
+    fold_levels,
+    mlp,
+    random_pairing,
+    unfold_levels,
+)
 
 TREE_ARMS = ("lifting", "mlp", "bilinear")  # recursive READ
 FOLD_ARMS = (*TREE_ARMS, "root_only", "all_nodes")
-DENSE_ARMS = ("bahdanau", "transformer_enc")  # an encoder over positioned leaves, no Butterfly, no FOLD
-READER_ARMS = (*TREE_ARMS, "all_nodes", *DENSE_ARMS)  # a `read` module: keys once, a query of h_t per step
+DENSE_ARMS = (
+    "bahdanau",
+    "transformer_enc",
+)  # an encoder over positioned leaves, no Butterfly, no FOLD
+READER_ARMS = (
+    *TREE_ARMS,
+    "all_nodes",
+    *DENSE_ARMS,
+)  # a `read` module: keys once, a query of h_t per step
 INTERVENTIONS = ("source_shuffle", "pair_break", "detail_shuffle", "relation_zero")
 
 
 class TranslatorConfig(DeviceConfig):
-    arm: Literal["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only", "all_nodes", "bahdanau",
-                 "transformer_enc"]
+    arm: Literal[
+        "lifting",
+        "mlp",
+        "bilinear",
+        "root_only",
+        "flat_seq",
+        "target_only",
+        "all_nodes",
+        "bahdanau",
+        "transformer_enc",
+    ]
     corpus: str = "libreoffice-help:zh-en"
     languages: tuple[str, str] = ("zh", "en")  # what the corpus's two columns are
     directions: tuple[str, ...] = ("zh2en", "en2zh")
@@ -81,15 +123,23 @@ class TranslatorConfig(DeviceConfig):
     merge_hidden: int = Field(85, ge=1)  # mlp fold: MLP([l, r]) width
     relation_rank: int = Field(32, ge=1)  # bilinear fold
     attn_hidden: int = Field(128, ge=1)  # flat_seq's key MLP width (sized to match parameters)
-    heads: int = Field(4, ge=1)  # bahdanau / transformer_enc: attention heads (divide read_dim and d_model)
-    gru_hidden: int = Field(73, ge=1)  # bahdanau: BiGRU width per direction (sized to match parameters)
-    ffn_hidden: int = Field(112, ge=1)  # transformer_enc: the layer's MLP width (sized to match parameters)
+    heads: int = Field(
+        4, ge=1
+    )  # bahdanau / transformer_enc: attention heads (divide read_dim and d_model)
+    gru_hidden: int = Field(
+        73, ge=1
+    )  # bahdanau: BiGRU width per direction (sized to match parameters)
+    ffn_hidden: int = Field(
+        112, ge=1
+    )  # transformer_enc: the layer's MLP width (sized to match parameters)
     batch_size: int = Field(64, ge=2)
     lr: float = Field(2e-3, gt=0)
     warmup_steps: int = Field(20, ge=0)
     clip_grad_norm: float = Field(1.0, gt=0)
     # regularisation (issue #25: something for `tuning` to search besides lr); 0 = none, as every recorded run
-    dropout: float = Field(0.0, ge=0, lt=1)  # on the token embeddings and on the output layer's input, in training
+    dropout: float = Field(
+        0.0, ge=0, lt=1
+    )  # on the token embeddings and on the output layer's input, in training
     weight_decay: float = Field(0.0, ge=0)  # AdamW's decoupled weight decay
     valid_fraction: float = Field(0.05, gt=0, lt=0.5)
     test_fraction: float = Field(0.05, gt=0, lt=0.5)
@@ -98,30 +148,43 @@ class TranslatorConfig(DeviceConfig):
     bleu_examples: int = Field(200, ge=1)  # per direction
     beam_size: int = Field(1, ge=1)
     samples: int = Field(20, ge=0)  # sample translations saved per direction
-    keep_best: bool = False  # measure the weights of the evaluation with the lowest val_nll (early stopping), not the last
+    # measure the weights of the evaluation with the lowest val_nll (early stopping), not the last
+    keep_best: bool = False
 
     @model_validator(mode="after")
-    def _directions_known(self) -> "TranslatorConfig":
+    def _directions_known(self) -> TranslatorConfig:
         known = directions_of(self.languages)
         unknown = [d for d in self.directions if d not in known]
         if unknown or not self.directions:
-            raise ValueError(f"directions {list(self.directions)} must be a non-empty subset of {list(known)}")
+            raise ValueError(
+                f"directions {list(self.directions)} must be a non-empty subset of {list(known)}"
+            )
         return self
 
     @model_validator(mode="after")
-    def _heads_divide(self) -> "TranslatorConfig":
+    def _heads_divide(self) -> TranslatorConfig:
         if self.arm in DENSE_ARMS and (self.read_dim % self.heads or self.d_model % self.heads):
-            raise ValueError(f"heads ({self.heads}) must divide read_dim ({self.read_dim}) and d_model ({self.d_model})")
+            raise ValueError(
+                f"heads ({self.heads}) must divide read_dim ({self.read_dim}) and d_model ({self.d_model})"
+            )
         return self
 
     @property
     def n_leaves(self) -> int:
-        return 2 ** self.depth
+        return 2**self.depth
 
 
 def load_data(config: TranslatorConfig, log=lambda _msg: None) -> TranslationData:
-    return load_translation_data(config.corpus, tuple(config.languages), tuple(config.directions), config.vocab_size,
-                                 config.n_leaves - 2, config.valid_fraction, config.test_fraction, log=log)
+    return load_translation_data(
+        config.corpus,
+        tuple(config.languages),
+        tuple(config.directions),
+        config.vocab_size,
+        config.n_leaves - 2,
+        config.valid_fraction,
+        config.test_fraction,
+        log=log,
+    )
 
 
 # ------------------------------------------------------------------------------------ model
@@ -137,7 +200,9 @@ class EncoderLayer(nn.Module):
         self.mlp = mlp(d, hidden, d)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.qkv(self.ln_attn(x)).unflatten(-1, (3, self.heads, -1)).permute(2, 0, 3, 1, 4)  # B x H x N x d/H
+        q, k, v = (
+            self.qkv(self.ln_attn(x)).unflatten(-1, (3, self.heads, -1)).permute(2, 0, 3, 1, 4)
+        )  # B x H x N x d/H
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
         x = x + self.proj(attended.transpose(1, 2).flatten(2))
         return self.ln_out(x + self.mlp(self.ln_mlp(x)))
@@ -151,20 +216,29 @@ class CrossAttention(nn.Module):
     def __init__(self, d_query: int, d_memory: int, m: int, heads: int, d_out: int):
         super().__init__()
         self.heads, self.head_dim = heads, m // heads
-        self.query, self.key, self.value = nn.Linear(d_query, m), nn.Linear(d_memory, m), nn.Linear(d_memory, d_out)
+        self.query, self.key, self.value = (
+            nn.Linear(d_query, m),
+            nn.Linear(d_memory, m),
+            nn.Linear(d_memory, d_out),
+        )
         self.out = nn.Linear(d_out, d_out)
 
     def keys(self, states: torch.Tensor, mask: torch.Tensor) -> dict:
         def split(x):  # B x N x (H k) -> B x H x N x k
             return x.unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
         return {"keys": split(self.key(states)), "values": split(self.value(states)), "mask": mask}
 
     def query_weights(self) -> tuple[torch.Tensor, torch.Tensor]:
         return self.query.weight, self.query.bias
 
     def read_for(self, queries: torch.Tensor, keys: dict) -> tuple[torch.Tensor, None]:
-        scores = torch.einsum("bhnk,bhk->bhn", keys["keys"], queries.unflatten(-1, (self.heads, -1)))
-        weights = torch.softmax((scores / math.sqrt(self.head_dim)).masked_fill(~keys["mask"][:, None], -math.inf), -1)
+        scores = torch.einsum(
+            "bhnk,bhk->bhn", keys["keys"], queries.unflatten(-1, (self.heads, -1))
+        )
+        weights = torch.softmax(
+            (scores / math.sqrt(self.head_dim)).masked_fill(~keys["mask"][:, None], -math.inf), -1
+        )
         return self.out(torch.einsum("bhn,bhnv->bhv", weights, keys["values"]).flatten(1)), None
 
 
@@ -178,15 +252,22 @@ class Translator(nn.Module):
             self.butterfly = Butterfly(d, config.hidden, config.depth)
         if arm in FOLD_ARMS:
             kind = arm if arm in TREE_ARMS else "lifting"
-            self.fold = Fold(d, config.hidden, kind, config.relation_rank, merge_hidden=config.merge_hidden)
+            self.fold = Fold(
+                d, config.hidden, kind, config.relation_rank, merge_hidden=config.merge_hidden
+            )
         if arm in TREE_ARMS:
             self.read = Read(d, d, config.read_dim, config.depth)
-        if arm == "all_nodes":  # READ's stop and branch widths side by side: READ's parameters exactly
+        if (
+            arm == "all_nodes"
+        ):  # READ's stop and branch widths side by side: READ's parameters exactly
             self.read = NodeAttention(d, d, 2 * config.read_dim, config.depth)
         if arm in DENSE_ARMS:
             self.positions = nn.Embedding(config.n_leaves, d)  # learned, added to the leaves
             if arm == "bahdanau":
-                self.encoder, d_memory = nn.GRU(d, config.gru_hidden, batch_first=True, bidirectional=True), 2 * config.gru_hidden
+                self.encoder, d_memory = (
+                    nn.GRU(d, config.gru_hidden, batch_first=True, bidirectional=True),
+                    2 * config.gru_hidden,
+                )
             else:
                 self.encoder, d_memory = EncoderLayer(d, config.heads, config.ffn_hidden), d
             self.read = CrossAttention(d, d_memory, config.read_dim, config.heads, d)
@@ -199,8 +280,14 @@ class Translator(nn.Module):
         self.out = nn.Linear(2 * d, vocab_size)
 
     # -- encoder: WRITE -> Butterfly -> FOLD, with the interventions where they act
-    def encode(self, src: torch.Tensor, mask: torch.Tensor, intervention: str | None = None,
-               permutation: torch.Tensor | None = None, generator: torch.Generator | None = None) -> dict:
+    def encode(
+        self,
+        src: torch.Tensor,
+        mask: torch.Tensor,
+        intervention: str | None = None,
+        permutation: torch.Tensor | None = None,
+        generator: torch.Generator | None = None,
+    ) -> dict:
         arm = self.config.arm
         if arm == "target_only":
             return {"batch": src.shape[0]}
@@ -212,10 +299,18 @@ class Translator(nn.Module):
             leaves = torch.where(mask.unsqueeze(-1), leaves, 100 * noise)
         if arm in DENSE_ARMS:
             states, summary = self.dense_encode(leaves + self.positions.weight, mask)
-            return {"read": self.read.keys(states, mask), "h0": torch.tanh(self.init_state(summary))}
-        pairing = [(i.to(src.device), j.to(src.device)) for i, j in
-                   random_pairing(self.config.n_leaves, self.config.depth, generator)] \
-            if intervention == "pair_break" else None
+            return {
+                "read": self.read.keys(states, mask),
+                "h0": torch.tanh(self.init_state(summary)),
+            }
+        pairing = (
+            [
+                (i.to(src.device), j.to(src.device))
+                for i, j in random_pairing(self.config.n_leaves, self.config.depth, generator)
+            ]
+            if intervention == "pair_break"
+            else None
+        )
         leaves = self.butterfly(leaves, mask, pairing)
         if arm == "flat_seq":
             return {"leaves": leaves, "mask": mask, "keys": self.attn_key(leaves)}
@@ -227,18 +322,30 @@ class Translator(nn.Module):
             memory["read"] = self.read.keys(states, masks)
         return memory
 
-    def dense_encode(self, x: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def dense_encode(
+        self, x: torch.Tensor, mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(encoder states B x N x d_memory, zero on empty leaves; the summary h_0 is made from)."""
-        if self.config.arm == "bahdanau":  # packed: each direction runs over the occupied leaves only
-            packed = nn.utils.rnn.pack_padded_sequence(x, mask.sum(1).cpu(), batch_first=True, enforce_sorted=False)
-            out, last = self.encoder(packed)  # last: the forward state after the last piece, the backward after the first
-            states = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=x.shape[1])[0]
+        if (
+            self.config.arm == "bahdanau"
+        ):  # packed: each direction runs over the occupied leaves only
+            packed = nn.utils.rnn.pack_padded_sequence(
+                x, mask.sum(1).cpu(), batch_first=True, enforce_sorted=False
+            )
+            out, last = self.encoder(
+                packed
+            )  # last: the forward state after the last piece, the backward after the first
+            states = nn.utils.rnn.pad_packed_sequence(
+                out, batch_first=True, total_length=x.shape[1]
+            )[0]
             return states, torch.cat([last[0], last[1]], -1)
         states = self.encoder(x, mask)
         keep = mask.unsqueeze(-1)
         return states, torch.where(keep, states, 0.0).sum(1) / keep.sum(1)
 
-    def context(self, query: torch.Tensor, memory: dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def context(
+        self, query: torch.Tensor, memory: dict
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """c_t for the reader's query of decoder state h_t; with READ also the stopped mass per node."""
         arm = self.config.arm
         if arm in READER_ARMS:
@@ -246,7 +353,9 @@ class Translator(nn.Module):
         if arm == "root_only":
             return memory["root"], None
         if arm == "flat_seq":
-            scores = torch.einsum("bnm,bm->bn", memory["keys"], query) / math.sqrt(self.config.read_dim)
+            scores = torch.einsum("bnm,bm->bn", memory["keys"], query) / math.sqrt(
+                self.config.read_dim
+            )
             weights = torch.softmax(scores.masked_fill(~memory["mask"], -math.inf), -1)
             return torch.einsum("bn,bnd->bd", weights, memory["leaves"]), None
         return query.new_zeros(query.shape[0], self.config.d_model), None
@@ -263,7 +372,7 @@ class Translator(nn.Module):
         device = self.tgt_embed.weight.device
         return {k: v.to(device) for k, v in collate(examples, self.config.n_leaves).items()}
 
-    def fused(self) -> "Fused":
+    def fused(self) -> Fused:
         """The decoder's parameters laid out for its loop (the same parameters, gradients flow back):
         every map of h_t in one matrix (the GRU's hidden gates, then the reader's query), and the GRU's
         input map split into its context columns (one product per step) and its token-embedding
@@ -287,15 +396,19 @@ class Translator(nn.Module):
 
     def input_gates(self, y: torch.Tensor) -> torch.Tensor:
         """W_ih's token-embedding columns applied to E_tgt(y), plus b_ih (... x 3d)."""
-        return F.linear(self.dropout(self.tgt_embed(y)), self.gru.weight_ih[:, :self.config.d_model], self.gru.bias_ih)
+        return F.linear(
+            self.dropout(self.tgt_embed(y)),
+            self.gru.weight_ih[:, : self.config.d_model],
+            self.gru.bias_ih,
+        )
 
-    def step(self, x_gates: torch.Tensor, h: torch.Tensor, memory: dict, fused: "Fused"):
+    def step(self, x_gates: torch.Tensor, h: torch.Tensor, memory: dict, fused: Fused):
         """One decoder step, h_{t+1} = GRU([E_tgt(y_t), c_t], h_t) written out (torch's GRUCell, term by
         term) so that its token half `x_gates` comes precomputed: (h_{t+1}, [h_{t+1}, c_t] for the output
         layer, READ's masses or None)."""
         d = self.config.d_model
         projected = F.linear(h, fused.h_weight, fused.h_bias)
-        hidden_gates, query = projected[:, :3 * d], projected[:, 3 * d:]
+        hidden_gates, query = projected[:, : 3 * d], projected[:, 3 * d :]
         c, mass = self.context(query, memory)
         r_x, z_x, n_x = (x_gates + F.linear(c, fused.c_weight)).chunk(3, -1)
         r_h, z_h, n_h = hidden_gates.chunk(3, -1)
@@ -304,7 +417,9 @@ class Translator(nn.Module):
         h = new + update * (h - new)  # (1 - z) n + z h
         return h, torch.cat([h, c], -1), mass
 
-    def forward(self, batch: dict, intervention: str | None = None, permutation=None, generator=None) -> Decoded:
+    def forward(
+        self, batch: dict, intervention: str | None = None, permutation=None, generator=None
+    ) -> Decoded:
         """Teacher-forced logits of the target tokens that exist, packed step by step (P x V: step 0 of
         every sentence, then step 1 of those still going, ...), their targets (P) and READ's stopped
         masses there (P x nodes, or None).
@@ -317,9 +432,14 @@ class Translator(nn.Module):
         order = torch.sort(lengths, descending=True, stable=True).indices
         if permutation is not None:  # "row i reads row permutation[i]", renumbered in the new order
             permutation = torch.argsort(order)[permutation.to(order.device)[order]]
-        memory = self.encode(batch["src"][order], batch["src_mask"][order], intervention, permutation, generator)
+        memory = self.encode(
+            batch["src"][order], batch["src_mask"][order], intervention, permutation, generator
+        )
         tgt_in, tgt_out = batch["tgt_in"][order], batch["tgt_out"][order]
-        going = (lengths[order].unsqueeze(0) > torch.arange(tgt_in.shape[1], device=lengths.device).unsqueeze(1)).sum(1)
+        going = (
+            lengths[order].unsqueeze(0)
+            > torch.arange(tgt_in.shape[1], device=lengths.device).unsqueeze(1)
+        ).sum(1)
         # the token half of every step's GRU input at once; unbind: one gradient stack, not one per step
         inputs = self.input_gates(tgt_in).unbind(1)
         fused = self.fused()
@@ -333,7 +453,9 @@ class Translator(nn.Module):
             masses.append(mass)
             targets.append(tgt_out[:n, t])
         logits = self.out(self.dropout(torch.cat(features)))  # one large matmul for all steps
-        return Decoded(logits, torch.cat(targets), torch.cat(masses) if masses[0] is not None else None)
+        return Decoded(
+            logits, torch.cat(targets), torch.cat(masses) if masses[0] is not None else None
+        )
 
 
 class Fused(NamedTuple):
@@ -355,7 +477,9 @@ def token_nll(decoded: Decoded) -> tuple[torch.Tensor, int]:
 
 # ------------------------------------------------------------------------------------ decoding
 @torch.no_grad()
-def translate(model: Translator, examples: list[Example], beam_size: int = 1, max_len: int | None = None) -> list[list[int]]:
+def translate(
+    model: Translator, examples: list[Example], beam_size: int = 1, max_len: int | None = None
+) -> list[list[int]]:
     """Greedy (beam_size 1) or beam decoding; token ids without EOS."""
     model.eval()
     batch = model.batch(examples)
@@ -364,8 +488,10 @@ def translate(model: Translator, examples: list[Example], beam_size: int = 1, ma
     start = batch["tgt_in"][:, 0]  # the direction token
     if beam_size == 1:
         return _greedy(model, memory, start, max_len)
-    return [_beam(model, _select(memory, torch.tensor([row])), start[row:row + 1], beam_size, max_len)
-            for row in range(len(examples))]
+    return [
+        _beam(model, _select(memory, torch.tensor([row])), start[row : row + 1], beam_size, max_len)
+        for row in range(len(examples))
+    ]
 
 
 def _greedy(model, memory, start, max_len):
@@ -392,7 +518,11 @@ def _select(memory, rows: torch.Tensor | slice):
     if isinstance(memory, torch.Tensor):
         return memory[rows]
     if isinstance(memory, dict):
-        count = len(range(memory["batch"])[rows] if isinstance(rows, slice) else rows) if "batch" in memory else None
+        count = (
+            len(range(memory["batch"])[rows] if isinstance(rows, slice) else rows)
+            if "batch" in memory
+            else None
+        )
         return {k: (count if k == "batch" else _select(v, rows)) for k, v in memory.items()}
     if isinstance(memory, list):
         return [_select(v, rows) for v in memory]
@@ -408,17 +538,21 @@ def _beam(model, memory, start, beam_size, max_len):
     for _ in range(max_len):
         ys = torch.tensor([b[3] for b in beams], device=start.device)
         h = torch.cat([b[2] for b in beams])
-        h, feature, _ = model.step(model.input_gates(ys), h, _select(memory, torch.zeros(len(beams), dtype=torch.long)),
-                                   fused)
+        h, feature, _ = model.step(
+            model.input_gates(ys),
+            h,
+            _select(memory, torch.zeros(len(beams), dtype=torch.long)),
+            fused,
+        )
         logp = torch.log_softmax(model.out(feature), -1)
         candidates = []
         for i, (score, tokens, _, _) in enumerate(beams):
             top = logp[i].topk(beam_size)
             for value, token in zip(top.values.tolist(), top.indices.tolist()):
-                candidates.append((score + value, tokens, h[i:i + 1], token))
+                candidates.append((score + value, tokens, h[i : i + 1], token))
         candidates.sort(key=lambda c: -c[0])
         beams = []
-        for score, tokens, state, token in candidates[:beam_size - len(finished)]:
+        for score, tokens, state, token in candidates[: beam_size - len(finished)]:
             if token == EOS:
                 finished.append((score / (len(tokens) + 1), tokens))
             else:
@@ -443,26 +577,39 @@ def same_direction_roll(examples: list[Example]) -> torch.Tensor:
 
 
 @torch.no_grad()
-def mean_nll(model: Translator, examples: list[Example], batch_size: int, intervention: str | None = None,
-             seed: int = 0) -> tuple[float, torch.Tensor | None, int]:
+def mean_nll(
+    model: Translator,
+    examples: list[Example],
+    batch_size: int,
+    intervention: str | None = None,
+    seed: int = 0,
+) -> tuple[float, torch.Tensor | None, int]:
     """NLL per target token over `examples` (fixed batches, so interventions pair up the same way
     for every model), the mean stopped mass per depth (READ arms, else None) and the token count."""
     model.eval()
     generator = torch.Generator().manual_seed(seed)
     total, count, depth_mass, mass_tokens = 0.0, 0, None, 0
     for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
+        chunk = examples[start : start + batch_size]
         batch = model.batch(chunk)
         decoded = model(batch, intervention, same_direction_roll(chunk), generator)
         loss, n = token_nll(decoded)
         total, count = total + float(loss), count + n
         if decoded.masses is not None:
-            summed = torch.stack([decoded.masses[:, 2 ** k - 1:2 ** (k + 1) - 1].sum()
-                                  for k in range(model.config.depth + 1)])
+            summed = torch.stack(
+                [
+                    decoded.masses[:, 2**k - 1 : 2 ** (k + 1) - 1].sum()
+                    for k in range(model.config.depth + 1)
+                ]
+            )
             depth_mass = summed if depth_mass is None else depth_mass + summed
             mass_tokens += n
     model.train()
-    return total / max(count, 1), (depth_mass / mass_tokens if depth_mass is not None else None), count
+    return (
+        total / max(count, 1),
+        (depth_mass / mass_tokens if depth_mass is not None else None),
+        count,
+    )
 
 
 def applicable_interventions(arm: str) -> tuple[str, ...]:
@@ -479,12 +626,16 @@ def applicable_interventions(arm: str) -> tuple[str, ...]:
 def unfold_mse(model: Translator, examples: list[Example]) -> float:
     batch = model.batch(examples)
     memory = model.encode(batch["src"], batch["src_mask"])
-    rebuilt = unfold_levels(model.fold, memory["root"].unsqueeze(1), memory["details"], memory["masks"])
+    rebuilt = unfold_levels(
+        model.fold, memory["root"].unsqueeze(1), memory["details"], memory["masks"]
+    )
     leaves, mask = memory["states"][-1], batch["src_mask"]
     return float(((rebuilt - leaves) ** 2)[mask].mean())
 
 
-def bleu_chrf(hypotheses: list[str], references: list[str], target_language: str) -> tuple[float, float, str, str]:
+def bleu_chrf(
+    hypotheses: list[str], references: list[str], target_language: str
+) -> tuple[float, float, str, str]:
     from sacrebleu.metrics import BLEU, CHRF
 
     bleu = BLEU(tokenize="zh" if target_language == "zh" else "13a")
@@ -499,12 +650,22 @@ def learning_rate(config: TranslatorConfig, step: int) -> float:
 
 def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
     """Multiply-adds x 2 of one example's forward pass with every leaf full and T = N target steps."""
-    d, h, m, n, depth = config.d_model, config.hidden, config.read_dim, config.n_leaves, config.depth
+    d, h, m, n, depth = (
+        config.d_model,
+        config.hidden,
+        config.read_dim,
+        config.n_leaves,
+        config.depth,
+    )
     arm, nodes = config.arm, 2 * n - 1
-    encoder = 0 if arm in ("target_only", *DENSE_ARMS) else depth * (n // 2) * 2 * (2 * d * h)  # F and G on every pair
+    encoder = (
+        0 if arm in ("target_only", *DENSE_ARMS) else depth * (n // 2) * 2 * (2 * d * h)
+    )  # F and G on every pair
     if arm in FOLD_ARMS:
-        per_parent = 2 * d * h + {"mlp": 3 * d * config.merge_hidden, "bilinear": 2 * d * h + 3 * d * config.relation_rank}.get(
-            config.arm, 2 * d * h)
+        per_parent = 2 * d * h + {
+            "mlp": 3 * d * config.merge_hidden,
+            "bilinear": 2 * d * h + 3 * d * config.relation_rank,
+        }.get(config.arm, 2 * d * h)
         encoder += (n - 1) * per_parent
     per_step = 3 * (2 * d * d + d * d) + 2 * d * vocab_size  # GRU cell, output layer
     if arm in TREE_ARMS:
@@ -528,7 +689,10 @@ def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
 
 
 # ------------------------------------------------------------------------------------ parameters
-PARTS = {"embeddings": ("src_embed", "tgt_embed"), "decoder": ("gru", "out")}  # the rest: encoder_reader
+PARTS = {
+    "embeddings": ("src_embed", "tgt_embed"),
+    "decoder": ("gru", "out"),
+}  # the rest: encoder_reader
 
 
 def parameter_parts(model: Translator) -> dict[str, int]:
@@ -539,7 +703,10 @@ def parameter_parts(model: Translator) -> dict[str, int]:
     parts = {"encoder_reader": 0, "embeddings": 0, "decoder": 0}
     for name, p in model.named_parameters():
         if p.requires_grad:
-            part = next((k for k, modules in PARTS.items() if name.split(".")[0] in modules), "encoder_reader")
+            part = next(
+                (k for k, modules in PARTS.items() if name.split(".")[0] in modules),
+                "encoder_reader",
+            )
             parts[part] += p.numel()
     return parts
 
@@ -551,8 +718,11 @@ def matched_width(config: TranslatorConfig, reference: str = "lifting") -> int:
     """The width (gru_hidden for bahdanau, ffn_hidden for transformer_enc) whose encoder + reader
     parameters come closest to the `reference` arm's at the same d_model, hidden, read_dim, heads and
     depth (the count grows with the width: a bisection)."""
+
     def encoder_reader(cfg: TranslatorConfig) -> int:
-        return parameter_parts(Translator(cfg, 16))["encoder_reader"]  # no part but the embeddings sees the vocabulary
+        return parameter_parts(Translator(cfg, 16))[
+            "encoder_reader"
+        ]  # no part but the embeddings sees the vocabulary
 
     target = encoder_reader(config.model_copy(update={"arm": reference}))
     field = WIDTH_FIELD[config.arm]
@@ -561,8 +731,15 @@ def matched_width(config: TranslatorConfig, reference: str = "lifting") -> int:
         low, high = high, 2 * high
     while high - low > 1:
         middle = (low + high) // 2
-        low, high = (middle, high) if encoder_reader(config.model_copy(update={field: middle})) < target else (low, middle)
-    return min((low, high), key=lambda w: abs(encoder_reader(config.model_copy(update={field: w})) - target))
+        low, high = (
+            (middle, high)
+            if encoder_reader(config.model_copy(update={field: middle})) < target
+            else (low, middle)
+        )
+    return min(
+        (low, high),
+        key=lambda w: abs(encoder_reader(config.model_copy(update={field: w})) - target),
+    )
 
 
 # ------------------------------------------------------------------------------------ study
@@ -580,28 +757,58 @@ class TranslatorStudy(Study):
         "val_nll": Metric("lower", "validation", 0.0, None, unit="nats"),
         "test_nll": Metric("lower", "test", 0.0, None, unit="nats"),
         "test_ppl": Metric("lower", "test", 1.0, None, scale="log"),
-        **{f"test_nll_{d}": Metric("lower", "test", 0.0, None, unit="nats") for d in ("zh2en", "en2zh")},
-        "bleu": Metric("higher", "test", 0.0, 100.0), "chrf": Metric("higher", "test", 0.0, 100.0),
-        **{f"{m}_{d}": Metric("higher", "test", 0.0, 100.0) for m in ("bleu", "chrf") for d in ("zh2en", "en2zh")},
+        **{
+            f"test_nll_{d}": Metric("lower", "test", 0.0, None, unit="nats")
+            for d in ("zh2en", "en2zh")
+        },
+        "bleu": Metric("higher", "test", 0.0, 100.0),
+        "chrf": Metric("higher", "test", 0.0, 100.0),
+        **{
+            f"{m}_{d}": Metric("higher", "test", 0.0, 100.0)
+            for m in ("bleu", "chrf")
+            for d in ("zh2en", "en2zh")
+        },
         # NLL differences on the test split: no range (an intervention can lower the NLL)
         **{f"damage_{i}": Metric("higher", "test", unit="nats") for i in INTERVENTIONS},
         "unfold_mse": nonnegative("lower", "diagnostic"),
         **{f"stop_mass_depth_{k}": proportion("higher", "diagnostic") for k in range(11)},
-        "train_tokens_per_s": positive("higher", "cost", unit="tokens/s"), "peak_mem_mb": nonnegative("lower", "cost"),
-        "best_val_step": nonnegative("higher", "diagnostic"),  # keep_best: the step whose weights were measured
+        "train_tokens_per_s": positive("higher", "cost", unit="tokens/s"),
+        "peak_mem_mb": nonnegative("lower", "cost"),
+        "best_val_step": nonnegative(
+            "higher", "diagnostic"
+        ),  # keep_best: the step whose weights were measured
     }
     machine_metrics = frozenset({"train_tokens_per_s", "peak_mem_mb"})
     hyperparameters = frozenset({"lr", "warmup_steps", "clip_grad_norm", "dropout", "weight_decay"})
     # the data (corpus, its columns and directions, the tokenizer, the split, the leaves a sentence must fit
     # in: depth drops longer pairs) and how test weights are chosen (keep_best: the v2 contracts' early stopping)
-    regime_fields = ("corpus", "languages", "directions", "vocab_size", "depth", "valid_fraction", "test_fraction",
-                     "valid_examples", "test_examples", "keep_best")
+    regime_fields = (
+        "corpus",
+        "languages",
+        "directions",
+        "vocab_size",
+        "depth",
+        "valid_fraction",
+        "test_fraction",
+        "valid_examples",
+        "test_examples",
+        "keep_best",
+    )
 
     def reported_metrics(self, config: TranslatorConfig) -> frozenset[str]:
         """What run() returns for this arm: per-direction NLL, BLEU and chrF for its directions, the damage of
         the interventions that apply to it, READ's (or all_nodes') stopped mass per depth 0..D, unfold_mse for
         the lifting-form folds, best_val_step with keep_best."""
-        names = {"train_loss", "val_nll", "test_nll", "test_ppl", "bleu", "chrf", "train_tokens_per_s", "peak_mem_mb"}
+        names = {
+            "train_loss",
+            "val_nll",
+            "test_nll",
+            "test_ppl",
+            "bleu",
+            "chrf",
+            "train_tokens_per_s",
+            "peak_mem_mb",
+        }
         names |= {f"{m}_{d}" for m in ("test_nll", "bleu", "chrf") for d in config.directions}
         names |= {f"damage_{i}" for i in applicable_interventions(config.arm)}
         if config.arm in (*TREE_ARMS, "all_nodes"):
@@ -643,10 +850,12 @@ class TranslatorStudy(Study):
         data = load_data(config)
         seed_everything(seed)
         model = Translator(config, data.vocab_size).to(resolve_device(config.device))
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=config.lr, weight_decay=config.weight_decay
+        )
         train, valid, test = data.splits["train"], data.splits["valid"], data.splits["test"]
-        valid = valid[:config.valid_examples]
-        test = test[:config.test_examples] if config.test_examples else test
+        valid = valid[: config.valid_examples]
+        test = test[: config.test_examples] if config.test_examples else test
         generator = torch.Generator().manual_seed(seed)
         counter = {"step": 0, "tokens": 0, "eval_seconds": 0.0}
 
@@ -665,30 +874,53 @@ class TranslatorStudy(Study):
         def evaluate() -> dict[str, float]:
             started = time.perf_counter()
             val_nll = mean_nll(model, valid, config.batch_size)[0]
-            if config.keep_best and val_nll < best["val_nll"]:  # a copy of the weights, kept until a lower one
-                best.update(val_nll=val_nll, step=counter["step"],
-                            state={k: v.detach().clone() for k, v in model.state_dict().items()})
+            if (
+                config.keep_best and val_nll < best["val_nll"]
+            ):  # a copy of the weights, kept until a lower one
+                best.update(
+                    val_nll=val_nll,
+                    step=counter["step"],
+                    state={k: v.detach().clone() for k, v in model.state_dict().items()},
+                )
             counter["eval_seconds"] += time.perf_counter() - started
             return {"val_nll": val_nll}
 
         started = time.perf_counter()
-        last = train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate,
-                          clip_grad_norm=config.clip_grad_norm)
+        last = train_loop(
+            model,
+            optimizer,
+            loss_fn,
+            reporter.budget,
+            reporter,
+            evaluate,
+            clip_grad_norm=config.clip_grad_norm,
+        )
         train_seconds = time.perf_counter() - started
         if config.keep_best and best["state"] is not None:  # the reported series stays as it was
             model.load_state_dict(best["state"])
             last = {**last, "val_nll": best["val_nll"], "best_val_step": float(best["step"])}
         final = {**last, **self.measure(model, data, test, config, seed, reporter)}
         final["train_tokens_per_s"] = counter["tokens"] / (train_seconds - counter["eval_seconds"])
-        final["peak_mem_mb"] = peak_rss_growth_mb(lambda: _one_step(model, train, config, generator))
+        final["peak_mem_mb"] = peak_rss_growth_mb(
+            lambda: _one_step(model, train, config, generator)
+        )
         return final
 
-    def measure(self, model: Translator, data: TranslationData, test: list[Example], config: TranslatorConfig,
-                seed: int, reporter: Reporter) -> dict[str, float]:
+    def measure(
+        self,
+        model: Translator,
+        data: TranslationData,
+        test: list[Example],
+        config: TranslatorConfig,
+        seed: int,
+        reporter: Reporter,
+    ) -> dict[str, float]:
         metrics: dict[str, float] = {}
         total, tokens, depth_mass = 0.0, 0, None
         for direction in config.directions:  # pooled over directions, weighted by target tokens
-            nll, mass, count = mean_nll(model, [e for e in test if e.direction == direction], config.batch_size)
+            nll, mass, count = mean_nll(
+                model, [e for e in test if e.direction == direction], config.batch_size
+            )
             metrics[f"test_nll_{direction}"] = nll
             total, tokens = total + nll * count, tokens + count
             if mass is not None:
@@ -697,7 +929,9 @@ class TranslatorStudy(Study):
         metrics["test_nll"], metrics["test_ppl"] = clean, math.exp(min(clean, 50.0))
         depth_mass = depth_mass / tokens if depth_mass is not None else None
         for intervention in applicable_interventions(config.arm):
-            metrics[f"damage_{intervention}"] = mean_nll(model, test, config.batch_size, intervention, seed)[0] - clean
+            metrics[f"damage_{intervention}"] = (
+                mean_nll(model, test, config.batch_size, intervention, seed)[0] - clean
+            )
         if depth_mass is not None:
             metrics.update({f"stop_mass_depth_{k}": float(v) for k, v in enumerate(depth_mass)})
         if config.arm in ("lifting", "bilinear", "root_only", "all_nodes"):
@@ -705,19 +939,25 @@ class TranslatorStudy(Study):
 
         samples, bleus, chrfs = [], [], []
         for direction in config.directions:
-            subset = [e for e in test if e.direction == direction][:config.bleu_examples]
+            subset = [e for e in test if e.direction == direction][: config.bleu_examples]
             hypotheses = []
             for start in range(0, len(subset), config.batch_size):
-                hypotheses += [data.decode(ids) for ids in
-                               translate(model, subset[start:start + config.batch_size], config.beam_size)]
+                hypotheses += [
+                    data.decode(ids)
+                    for ids in translate(
+                        model, subset[start : start + config.batch_size], config.beam_size
+                    )
+                ]
             references = [e.tgt_text for e in subset]
             b, c, b_sig, c_sig = bleu_chrf(hypotheses, references, data.target_language[direction])
             metrics[f"bleu_{direction}"], metrics[f"chrf_{direction}"] = b, c
             bleus.append(b)
             chrfs.append(c)
             samples.append(f"## {direction}: BLEU {b:.2f} ({b_sig}), chrF {c:.2f} ({c_sig})\n")
-            for e, hyp in list(zip(subset, hypotheses))[:config.samples]:
-                samples.append(f"source:    {e.src_text}\nreference: {e.tgt_text}\noutput:    {hyp}\n")
+            for e, hyp in list(zip(subset, hypotheses))[: config.samples]:
+                samples.append(
+                    f"source:    {e.src_text}\nreference: {e.tgt_text}\noutput:    {hyp}\n"
+                )
         metrics["bleu"], metrics["chrf"] = sum(bleus) / len(bleus), sum(chrfs) / len(chrfs)
         attach = getattr(reporter, "attach", None)
         if attach is not None:

@@ -65,7 +65,16 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, nonnegative, proportion, resolve_device
+from gates.study import (
+    DeviceConfig,
+    Metric,
+    Reporter,
+    Study,
+    StudyConfig,
+    nonnegative,
+    proportion,
+    resolve_device,
+)
 from models.common import count_parameters, seed_everything, text_fraction, train_loop
 from models.spr_hash import Merge, build_vocab, right_child, root_hash, tokenize
 
@@ -88,7 +97,9 @@ class TwinTreeConfig(DeviceConfig):
     """
 
     pairs: str = Field(default="toy", description="'toy' or a gates.data pair source")
-    merge: Merge = Field(default="ordered", description="the encoder's merge rule (mean / roll_only ablate order)")
+    merge: Merge = Field(
+        default="ordered", description="the encoder's merge rule (mean / roll_only ablate order)"
+    )
     depth: int = Field(default=2, ge=1, le=8, description="D: 2^D leaves on both trees")
     dim: int = Field(default=32, ge=2, le=1024)
     vocab_size: int = Field(default=4000, ge=3, description="per side, <pad> and <unk> included")
@@ -101,10 +112,12 @@ class TwinTreeConfig(DeviceConfig):
     lr: float = Field(default=0.01, gt=0)
 
     @model_validator(mode="after")
-    def _sentences_fit(self) -> "TwinTreeConfig":
+    def _sentences_fit(self) -> TwinTreeConfig:
         longest = self.longest
-        if longest > 2 ** self.depth:
-            raise ValueError(f"max_tokens ({longest}) does not fit 2^depth = {2 ** self.depth} leaves")
+        if longest > 2**self.depth:
+            raise ValueError(
+                f"max_tokens ({longest}) does not fit 2^depth = {2**self.depth} leaves"
+            )
         if self.min_tokens > longest:
             raise ValueError(f"min_tokens ({self.min_tokens}) exceeds max_tokens ({longest})")
         if self.pairs == "toy" and self.depth < 2:
@@ -113,13 +126,19 @@ class TwinTreeConfig(DeviceConfig):
 
     @property
     def longest(self) -> int:
-        return self.max_tokens if self.max_tokens is not None else 2 ** self.depth
+        return self.max_tokens if self.max_tokens is not None else 2**self.depth
 
 
 # ------------------------------------------------------------------------------------ data
 @lru_cache(maxsize=4)
-def load_split(pairs: str, min_tokens: int, max_tokens: int, test_fraction: float, train_pairs: int,
-               test_pairs: int) -> tuple[tuple, tuple]:
+def load_split(
+    pairs: str,
+    min_tokens: int,
+    max_tokens: int,
+    test_fraction: float,
+    train_pairs: int,
+    test_pairs: int,
+) -> tuple[tuple, tuple]:
     """(train, test) as tuples of (source tokens, target tokens); see the module docstring."""
     if pairs == "toy":
         toy = tuple((tuple(tokenize(s)), tuple(tokenize(t))) for s, t in TOY_PAIRS)
@@ -130,21 +149,27 @@ def load_split(pairs: str, min_tokens: int, max_tokens: int, test_fraction: floa
     for source, target in load_pairs(pairs):
         src, tgt = tuple(tokenize(source)), tuple(tokenize(target))
         key = " ".join(src)  # sources equal after tokenisation share a side of the split
-        if key not in kept and min_tokens <= len(src) <= max_tokens and min_tokens <= len(tgt) <= max_tokens:
+        if (
+            key not in kept
+            and min_tokens <= len(src) <= max_tokens
+            and min_tokens <= len(tgt) <= max_tokens
+        ):
             kept[key] = (text_fraction(key), src, tgt)
     ranked = sorted(kept.values())  # by hash value: a fixed pseudo-random order
     test = tuple((s, t) for h, s, t in ranked if h < test_fraction)[:test_pairs]
     train = tuple((s, t) for h, s, t in ranked if h >= test_fraction)[:train_pairs]
     if not train or not test:
-        raise ValueError(f"{pairs!r} gives {len(train)} training and {len(test)} held-out pairs with "
-                         f"{min_tokens}-{max_tokens} tokens per side; expected both non-empty")
+        raise ValueError(
+            f"{pairs!r} gives {len(train)} training and {len(test)} held-out pairs with "
+            f"{min_tokens}-{max_tokens} tokens per side; expected both non-empty"
+        )
     return train, test
 
 
 def leaf_ids(sentences, vocab: list[str], depth: int) -> torch.Tensor:
     """Token ids (B, 2^depth): the sentence's tokens in order, <unk> outside vocab, <pad> after."""
     index = {token: i for i, token in enumerate(vocab)}
-    ids = np.zeros((len(sentences), 2 ** depth), dtype=np.int64)  # 0 = <pad>
+    ids = np.zeros((len(sentences), 2**depth), dtype=np.int64)  # 0 = <pad>
     for row, tokens in enumerate(sentences):  # building data once, not a hot path
         ids[row, : len(tokens)] = [index.get(t, 1) for t in tokens]
     return torch.from_numpy(ids)
@@ -152,15 +177,24 @@ def leaf_ids(sentences, vocab: list[str], depth: int) -> torch.Tensor:
 
 def build_data(config: TwinTreeConfig) -> dict:
     """Vocabularies (from training pairs only) and id tensors of the training and evaluation pairs."""
-    train, test = load_split(config.pairs, config.min_tokens, config.longest, config.test_fraction,
-                             config.train_pairs, config.test_pairs)
+    train, test = load_split(
+        config.pairs,
+        config.min_tokens,
+        config.longest,
+        config.test_fraction,
+        config.train_pairs,
+        config.test_pairs,
+    )
     src_vocab = build_vocab([s for s, _ in train], config.vocab_size, reserved=(PAD, UNK))
     tgt_vocab = build_vocab([t for _, t in train], config.vocab_size, reserved=(PAD, UNK))
     ids = lambda sentences, vocab: leaf_ids(sentences, vocab, config.depth)  # noqa: E731
     return {
-        "src_vocab": src_vocab, "tgt_vocab": tgt_vocab,
-        "train_src": ids([s for s, _ in train], src_vocab), "train_tgt": ids([t for _, t in train], tgt_vocab),
-        "test_src": ids([s for s, _ in test], src_vocab), "test_tgt": ids([t for _, t in test], tgt_vocab),
+        "src_vocab": src_vocab,
+        "tgt_vocab": tgt_vocab,
+        "train_src": ids([s for s, _ in train], src_vocab),
+        "train_tgt": ids([t for _, t in train], tgt_vocab),
+        "test_src": ids([s for s, _ in test], src_vocab),
+        "test_tgt": ids([t for _, t in test], tgt_vocab),
         "test_references": [" ".join(t) for _, t in test],
     }
 
@@ -174,10 +208,10 @@ class TwinTree(nn.Module):
         d = config.dim
         self.merge, self.depth = config.merge, config.depth
         self.source_embedding = nn.Embedding(src_vocab_size, d, padding_idx=0)  # <pad> row stays 0
-        nn.init.normal_(self.source_embedding.weight, std=d ** -0.5)
+        nn.init.normal_(self.source_embedding.weight, std=d**-0.5)
         with torch.no_grad():
             self.source_embedding.weight[0].zero_()
-        self.target_embedding = nn.Parameter(torch.randn(tgt_vocab_size, d) * d ** -0.5)
+        self.target_embedding = nn.Parameter(torch.randn(tgt_vocab_size, d) * d**-0.5)
         self.bridge = nn.Parameter(torch.eye(d))
         self.split = nn.Parameter(torch.eye(d).repeat(config.depth, 1, 1) / 2)
 
@@ -203,8 +237,10 @@ class TwinTree(nn.Module):
 def decoded_metrics(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
     """token_acc over non-pad target leaves, exact_match over whole sentences (pads included)."""
     right = logits.argmax(-1) == target
-    return {"token_acc": right[target != 0].float().mean().item(),
-            "exact_match": right.all(dim=1).float().mean().item()}
+    return {
+        "token_acc": right[target != 0].float().mean().item(),
+        "exact_match": right.all(dim=1).float().mean().item(),
+    }
 
 
 def corpus_bleu(predicted: torch.Tensor, tgt_vocab: list[str], references: list[str]) -> float:
@@ -217,7 +253,11 @@ def corpus_bleu(predicted: torch.Tensor, tgt_vocab: list[str], references: list[
     from sacrebleu.metrics import BLEU
 
     hypotheses = [" ".join(tgt_vocab[i] for i in row if i != 0) for row in predicted.tolist()]
-    return BLEU(tokenize="none", effective_order=True, force=True).corpus_score(hypotheses, [references]).score
+    return (
+        BLEU(tokenize="none", effective_order=True, force=True)
+        .corpus_score(hypotheses, [references])
+        .score
+    )
 
 
 # ------------------------------------------------------------------------------------ study
@@ -238,8 +278,16 @@ class TwinTreeStudy(Study):
     deterministic: ClassVar[bool] = False  # initialisation and minibatches depend on the seed
     hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr"})
     # the data: which pairs, the sentence lengths and split, the vocabularies, the tree both sides fill
-    regime_fields: ClassVar[tuple[str, ...]] = ("pairs", "depth", "vocab_size", "min_tokens", "max_tokens",
-                                                "train_pairs", "test_pairs", "test_fraction")
+    regime_fields: ClassVar[tuple[str, ...]] = (
+        "pairs",
+        "depth",
+        "vocab_size",
+        "min_tokens",
+        "max_tokens",
+        "train_pairs",
+        "test_pairs",
+        "test_fraction",
+    )
 
     def vocab_sizes(self, config: TwinTreeConfig) -> tuple[int, int]:
         """(source, target) vocabulary sizes the arm builds from its data; when the data is not there
@@ -261,14 +309,18 @@ class TwinTreeStudy(Study):
         data = build_data(config)
         train = data["train_tgt"][data["train_tgt"] != 0]
         majority = int(torch.bincount(train).argmax())
-        target = data["test_tgt"] if metric == "token_acc" else data["train_tgt"][:len(data["test_tgt"])]
+        target = (
+            data["test_tgt"]
+            if metric == "token_acc"
+            else data["train_tgt"][: len(data["test_tgt"])]
+        )
         target = target[target != 0]
         return float((target == majority).double().mean())
 
     def flops(self, config: TwinTreeConfig) -> int:
         """Per sentence, 2 x multiply-adds: the bridge (d^2), the splits (2^D - 1 nodes x d^2) and the
         read-out (2^D leaves x d x V_tgt); the hash's adds are negligible."""
-        d, leaves = config.dim, 2 ** config.depth
+        d, leaves = config.dim, 2**config.depth
         return 2 * (d * d + (leaves - 1) * d * d + leaves * d * self.vocab_sizes(config)[1])
 
     def check_ready(self, config: TwinTreeConfig) -> str | None:
@@ -285,7 +337,10 @@ class TwinTreeStudy(Study):
         # initialised on the CPU (the same weights on every device), then moved with the data
         model = TwinTree(config, len(data["src_vocab"]), len(data["tgt_vocab"])).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
-        data = {key: value.to(device) if isinstance(value, torch.Tensor) else value for key, value in data.items()}
+        data = {
+            key: value.to(device) if isinstance(value, torch.Tensor) else value
+            for key, value in data.items()
+        }
         train_src, train_tgt = data["train_src"], data["train_tgt"]
         batches = torch.Generator().manual_seed(seed)  # minibatch rows drawn on the CPU, then moved
 
@@ -293,18 +348,24 @@ class TwinTreeStudy(Study):
             if config.batch_size >= len(train_src):
                 src, tgt = train_src, train_tgt
             else:
-                rows = torch.randint(len(train_src), (config.batch_size,), generator=batches).to(device)
+                rows = torch.randint(len(train_src), (config.batch_size,), generator=batches).to(
+                    device
+                )
                 src, tgt = train_src[rows], train_tgt[rows]
             logits = model(src)
             return F.cross_entropy(logits.flatten(0, 1), tgt.flatten())
 
         def evaluate() -> dict[str, float]:
             logits = model(data["test_src"])
-            train_logits = model(train_src[:len(data["test_src"])])  # as many training pairs as held out
+            train_logits = model(
+                train_src[: len(data["test_src"])]
+            )  # as many training pairs as held out
             return {
                 **decoded_metrics(logits, data["test_tgt"]),
                 "bleu": corpus_bleu(logits.argmax(-1), data["tgt_vocab"], data["test_references"]),
-                "train_token_acc": decoded_metrics(train_logits, train_tgt[:len(train_logits)])["token_acc"],
+                "train_token_acc": decoded_metrics(train_logits, train_tgt[: len(train_logits)])[
+                    "token_acc"
+                ],
             }
 
         return train_loop(model, optimizer, loss_fn, reporter.budget, reporter, evaluate)

@@ -26,7 +26,14 @@ C05_BLIND = {
 # chance about 2.3 nats: log of the node count) far below 0.5 nats. A loss, not val_acc: a test-sized run
 # reaches val_acc 1.0 on every seed, where only the sign test applies (p 1/4 at 2 seeds: never holds).
 C05_CONTROLS = [
-    {"kind": "threshold", "arm": arm, "metric": "val_loss", "direction": "lower", "value": 0.5, "control": "positive"}
+    {
+        "kind": "threshold",
+        "arm": arm,
+        "metric": "val_loss",
+        "direction": "lower",
+        "value": 0.5,
+        "control": "positive",
+    }
     for arm in ("subheap_kernel", "path_subheap_kernel")
 ]
 
@@ -53,7 +60,9 @@ def small_c05(**overrides) -> dict:
         cfg.update(train_trees=120, test_trees=60)
     data["seeds"] = 2
     data.pop("convergence")
-    data["no_convergence"] = "a test-sized run (60 steps): too short for its learning curves to flatten"
+    data["no_convergence"] = (
+        "a test-sized run (60 steps): too short for its learning curves to flatten"
+    )
     data["budget"] = {"steps": 60, "eval_every": 20}
     data["preflight"]["falsifiable_point"]["by_step"] = 60
     data["stop_rules"]["futility"][0]["at_step"] = 40
@@ -75,8 +84,10 @@ REDERIVED = "fixture brought to today's engine"
 def _fixture(contract_id: str) -> tuple[Path, Path]:
     contract, folder = FIXTURE_CONTRACTS / f"{contract_id}.yaml", FIXTURE_RUNS / contract_id
     if not contract.is_file() or not (folder / "evidence.json").is_file():
-        raise LookupError(f"no frozen copy of claim {contract_id!r} in {FIXTURES} (there are: "
-                          f"{', '.join(FIXTURE_CLAIMS)}); see tests/fixtures/README.md to add one")
+        raise LookupError(
+            f"no frozen copy of claim {contract_id!r} in {FIXTURES} (there are: "
+            f"{', '.join(FIXTURE_CLAIMS)}); see tests/fixtures/README.md to add one"
+        )
     return contract, folder
 
 
@@ -111,7 +122,9 @@ def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path
     if rederive:
         history.backfill(root / "runs")
         for contract_id in ids:
-            rederive_claim(load_contract(root / "contracts" / f"{contract_id}.yaml"), root / "runs", REDERIVED)
+            rederive_claim(
+                load_contract(root / "contracts" / f"{contract_id}.yaml"), root / "runs", REDERIVED
+            )
     return root
 
 

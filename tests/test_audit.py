@@ -29,10 +29,14 @@ def candidates() -> list[Candidate]:
 def test_choice_is_seeded_fills_the_budget_and_moves_with_the_seed():
     found = candidates()
     chosen = choose(found, 30, seed=1)
-    assert chosen == choose(list(reversed(found)), 30, seed=1)  # the same runs whatever order they come in
+    assert chosen == choose(
+        list(reversed(found)), 30, seed=1
+    )  # the same runs whatever order they come in
     spent = sum(c.cost for c in chosen)
     assert spent <= 30
-    assert all(c.cost > 30 - spent for c in found if c not in chosen)  # nothing left out would still fit
+    assert all(
+        c.cost > 30 - spent for c in found if c not in chosen
+    )  # nothing left out would still fit
     others = [choose(found, 30, seed=s) for s in range(2, 7)]
     assert all(set(o) != set(chosen) for o in others)  # another commit, other runs
     assert choose(found, 0.1, seed=1) == []
@@ -43,7 +47,10 @@ def test_the_seed_comes_from_the_commit():
     seed, origin = commit_seed()
     head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
     if head.returncode == 0:
-        assert seed == int(head.stdout.strip()[:16], 16) and origin == f"from commit {head.stdout.strip()[:12]}"
+        assert (
+            seed == int(head.stdout.strip()[:16], 16)
+            and origin == f"from commit {head.stdout.strip()[:12]}"
+        )
 
 
 @pytest.fixture(scope="module")
@@ -73,13 +80,22 @@ def project(recorded, tmp_path):
 
 
 def test_honest_runs_reproduce_and_the_plan_is_printed(project):
-    result = subprocess.run([sys.executable, "-m", "gates", "verify", "--audit-seconds", "600", "--audit-seed", "5"],
-                            cwd=project, capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "gates", "verify", "--audit-seconds", "600", "--audit-seed", "5"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "audit: seed 5 (given), budget 600 s: 8 of 8 completed runs of 1 claims not replayed in CI" in out
+    assert (
+        "audit: seed 5 (given), budget 600 s: 8 of 8 completed runs of 1 claims not replayed in CI"
+        in out
+    )
     chosen = [line for line in out.splitlines() if line.startswith("audit: chose ")]
-    assert len(chosen) == 8 and all("c05-small " in line for line in chosen)  # c05-ci is replayed in CI instead
+    assert len(chosen) == 8 and all(
+        "c05-small " in line for line in chosen
+    )  # c05-ci is replayed in CI instead
     assert out.count(": reproduces (") == 8 and "DOES NOT" not in out
     assert "ok c05-small: " in out and "(audited 8 runs)" in out
 
@@ -103,19 +119,37 @@ def test_a_consistently_edited_value_is_caught_by_the_audit_only(project, monkey
     assert checks["c05-small"].status == "ok", checks["c05-small"].problems
 
     lines = []
-    checks = {c.contract_id: c for c in verify(project / "runs", project / "contracts", audit_seconds=600,
-                                               audit_seed=5, log=lines.append)}
+    checks = {
+        c.contract_id: c
+        for c in verify(
+            project / "runs",
+            project / "contracts",
+            audit_seconds=600,
+            audit_seed=5,
+            log=lines.append,
+        )
+    }
     small = checks["c05-small"]
     assert small.status == "lost" and len(small.audited) == 8
     (problem,) = small.problems
-    assert problem.startswith("audit: subheap_kernel/seed 1 does not reproduce: train_loss re-runs as ")
+    assert problem.startswith(
+        "audit: subheap_kernel/seed 1 does not reproduce: train_loss re-runs as "
+    )
     assert "tolerance abs 1e-06, rel 1e-06" in problem
     assert "audit: c05-small subheap_kernel/seed 1: DOES NOT reproduce" in "\n".join(lines)
     assert checks["c05-ci"].status == "ok" and checks["c05-ci"].audited == []
 
     # a tolerance for contracts without a replay section, as wide as the edit, lets it through
-    checks = {c.contract_id: c for c in verify(project / "runs", project / "contracts", audit_seconds=600,
-                                               audit_seed=5, audit_tolerance=(0.01, 0.0))}
+    checks = {
+        c.contract_id: c
+        for c in verify(
+            project / "runs",
+            project / "contracts",
+            audit_seconds=600,
+            audit_seed=5,
+            audit_tolerance=(0.01, 0.0),
+        )
+    }
     assert checks["c05-small"].status == "ok"
 
 
@@ -125,8 +159,11 @@ def test_machine_metrics_are_not_audited(project, monkeypatch):
     monkeypatch.chdir(project)
     tamper(project, "flat_address", 0, "train_loss", 0.5)
     monkeypatch.setattr(C05ProbeStudy, "machine_metrics", frozenset({"train_loss"}))
-    (small,) = [c for c in verify(project / "runs", project / "contracts", audit_seconds=600, audit_seed=5)
-                if c.contract_id == "c05-small"]
+    (small,) = [
+        c
+        for c in verify(project / "runs", project / "contracts", audit_seconds=600, audit_seed=5)
+        if c.contract_id == "c05-small"
+    ]
     assert small.status == "ok" and len(small.audited) == 8
 
 
@@ -137,11 +174,19 @@ def test_a_small_budget_chooses_few_runs(project):
     costs = sorted(r["seconds"] + OVERHEAD_S for r in ev["runs"])
     budget = round(costs[0] + costs[1], 3)  # room for two of the cheapest runs, never for all eight
     lines = []
-    checks = verify(project / "runs", project / "contracts", audit_seconds=budget, audit_seed=5, log=lines.append)
+    checks = verify(
+        project / "runs",
+        project / "contracts",
+        audit_seconds=budget,
+        audit_seed=5,
+        log=lines.append,
+    )
     small = next(c for c in checks if c.contract_id == "c05-small")
     plan = lines[0]
     chosen = [line for line in lines if line.startswith("audit: chose ")]
-    assert plan.startswith(f"audit: seed 5 (given), budget {budget:g} s: ") and 1 <= len(chosen) <= 2
+    assert (
+        plan.startswith(f"audit: seed 5 (given), budget {budget:g} s: ") and 1 <= len(chosen) <= 2
+    )
     assert len(small.audited) <= len(chosen) and small.status == "ok"
 
 
@@ -160,7 +205,11 @@ def test_a_run_is_re_run_on_the_thread_count_it_recorded(project, monkeypatch):
     run = ev["runs"][0]
     seen = []
     # what is checked is the audit's thread handling, so the training is replaced by a thread probe
-    monkeypatch.setattr(loaded.study, "run", lambda config, seed, reporter: seen.append(torch.get_num_threads()) or {})
+    monkeypatch.setattr(
+        loaded.study,
+        "run",
+        lambda config, seed, reporter: seen.append(torch.get_num_threads()) or {},
+    )
     with cpu_threads(1):
         run["environment"] = {"device": "cpu", "threads": "3"}
         rerun(loaded, ev, run["arm"], run["seed"])

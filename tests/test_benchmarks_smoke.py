@@ -29,9 +29,28 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     if with_faiss:
         pytest.importorskip("faiss")
     bench = load_benchmark()
-    argv = ["--sizes", "256,512", "--queries", "32", "--fit-queries", "64", "--steps", "2", "--repeats", "1",
-            "--source", "random", "--threads", "1", "--drill-iterations", "1", "--d", "32",
-            "--json", str(tmp_path / "tree_read.json")]
+    argv = [
+        "--sizes",
+        "256,512",
+        "--queries",
+        "32",
+        "--fit-queries",
+        "64",
+        "--steps",
+        "2",
+        "--repeats",
+        "1",
+        "--source",
+        "random",
+        "--threads",
+        "1",
+        "--drill-iterations",
+        "1",
+        "--d",
+        "32",
+        "--json",
+        str(tmp_path / "tree_read.json"),
+    ]
     threads = torch.get_num_threads()
     try:
         results = bench.main(argv + ([] if with_faiss else ["--no-faiss"]))
@@ -54,17 +73,24 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     assert rows["TreeHeap fast"].index_bytes_per_key < rows["TreeHeap beam"].index_bytes_per_key
     assert "not the target N = 65,536" in out and "(target >= 10x, bar >= 5x)" in out
     assert "limits at N = 512" in out and "fast read at N = 512" in out
-    assert "what each step bought at N = 512" in out and "same leaves as the reference for 100.0% of queries" in out
+    assert (
+        "what each step bought at N = 512" in out
+        and "same leaves as the reference for 100.0% of queries" in out
+    )
     assert "latency growth exponents" in out and "| 512 | " in out and "| growth exponent | " in out
     written = json.loads((tmp_path / "tree_read.json").read_text())
     assert set(written["sizes"]) == {"256", "512"}
-    methods = {"dense", "beam", "drilldown", "fast_beam"} | ({"faiss_hnsw", "faiss_ivf"} if with_faiss else set())
+    methods = {"dense", "beam", "drilldown", "fast_beam"} | (
+        {"faiss_hnsw", "faiss_ivf"} if with_faiss else set()
+    )
     for size in written["sizes"].values():
         assert set(size) == methods
         for method in size.values():
             assert {"latency_ms", "recall_at_10", "visited_share", "speedup"} <= set(method)
         assert size["dense"]["speedup"] == 1.0
-    assert set(written["exponents"]) == methods and all(isinstance(v, float) for v in written["exponents"].values())
+    assert set(written["exponents"]) == methods and all(
+        isinstance(v, float) for v in written["exponents"].values()
+    )
     assert [step["step"][:2] for step in written["steps"]] == ["re", "1.", "2.", "3.", "4."]
 
 
@@ -72,7 +98,7 @@ def test_tree_read_benchmark_fits_the_growth_exponent():
     bench = load_benchmark()
     ns = [4096, 16384, 65536, 262144]
     assert bench.fit_exponent(ns, [2.0 * n for n in ns]) == pytest.approx(1.0)
-    assert bench.fit_exponent(ns, [n ** 0.5 for n in ns]) == pytest.approx(0.5)
+    assert bench.fit_exponent(ns, [n**0.5 for n in ns]) == pytest.approx(0.5)
     assert math.isnan(bench.fit_exponent([4096], [1.0]))
 
 
@@ -102,18 +128,49 @@ def load_scaling():
 def test_translator_scaling_benchmark_runs_at_tiny_sizes(capsys, tmp_path):
     bench = load_scaling()
     threads = torch.get_num_threads()
-    report = bench.main(["--sizes", "8,16", "--batch", "2", "--queries", "2", "--repeats", "1", "--threads", "1",
-                         "--json", str(tmp_path / "scaling.json")])
-    assert torch.get_num_threads() == threads  # the benchmark restores the process-wide thread count
+    report = bench.main(
+        [
+            "--sizes",
+            "8,16",
+            "--batch",
+            "2",
+            "--queries",
+            "2",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(tmp_path / "scaling.json"),
+        ]
+    )
+    assert (
+        torch.get_num_threads() == threads
+    )  # the benchmark restores the process-wide thread count
     out = capsys.readouterr().out
-    assert "TreeHeap = WRITE -> Butterfly" in out and "explicit N x N" in out and "torch threads 1" in out
+    assert (
+        "TreeHeap = WRITE -> Butterfly" in out
+        and "explicit N x N" in out
+        and "torch threads 1" in out
+    )
     assert "growth exponents" in out and "At N = 16 the TreeHeap pass is" in out
     written = json.loads((tmp_path / "scaling.json").read_text())
     assert [r["n"] for r in written["results"]] == [8, 16]
     for r in written["results"]:
         for name in ("tree", "dense"):
-            assert r["ms"][name] > 0 and r["cpu_ms"][name] > 0 and r["gflop"][name] > 0 and r["saved_mb"][name] > 0
-        assert set(r["stage_ms"]) == {"tree butterfly", "tree fold", "tree read", "dense attention", "dense read"}
+            assert (
+                r["ms"][name] > 0
+                and r["cpu_ms"][name] > 0
+                and r["gflop"][name] > 0
+                and r["saved_mb"][name] > 0
+            )
+        assert set(r["stage_ms"]) == {
+            "tree butterfly",
+            "tree fold",
+            "tree read",
+            "dense attention",
+            "dense read",
+        }
     small, large = written["results"]
     # the counted arithmetic is deterministic: both grow with N, dense by its N x N attention more than linearly
     assert large["gflop"]["tree"] > small["gflop"]["tree"]
@@ -134,13 +191,15 @@ def test_translator_scaling_backward_reaches_every_parameter():
 def test_translator_scaling_fit_exponent_and_bad_sizes(capsys):
     bench = load_scaling()
     ns = [32, 64, 128, 256]
-    assert bench.fit_exponent(ns, [3.0 * n ** 2 for n in ns]) == pytest.approx(2.0)
+    assert bench.fit_exponent(ns, [3.0 * n**2 for n in ns]) == pytest.approx(2.0)
     assert bench.fit_exponent(ns, [n * math.log2(n) for n in ns]) == pytest.approx(1.23, abs=0.01)
     assert math.isnan(bench.fit_exponent([32], [1.0]))
     assert bench.largest_half([32, 64, 128, 256, 512, 1024]) == [256, 512, 1024]
     with pytest.raises(SystemExit) as exit_info:
         bench.main(["--sizes", "8,24"])
-    assert exit_info.value.code == 2 and "--sizes: 24 is not a power of two" in capsys.readouterr().err
+    assert (
+        exit_info.value.code == 2 and "--sizes: 24 is not a power of two" in capsys.readouterr().err
+    )
 
 
 def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path):
@@ -155,13 +214,35 @@ def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path)
         pytest.skip(why)
     script = SCRIPT.parent / "training_throughput.py"
     out = tmp_path / "throughput.json"
-    done = subprocess.run([sys.executable, str(script), "--studies", "translator_flat_seq", "--baseline", "HEAD",
-                           "--steps", "1", "--warmup", "0", "--repeats", "1", "--threads", "1", "--json", str(out)],
-                          capture_output=True, text=True, cwd=SCRIPT.parent.parent)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--studies",
+            "translator_flat_seq",
+            "--baseline",
+            "HEAD",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--repeats",
+            "1",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=SCRIPT.parent.parent,
+    )
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     row = result["studies"]["translator_flat_seq"]
     assert result["baseline"] == "HEAD" and row["unit"] == "tokens"
     assert row["current_per_s"] > 0 and row["baseline_per_s"] > 0 and row["ratio"] > 0
-    bad = subprocess.run([sys.executable, str(script), "--studies", "nope"], capture_output=True, text=True)
+    bad = subprocess.run(
+        [sys.executable, str(script), "--studies", "nope"], capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "unknown ['nope']" in bad.stderr

@@ -49,12 +49,72 @@ ARMS = ("baseline", "bif", "bif_ablation")
 def help_like_lines(count: int, seed: int = 0) -> list[str]:
     """Short help-page sentences from a small grammar: enough structure for a tiny LM to learn."""
     rng = random.Random(seed)
-    menus = ["Format", "Insert", "Edit", "View", "Tools", "Table", "Sheet", "Data", "Window", "Help"]
-    items = ["Cells", "Columns", "Rows", "Styles", "Fields", "Options", "Comments", "Sections", "Pages", "Frames"]
-    things = ["dialog", "toolbar", "sidebar", "spreadsheet", "document", "formula", "chart", "selection",
-              "paragraph", "template", "macro", "filter", "range", "index", "bookmark", "hyperlink"]
-    verbs = ["opens", "closes", "changes", "formats", "inserts", "deletes", "selects", "shows", "hides", "sorts"]
-    adjectives = ["current", "selected", "new", "default", "active", "hidden", "empty", "whole", "next", "first"]
+    menus = [
+        "Format",
+        "Insert",
+        "Edit",
+        "View",
+        "Tools",
+        "Table",
+        "Sheet",
+        "Data",
+        "Window",
+        "Help",
+    ]
+    items = [
+        "Cells",
+        "Columns",
+        "Rows",
+        "Styles",
+        "Fields",
+        "Options",
+        "Comments",
+        "Sections",
+        "Pages",
+        "Frames",
+    ]
+    things = [
+        "dialog",
+        "toolbar",
+        "sidebar",
+        "spreadsheet",
+        "document",
+        "formula",
+        "chart",
+        "selection",
+        "paragraph",
+        "template",
+        "macro",
+        "filter",
+        "range",
+        "index",
+        "bookmark",
+        "hyperlink",
+    ]
+    verbs = [
+        "opens",
+        "closes",
+        "changes",
+        "formats",
+        "inserts",
+        "deletes",
+        "selects",
+        "shows",
+        "hides",
+        "sorts",
+    ]
+    adjectives = [
+        "current",
+        "selected",
+        "new",
+        "default",
+        "active",
+        "hidden",
+        "empty",
+        "whole",
+        "next",
+        "first",
+    ]
     templates = [
         "Choose {m} - {i} to open the {t} {t2}.",
         "The {t} {v} the {a} {t2} in the {a2} {t3}.",
@@ -65,10 +125,19 @@ def help_like_lines(count: int, seed: int = 0) -> list[str]:
     lines = []
     for _ in range(count):
         verb = rng.choice(verbs)
-        lines.append(rng.choice(templates).format(
-            m=rng.choice(menus), i=rng.choice(items), t=rng.choice(things), t2=rng.choice(things),
-            t3=rng.choice(things), v=verb, v0=verb[:-1] if verb.endswith("s") else verb,
-            a=rng.choice(adjectives), a2=rng.choice(adjectives)))
+        lines.append(
+            rng.choice(templates).format(
+                m=rng.choice(menus),
+                i=rng.choice(items),
+                t=rng.choice(things),
+                t2=rng.choice(things),
+                t3=rng.choice(things),
+                v=verb,
+                v0=verb[:-1] if verb.endswith("s") else verb,
+                a=rng.choice(adjectives),
+                a2=rng.choice(adjectives),
+            )
+        )
     return lines
 
 
@@ -92,8 +161,20 @@ def corpus(tmp_path_factory):
 
 def tiny(corpus: Path, **overrides) -> BifLMConfig:
     """A config small enough to train in a second or two on one CPU core."""
-    settings = dict(corpus=str(corpus), vocab_size=100, seq_len=32, val_windows=16, d_model=32, layers=2,
-                    heads=2, mlp_hidden=64, alpha_dim=16, batch_size=8, lr=1e-2, warmup_steps=5)
+    settings = dict(
+        corpus=str(corpus),
+        vocab_size=100,
+        seq_len=32,
+        val_windows=16,
+        d_model=32,
+        layers=2,
+        heads=2,
+        mlp_hidden=64,
+        alpha_dim=16,
+        batch_size=8,
+        lr=1e-2,
+        warmup_steps=5,
+    )
     return BifLMConfig(**{**settings, **overrides})
 
 
@@ -117,14 +198,20 @@ def test_tokenizer_is_cached_atomically_and_rebuilt_when_damaged(corpus):
     folder = data.folder
     assert folder.parent.name == "tokenizers" and folder.name == tokenizer_key(config)
     meta = json.loads((folder / "tokenizer.json").read_text())
-    assert meta["pieces"] == 100 and set(meta["files"]) == {"tokenizer.model", "train_tokens.npy",
-                                                            "heldout_tokens.npy"}
+    assert meta["pieces"] == 100 and set(meta["files"]) == {
+        "tokenizer.model",
+        "train_tokens.npy",
+        "heldout_tokens.npy",
+    }
     assert not [p for p in folder.parent.iterdir() if p.name.startswith(".")]  # no temp left behind
     assert data.train.max() < 100 and data.heldout.max() < 100
     # a second load reads the cache (same files, untouched)
     stamp = (folder / "tokenizer.json").stat().st_mtime_ns
     again = load_token_data(config)
-    assert np.array_equal(again.train, data.train) and (folder / "tokenizer.json").stat().st_mtime_ns == stamp
+    assert (
+        np.array_equal(again.train, data.train)
+        and (folder / "tokenizer.json").stat().st_mtime_ns == stamp
+    )
     # the key follows the tokenizer settings and the data, not the model's sizes
     assert tokenizer_key(tiny(corpus, vocab_size=90)) != tokenizer_key(config)
     assert tokenizer_key(tiny(corpus, d_model=48)) == tokenizer_key(config)
@@ -145,9 +232,13 @@ def test_validation_set_is_fixed_whatever_the_seed(corpus):
         sets.append(validation_set(heldout, config.seq_len, config.val_windows))
     (inputs, targets), (inputs2, targets2) = sets
     assert torch.equal(inputs, inputs2) and torch.equal(targets, targets2)
-    assert inputs.shape == (16, 32) and torch.equal(inputs[:, 1:], targets[:, :-1])  # next-token targets
+    assert inputs.shape == (16, 32) and torch.equal(
+        inputs[:, 1:], targets[:, :-1]
+    )  # next-token targets
     assert torch.equal(inputs[0], torch.from_numpy(heldout[:32].astype(np.int64)))  # first and last
-    assert torch.equal(targets[-1], torch.from_numpy(heldout[-32:].astype(np.int64)))  # windows included
+    assert torch.equal(
+        targets[-1], torch.from_numpy(heldout[-32:].astype(np.int64))
+    )  # windows included
     # while the training batches do depend on the seed
     train = torch.from_numpy(load_token_data(config).train.astype(np.int64))
     batch = lambda seed: sample_windows(train, 4, 32, torch.Generator().manual_seed(seed))[0]  # noqa: E731
@@ -212,7 +303,7 @@ def test_contract_arms_match_parameters_within_two_percent():
     ablation = next(c for c in configs.values() if c.arm == "bif_ablation")
     fam = count_parameters(BifLM(bif).first.mixer)
     compressed = count_parameters(BifLM(ablation).first.mixer)
-    assert fam == bif.alpha_dim ** 2
+    assert fam == bif.alpha_dim**2
     assert compressed == 2 * ablation.d_model * ablation.ablation_width + 2 * ablation.d_model
     assert abs(compressed - fam) / fam < 0.1
 
@@ -232,18 +323,33 @@ def test_flops_by_hand():
     common = dict(vocab_size=V, d_model=d, alpha_dim=k, seq_len=T, mlp_hidden=m, layers=L, heads=2)
     block = 4 * d * d + 2 * T * d + 2 * d * m
     assert forward_flops(BifLMConfig(arm="baseline", **common)) == 2 * (L * block + d * V)
-    tail = 2 * d * m + (L - 1) * block + k * d + d * k + k * V  # MLP 1, blocks 2..L, alpha B, the head
+    tail = (
+        2 * d * m + (L - 1) * block + k * d + d * k + k * V
+    )  # MLP 1, blocks 2..L, alpha B, the head
     assert forward_flops(BifLMConfig(arm="bif", **common)) == 2 * (k * k + T * k + T * d + tail)
-    assert forward_flops(BifLMConfig(arm="bif_ablation", **common)) == 2 * (2 * d * r + T * r + T * d + tail)
+    assert forward_flops(BifLMConfig(arm="bif_ablation", **common)) == 2 * (
+        2 * d * r + T * r + T * d + tail
+    )
     assert BifLMConfig(arm="bif_ablation", **common).ablation_width == r
 
 
 # ------------------------------------------------------------------------------------ config
-@pytest.mark.parametrize("bad", [
-    dict(arm="fam"), dict(d_model=100, heads=3), dict(arm="bif", alpha_dim=128, d_model=128),
-    dict(arm="bif_ablation", alpha_dim=200), dict(vocab_size=70000), dict(train_fraction=1.0),
-    dict(seq_len=4), dict(lr=0), dict(layers=0), dict(min_lr_ratio=1.5), dict(epochs=3),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(arm="fam"),
+        dict(d_model=100, heads=3),
+        dict(arm="bif", alpha_dim=128, d_model=128),
+        dict(arm="bif_ablation", alpha_dim=200),
+        dict(vocab_size=70000),
+        dict(train_fraction=1.0),
+        dict(seq_len=4),
+        dict(lr=0),
+        dict(layers=0),
+        dict(min_lr_ratio=1.5),
+        dict(epochs=3),
+    ],
+)
 def test_config_rejects(bad):
     with pytest.raises(ValidationError):
         BifLMConfig(**bad)
@@ -268,7 +374,9 @@ def test_a_tiny_run_learns(corpus, arm):
 
 def test_runs_are_reproducible_and_seeds_differ(corpus):
     config = tiny(corpus, arm="bif")
-    runs = [STUDY.run(config, seed, NullReporter(Budget(steps=12, eval_every=6))) for seed in (3, 3, 4)]
+    runs = [
+        STUDY.run(config, seed, NullReporter(Budget(steps=12, eval_every=6))) for seed in (3, 3, 4)
+    ]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
 
@@ -278,8 +386,10 @@ def test_runs_are_reproducible_and_seeds_differ(corpus):
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit(corpus):
     config = tiny(corpus, arm="bif")
     runs = {device: NullReporter(Budget(steps=12, eval_every=6)) for device in ("auto", "cpu")}
-    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 1, reporter)
-              for device, reporter in runs.items()}
+    finals = {
+        device: STUDY.run(config.model_copy(update={"device": device}), 1, reporter)
+        for device, reporter in runs.items()
+    }
     assert finals["cpu"] == finals["auto"]
     assert runs["cpu"].history == runs["auto"].history
 
@@ -297,7 +407,10 @@ def test_a_cuda_arm_is_refused_without_a_gpu(corpus):
 # an index tensor; AdamW ran its per-tensor loop.
 def _old_attention(self, x):
     B, T, d = x.shape
-    q, k, v = (t.view(B, T, self.heads, d // self.heads).transpose(1, 2) for t in self.qkv(x).split(d, dim=2))
+    q, k, v = (
+        t.view(B, T, self.heads, d // self.heads).transpose(1, 2)
+        for t in self.qkv(x).split(d, dim=2)
+    )
     attention = causal_softmax(q @ k.transpose(-2, -1) / math.sqrt(d // self.heads))
     return self.out((attention @ v).transpose(1, 2).reshape(B, T, d))
 
@@ -331,14 +444,22 @@ def test_the_optimised_step_equals_the_previous_one(corpus, arm, monkeypatch):
                 patch.setattr(CompressedAttention, "forward", _old_compressed)
             torch.manual_seed(0)
             model = BifLM(config)
-            optimizer = (torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95),
-                                           weight_decay=config.weight_decay) if old
-                         else optimizer_for(model, config))
+            optimizer = (
+                torch.optim.AdamW(
+                    model.parameters(),
+                    lr=config.lr,
+                    betas=(0.9, 0.95),
+                    weight_decay=config.weight_decay,
+                )
+                if old
+                else optimizer_for(model, config)
+            )
             generator = torch.Generator().manual_seed(0)
             result = []
             for _ in range(4):
                 inputs, targets = (_old_windows if old else sample_windows)(
-                    stream, config.batch_size, config.seq_len, generator)
+                    stream, config.batch_size, config.seq_len, generator
+                )
                 loss = F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -357,6 +478,8 @@ def test_the_fused_mixers_equal_softmax_of_masked_scores():
     reference = causal_softmax(q @ k.transpose(-2, -1) * 0.7) @ v
     assert torch.allclose(causal_mix(q, k, v, 0.7), reference, atol=1e-6)
     windows = torch.arange(100)
-    for old, new in zip(_old_windows(windows, 5, 7, torch.Generator().manual_seed(3)),
-                        sample_windows(windows, 5, 7, torch.Generator().manual_seed(3))):
+    for old, new in zip(
+        _old_windows(windows, 5, 7, torch.Generator().manual_seed(3)),
+        sample_windows(windows, 5, 7, torch.Generator().manual_seed(3)),
+    ):
         assert torch.equal(old, new)

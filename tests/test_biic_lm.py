@@ -23,12 +23,12 @@ from models import clifford as cl
 from models.biic_lm import (
     BIIC_ARMS,
     GP_MACS,
+    SFELM,
     BiicAlgebraConfig,
     BiicAlgebraStudy,
     BiicLM,
     BiicLMConfig,
     BiicLMStudy,
-    SFELM,
     alpha_cos,
     biic_window_macs,
     build_model,
@@ -53,9 +53,24 @@ ARMS = ("biic", "grade0_only", "scalar_wide", "transformer", "sfe_v10", "sfe_v11
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-TINY = dict(vocab_size=100, seq_len=16, val_windows=4, test_windows=8, layers=2, heads=1, channels=2,
-            mlp_channels=4, d_model=32, mlp_hidden=32, alpha_dim=8, batch_size=8, lr=1e-2, warmup_steps=5,
-            alpha_tokens=8, alpha_occurrences=16)
+TINY = dict(
+    vocab_size=100,
+    seq_len=16,
+    val_windows=4,
+    test_windows=8,
+    layers=2,
+    heads=1,
+    channels=2,
+    mlp_channels=4,
+    d_model=32,
+    mlp_hidden=32,
+    alpha_dim=8,
+    batch_size=8,
+    lr=1e-2,
+    warmup_steps=5,
+    alpha_tokens=8,
+    alpha_occurrences=16,
+)
 
 
 def tiny(corpus: Path | None = None, **overrides) -> BiicLMConfig:
@@ -149,7 +164,7 @@ def test_grade0_only_removes_grades_one_to_five():
         assert states[..., 1:].abs().max() == 0  # every blade but the scalar is exactly 0
         assert states[..., 0].abs().max() > 0
         # every block's output too (the mask is applied inside the transport and after each block)
-        h = model.mask(model.token_embedding[tokens] + model.position_embedding[:config.seq_len])
+        h = model.mask(model.token_embedding[tokens] + model.position_embedding[: config.seq_len])
         for block in model.blocks:
             h = block(h, model.mask)
             assert h[..., 1:].abs().max() == 0
@@ -189,18 +204,24 @@ def test_sfe_context_reads_the_previous_four_static_embeddings_only():
     tokens = torch.randint(0, config.vocab_size, (1, config.seq_len))
     with torch.no_grad():
         static = model.alpha(tokens) @ model.basis
-        ctx = model.context(model.alpha(tokens)).view(1, config.seq_len, config.context, config.d_model)
+        ctx = model.context(model.alpha(tokens)).view(
+            1, config.seq_len, config.context, config.d_model
+        )
         i = 10
         for n in range(1, 5):
             assert torch.equal(ctx[0, i, n - 1], static[0, i - n])  # n-th previous position
-        assert torch.equal(ctx[0, 2, 2:], torch.zeros(2, config.d_model))  # before the window's start
+        assert torch.equal(
+            ctx[0, 2, 2:], torch.zeros(2, config.d_model)
+        )  # before the window's start
         # alpha_i reads its own token statically and tokens i-1..i-4 through g, nothing else
         base = model.alphas(tokens)
         for j, moved in ((i, True), (i - 1, True), (i - 4, True), (i - 5, False), (i + 1, False)):
             other = tokens.clone()
             other[0, j] = (other[0, j] + 1) % config.vocab_size
             assert torch.equal(model.alphas(other)[0, i], base[0, i]) != moved, j
-    assert model.context(model.alpha(tokens)).requires_grad is False  # detached: no gradient into i's past
+    assert (
+        model.context(model.alpha(tokens)).requires_grad is False
+    )  # detached: no gradient into i's past
 
 
 def test_scalar_wide_is_biic_without_rotors_and_with_a_gate_per_coordinate():
@@ -210,7 +231,9 @@ def test_scalar_wide_is_biic_without_rotors_and_with_a_gate_per_coordinate():
     biic, wide = seeded(config), seeded(config.model_copy(update={"arm": "scalar_wide"}))
     names_biic = {n: p.shape for n, p in biic.named_parameters()}
     names_wide = {n: p.shape for n, p in wide.named_parameters()}
-    assert {n for n in names_biic if n not in names_wide} == {f"blocks.{i}.attention.bivector" for i in range(config.layers)}
+    assert {n for n in names_biic if n not in names_wide} == {
+        f"blocks.{i}.attention.bivector" for i in range(config.layers)
+    }
     assert all(names_biic[n] == shape for n, shape in names_wide.items())
     assert count_parameters(biic) - count_parameters(wide) == config.layers * config.channels * 32
     missing, unexpected = wide.load_state_dict(biic.state_dict(), strict=False)
@@ -222,7 +245,9 @@ def test_scalar_wide_is_biic_without_rotors_and_with_a_gate_per_coordinate():
         assert torch.allclose(biic.blocks[0].attention(z), wide.blocks[0].attention(z), atol=1e-5)
         m = wide.blocks[0].mlp.up(z)
         assert torch.allclose(wide.blocks[0].mlp(z), wide.blocks[0].mlp.down(F.silu(m)), atol=1e-6)
-        assert not torch.allclose(biic.blocks[0].mlp(z), wide.blocks[0].mlp(z), atol=1e-4)  # biic gates by <m>_0
+        assert not torch.allclose(
+            biic.blocks[0].mlp(z), wide.blocks[0].mlp(z), atol=1e-4
+        )  # biic gates by <m>_0
 
 
 def test_sfe_basis_scale():
@@ -247,7 +272,9 @@ def test_sfe_initialisations():
 # ------------------------------------------------------------------------------------ alpha_cos
 def test_mean_pairwise_cosine_by_hand():
     rows = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]])
-    assert math.isclose(float(mean_pairwise_cosine(rows)), (0 + 2 * (1 / math.sqrt(2))) / 3, rel_tol=1e-6)
+    assert math.isclose(
+        float(mean_pairwise_cosine(rows)), (0 + 2 * (1 / math.sqrt(2))) / 3, rel_tol=1e-6
+    )
     assert math.isclose(float(mean_pairwise_cosine(torch.tensor([[2.0, 0], [5.0, 0]]))), 1.0)
 
 
@@ -255,7 +282,11 @@ def test_alpha_cos_on_a_hand_made_case():
     # token 7 occurs at positions 1, 3 (window 0) and 2 (window 1); token 5 at 2 (window 0) and 3 (window 1)
     tokens = torch.tensor([[9, 7, 5, 7], [9, 9, 7, 5]])
     alphas = torch.zeros(2, 4, 2)
-    alphas[0, 1], alphas[0, 3], alphas[1, 2] = torch.tensor([1.0, 0]), torch.tensor([0, 1.0]), torch.tensor([1.0, 1])
+    alphas[0, 1], alphas[0, 3], alphas[1, 2] = (
+        torch.tensor([1.0, 0]),
+        torch.tensor([0, 1.0]),
+        torch.tensor([1.0, 1]),
+    )
     alphas[0, 2], alphas[1, 3] = torch.tensor([1.0, 0]), torch.tensor([-1.0, 0])
     occurrences = occurrence_index(tokens, tracked=[7, 5, 9], start=1, limit=10)
     assert set(occurrences) == {7, 5}  # 9 occurs once at a position >= 1
@@ -298,8 +329,21 @@ def test_biic_vs_transformer_parameters_match_and_width_comes_from_the_helper():
     t = configs["transformer"]
     assert t.mlp_hidden == transformer_mlp_hidden_to_match(t, counts["biic"])
     # the training settings are shared; only the arm and its own sizes differ
-    shared = ("corpus", "vocab_size", "train_fraction", "seq_len", "val_windows", "test_windows", "layers",
-              "heads", "batch_size", "lr", "warmup_steps", "min_lr_ratio", "weight_decay")
+    shared = (
+        "corpus",
+        "vocab_size",
+        "train_fraction",
+        "seq_len",
+        "val_windows",
+        "test_windows",
+        "layers",
+        "heads",
+        "batch_size",
+        "lr",
+        "warmup_steps",
+        "min_lr_ratio",
+        "weight_decay",
+    )
     assert all(getattr(configs["biic"], k) == getattr(t, k) for k in shared)
     # the width-matched transformer: biic's width and embedding, 4 d MLP, about 2.5x the parameters
     w = configs["transformer_wide"]
@@ -325,11 +369,21 @@ def test_ablation_contract_arms_differ_only_in_the_arm(name):
     else:  # biic vs scalar_wide: the same width, parameters within the contract's tolerance (the bivectors)
         assert set(configs) == {"biic", "scalar_wide"}
         assert configs["biic"].width == configs["scalar_wide"].width == 128
-        assert abs(counts[0] - counts[1]) / max(counts) <= data["preflight"]["capacity_match"]["tolerance"]
+        assert (
+            abs(counts[0] - counts[1]) / max(counts)
+            <= data["preflight"]["capacity_match"]["tolerance"]
+        )
 
 
-@pytest.mark.parametrize("name", ["biic-algebra-gates", "biic-equivariance-null", "biic-vs-transformer",
-                                  "sfe-alpha-suppression"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "biic-algebra-gates",
+        "biic-equivariance-null",
+        "biic-vs-transformer",
+        "sfe-alpha-suppression",
+    ],
+)
 def test_contracts_load_through_the_platform(name):
     from gates.registry import study_names
 
@@ -341,16 +395,30 @@ def test_contracts_load_through_the_platform(name):
 
 def test_flops_by_hand():
     V, T, C, M, L, B = 100, 16, 2, 4, 3, 8
-    config = tiny(arm="biic", vocab_size=V, seq_len=T, channels=C, mlp_channels=M, layers=L, batch_size=B)
-    products = 15 + (1 + 1) + (2 + 1) + (4 + 1) + (8 + 1)  # exp, then doubling rounds up to 16 powers
-    assert biic_window_macs(config) == C * (products * GP_MACS + 2 * T * 32 ** 3)
-    per_layer = 4 * 32 * C * C + 2 * 32 * C * M + 2 * T * 32 * C + 2 * C * 32 * 32 + biic_window_macs(config) / (T * B)
+    config = tiny(
+        arm="biic", vocab_size=V, seq_len=T, channels=C, mlp_channels=M, layers=L, batch_size=B
+    )
+    products = (
+        15 + (1 + 1) + (2 + 1) + (4 + 1) + (8 + 1)
+    )  # exp, then doubling rounds up to 16 powers
+    assert biic_window_macs(config) == C * (products * GP_MACS + 2 * T * 32**3)
+    per_layer = (
+        4 * 32 * C * C
+        + 2 * 32 * C * M
+        + 2 * T * 32 * C
+        + 2 * C * 32 * 32
+        + biic_window_macs(config) / (T * B)
+    )
     assert forward_flops(config) == round(2 * (L * per_layer + 32 * C * V))
     assert forward_flops(config.model_copy(update={"arm": "grade0_only"})) == forward_flops(config)
     no_rotors = 4 * 32 * C * C + 2 * 32 * C * M + 2 * T * 32 * C
-    assert forward_flops(config.model_copy(update={"arm": "scalar_wide"})) == round(2 * (L * no_rotors + 32 * C * V))
+    assert forward_flops(config.model_copy(update={"arm": "scalar_wide"})) == round(
+        2 * (L * no_rotors + 32 * C * V)
+    )
     d, k, m = 32, 8, 32
-    sfe = tiny(arm="sfe_v11", vocab_size=V, seq_len=T, layers=L, d_model=d, alpha_dim=k, mlp_hidden=m)
+    sfe = tiny(
+        arm="sfe_v11", vocab_size=V, seq_len=T, layers=L, d_model=d, alpha_dim=k, mlp_hidden=m
+    )
     block = 4 * d * d + 2 * T * d + 2 * d * m
     assert forward_flops(sfe) == 2 * (k * d + 4 * d * k + k * d + L * block + d * V)
 
@@ -368,10 +436,18 @@ def test_sandwich_cost_accountings():
 
 
 # ------------------------------------------------------------------------------------ config
-@pytest.mark.parametrize("bad", [
-    dict(arm="bif"), dict(arm="biic", channels=3, heads=2), dict(arm="transformer", d_model=30, heads=4),
-    dict(arm="sfe_v10", alpha_dim=64, d_model=64), dict(rotor_clamp=0), dict(context=0), dict(epochs=1),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(arm="bif"),
+        dict(arm="biic", channels=3, heads=2),
+        dict(arm="transformer", d_model=30, heads=4),
+        dict(arm="sfe_v10", alpha_dim=64, d_model=64),
+        dict(rotor_clamp=0),
+        dict(context=0),
+        dict(epochs=1),
+    ],
+)
 def test_config_rejects(bad):
     with pytest.raises(ValidationError):
         BiicLMConfig(**bad)
@@ -391,7 +467,9 @@ def test_a_tiny_run_learns(corpus, arm):
     assert [s for s, _ in reporter.history] == [10, 20, 30, 40]
     assert set(final) <= set(STUDY.metrics)
     # grade0_only keeps 2 scalars per token at these sizes: it learns, slowly
-    assert final["test_loss"] < first["test_loss"] - (0.1 if arm == "grade0_only" else 0.3), reporter.history
+    assert final["test_loss"] < first["test_loss"] - (0.1 if arm == "grade0_only" else 0.3), (
+        reporter.history
+    )
     if arm.startswith("sfe"):
         assert {"alpha_cos", "alpha_cos_min", "alpha_cos_rebound"} <= set(final)
         assert final["alpha_cos_min"] == min(m["alpha_cos"] for _, m in reporter.history)
@@ -405,7 +483,9 @@ def test_a_tiny_run_learns(corpus, arm):
 @pytest.mark.parametrize("arm", ["biic", "scalar_wide", "sfe_v11"])
 def test_runs_are_reproducible_and_seeds_differ(corpus, arm):
     config = tiny(corpus, arm=arm)
-    runs = [STUDY.run(config, seed, NullReporter(Budget(steps=6, eval_every=3))) for seed in (3, 3, 4)]
+    runs = [
+        STUDY.run(config, seed, NullReporter(Budget(steps=6, eval_every=3))) for seed in (3, 3, 4)
+    ]
     assert runs[0] == runs[1]
     assert runs[0] != runs[2]
 
@@ -420,13 +500,20 @@ def test_algebra_checks():
     assert final["sandwich_cost_ratio"] == 64
     # float64 with a 30-term series: the identities hold to rounding (the control of biic-algebra-gates);
     # with the seed's 16 terms the series' truncation alone moves the scalar by more
-    exact = ALGEBRA.run(config.model_copy(update={"dtype": "float64", "exp_terms": 30}), 0, NullReporter(Budget(1, 1)))
+    exact = ALGEBRA.run(
+        config.model_copy(update={"dtype": "float64", "exp_terms": 30}),
+        0,
+        NullReporter(Budget(1, 1)),
+    )
     assert exact["grade0_invariance_error"] < 1e-12 and exact["grade2_equivariance_error"] < 1e-12
-    truncated = ALGEBRA.run(config.model_copy(update={"dtype": "float64"}), 0, NullReporter(Budget(1, 1)))
+    truncated = ALGEBRA.run(
+        config.model_copy(update={"dtype": "float64"}), 0, NullReporter(Budget(1, 1))
+    )
     assert truncated["grade0_invariance_error"] > 1e3 * exact["grade0_invariance_error"]
     again = ALGEBRA.run(config, 0, NullReporter(Budget(1, 1)))
-    assert {k: v for k, v in again.items() if k not in ALGEBRA.machine_metrics} == \
-        {k: v for k, v in final.items() if k not in ALGEBRA.machine_metrics}
+    assert {k: v for k, v in again.items() if k not in ALGEBRA.machine_metrics} == {
+        k: v for k, v in final.items() if k not in ALGEBRA.machine_metrics
+    }
 
 
 # ------------------------------------------------------------------------------------ through gates run
@@ -445,12 +532,20 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
     from gates.runner import run_contract
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    algebra_arms = yaml.safe_load((ROOT / "contracts" / "biic-algebra-gates.yaml").read_text())["arms"]
+    algebra_arms = yaml.safe_load((ROOT / "contracts" / "biic-algebra-gates.yaml").read_text())[
+        "arms"
+    ]
     for cfg in algebra_arms.values():
         cfg.update(samples=8, transformations=10)
-    data = shrunk("biic-algebra-gates", "biic-algebra-tiny", algebra_arms, seeds=(0, 1), steps=1, eval_every=1)
-    (workdir / "contracts" / "biic-algebra-tiny.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    evidence = run_contract(load_contract(workdir / "contracts" / "biic-algebra-tiny.yaml"), uri, workdir / "runs")
+    data = shrunk(
+        "biic-algebra-gates", "biic-algebra-tiny", algebra_arms, seeds=(0, 1), steps=1, eval_every=1
+    )
+    (workdir / "contracts" / "biic-algebra-tiny.yaml").write_text(
+        yaml.safe_dump(data, sort_keys=False)
+    )
+    evidence = run_contract(
+        load_contract(workdir / "contracts" / "biic-algebra-tiny.yaml"), uri, workdir / "runs"
+    )
     assert evidence["verdict"] in ("supported", "refuted", "inconclusive", "invalid")
     assert len(evidence["runs"]) == 6 and all(r["status"] == "completed" for r in evidence["runs"])
     assert evidence["preflight"]["arms"]["sandwich"]["flops_ratio"] == 64
@@ -458,10 +553,16 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
     arms = {arm: {**TINY, "arm": arm, "corpus": str(corpus)} for arm in ("biic", "scalar_wide")}
     data = shrunk("biic-equivariance-null", "biic-null-tiny", arms)
     data["preflight"]["falsifiable_point"]["by_step"] = 10
-    data["preflight"]["capacity_match"]["tolerance"] = 0.05  # the bivectors weigh more at these sizes
+    data["preflight"]["capacity_match"]["tolerance"] = (
+        0.05  # the bivectors weigh more at these sizes
+    )
     data["preflight"]["compute_cost"]["max_ratio"] = 5.0  # so do the rotors' FLOPs (V = 100, C = 2)
-    (workdir / "contracts" / "biic-null-tiny.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
-    evidence = run_contract(load_contract(workdir / "contracts" / "biic-null-tiny.yaml"), uri, workdir / "runs")
+    (workdir / "contracts" / "biic-null-tiny.yaml").write_text(
+        yaml.safe_dump(data, sort_keys=False)
+    )
+    evidence = run_contract(
+        load_contract(workdir / "contracts" / "biic-null-tiny.yaml"), uri, workdir / "runs"
+    )
     assert len(evidence["runs"]) == 4 and all(r["status"] == "completed" for r in evidence["runs"])
     assert (workdir / "runs" / "biic-null-tiny" / "evidence.json").exists()
 
@@ -472,10 +573,16 @@ def test_cpu_gives_the_metrics_of_auto_bit_for_bit(corpus):
     for arm in ("biic", "sfe_v11"):
         config = tiny(corpus, arm=arm)
         runs = {device: NullReporter(Budget(steps=6, eval_every=3)) for device in ("auto", "cpu")}
-        finals = {device: STUDY.run(config.model_copy(update={"device": device}), 1, reporter)
-                  for device, reporter in runs.items()}
+        finals = {
+            device: STUDY.run(config.model_copy(update={"device": device}), 1, reporter)
+            for device, reporter in runs.items()
+        }
         assert finals["cpu"] == finals["auto"] and runs["cpu"].history == runs["auto"].history
     algebra = BiicAlgebraConfig(samples=8, transformations=5)
-    finals = [ALGEBRA.run(algebra.model_copy(update={"device": d}), 0, NullReporter(Budget(1, 1))) for d in ("auto", "cpu")]
-    assert [{k: v for k, v in f.items() if k not in ALGEBRA.machine_metrics} for f in finals] == \
-        [{k: v for k, v in finals[1].items() if k not in ALGEBRA.machine_metrics}] * 2
+    finals = [
+        ALGEBRA.run(algebra.model_copy(update={"device": d}), 0, NullReporter(Budget(1, 1)))
+        for d in ("auto", "cpu")
+    ]
+    assert [{k: v for k, v in f.items() if k not in ALGEBRA.machine_metrics} for f in finals] == [
+        {k: v for k, v in finals[1].items() if k not in ALGEBRA.machine_metrics}
+    ] * 2

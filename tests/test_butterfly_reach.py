@@ -49,9 +49,13 @@ def test_examples_place_source_and_target_at_the_distance_inside_the_sequence():
     for batch, lengths in ((full, {16}), (short, set(config.short_lengths))):
         rows = torch.arange(len(batch["target"]))
         assert set(batch["length"].tolist()) == lengths
-        assert torch.equal(batch["mask"], torch.arange(16)[None] < batch["length"][:, None])  # left-packed
+        assert torch.equal(
+            batch["mask"], torch.arange(16)[None] < batch["length"][:, None]
+        )  # left-packed
         assert torch.equal((batch["target"] - batch["source"]).abs(), batch["distance"])
-        assert (batch["target"] < batch["length"]).all() and (batch["source"] < batch["length"]).all()
+        assert (batch["target"] < batch["length"]).all() and (
+            batch["source"] < batch["length"]
+        ).all()
         assert (batch["distance"] < batch["length"]).all()
         assert torch.equal(batch["answer"], batch["values"][rows, batch["source"]])
         same = batch["target"] == batch["source"]
@@ -60,7 +64,9 @@ def test_examples_place_source_and_target_at_the_distance_inside_the_sequence():
         marked = (batch["role"] != FILLER).sum(1)
         assert torch.equal(marked, torch.where(same, 1, 2))  # one source, one target, nothing else
         assert set(batch["distance"].tolist()) <= set(config.distances)
-        assert (batch["target"] > batch["source"]).any() and (batch["target"] < batch["source"]).any()
+        assert (batch["target"] > batch["source"]).any() and (
+            batch["target"] < batch["source"]
+        ).any()
     assert set(full["distance"].tolist()) == set(config.distances)  # N - 1 = 15 included
     assert 15 not in set(short["distance"].tolist())  # does not fit in L <= 15
     assert set(examples(config, 50, None, 15)["target"].tolist()) <= {0, 15}
@@ -72,8 +78,14 @@ def test_examples_place_source_and_target_at_the_distance_inside_the_sequence():
 
 
 def test_config_rejects():
-    for bad in (dict(distances=[16]), dict(distances=[1, 1]), dict(short_lengths=[17]), dict(depth=6),
-                dict(arm="dense"), dict(short_lengths=[2], distances=[5])):
+    for bad in (
+        dict(distances=[16]),
+        dict(distances=[1, 1]),
+        dict(short_lengths=[17]),
+        dict(depth=6),
+        dict(arm="dense"),
+        dict(short_lengths=[2], distances=[5]),
+    ):
         with pytest.raises(ValidationError):
             ButterflyReachConfig(**bad)
 
@@ -95,8 +107,8 @@ def test_structural_reach_of_the_pairings():
     full = structural_reach("butterfly", 4, 16)
     assert full.all()  # XOR: every leaf hears every leaf in log2 N rounds
     for depth in (2, 3, 5):
-        assert structural_reach("butterfly", depth, 2 ** depth).all()
-        n = 2 ** depth  # one round fewer leaves half the leaves unheard
+        assert structural_reach("butterfly", depth, 2**depth).all()
+        n = 2**depth  # one round fewer leaves half the leaves unheard
         fewer = pairing_reach(xor_pairing(n, depth - 1), n, n)
         assert fewer.float().mean().item() == pytest.approx(0.5)
     adjacent = structural_reach("adjacent", 4, 16)
@@ -134,9 +146,14 @@ def test_empty_leaves_never_leak(arm):
     batch = examples(config, 32, config.short_lengths)
     noisy = dict(batch)
     g = torch.Generator().manual_seed(1)
-    noisy["values"] = torch.where(batch["mask"], batch["values"],
-                                  torch.randint(config.values, batch["values"].shape, generator=g))
-    noisy["role"] = torch.where(batch["mask"], batch["role"], torch.randint(4, batch["role"].shape, generator=g))
+    noisy["values"] = torch.where(
+        batch["mask"],
+        batch["values"],
+        torch.randint(config.values, batch["values"].shape, generator=g),
+    )
+    noisy["role"] = torch.where(
+        batch["mask"], batch["role"], torch.randint(4, batch["role"].shape, generator=g)
+    )
     assert not torch.equal(noisy["values"], batch["values"])
     with torch.no_grad():
         z = model.states(model.embed(batch), batch["mask"])
@@ -233,21 +250,33 @@ def test_a_tiny_contract_runs_end_to_end(tmp_path):
     path = tmp_path / "contracts" / "butterfly-reach-tiny.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    proc = subprocess.run([sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    evidence = json.loads((tmp_path / "runs" / "butterfly-reach-tiny" / "evidence.json").read_text())
+    evidence = json.loads(
+        (tmp_path / "runs" / "butterfly-reach-tiny" / "evidence.json").read_text()
+    )
     assert evidence["verdict"] in ("supported", "refuted", "inconclusive", "invalid")
     runs = evidence["runs"]
     assert len(runs) == 8 and all(r["status"] == "completed" for r in runs)
-    assert all("min_reach_share" in r["metrics"] and "accuracy_at_distance_15" in r["metrics"] for r in runs)
+    assert all(
+        "min_reach_share" in r["metrics"] and "accuracy_at_distance_15" in r["metrics"]
+        for r in runs
+    )
 
 
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit():
     config = ButterflyReachConfig(arm="adjacent", **SMALL)
     runs = {device: NullReporter(Budget(6, 3)) for device in ("auto", "cpu")}
-    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 2, reporter)
-              for device, reporter in runs.items()}
+    finals = {
+        device: STUDY.run(config.model_copy(update={"device": device}), 2, reporter)
+        for device, reporter in runs.items()
+    }
     assert finals["cpu"] == finals["auto"]
     assert runs["cpu"].history == runs["auto"].history
 
@@ -267,11 +296,18 @@ def test_defaults_keep_the_one_message_task_and_no_clipping():
     config = ButterflyReachConfig()
     assert config.messages == 1 and config.clip_grad_norm is None
     batch = examples(config, 10)
-    assert "message" not in batch and batch["target"].shape == (10,) and batch["answer"].shape == (10,)
+    assert (
+        "message" not in batch and batch["target"].shape == (10,) and batch["answer"].shape == (10,)
+    )
     # v1/v2's parameter counts (the recorded contracts): no message embedding, no root read
     counts = {arm: STUDY.param_count(ButterflyReachConfig(arm=arm)) for arm in ARMS}
-    assert counts == {"butterfly": 9036, "adjacent": 9036, "butterfly_relay": 9036,
-                      "root_bottleneck": 11080, "bag_of_leaves": 9032}
+    assert counts == {
+        "butterfly": 9036,
+        "adjacent": 9036,
+        "butterfly_relay": 9036,
+        "root_bottleneck": 11080,
+        "bag_of_leaves": 9032,
+    }
     assert not hasattr(ReachModel(ButterflyReachConfig(arm="root_bottleneck")), "read")
 
 
@@ -282,45 +318,68 @@ def test_multi_message_examples_are_disjoint_id_marked_pairs():
     for key in ("target", "source", "answer", "distance"):
         assert batch[key].shape == (500, m)
     ends = torch.cat([batch["source"], batch["target"]], 1)
-    assert all(len(set(row)) == 2 * m for row in ends.tolist())  # 16 distinct leaves: disjoint pairs
+    assert all(
+        len(set(row)) == 2 * m for row in ends.tolist()
+    )  # 16 distinct leaves: disjoint pairs
     assert torch.equal(batch["answer"], batch["values"][rows, batch["source"]])
     assert torch.equal(batch["distance"], (batch["target"] - batch["source"]).abs())
-    assert (batch["role"][rows, batch["source"]] == SOURCE).all() and (batch["role"][rows, batch["target"]] == TARGET).all()
+    assert (batch["role"][rows, batch["source"]] == SOURCE).all() and (
+        batch["role"][rows, batch["target"]] == TARGET
+    ).all()
     ids = batch["message"][rows, batch["source"]]
-    assert torch.equal(ids, batch["message"][rows, batch["target"]])  # both ends carry the pair's id
-    assert torch.equal(ids.sort(1).values, torch.arange(1, m + 1).expand(500, m))  # ids 1..M, once each
+    assert torch.equal(
+        ids, batch["message"][rows, batch["target"]]
+    )  # both ends carry the pair's id
+    assert torch.equal(
+        ids.sort(1).values, torch.arange(1, m + 1).expand(500, m)
+    )  # ids 1..M, once each
     assert not torch.equal(ids, torch.arange(1, m + 1).expand(500, m))  # shuffled
     assert batch["mask"].all() and (batch["distance"] >= 1).all()
     assert set(batch["distance"].flatten().tolist()) == set(range(1, 16))  # N - 1 = 15 occurs too
     # a forced distance: pair 0 is at it (its id random), the rest random
     forced = examples(config, 300, None, 15)
-    assert (forced["distance"][:, 0] == 15).all() and set(forced["source"][:, 0].tolist()) == {0, 15}
+    assert (forced["distance"][:, 0] == 15).all() and set(forced["source"][:, 0].tolist()) == {
+        0,
+        15,
+    }
     assert len(set(forced["message"][torch.arange(300), forced["source"][:, 0]].tolist())) == m
     again = examples(config, 500)
     assert all(torch.equal(again[k], batch[k]) for k in batch)
 
 
 def test_multi_message_short_sequences_use_present_leaves_only():
-    config = ButterflyReachConfig(**{**MULTI, "messages": 4, "short_lengths": [9, 12, 15], "short_fraction": 0.5})
+    config = ButterflyReachConfig(
+        **{**MULTI, "messages": 4, "short_lengths": [9, 12, 15], "short_fraction": 0.5}
+    )
     batch = examples(config, 400, config.short_lengths)
     rows = torch.arange(400)[:, None]
-    assert (batch["source"] < batch["length"][:, None]).all() and (batch["target"] < batch["length"][:, None]).all()
+    assert (batch["source"] < batch["length"][:, None]).all() and (
+        batch["target"] < batch["length"][:, None]
+    ).all()
     assert ((batch["message"] > 0) == (batch["role"] != FILLER)).all()
-    assert (batch["message"][~batch["mask"]] == 0).all() and batch["mask"][rows, batch["source"]].all()
+    assert (batch["message"][~batch["mask"]] == 0).all() and batch["mask"][
+        rows, batch["source"]
+    ].all()
     forced = examples(config, 200, config.short_lengths, 8)
     assert (forced["distance"][:, 0] == 8).all() and (forced["length"] > 8).all()
 
 
 def test_multi_message_config_rejects():
-    for bad in (dict(MULTI, messages=9), dict(MULTI, distances=[0, 1]),
-                dict(MULTI, short_lengths=[9, 15], short_fraction=0.5), dict(MULTI, clip_grad_norm=0.0)):
+    for bad in (
+        dict(MULTI, messages=9),
+        dict(MULTI, distances=[0, 1]),
+        dict(MULTI, short_lengths=[9, 15], short_fraction=0.5),
+        dict(MULTI, clip_grad_norm=0.0),
+    ):
         with pytest.raises(ValidationError):
             ButterflyReachConfig(**bad)
 
 
 @pytest.mark.parametrize("arm", ARMS)
 def test_multi_message_shapes_and_no_leak(arm):
-    config = ButterflyReachConfig(arm=arm, **{**MULTI, "messages": 4, "short_lengths": [9, 12]}, **SMALL)
+    config = ButterflyReachConfig(
+        arm=arm, **{**MULTI, "messages": 4, "short_lengths": [9, 12]}, **SMALL
+    )
     torch.manual_seed(0)
     model = ReachModel(config).eval()
     batch = examples(config, 6, config.short_lengths)
@@ -328,21 +387,35 @@ def test_multi_message_shapes_and_no_leak(arm):
     assert logits.shape == (6, 4, config.values)
     assert hasattr(model, "message_embed") and hasattr(model, "read") == (arm == "root_bottleneck")
     noisy = dict(batch)
-    noisy["values"] = torch.where(batch["mask"], batch["values"], (batch["values"] + 3) % config.values)
-    noisy["message"] = torch.where(batch["mask"], batch["message"], torch.full_like(batch["message"], 2))
+    noisy["values"] = torch.where(
+        batch["mask"], batch["values"], (batch["values"] + 3) % config.values
+    )
+    noisy["message"] = torch.where(
+        batch["mask"], batch["message"], torch.full_like(batch["message"], 2)
+    )
     assert torch.allclose(model(noisy), logits)  # empty leaves never leak
 
 
 def test_clipping_is_applied_to_every_arm_only_when_set(monkeypatch):
     calls = []
     real = torch.nn.utils.clip_grad_norm_
-    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda p, n, *a, **k: calls.append(n) or real(p, n, *a, **k))
+    monkeypatch.setattr(
+        torch.nn.utils,
+        "clip_grad_norm_",
+        lambda p, n, *a, **k: calls.append(n) or real(p, n, *a, **k),
+    )
     for arm in ("butterfly", "root_bottleneck"):
         for clip in (None, 0.5):
             calls.clear()
             config = ButterflyReachConfig(arm=arm, clip_grad_norm=clip, **MULTI, **SMALL)
             out = STUDY.run(config, 1, NullReporter(Budget(4, 2)))
             assert calls == ([] if clip is None else [0.5] * 4)
-            for key in ("test_acc", "accuracy_near", "accuracy_far", "accuracy_at_distance_15", "val_acc"):
+            for key in (
+                "test_acc",
+                "accuracy_near",
+                "accuracy_far",
+                "accuracy_at_distance_15",
+                "val_acc",
+            ):
                 assert 0.0 <= out[key] <= 1.0
             assert set(out) <= set(STUDY.metrics)

@@ -39,8 +39,14 @@ def test_pattern_sits_where_the_label_says_and_test_targets_are_deep():
     for trees, depths in ((train, {2, 3}), (test, {5, 6})):
         rows = torch.arange(len(trees["target"]))
         a = trees["target"]
-        planted = torch.stack([trees["values"][rows, a], trees["values"][rows, 2 * a + 1],
-                               trees["values"][rows, 2 * a + 2]], dim=1)
+        planted = torch.stack(
+            [
+                trees["values"][rows, a],
+                trees["values"][rows, 2 * a + 1],
+                trees["values"][rows, 2 * a + 2],
+            ],
+            dim=1,
+        )
         assert torch.equal(planted, torch.tensor([0.9, -0.4, 0.7]).expand_as(planted))
         assert torch.equal(trees["subheap"][rows, a], planted)  # the kernel's view agrees
         assert set(trees["depth"].tolist()) == depths  # both depths drawn
@@ -75,11 +81,20 @@ def test_cropping_to_owned_addresses_keeps_the_loss():
 def test_paths_by_hand():
     bits, lengths = address_paths(3)
     L, R = 0, 1
-    expected = {0: [], 1: [L], 2: [R], 3: [L, L], 4: [L, R], 6: [R, R], 10: [L, R, R], 14: [R, R, R]}
+    expected = {
+        0: [],
+        1: [L],
+        2: [R],
+        3: [L, L],
+        4: [L, R],
+        6: [R, R],
+        10: [L, R, R],
+        14: [R, R, R],
+    }
     for address, path in expected.items():
         assert lengths[address] == len(path)
         assert bits[address, : len(path)].tolist() == path
-        assert bits[address, len(path):].sum() == 0
+        assert bits[address, len(path) :].sum() == 0
     code = path_code(3)
     assert code.shape == (15, 6)
     assert code[0].tolist() == [0] * 6
@@ -94,9 +109,15 @@ def test_route_walk_reaches_the_address_and_knows_internal_nodes():
     full = torch.ones(15, 15, dtype=torch.bool)
     reached, ok = walk_route(bits, lengths, full)
     assert torch.equal(reached, torch.arange(15)) and ok.all()
-    cases = {0: (True, True), 1: (True, True), 2: (True, True),  # root and depth-1 nodes: internal
-             3: (True, False), 6: (True, False),  # depth-2 leaves: reachable, no subheap
-             7: (False, False), 10: (False, False)}  # depth 3: not in this tree
+    cases = {
+        0: (True, True),
+        1: (True, True),
+        2: (True, True),  # root and depth-1 nodes: internal
+        3: (True, False),
+        6: (True, False),  # depth-2 leaves: reachable, no subheap
+        7: (False, False),
+        10: (False, False),
+    }  # depth 3: not in this tree
     for address, (reachable, internal) in cases.items():
         reached, ok = walk_route(bits[[address]], lengths[[address]], exists)
         assert bool(ok) == reachable, address
@@ -114,11 +135,20 @@ def test_rank_agrees_with_argmax_under_ties():
 
 
 # ------------------------------------------------------------------------------------ config
-@pytest.mark.parametrize("bad", [
-    dict(pattern=(1.0, 2.0)), dict(pattern=(1.0, 2.0, 3.0, 4.0)), dict(sigma=0.0),
-    dict(train_depths=[0, 2]), dict(train_depths=[]), dict(test_depths=[3, 5]),
-    dict(features="address"), dict(hidden=0), dict(epochs=3),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(pattern=(1.0, 2.0)),
+        dict(pattern=(1.0, 2.0, 3.0, 4.0)),
+        dict(sigma=0.0),
+        dict(train_depths=[0, 2]),
+        dict(train_depths=[]),
+        dict(test_depths=[3, 5]),
+        dict(features="address"),
+        dict(hidden=0),
+        dict(epochs=3),
+    ],
+)
 def test_config_rejects(bad):
     with pytest.raises(ValidationError):
         C05ProbeConfig(**bad)
@@ -184,8 +214,10 @@ def test_subheap_kernel_transfers_to_deep_trees_and_flat_address_does_not():
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit():
     config = C05ProbeConfig(features="path_subheap_kernel", **SMALL)
     runs = {device: NullReporter(Budget(steps=30, eval_every=15)) for device in ("auto", "cpu")}
-    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 5, reporter)
-              for device, reporter in runs.items()}
+    finals = {
+        device: STUDY.run(config.model_copy(update={"device": device}), 5, reporter)
+        for device, reporter in runs.items()
+    }
     assert finals["cpu"] == finals["auto"]
     assert runs["cpu"].history == runs["auto"].history
 

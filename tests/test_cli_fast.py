@@ -39,8 +39,14 @@ sys.exit(code or 0)
 
 def run_cli(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
-    done = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(list(args))], cwd=cwd, capture_output=True,
-                          text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", DRIVER, json.dumps(list(args))],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     marker = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED ")]
     assert marker, done.stderr
     return done, json.loads(marker[-1].removeprefix("IMPORTED "))
@@ -71,13 +77,31 @@ def test_status_lists_every_recorded_claim_as_verify_sees_it(claims):
     assert full.returncode == 0 and "torch" in imported_full  # the full check does load the studies
     rows, checked = json.loads(quick.stdout), {r["id"]: r for r in json.loads(full.stdout)}
     assert [r["id"] for r in rows] == list(checked)
-    assert len([r for r in rows if r["recorded"]]) == len(list((claims / "runs").glob("*/evidence.json"))) \
-        == len(FIXTURE_CLAIMS) >= 8
-    assert {r["status"] for r in rows} == {"ok"}  # the copies hold their evidence under today's engine
+    assert (
+        len([r for r in rows if r["recorded"]])
+        == len(list((claims / "runs").glob("*/evidence.json")))
+        == len(FIXTURE_CLAIMS)
+        >= 8
+    )
+    assert {r["status"] for r in rows} == {
+        "ok"
+    }  # the copies hold their evidence under today's engine
     for row in rows:
         want = checked[row["id"]]
-        for key in ("verdict", "status", "hash_ok", "stale", "stale_files", "stale_note", "withdrawn", "withdrawal",
-                    "superseded_by", "supersedes", "recorded", "problems"):
+        for key in (
+            "verdict",
+            "status",
+            "hash_ok",
+            "stale",
+            "stale_files",
+            "stale_note",
+            "withdrawn",
+            "withdrawal",
+            "superseded_by",
+            "supersedes",
+            "recorded",
+            "problems",
+        ):
             assert row[key] == want[key], (row["id"], key)
         evidence = claims / "runs" / row["id"] / "evidence.json"
         if evidence.exists():
@@ -85,7 +109,10 @@ def test_status_lists_every_recorded_claim_as_verify_sees_it(claims):
     assert checked["c05-structural-probe"]["superseded_by"] == ["c05-structural-probe-v2"]
     assert checked["c05-structural-probe-v2"]["supersedes"] == "c05-structural-probe"
     table, _ = run_cli(claims, "status")
-    assert "c05-structural-probe-v2" in table.stdout and "`gates verify` also re-derives every verdict" in table.stdout
+    assert (
+        "c05-structural-probe-v2" in table.stdout
+        and "`gates verify` also re-derives every verdict" in table.stdout
+    )
 
 
 @pytest.fixture
@@ -103,7 +130,9 @@ def status_rows(project: Path, *extra: str) -> tuple[dict, list[str]]:
 def test_status_names_an_edited_contract_and_takes_a_rewritten_but_equal_one(project):
     path = project / "contracts" / "c05-structural-probe-v2.yaml"
     original = path.read_text()
-    path.write_text("# a comment changes nothing\n" + original.replace("  steps: 300", "  steps: 300  # same"))
+    path.write_text(
+        "# a comment changes nothing\n" + original.replace("  steps: 300", "  steps: 300  # same")
+    )
     rows, imported = status_rows(project)
     assert rows["c05-structural-probe-v2"]["hash_ok"] is True and imported == []
 
@@ -111,36 +140,51 @@ def test_status_names_an_edited_contract_and_takes_a_rewritten_but_equal_one(pro
     # quick hash cannot tell, so status loads that contract with its study and finds it unchanged
     path.write_text(original.replace("sigma: 1.0,", "sigma: 1,"))
     rows, imported = status_rows(project)
-    assert rows["c05-structural-probe-v2"]["hash_ok"] is True and rows["c05-structural-probe-v2"]["status"] == "ok"
+    assert (
+        rows["c05-structural-probe-v2"]["hash_ok"] is True
+        and rows["c05-structural-probe-v2"]["status"] == "ok"
+    )
     assert "torch" in imported
 
     path.write_text(original.replace("value: 0.95}", "value: 0.9}", 1))
     rows, _ = status_rows(project)
     row = rows["c05-structural-probe-v2"]
     assert row["hash_ok"] is False and row["status"] == "lost"
-    assert row["problems"][0].startswith("contracts/c05-structural-probe-v2.yaml was edited after its evidence: "
-                                         "sha256 ")
+    assert row["problems"][0].startswith(
+        "contracts/c05-structural-probe-v2.yaml was edited after its evidence: sha256 "
+    )
     full, _ = status_rows(project, "--full")
     assert full["c05-structural-probe-v2"]["problems"][0] == row["problems"][0]  # verify's words
     table, _ = run_cli(project, "status")
     row = r"c05-structural-probe-v2\s+│ supported\s+│ [-0-9]+\s+│ no\s+│"  # hash ok: no
     assert re.search(row, table.stdout), table.stdout
-    assert "contracts/c05-structural-probe-v2.yaml was" in table.stdout  # the problem, in the notes column
+    assert (
+        "contracts/c05-structural-probe-v2.yaml was" in table.stdout
+    )  # the problem, in the notes column
 
 
 def test_status_names_missing_duplicate_and_unindexed(project):
     (project / "contracts" / "c05-not-converged.yaml").unlink()
-    shutil.copy(project / "contracts" / "c05-baseline-control.yaml", project / "contracts" / "copy.yaml")
+    shutil.copy(
+        project / "contracts" / "c05-baseline-control.yaml", project / "contracts" / "copy.yaml"
+    )
     evidence = project / "runs" / "twin-tree-toy" / "evidence.json"
     evidence.write_text(evidence.read_text().replace('"created_at": "', '"created_at": "1', 1))
     rows, imported = status_rows(project)
     full, _ = status_rows(project, "--full")
     assert imported == []
-    for cid, words in (("c05-not-converged", "contract 'c05-not-converged' is missing"),
-                       ("c05-baseline-control", "all have id 'c05-baseline-control'"),
-                       ("twin-tree-toy", "changed without an index entry")):
-        assert rows[cid]["status"] == "lost" and words in " ".join(rows[cid]["problems"]), (cid, rows[cid])
-        assert set(rows[cid]["problems"]) <= set(full[cid]["problems"]), cid  # verify's words (it finds more)
+    for cid, words in (
+        ("c05-not-converged", "contract 'c05-not-converged' is missing"),
+        ("c05-baseline-control", "all have id 'c05-baseline-control'"),
+        ("twin-tree-toy", "changed without an index entry"),
+    ):
+        assert rows[cid]["status"] == "lost" and words in " ".join(rows[cid]["problems"]), (
+            cid,
+            rows[cid],
+        )
+        assert set(rows[cid]["problems"]) <= set(full[cid]["problems"]), (
+            cid
+        )  # verify's words (it finds more)
     assert rows["c05-sequential-early"]["status"] == "ok"  # the others are untouched
 
 
@@ -158,11 +202,26 @@ def test_studies_lists_from_metadata_and_shows_metrics_on_request():
 
 def test_cli_latency_benchmark_writes_its_json(claims, tmp_path):
     out = tmp_path / "latency.json"
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cli_latency.py"), "--repeats", "1",
-                           "--json", str(out), "--cwd", str(claims)], capture_output=True, text=True, timeout=300,
-                          cwd=tmp_path)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "cli_latency.py"),
+            "--repeats",
+            "1",
+            "--json",
+            str(out),
+            "--cwd",
+            str(claims),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(out.read_text())
     assert set(results["commands"]) == {"gates --help", "gates status", "gates studies"}
-    assert results["claims"] == len(FIXTURE_CLAIMS) and all(r["median_s"] > 0 for r in results["commands"].values())
+    assert results["claims"] == len(FIXTURE_CLAIMS) and all(
+        r["median_s"] > 0 for r in results["commands"].values()
+    )
     assert "gates status" in done.stdout and "median" in done.stdout

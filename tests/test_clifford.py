@@ -13,10 +13,32 @@ import pytest
 import torch
 
 from models.clifford import (
-    BLADES_OF_GRADE, CAYLEY_SIGN, METRIC, N_BLADES, blade, cayley_tensor, exp_closed,
-    exp_scaling_squaring, exp_simple, exp_taylor, from_grade, gp, gp_dense, grade, grade_norms,
-    grade_quadratic, involute, normalize_grades, product_macs, random_bivector, random_multivector,
-    reverse, sandwich, sandwich_flops, scalar, split_bivector,
+    BLADES_OF_GRADE,
+    CAYLEY_SIGN,
+    METRIC,
+    N_BLADES,
+    blade,
+    cayley_tensor,
+    exp_closed,
+    exp_scaling_squaring,
+    exp_simple,
+    exp_taylor,
+    from_grade,
+    gp,
+    gp_dense,
+    grade,
+    grade_norms,
+    grade_quadratic,
+    involute,
+    normalize_grades,
+    product_macs,
+    random_bivector,
+    random_multivector,
+    reverse,
+    sandwich,
+    sandwich_flops,
+    scalar,
+    split_bivector,
 )
 
 F64, F32 = torch.float64, torch.float32
@@ -46,6 +68,7 @@ def rel_err(x, ref):
 
 # ----------------------------------------------------------------------------- the table
 
+
 def test_metric_signature():
     one = blade()
     for i in range(1, 6):
@@ -65,7 +88,9 @@ def test_cayley_table_is_a_signed_permutation_and_both_products_agree():
     assert set(CAYLEY_SIGN.unique().tolist()) == {-1, 1}
     dense = cayley_tensor()
     assert int((dense != 0).sum()) == 1024  # each (i, j) lands on exactly one blade i xor j
-    assert torch.equal(dense.abs().sum(1), torch.ones(N_BLADES, N_BLADES, dtype=F64))  # and each k once per i
+    assert torch.equal(
+        dense.abs().sum(1), torch.ones(N_BLADES, N_BLADES, dtype=F64)
+    )  # and each k once per i
     a, b = random_multivector((200,), gen(0)), random_multivector((200,), gen(1))
     assert float((gp(a, b) - gp_dense(a, b)).abs().max()) < 1e-12
 
@@ -78,8 +103,13 @@ def test_gp_matches_a_complex_4x4_matrix_representation():
     sy = torch.tensor([[0, -1j], [1j, 0]], dtype=torch.complex128)
     sz = torch.tensor([[1, 0], [0, -1]], dtype=torch.complex128)
     i2 = torch.eye(2, dtype=torch.complex128)
-    gammas = [torch.kron(sx, sx), torch.kron(sx, sy), torch.kron(sx, sz), torch.kron(sy, i2),
-              1j * torch.kron(sz, i2)]
+    gammas = [
+        torch.kron(sx, sx),
+        torch.kron(sx, sy),
+        torch.kron(sx, sz),
+        torch.kron(sy, i2),
+        1j * torch.kron(sz, i2),
+    ]
     basis = []
     for a in range(N_BLADES):
         m = torch.eye(4, dtype=torch.complex128)
@@ -112,7 +142,14 @@ def test_reverse_is_an_anti_automorphism_and_involution_an_automorphism():
     assert float((involute(gp(a, b)) - gp(involute(a), involute(b))).abs().max()) < 1e-12
     assert torch.equal(reverse(reverse(a)), a)
     signs = [int(s) for s in reverse(torch.ones(N_BLADES, dtype=F64))]
-    assert [signs[BLADES_OF_GRADE[k][0]] for k in range(6)] == [1, 1, -1, -1, 1, 1]  # (-1)^(k(k-1)/2)
+    assert [signs[BLADES_OF_GRADE[k][0]] for k in range(6)] == [
+        1,
+        1,
+        -1,
+        -1,
+        1,
+        1,
+    ]  # (-1)^(k(k-1)/2)
 
 
 def test_grade_projection_scalar_and_norms():
@@ -142,21 +179,30 @@ def test_batched_broadcast_float32_and_gradients():
 
 # ----------------------------------------------------------------------------- rotors
 
+
 def test_closed_form_for_simple_bivectors_matches_series():
     u, v = random_multivector((100,), gen(8)), random_multivector((100,), gen(9))
     simple = grade(gp(grade(u, 1), grade(v, 1)), 2)  # u ^ v: simple, mixed rotations and boosts
-    cases = torch.cat([
-        simple,
-        torch.stack([0.7 * blade(1, 2), 1.3 * blade(1, 5), blade(1, 2) + blade(2, 5)]),  # rot, boost, null
-        torch.zeros(1, N_BLADES, dtype=F64),
-    ])
+    cases = torch.cat(
+        [
+            simple,
+            torch.stack(
+                [0.7 * blade(1, 2), 1.3 * blade(1, 5), blade(1, 2) + blade(2, 5)]
+            ),  # rot, boost, null
+            torch.zeros(1, N_BLADES, dtype=F64),
+        ]
+    )
     beta = scalar(gp(cases, cases))
-    assert float((gp(cases, cases) - from_grade(beta.unsqueeze(-1), 0)).abs().max()) < 1e-12  # B^2 scalar
+    assert (
+        float((gp(cases, cases) - from_grade(beta.unsqueeze(-1), 0)).abs().max()) < 1e-12
+    )  # B^2 scalar
     assert (beta < 0).any() and (beta > 0).any() and float(beta[-2]) == 0.0
     closed = exp_simple(cases)
     assert rel_err(closed, exp_scaling_squaring(cases)) < 1e-12
     assert rel_err(closed, exp_taylor(cases, 60)) < 1e-12
-    assert torch.allclose(closed[-4], torch.cos(torch.tensor(0.7)) * blade() + math.sin(0.7) * blade(1, 2))
+    assert torch.allclose(
+        closed[-4], torch.cos(torch.tensor(0.7)) * blade() + math.sin(0.7) * blade(1, 2)
+    )
     assert torch.allclose(closed[-3], math.cosh(1.3) * blade() + math.sinh(1.3) * blade(1, 5))
     assert torch.equal(closed[-2], blade() + cases[-2])  # B^2 = 0: exp(B) = 1 + B
 
@@ -178,7 +224,9 @@ def test_generic_bivectors_are_not_simple_and_split_into_commuting_simple_parts(
 @pytest.mark.parametrize("scale", [0.1, 0.3, 1.0, 2.0])
 def test_closed_form_matches_scaling_and_squaring_on_generic_bivectors(scale):
     b = random_bivector((500,), scale, gen(11))
-    assert rel_err(exp_closed(b), exp_scaling_squaring(b)) < 1e-11  # measured 1.9e-15 (0.1) .. 2.6e-14 (2.0)
+    assert (
+        rel_err(exp_closed(b), exp_scaling_squaring(b)) < 1e-11
+    )  # measured 1.9e-15 (0.1) .. 2.6e-14 (2.0)
 
 
 def test_taylor_16_terms_against_the_reference():
@@ -196,27 +244,37 @@ def test_taylor_16_terms_against_the_reference():
     assert errors[1.0][16] > 1e-4  # beyond its range: use scaling and squaring (or the closed form)
 
 
-@pytest.mark.parametrize("how, scale, tol", [
-    ("taylor16", 0.3, 1e-10), ("scaling_squaring", 1.0, 1e-12), ("closed", 2.0, 1e-10)])
+@pytest.mark.parametrize(
+    "how, scale, tol",
+    [("taylor16", 0.3, 1e-10), ("scaling_squaring", 1.0, 1e-12), ("closed", 2.0, 1e-10)],
+)
 def test_rotors_are_unit(how, scale, tol):
     b = random_bivector((500,), scale, gen(13))
-    r = {"taylor16": lambda: exp_taylor(b, 16), "scaling_squaring": lambda: exp_scaling_squaring(b),
-         "closed": lambda: exp_closed(b)}[how]()
+    r = {
+        "taylor16": lambda: exp_taylor(b, 16),
+        "scaling_squaring": lambda: exp_scaling_squaring(b),
+        "closed": lambda: exp_closed(b),
+    }[how]()
     rr = gp(r, reverse(r))
     # absolute error relative to |R|^2 (boosts make R large: cosh of the boost parameter)
     err = float(((rr - blade()).abs().max(-1).values / r.norm(dim=-1).square()).max())
     assert err < tol
-    assert float(grade(r, 1).abs().max() + grade(r, 3).abs().max() + grade(r, 5).abs().max()) == 0.0  # even
+    assert (
+        float(grade(r, 1).abs().max() + grade(r, 3).abs().max() + grade(r, 5).abs().max()) == 0.0
+    )  # even
 
 
 # ----------------------------------------------------------------------------- sandwiches
+
 
 def successive_sandwiches(dtype, scale, rotor, steps=100, n=64, seed=14, normalize=True):
     g = gen(seed)
     x = random_multivector((n,), g).to(dtype)
     x0 = x.clone()
     for _ in range(steps):
-        r = rotor(random_bivector((n,), scale, g)).to(dtype)  # each step: a fresh random rotor per sample
+        r = rotor(random_bivector((n,), scale, g)).to(
+            dtype
+        )  # each step: a fresh random rotor per sample
         x = sandwich(r, x)
         if normalize:
             x = normalize_grades(x)  # grades 1..5 to unit Euclidean norm, grade 0 untouched
@@ -260,10 +318,14 @@ def test_normalisation_commutes_with_rotations_not_with_boosts():
     rot = exp_closed(random_bivector((64,), 0.5, g, euclidean_only=True))
     boost = exp_closed(random_bivector((64,), 0.5, g))
     for r, commutes in ((rot, True), (boost, False)):
-        gap = float((normalize_grades(sandwich(r, x)) - sandwich(r, normalize_grades(x))).abs().max())
+        gap = float(
+            (normalize_grades(sandwich(r, x)) - sandwich(r, normalize_grades(x))).abs().max()
+        )
         assert (gap < 1e-12) if commutes else (gap > 1e-2)
     n = grade_norms(normalize_grades(x))
-    assert torch.allclose(n[:, 1:], torch.ones(64, 5, dtype=F64)) and torch.equal(n[:, 0], x[:, 0].abs())
+    assert torch.allclose(n[:, 1:], torch.ones(64, 5, dtype=F64)) and torch.equal(
+        n[:, 0], x[:, 0].abs()
+    )
 
 
 @pytest.mark.parametrize("dtype, tol1, tol2", [(F64, 1e-12, 1e-12), (F32, 1e-6, 1e-5)])
@@ -294,6 +356,7 @@ def test_grade2_equivariance_two_ways(dtype, tol1, tol2):
 
 
 # ----------------------------------------------------------------------------- cost
+
 
 def test_sandwich_flops_arithmetic():
     table = cayley_tensor() != 0  # (i, j, k): count multiply-adds from the table itself

@@ -28,7 +28,12 @@ def c05_text() -> str:
 def test_committed_contract_loads():
     loaded = load_contract(C05)
     assert loaded.id == "c05-structural-probe"
-    assert set(loaded.arm_configs) == {"flat_address", "path_only", "subheap_kernel", "path_subheap_kernel"}
+    assert set(loaded.arm_configs) == {
+        "flat_address",
+        "path_only",
+        "subheap_kernel",
+        "path_subheap_kernel",
+    }
     assert len(loaded.sha256) == 64
 
 
@@ -59,8 +64,10 @@ def test_unknown_field_points_at_its_line_and_suggests(tmp_path):
 
 
 def test_unknown_arm_config_field(tmp_path):
-    text = c05_text().replace("sigma: 1.0, train_depths: [2, 3], test_depths: [5, 6], train_trees: 900, test_trees: 400}\n  path_only",
-                              "sigmaa: 1.0, train_depths: [2, 3], test_depths: [5, 6], train_trees: 900, test_trees: 400}\n  path_only")
+    text = c05_text().replace(
+        "sigma: 1.0, train_depths: [2, 3], test_depths: [5, 6], train_trees: 900, test_trees: 400}\n  path_only",
+        "sigmaa: 1.0, train_depths: [2, 3], test_depths: [5, 6], train_trees: 900, test_trees: 400}\n  path_only",
+    )
     msg = error_of(tmp_path, text)
     assert "arms.flat_address.sigmaa: unknown field (did you mean 'sigma'?)" in msg
     assert "c.yaml:14:" in msg
@@ -75,14 +82,19 @@ def test_dangling_arm_reference(tmp_path):
     data = yaml.safe_load(c05_text())
     data["decision"]["supported_if"][0]["arm"] = "subheap_kernal"
     msg = error_of(tmp_path, yaml.safe_dump(data, sort_keys=False))
-    assert "decision.supported_if.0.arm: no arm named 'subheap_kernal' (did you mean 'subheap_kernel'?)" in msg
+    assert (
+        "decision.supported_if.0.arm: no arm named 'subheap_kernal' (did you mean 'subheap_kernel'?)"
+        in msg
+    )
 
 
 def test_unknown_metric(tmp_path):
     data = yaml.safe_load(c05_text())
     data["decision"]["refuted_if"][0]["metric"] = "test_accuracy"
     msg = error_of(tmp_path, yaml.safe_dump(data, sort_keys=False))
-    assert "decision.refuted_if.0.metric: study 'c05_probe' reports no metric 'test_accuracy'" in msg
+    assert (
+        "decision.refuted_if.0.metric: study 'c05_probe' reports no metric 'test_accuracy'" in msg
+    )
 
 
 def test_unrefutable_contract_is_rejected(tmp_path):
@@ -105,7 +117,9 @@ def test_path_traversal_and_bad_ids(tmp_path, bad_id):
 
 def test_object_building_tag_is_refused(tmp_path):
     marker = tmp_path / "pwned"
-    text = f"id: !!python/object/apply:os.system ['touch {marker}']\n" + c05_text().split("\n", 4)[4]
+    text = (
+        f"id: !!python/object/apply:os.system ['touch {marker}']\n" + c05_text().split("\n", 4)[4]
+    )
     msg = error_of(tmp_path, text)
     assert "c.yaml:1:" in msg and "not allowed" in msg
     assert not marker.exists()
@@ -144,12 +158,16 @@ def test_a_section_check_names_its_values_not_the_section_s_type(tmp_path):
     assert "got dict" not in error_of(tmp_path, yaml.safe_dump(data))
     data = small_c05()
     data["arms"] = list(data["arms"])
-    assert "arms: input should be a valid dictionary, got list" in error_of(tmp_path, yaml.safe_dump(data))
+    assert "arms: input should be a valid dictionary, got list" in error_of(
+        tmp_path, yaml.safe_dump(data)
+    )
 
 
 def test_unknown_study_suggests(tmp_path):
     data = small_c05(study="c05_prob")
-    assert "unknown study 'c05_prob' (did you mean 'c05_probe'?)" in error_of(tmp_path, yaml.safe_dump(data))
+    assert "unknown study 'c05_prob' (did you mean 'c05_probe'?)" in error_of(
+        tmp_path, yaml.safe_dump(data)
+    )
 
 
 def test_unknown_condition_kind(tmp_path):
@@ -162,13 +180,22 @@ def test_unknown_condition_kind(tmp_path):
 def test_cli_prints_one_line_errors_and_exits_2(tmp_path):
     path = tmp_path / "bad.yaml"
     path.write_text(c05_text().replace("seeds: [0, 1, 2]", "seeds: [0, 1, 2]\nseed: 3"))
-    done = subprocess.run([sys.executable, "-m", "gates", "check", str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "gates", "check", str(path)], capture_output=True, text=True
+    )
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.strip().startswith("error: ") and "bad.yaml:" in done.stderr
-    missing = subprocess.run([sys.executable, "-m", "gates", "check", str(tmp_path / "nope.yaml")],
-                             capture_output=True, text=True)
-    assert missing.returncode == 2 and "Traceback" not in missing.stderr and "cannot read file" in missing.stderr
+    missing = subprocess.run(
+        [sys.executable, "-m", "gates", "check", str(tmp_path / "nope.yaml")],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        missing.returncode == 2
+        and "Traceback" not in missing.stderr
+        and "cannot read file" in missing.stderr
+    )
 
 
 def test_futility_window_must_fit_after_the_first_evaluation(tmp_path):

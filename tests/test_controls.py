@@ -10,14 +10,27 @@ from gates.cli import check
 from gates.contract import Contract, Decision, load_contract
 from gates.errors import UserError
 from gates.ledger import render_report
-from gates.verdict import decide
-from gates.verdict import holm
+from gates.verdict import decide, holm
 from tests.conftest import C05, c05_current, write_contract
 from tests.test_verdict import runs, thr
 
-WINS = {"kind": "compare", "arm": "tree", "metric": "nll", "other": "dense", "direction": "lower", "margin": 0.1}
-BASELINE_WORKS = {"kind": "compare", "arm": "dense", "metric": "nll", "other": "no_source", "direction": "lower",
-                  "margin": 0.5, "control": "positive"}
+WINS = {
+    "kind": "compare",
+    "arm": "tree",
+    "metric": "nll",
+    "other": "dense",
+    "direction": "lower",
+    "margin": 0.1,
+}
+BASELINE_WORKS = {
+    "kind": "compare",
+    "arm": "dense",
+    "metric": "nll",
+    "other": "no_source",
+    "direction": "lower",
+    "margin": 0.5,
+    "control": "positive",
+}
 
 
 def decision(supported, refuted=None) -> Decision:
@@ -36,13 +49,19 @@ def controls(*items):
 
 
 def experiment(dense_nll, no_source_nll):
-    return (runs("tree", nll=[3.51, 3.48, 3.53, 3.47, 3.50]) + runs("dense", nll=dense_nll)
-            + runs("no_source", nll=no_source_nll))
+    return (
+        runs("tree", nll=[3.51, 3.48, 3.53, 3.47, 3.50])
+        + runs("dense", nll=dense_nll)
+        + runs("no_source", nll=no_source_nll)
+    )
 
 
 def test_a_working_baseline_leaves_the_decision_to_decide():
-    v = decide(decision([WINS]), experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02]),
-               controls=controls(BASELINE_WORKS))
+    v = decide(
+        decision([WINS]),
+        experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02]),
+        controls=controls(BASELINE_WORKS),
+    )
     assert v.verdict == "supported"
     (c,) = v.controls
     assert (c.list_name, c.control, c.outcome) == ("controls", "positive", "holds")
@@ -51,7 +70,9 @@ def test_a_working_baseline_leaves_the_decision_to_decide():
 def test_a_broken_baseline_makes_the_verdict_invalid_not_supported():
     """The tree 'wins' by 0.4 NLL, but the dense baseline is no better than reading no source at all."""
     broken = experiment([4.99, 5.03, 5.00, 4.98, 5.04], [5.01, 4.97, 5.05, 4.99, 5.02])
-    assert decide(decision([WINS]), broken).verdict == "supported"  # without the control: a false win
+    assert (
+        decide(decision([WINS]), broken).verdict == "supported"
+    )  # without the control: a false win
     v = decide(decision([WINS]), broken, controls=controls(BASELINE_WORKS))
     assert v.verdict == "invalid"
     assert v.conditions[0].outcome == "holds"  # the decision alone would have said supported
@@ -67,8 +88,14 @@ def test_an_unsettled_control_is_invalid_too():
 
 def test_a_negative_control_must_hold_as_written():
     """A random topology must not pass the criterion: written as the condition that it stays above."""
-    random_fails = {"kind": "threshold", "arm": "random", "metric": "kl", "direction": "higher", "value": 0.5,
-                    "control": "negative"}
+    random_fails = {
+        "kind": "threshold",
+        "arm": "random",
+        "metric": "kl",
+        "direction": "higher",
+        "value": 0.5,
+        "control": "negative",
+    }
     good = runs("tree", kl=[0.11, 0.12, 0.13]) + runs("random", kl=[0.91, 0.95, 0.93])
     d = decision([thr("tree", "kl", "lower", 0.2)])  # its refuted_if: tree.kl >= 1e9, never
     assert decide(d, good, controls=controls(random_fails)).verdict == "supported"
@@ -89,13 +116,22 @@ def test_controls_have_their_own_holm_family():
     assert with_controls.conditions[0].p_fail_adj == alone.conditions[0].p_fail_adj
     works, broken = with_controls.controls
     assert (works.p_hold_adj, broken.p_hold_adj) == (works.p_hold, broken.p_hold)
-    assert [works.p_fail_adj, broken.p_fail_adj] == pytest.approx(holm([works.p_fail, broken.p_fail]))
-    assert broken.p_fail_adj == pytest.approx(min(1.0, 2 * broken.p_fail))  # the smaller of 2 raw p(fail)
-    assert "intersection-union" in works.adjustment and "Holm over the 2 controls" in works.adjustment
+    assert [works.p_fail_adj, broken.p_fail_adj] == pytest.approx(
+        holm([works.p_fail, broken.p_fail])
+    )
+    assert broken.p_fail_adj == pytest.approx(
+        min(1.0, 2 * broken.p_fail)
+    )  # the smaller of 2 raw p(fail)
+    assert (
+        "intersection-union" in works.adjustment and "Holm over the 2 controls" in works.adjustment
+    )
     assert (works.outcome, broken.outcome, with_controls.verdict) == ("holds", "fails", "invalid")
     # two controls that hold: each at alpha, neither made harder by the other
     both = decide(decision([WINS]), data, controls=controls(BASELINE_WORKS, BASELINE_WORKS))
-    assert [c.p_hold_adj for c in both.controls] == [works.p_hold, works.p_hold] and both.verdict == "supported"
+    assert [c.p_hold_adj for c in both.controls] == [
+        works.p_hold,
+        works.p_hold,
+    ] and both.verdict == "supported"
 
 
 def test_a_lost_run_keeps_a_control_from_holding():
@@ -106,12 +142,30 @@ def test_a_lost_run_keeps_a_control_from_holding():
 
 
 def test_verdict_md_shows_the_controls():
-    v = decide(decision([WINS]), experiment([4.99, 5.03, 5.00, 4.98, 5.04], [5.01, 4.97, 5.05, 4.99, 5.02]),
-               controls=controls(BASELINE_WORKS)).to_dict()
-    ev = {"contract_id": "x", "contract_sha256": "0" * 64, "verdict": v["verdict"], "git_commit": "0" * 40,
-          "git_dirty": "false", "code_sha256": "0" * 64, "created_at": "now", "runs": [], "reasons": v["reasons"],
-          "conditions": v["conditions"], "controls": v["controls"],
-          "settings": {"alpha": 0.05, "evaluation": "interval", "correction": "iut+holm", "seeds": [0]}}
+    v = decide(
+        decision([WINS]),
+        experiment([4.99, 5.03, 5.00, 4.98, 5.04], [5.01, 4.97, 5.05, 4.99, 5.02]),
+        controls=controls(BASELINE_WORKS),
+    ).to_dict()
+    ev = {
+        "contract_id": "x",
+        "contract_sha256": "0" * 64,
+        "verdict": v["verdict"],
+        "git_commit": "0" * 40,
+        "git_dirty": "false",
+        "code_sha256": "0" * 64,
+        "created_at": "now",
+        "runs": [],
+        "reasons": v["reasons"],
+        "conditions": v["conditions"],
+        "controls": v["controls"],
+        "settings": {
+            "alpha": 0.05,
+            "evaluation": "interval",
+            "correction": "iut+holm",
+            "seeds": [0],
+        },
+    }
     text = render_report(ev)
     assert "**INVALID**" in text and "## Controls" in text and "| positive | **fails** |" in text
 
@@ -119,22 +173,48 @@ def test_verdict_md_shows_the_controls():
 def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
     data = c05_current()  # the C05 contract as today's design rules want it, then changed
     data["id"] = "c05-compare"
-    data["decision"]["supported_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
-                                         "other": "flat_address", "direction": "higher", "margin": 0.5}]
-    data["decision"]["refuted_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
-                                       "other": "flat_address", "direction": "lower", "margin": -0.1}]
+    data["decision"]["supported_if"] = [
+        {
+            "kind": "compare",
+            "arm": "subheap_kernel",
+            "metric": "test_acc",
+            "other": "flat_address",
+            "direction": "higher",
+            "margin": 0.5,
+        }
+    ]
+    data["decision"]["refuted_if"] = [
+        {
+            "kind": "compare",
+            "arm": "subheap_kernel",
+            "metric": "test_acc",
+            "other": "flat_address",
+            "direction": "lower",
+            "margin": -0.1,
+        }
+    ]
     data["seeds"] = 8
     del data["blind"]["flat_address"]  # neither blind nor shown to work
     path = write_contract(tmp_path, data)
     with pytest.raises(UserError) as info:
         check(path, runs_dir=tmp_path / "runs")
     out = info.value.render()
-    assert "decision.supported_if.0: compares with baseline arm 'flat_address', but no positive control asserts " \
-           "that it works where it can" in out
+    assert (
+        "decision.supported_if.0: compares with baseline arm 'flat_address', but no positive control asserts "
+        "that it works where it can" in out
+    )
     assert "`blind: {flat_address: why it fails by construction}`" in out
     # a control on a train metric shows memorisation, not that the arm works: refused
-    data["controls"].append({"kind": "threshold", "arm": "flat_address", "metric": "train_acc", "direction": "higher",
-                             "value": 0.2, "control": "positive"})
+    data["controls"].append(
+        {
+            "kind": "threshold",
+            "arm": "flat_address",
+            "metric": "train_acc",
+            "direction": "higher",
+            "value": 0.2,
+            "control": "positive",
+        }
+    )
     loaded = load_contract(write_contract(tmp_path, data))
     assert any("controls.2.metric" in f and "train metric" in f for f in loaded.rule_flags)
     # on held-out trees of its training depths (val_acc, beyond chance ~0.1): the contract follows every rule
@@ -143,16 +223,31 @@ def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
     assert loaded.rule_flags == []
     loaded.require_current_rules(tmp_path / "runs")
     # or the baseline declared blind, failing by construction
-    blind = {**data, "controls": data["controls"][:-1], "blind": {**data["blind"], "flat_address": "no node values"}}
+    blind = {
+        **data,
+        "controls": data["controls"][:-1],
+        "blind": {**data["blind"], "flat_address": "no node values"},
+    }
     assert load_contract(write_contract(tmp_path, blind)).rule_flags == []
     # recorded contracts that predate the rule keep loading, flagged
-    assert any("positive control" in f for f in load_contract(C05.parent / "treeheap-vs-dense.yaml").rule_flags)
+    assert any(
+        "positive control" in f
+        for f in load_contract(C05.parent / "treeheap-vs-dense.yaml").rule_flags
+    )
 
 
 def test_control_references_are_checked(tmp_path):
     data = yaml.safe_load(C05.read_text())
-    data["controls"] = [{"kind": "threshold", "arm": "nope", "metric": "test_acc", "direction": "higher",
-                         "value": 0.2, "control": "positive"}]
+    data["controls"] = [
+        {
+            "kind": "threshold",
+            "arm": "nope",
+            "metric": "test_acc",
+            "direction": "higher",
+            "value": 0.2,
+            "control": "positive",
+        }
+    ]
     with pytest.raises(UserError, match=r"controls\.0\.arm: no arm named 'nope'"):
         load_contract(write_contract(tmp_path, data))
     data["controls"][0].update(arm="flat_address", control="maybe")
@@ -161,7 +256,9 @@ def test_control_references_are_checked(tmp_path):
 
 
 def test_decisions_alone_are_unchanged():
-    d = Decision.model_validate({"supported_if": [WINS], "refuted_if": [thr("tree", "nll", "higher", 9.0)]})
+    d = Decision.model_validate(
+        {"supported_if": [WINS], "refuted_if": [thr("tree", "nll", "higher", 9.0)]}
+    )
     v = decide(d, experiment([3.91, 3.88, 3.95, 3.90, 3.86], [5.01, 4.97, 5.05, 4.99, 5.02]))
     assert v.controls == [] and v.verdict == "supported"
 
@@ -180,9 +277,15 @@ def test_the_committed_invalid_example_shows_everywhere(tmp_path):
     recorded = frozen_evidence("c05-baseline-control")  # the per-seed values, as recorded
     values = {(r["arm"], r["seed"]): r["metrics"] for r in recorded["runs"]}
     flat = [m["val_acc"] for (arm, _), m in values.items() if arm == "flat_address"]
-    assert len(flat) == 8 and all(0.17 <= v <= 0.31 for v in flat)  # far below the control's bar 0.9
-    assert all(values[("subheap_kernel", seed)]["test_acc"] == 1.0 and m["test_acc"] <= 0.02  # the comparison alone
-               for (arm, seed), m in values.items() if arm == "flat_address")  # is won on every seed
+    assert len(flat) == 8 and all(
+        0.17 <= v <= 0.31 for v in flat
+    )  # far below the control's bar 0.9
+    assert all(
+        values[("subheap_kernel", seed)]["test_acc"] == 1.0
+        and m["test_acc"] <= 0.02  # the comparison alone
+        for (arm, seed), m in values.items()
+        if arm == "flat_address"
+    )  # is won on every seed
 
     project = copy_claims(tmp_path, "c05-baseline-control")
     folder = project / "runs" / "c05-baseline-control"
@@ -190,9 +293,19 @@ def test_the_committed_invalid_example_shows_everywhere(tmp_path):
     assert ev["verdict"] == "invalid" and ev["controls"][0]["outcome"] == "fails"
     assert ev["controls"][0]["values"]["flat_address.val_acc"] == flat
     assert "**INVALID**" in (folder / "verdict.md").read_text()
-    status = subprocess.run([sys.executable, "-m", "gates", "status", "--json"], capture_output=True, text=True,
-                            cwd=project, timeout=120)
+    status = subprocess.run(
+        [sys.executable, "-m", "gates", "status", "--json"],
+        capture_output=True,
+        text=True,
+        cwd=project,
+        timeout=120,
+    )
     row = next(c for c in json.loads(status.stdout) if c["id"] == "c05-baseline-control")
     assert (row["verdict"], row["status"]) == ("invalid", "ok")
-    site = Site(project / "runs", project / "contracts", f"sqlite:///{tmp_path / 'none.db'}", "http://127.0.0.1:5000")
+    site = Site(
+        project / "runs",
+        project / "contracts",
+        f"sqlite:///{tmp_path / 'none.db'}",
+        "http://127.0.0.1:5000",
+    )
     assert "v-invalid" in site.index()

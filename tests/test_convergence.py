@@ -30,8 +30,11 @@ def _run(root: Path, data: dict) -> dict:
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        return run_contract(load_contract(f"contracts/{data['id']}.yaml"), f"sqlite:///{root / 'mlflow.db'}",
-                            root / "runs")
+        return run_contract(
+            load_contract(f"contracts/{data['id']}.yaml"),
+            f"sqlite:///{root / 'mlflow.db'}",
+            root / "runs",
+        )
     finally:
         os.chdir(cwd)
 
@@ -49,8 +52,15 @@ def test_the_trend_is_measured_in_the_metrics_better_direction():
     falling = [(10, 2.0), (20, 1.0), (30, 0.8), (40, 0.5)]
     judged = convergence(rule, "lower", falling)
     assert judged["converged"] is False
-    assert judged["convergence"] == {"metric": "loss", "window": 20, "first_step": 20, "last_step": 40,
-                                     "first_value": 1.0, "last_value": 0.5, "rel_improvement": 0.5}
+    assert judged["convergence"] == {
+        "metric": "loss",
+        "window": 20,
+        "first_step": 20,
+        "last_step": 40,
+        "first_value": 1.0,
+        "last_value": 0.5,
+        "rel_improvement": 0.5,
+    }
     flat = [(10, 2.0), (20, 1.0), (30, 1.0), (40, 0.999)]
     assert convergence(rule, "lower", flat)["converged"] is True
     # a rising accuracy is an improvement; a rising loss is not
@@ -61,7 +71,9 @@ def test_the_trend_is_measured_in_the_metrics_better_direction():
 def test_a_trend_that_cannot_be_measured_is_not_converged():
     rule = Convergence(metric="loss", window=20, max_rel_improvement=0.01)
     assert convergence(rule, "lower", [])["converged"] is False
-    assert convergence(rule, "lower", [(30, 1.0), (40, 1.0)])["converged"] is False  # nothing 20 steps back
+    assert (
+        convergence(rule, "lower", [(30, 1.0), (40, 1.0)])["converged"] is False
+    )  # nothing 20 steps back
     judged = convergence(rule, "lower", [(20, 1.0), (40, float("nan"))])
     assert judged["converged"] is False and judged["convergence"]["last_value"] is None
 
@@ -69,25 +81,37 @@ def test_a_trend_that_cannot_be_measured_is_not_converged():
 # ------------------------------------------------------------------------------ end to end
 def test_a_run_still_improving_is_marked_not_converged_and_the_verdict_says_so(still_improving):
     root, ev = still_improving
-    assert all(isinstance(r["converged"], bool) and r["convergence"]["metric"] == "train_loss" for r in ev["runs"])
+    assert all(
+        isinstance(r["converged"], bool) and r["convergence"]["metric"] == "train_loss"
+        for r in ev["runs"]
+    )
     subheap = [r for r in ev["runs"] if r["arm"] == "subheap_kernel"]
-    assert all(r["converged"] is False and r["convergence"]["rel_improvement"] > 0.01 for r in subheap)
+    assert all(
+        r["converged"] is False and r["convergence"]["rel_improvement"] > 0.01 for r in subheap
+    )
     assert ev["verdict"] == "inconclusive"
     assert any("still improving at the end of training: subheap_kernel" in r for r in ev["reasons"])
     assert any("more steps for arm subheap_kernel" in s for s in ev["settle"])
     report = (root / "runs" / "c05-conv" / "verdict.md").read_text()
     assert "| converged |" in report and "still improving: arm subheap_kernel seed 0 (+" in report
-    tags = MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_run(subheap[0]["mlflow_run_id"]).data.tags
+    tags = (
+        MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
+        .get_run(subheap[0]["mlflow_run_id"])
+        .data.tags
+    )
     assert tags["gates.converged"] == "false"
     assert json.loads(tags["gates.convergence"]) == subheap[0]["convergence"]
 
 
 def test_resuming_reads_convergence_back_from_mlflow(still_improving):
     root, ev = still_improving
-    again = _run(root, small_c05(id="c05-conv", convergence=RULE))  # every run finished: none is redone
+    again = _run(
+        root, small_c05(id="c05-conv", convergence=RULE)
+    )  # every run finished: none is redone
     assert [r["mlflow_run_id"] for r in again["runs"]] == [r["mlflow_run_id"] for r in ev["runs"]]
-    assert [(r["converged"], r["convergence"]) for r in again["runs"]] == [(r["converged"], r["convergence"])
-                                                                         for r in ev["runs"]]
+    assert [(r["converged"], r["convergence"]) for r in again["runs"]] == [
+        (r["converged"], r["convergence"]) for r in ev["runs"]
+    ]
     assert again["verdict"] == ev["verdict"] and again["settle"] == ev["settle"]
 
 
@@ -108,14 +132,26 @@ def test_verify_passes_and_catches_a_flipped_converged_flag(still_improving):
 
 def test_a_converged_run_is_marked_converged_and_a_halted_run_is_not_judged(workdir):
     data = small_c05(id="c05-conv-loose", convergence={**RULE, "max_rel_improvement": 1000.0})
-    data["stop_rules"]["futility"] = [{"metric": "test_acc", "at_step": 40, "worse_than": 0.99, "window": 20,
-                                       "min_rel_improvement": 0.5, "arms": ["path_only"]}]
+    data["stop_rules"]["futility"] = [
+        {
+            "metric": "test_acc",
+            "at_step": 40,
+            "worse_than": 0.99,
+            "window": 20,
+            "min_rel_improvement": 0.5,
+            "arms": ["path_only"],
+        }
+    ]
     ev = _run(workdir, data)
     halted = [r for r in ev["runs"] if r["status"] == "halted"]
     completed = [r for r in ev["runs"] if r["status"] == "completed"]
     assert halted and all("converged" not in r and "convergence" not in r for r in halted)
     assert completed and all(r["converged"] is True for r in completed)
-    tags = MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}").get_run(halted[0]["mlflow_run_id"]).data.tags
+    tags = (
+        MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
+        .get_run(halted[0]["mlflow_run_id"])
+        .data.tags
+    )
     assert "gates.converged" not in tags
     assert not any("still improving" in r for r in ev["reasons"])
 
@@ -131,31 +167,48 @@ def test_evidence_without_convergence_is_unchanged(tmp_path):
     loaded = load_contract(project / "contracts" / "c05-structural-probe-v2.yaml")
     assert loaded.contract.convergence is None
     assert not any("converged" in r or "convergence" in r for r in ev["runs"])
-    assert not any("converged" in r or "convergence" in r for r in frozen_evidence("c05-structural-probe-v2")["runs"])
+    assert not any(
+        "converged" in r or "convergence" in r
+        for r in frozen_evidence("c05-structural-probe-v2")["runs"]
+    )
     assert _check_convergence(loaded, ev) == []
     assert render_report(ev) == (folder / "verdict.md").read_text()
     assert "converged" not in (folder / "verdict.md").read_text()
-    assert check_claim(folder / "evidence.json", find_contracts(project / "contracts"), replay=False).status == "ok"
+    assert (
+        check_claim(
+            folder / "evidence.json", find_contracts(project / "contracts"), replay=False
+        ).status
+        == "ok"
+    )
     forged = {**ev, "runs": [{**ev["runs"][0], "converged": False}] + ev["runs"][1:]}
     assert "the contract has no convergence rule" in _check_convergence(loaded, forged)[0]
 
 
 def test_the_committed_example_is_inconclusive_for_want_of_steps(tmp_path):
-    recorded = frozen_evidence("c05-not-converged")  # as recorded: the subheap kernel still improving
+    recorded = frozen_evidence(
+        "c05-not-converged"
+    )  # as recorded: the subheap kernel still improving
     assert any(r["arm"] == "subheap_kernel" and r["converged"] is False for r in recorded["runs"])
     project = copy_claims(tmp_path, "c05-not-converged")  # under today's engine
     ev = read_evidence(project / "runs" / "c05-not-converged" / "evidence.json")
     assert ev["verdict"] == "inconclusive"
-    assert [r["converged"] for r in ev["runs"] if "converged" in r] == \
-        [r["converged"] for r in recorded["runs"] if "converged" in r]
+    assert [r["converged"] for r in ev["runs"] if "converged" in r] == [
+        r["converged"] for r in recorded["runs"] if "converged" in r
+    ]
     assert any("more steps for arm subheap_kernel" in s for s in ev["settle"])
 
 
 # ------------------------------------------------------------------------------ the window
-@pytest.mark.parametrize("window, message", [
-    (50, "window 50 cannot be measured: the first evaluation is at step 20 and the run ends at 60"),
-    (10, "window 10 is shorter than eval_every 20"),
-])
+@pytest.mark.parametrize(
+    "window, message",
+    [
+        (
+            50,
+            "window 50 cannot be measured: the first evaluation is at step 20 and the run ends at 60",
+        ),
+        (10, "window 10 is shorter than eval_every 20"),
+    ],
+)
 def test_window_validation_messages(workdir, window, message):
     path = write_contract(workdir / "contracts", small_c05(convergence={**RULE, "window": window}))
     with pytest.raises((UserError, UserErrors)) as caught:
@@ -164,11 +217,25 @@ def test_window_validation_messages(workdir, window, message):
 
 
 def test_preflight_prints_the_rule_and_refuses_a_test_metric(workdir):
-    ok = preflight(load_contract(write_contract(workdir / "contracts", small_c05(convergence=RULE))))
+    ok = preflight(
+        load_contract(write_contract(workdir / "contracts", small_c05(convergence=RULE)))
+    )
     assert not ok.errors
-    assert any(n.startswith("convergence: train_loss (lower is better) from the evaluation at step 40 to the last "
-                            "at step 60") for n in ok.notes)
-    bad = preflight(load_contract(write_contract(workdir / "contracts",
-                                                 small_c05(convergence={**RULE, "metric": "test_acc"}), "t.yaml")))
+    assert any(
+        n.startswith(
+            "convergence: train_loss (lower is better) from the evaluation at step 40 to the last "
+            "at step 60"
+        )
+        for n in ok.notes
+    )
+    bad = preflight(
+        load_contract(
+            write_contract(
+                workdir / "contracts",
+                small_c05(convergence={**RULE, "metric": "test_acc"}),
+                "t.yaml",
+            )
+        )
+    )
     assert any("'test_acc' is a test metric" in e.render() for e in bad.errors)
     assert is_converged(Convergence(**RULE), {"rel_improvement": None}) is False

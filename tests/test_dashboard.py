@@ -25,8 +25,15 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 MARKUP = '<script>alert("x")</script> halts & <b>bold</b> claims'
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 def markup_contract() -> dict:
@@ -49,7 +56,9 @@ def project(tmp_path_factory):
     os.chdir(root)  # evidence records contract paths relative to the project, as `gates run` does
     try:
         for name in ("c05-small", "markup-claim"):
-            run_contract(load_contract(f"contracts/{name}.yaml"), "sqlite:///mlflow.db", Path("runs"))
+            run_contract(
+                load_contract(f"contracts/{name}.yaml"), "sqlite:///mlflow.db", Path("runs")
+            )
     finally:
         os.chdir(cwd)
     return root
@@ -57,8 +66,13 @@ def project(tmp_path_factory):
 
 def start_dashboard(cwd: Path, *args: str):
     """`gates dashboard --port 0` in `cwd`; (process, base URL) once it listens."""
-    proc = subprocess.Popen([sys.executable, "-m", "gates", "dashboard", "--port", "0", *args], cwd=cwd,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gates", "dashboard", "--port", "0", *args],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     line = proc.stdout.readline()
     match = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
     if not match:
@@ -97,7 +111,10 @@ def conditions_table(html: str) -> str:
 def test_index_lists_every_contract_with_verdict_and_hash_status(server):
     status, headers, html = fetch(server)
     assert status == 200 and headers["Content-Type"].startswith("text/html")
-    assert "script-src" not in headers["Content-Security-Policy"] and "default-src 'none'" in headers["Content-Security-Policy"]
+    assert (
+        "script-src" not in headers["Content-Security-Policy"]
+        and "default-src 'none'" in headers["Content-Security-Policy"]
+    )
     assert "v-inconclusive" in row(html, "c05-small") and ">ok<" in row(html, "c05-small")
     assert "v-refuted" in row(html, "markup-claim")
     pending = row(html, "c05-pending")
@@ -108,7 +125,10 @@ def test_index_lists_every_contract_with_verdict_and_hash_status(server):
 def test_claim_markup_is_shown_as_text_never_as_markup(server):
     for page in ("", "contract/markup-claim"):
         _, _, html = fetch(server + page)
-        assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; halts &amp; &lt;b&gt;bold&lt;/b&gt;" in html
+        assert (
+            "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; halts &amp; &lt;b&gt;bold&lt;/b&gt;"
+            in html
+        )
         assert "<script" not in html and "<b>" not in html
 
 
@@ -119,12 +139,18 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
     status, _, html = fetch(server + "contract/markup-claim")
     assert status == 200
     estimated = [c for c in ev["conditions"] if c["estimate"] is not None]
-    assert len(ev["conditions"]) == 8 and len(estimated) == 4  # the halted arms have no completed seed
+    assert (
+        len(ev["conditions"]) == 8 and len(estimated) == 4
+    )  # the halted arms have no completed seed
     table = conditions_table(html)
     assert table.count('<svg class="condition-interval"') == 4 and table.count("no estimate") == 4
     controls = ev.get("controls", [])  # the subheap arms' positive controls: not halted, estimated
-    assert html.count('<svg class="condition-interval"') == 4 + sum(c["estimate"] is not None for c in controls)
-    assert html.count('<svg class="learning-curve"') == 2  # test_acc (decision, gate 5), train_acc (futility)
+    assert html.count('<svg class="condition-interval"') == 4 + sum(
+        c["estimate"] is not None for c in controls
+    )
+    assert (
+        html.count('<svg class="learning-curve"') == 2
+    )  # test_acc (decision, gate 5), train_acc (futility)
     assert "futility look at step 40" in html and "futility bar: worse than 0.5" in html
     halted = [r for r in ev["runs"] if r["status"] == "halted"]
     assert {r["arm"] for r in halted} == {"flat_address", "path_only"}
@@ -162,10 +188,18 @@ def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_pat
     clone = tmp_path / "clone"
     shutil.copytree(project / "contracts", clone / "contracts")
     shutil.copytree(project / "runs", clone / "runs")
-    site = Site(clone / "runs", clone / "contracts", f"sqlite:///{clone / 'mlflow.db'}", "http://127.0.0.1:5000")
+    site = Site(
+        clone / "runs",
+        clone / "contracts",
+        f"sqlite:///{clone / 'mlflow.db'}",
+        "http://127.0.0.1:5000",
+    )
     html = site.contract("c05-small")
     assert f"MLflow store sqlite:///{clone / 'mlflow.db'} not found" in html
-    assert '<svg class="learning-curve"' not in html and conditions_table(html).count('<svg class="condition-interval"') == 8
+    assert (
+        '<svg class="learning-curve"' not in html
+        and conditions_table(html).count('<svg class="condition-interval"') == 8
+    )
     assert "v-inconclusive" in row(site.index(), "c05-small")
     assert not (clone / "mlflow.db").exists()
 
@@ -180,7 +214,9 @@ def test_edited_contract_is_flagged(project, tmp_path):
     cwd = os.getcwd()
     os.chdir(clone)
     try:
-        site = Site(Path("runs"), Path("contracts"), "sqlite:///mlflow.db", "http://mlflow.example:5000")
+        site = Site(
+            Path("runs"), Path("contracts"), "sqlite:///mlflow.db", "http://mlflow.example:5000"
+        )
         html = site.index()
         contract = site.contract("c05-small")
     finally:
@@ -194,8 +230,13 @@ def test_edited_contract_is_flagged(project, tmp_path):
 @pytest.fixture(scope="module")
 def static_report(project, tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
-    done = subprocess.run([sys.executable, "-m", "gates", "report", "--html", str(out)], cwd=project,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "gates", "report", "--html", str(out)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return out
 
@@ -208,7 +249,9 @@ def test_static_report_has_every_page_with_relative_links(static_report):
         page = (out / "contract" / f"{cid}.html").read_text()
         assert 'href="../index.html"' in page
     assert "&lt;script&gt;" in index and "<script" not in index
-    assert (out / "contract" / "c05-small.html").read_text().count('<svg class="learning-curve"') == 2
+    assert (out / "contract" / "c05-small.html").read_text().count(
+        '<svg class="learning-curve"'
+    ) == 2
 
 
 # ---------------------------------------------------------------------------------- real browser
@@ -249,11 +292,15 @@ def check_in_browser(page, dialogs, index_url: str, shots: Path, name: str):
     page.wait_for_load_state()
     assert "markup-claim" in page.url
     assert page.locator("h1").inner_text().startswith("markup-claim")
-    assert page.locator("table.conditions svg.condition-interval").count() == 4  # 8 conditions, 4 on halted arms
+    assert (
+        page.locator("table.conditions svg.condition-interval").count() == 4
+    )  # 8 conditions, 4 on halted arms
     curves = page.locator("svg.learning-curve")
     assert curves.count() == 2 and curves.first.bounding_box()["width"] > 500
     assert page.locator("svg.learning-curve polyline").count() == 2 * 8  # 2 metrics x 8 runs
-    assert page.locator("svg.learning-curve path.halt").count() == 2 * (4 + 1)  # 4 halts + legend, per chart
+    assert page.locator("svg.learning-curve path.halt").count() == 2 * (
+        4 + 1
+    )  # 4 halts + legend, per chart
     shot = shots / f"{name}-contract.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")
@@ -294,24 +341,59 @@ def test_a_busy_port_is_a_one_line_user_error(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(UserError, match=rf"--port: cannot listen on 127\.0\.0\.1:{port} .*expected a free port"):
-            make_server(Site(tmp_path, tmp_path, "sqlite:///none.db", "http://x"), "127.0.0.1", port)
+        with pytest.raises(
+            UserError, match=rf"--port: cannot listen on 127\.0\.0\.1:{port} .*expected a free port"
+        ):
+            make_server(
+                Site(tmp_path, tmp_path, "sqlite:///none.db", "http://x"), "127.0.0.1", port
+            )
 
 
 def test_report_into_an_unwritable_folder_is_a_one_line_error(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    done = subprocess.run([sys.executable, "-m", "gates", "report", "--html", str(blocker / "report"),
-                           "--runs-dir", str(tmp_path / "runs"), "--contracts-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gates",
+            "report",
+            "--html",
+            str(blocker / "report"),
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--contracts-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2
-    assert done.stderr.startswith("error: --html: cannot write the report into") and "Traceback" not in done.stderr
+    assert (
+        done.stderr.startswith("error: --html: cannot write the report into")
+        and "Traceback" not in done.stderr
+    )
     assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_dashboard_port_out_of_range_is_a_one_line_error(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "gates", "dashboard", "--port", "99999",
-                           "--runs-dir", str(tmp_path), "--contracts-dir", str(tmp_path)],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gates",
+            "dashboard",
+            "--port",
+            "99999",
+            "--runs-dir",
+            str(tmp_path),
+            "--contracts-dir",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.startswith("error: --port: cannot listen on 127.0.0.1:99999")

@@ -27,12 +27,22 @@ import yaml
 from tests.conftest import FIXTURE_CLAIMS, REDERIVED, copy_claims, frozen_evidence
 
 REASON = "fixed the crash in <path_only>'s feature builder"  # markup: shown as text
-BLIND = {"flat_address": "it never sees node values", "path_only": "it sees only the L/R path, never node values"}
+BLIND = {
+    "flat_address": "it never sees node values",
+    "path_only": "it sees only the L/R path, never node values",
+}
 NO_CONVERGENCE = "full-batch probe runs of 300 steps & the curves flatten by step 150"
 CEILING_WHY = "one pattern in ten is ambiguous at depth 6"
 ERROR = "index 7 is out of bounds for axis 0 with size 7"
-PAGES = ("c05-structural-probe", "c05-structural-probe-hard", "c05-structural-probe-v2", "c05-structural-probe-tuned",
-         "c05-baseline-control", "spr096-topology", "c05-not-converged")
+PAGES = (
+    "c05-structural-probe",
+    "c05-structural-probe-hard",
+    "c05-structural-probe-v2",
+    "c05-structural-probe-tuned",
+    "c05-baseline-control",
+    "spr096-topology",
+    "c05-not-converged",
+)
 
 
 def h(text) -> str:
@@ -65,11 +75,18 @@ def _edit_runs(root: Path, contract_id: str, change) -> None:
 
 def _failed(run: dict) -> dict:
     """A run whose study raised, as gates.runner records it."""
-    run.update(status="failed", halt_reason="error", metrics={}, first_signal=None,
-               halt_detail=(f"study 'c05_probe' raised IndexError at models/c05_probe.py:88 in run(): {ERROR}\n"
-                            f"Traceback (most recent call last):\n  File \"models/c05_probe.py\", line 88\n"
-                            f"IndexError: {ERROR}"),
-               error={"type": "IndexError", "message": ERROR, "where": "models/c05_probe.py:88"})
+    run.update(
+        status="failed",
+        halt_reason="error",
+        metrics={},
+        first_signal=None,
+        halt_detail=(
+            f"study 'c05_probe' raised IndexError at models/c05_probe.py:88 in run(): {ERROR}\n"
+            f'Traceback (most recent call last):\n  File "models/c05_probe.py", line 88\n'
+            f"IndexError: {ERROR}"
+        ),
+        error={"type": "IndexError", "message": ERROR, "where": "models/c05_probe.py:88"},
+    )
     return run
 
 
@@ -106,7 +123,11 @@ def build_project(folder: Path) -> Path:
     _edit_contract(root, "c05-structural-probe", design)
     _edit_contract(root, "c05-structural-probe-hard", hard)
     _edit_contract(root, "c05-structural-probe-v2", ceiling)
-    _edit_runs(root, "c05-structural-probe", lambda runs: [_failed(r) for r in runs if r["arm"] == "path_only"])
+    _edit_runs(
+        root,
+        "c05-structural-probe",
+        lambda runs: [_failed(r) for r in runs if r["arm"] == "path_only"],
+    )
 
     def crash_then_skip(runs):
         arm = [r for r in runs if r["arm"] == "path_only"]
@@ -126,7 +147,9 @@ def build_project(folder: Path) -> Path:
     recording = plan_recording(loaded, runs_root, record=True, reason=REASON)
     current = ledger.read_evidence(runs_root / "c05-structural-probe" / "evidence.json")
     runs = frozen_evidence("c05-structural-probe")["runs"]
-    base = {k: v for k, v in current.items() if k not in ("not_run", "beyond_ceiling", "tuning_edges")}
+    base = {
+        k: v for k, v in current.items() if k not in ("not_run", "beyond_ceiling", "tuning_edges")
+    }
     fresh = verdict_fields(loaded, {**base, "runs": runs}, verdict.judge_claim(loaded, runs))
     fresh["attempt"] = attempt_field(recording)
     fresh["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
@@ -158,14 +181,23 @@ def served(project) -> dict[str, str]:
     from dashboard.server import make_server
     from dashboard.site import Site
 
-    site = Site(project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://127.0.0.1:5000")
+    site = Site(
+        project / "runs",
+        project / "contracts",
+        f"sqlite:///{project / 'mlflow.db'}",
+        "http://127.0.0.1:5000",
+    )
     server = make_server(site, "127.0.0.1", 0)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     base = f"http://127.0.0.1:{server.server_address[1]}/"
     try:
         pages = {}
         for name in ("index", *PAGES):
-            with urllib.request.urlopen(base + ("" if name == "index" else f"contract/{name}"), timeout=60) as r:
+            with urllib.request.urlopen(
+                base + ("" if name == "index" else f"contract/{name}"), timeout=60
+            ) as r:
                 assert r.status == 200
                 pages[name] = r.read().decode()
         return pages
@@ -178,8 +210,13 @@ def served(project) -> dict[str, str]:
 def static(project, tmp_path_factory) -> dict[str, str]:
     """The same pages written by `gates report --html`."""
     out = tmp_path_factory.mktemp("dash-claims-report")
-    done = subprocess.run([sys.executable, "-m", "gates", "report", "--html", str(out)], cwd=project,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "gates", "report", "--html", str(out)],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     pages = {"index": (out / "index.html").read_text()}
     pages.update({name: (out / "contract" / f"{name}.html").read_text() for name in PAGES})
@@ -207,14 +244,25 @@ def test_the_records_are_what_the_platform_writes(checks, project):
     """Every claim in the project verifies: the pages show records `gates verify` accepts."""
     assert {cid: c.status for cid, c in checks.items()} == {cid: "ok" for cid in FIXTURE_CLAIMS}
     probe = evidence(project, "c05-structural-probe")
-    assert probe["attempt"]["number"] == 2 and probe["attempt"]["earlier"][0]["verdict"] == "invalid"
+    assert (
+        probe["attempt"]["number"] == 2 and probe["attempt"]["earlier"][0]["verdict"] == "invalid"
+    )
     assert checks["c05-structural-probe"].attempts == 2
     hard = evidence(project, "c05-structural-probe-hard")
     assert hard["verdict"] == "invalid" and [x["arm"] for x in hard["not_run"]] == ["path_only"]
-    assert sorted(r["status"] for r in hard["runs"] if r["arm"] == "path_only") == ["failed", "skipped", "skipped"]
-    assert evidence(project, "c05-structural-probe-v2")["beyond_ceiling"][0]["condition"] == "supported_if[0]"
+    assert sorted(r["status"] for r in hard["runs"] if r["arm"] == "path_only") == [
+        "failed",
+        "skipped",
+        "skipped",
+    ]
+    assert (
+        evidence(project, "c05-structural-probe-v2")["beyond_ceiling"][0]["condition"]
+        == "supported_if[0]"
+    )
     assert evidence(project, "c05-structural-probe-tuned")["tuning_edges"]
-    assert checks["c05-baseline-control"].regime_left and checks["c05-structural-probe-v2"].shared_runs
+    assert (
+        checks["c05-baseline-control"].regime_left and checks["c05-structural-probe-v2"].shared_runs
+    )
 
 
 # ---------------------------------------------------------------------------------- 1. attempts
@@ -226,14 +274,19 @@ def test_every_attempt_is_on_the_index_and_the_contract_page(pages, checks, proj
     assert note in _claim_notes(c, str, short=True)  # the line `gates status` prints
     assert c.earlier[0].startswith("attempt 1 invalid (")
     assert h(note) in row(pages["index"], "c05-structural-probe")
-    assert "attempt 1;" not in pages["index"] and "earlier:" not in row(pages["index"], "c05-structural-probe-hard")
+    assert "attempt 1;" not in pages["index"] and "earlier:" not in row(
+        pages["index"], "c05-structural-probe-hard"
+    )
     page = pages["c05-structural-probe"]
     assert h(c.earlier[0]) in page  # the claims history's line
     # the evidence's own attempt record, as verdict.md's "Attempt 2 at this claim ..." section
     attempts = section(page, "Attempts")
     assert f"Attempt 2 at this claim, recorded because: {h(REASON)}; earlier:" in attempts
     earlier = evidence(project, "c05-structural-probe")["attempt"]["earlier"][0]
-    assert 'attempt 1: <span class="v v-invalid">invalid</span>' in attempts and h(earlier["recorded"]) in attempts
+    assert (
+        'attempt 1: <span class="v v-invalid">invalid</span>' in attempts
+        and h(earlier["recorded"]) in attempts
+    )
     assert earlier["why"] and all(h(w) in attempts for w in earlier["why"])
     assert any("did not run as designed" in w for w in earlier["why"])
     assert "<path_only>" not in page  # the reason is text
@@ -252,7 +305,11 @@ def test_the_declared_design_and_regime_are_beside_the_verdict(pages, project):
     assert f"regime: {h(describe_regime(regime))}" in design
     # the Design section comes before the reasons, as in verdict.md
     page = pages["c05-structural-probe"]
-    assert page.index("<h2>Design</h2>") < page.index("<h2>Why</h2>") < page.index("<h2>Conditions</h2>")
+    assert (
+        page.index("<h2>Design</h2>")
+        < page.index("<h2>Why</h2>")
+        < page.index("<h2>Conditions</h2>")
+    )
     # a contract that declares nothing shows its regime only
     hard = section(pages["c05-structural-probe-hard"], "Design")
     assert "regime: pattern=[0.9,-0.4,0.7]" in hard and "fails by construction" not in hard
@@ -271,14 +328,22 @@ def test_shared_runs_and_a_left_regime_are_flagged(pages, checks):
     assert h(describe_shared(checks["c05-structural-probe-v2"].shared_runs)) in v2
 
     left = {cid for cid, c in checks.items() if c.regime_left}
-    assert left == {"c05-baseline-control", "c05-sequential-early", "c05-structural-probe-tuned", "c05-structural-probe-v2"}
+    assert left == {
+        "c05-baseline-control",
+        "c05-sequential-early",
+        "c05-structural-probe-tuned",
+        "c05-structural-probe-v2",
+    }
     for cid in left:
         cells = row(pages["index"], cid)
         assert "regime left: sibling" in cells and ">c05-not-converged</a> superseded by" in cells
         assert f'title="{h(checks[cid].regime_left.note)}"' in cells
     for cid in set(checks) - left:
         assert "regime left" not in row(pages["index"], cid)
-    assert f"Regime left: {h(checks['c05-baseline-control'].regime_left.note)}" in pages["c05-baseline-control"]
+    assert (
+        f"Regime left: {h(checks['c05-baseline-control'].regime_left.note)}"
+        in pages["c05-baseline-control"]
+    )
     assert "superseded by" in row(pages["index"], "c05-not-converged")
 
 
@@ -291,15 +356,26 @@ def test_each_condition_states_its_estimand_scale_and_adjustment(pages, project)
             assert c["estimand"] and c["adjustment"]
             assert f"estimates: {h(c['estimand'])}" in page and h(c["adjustment"]) in page
         families = section(page, "Conditions")
-        assert "intersection-union test" in families and "Holm-corrected at &alpha; = 0.05" in families
+        assert (
+            "intersection-union test" in families and "Holm-corrected at &alpha; = 0.05" in families
+        )
         assert "Holm-corrected p-values across all" not in page
     log = section(pages["spr096-topology"], "Conditions")
-    assert [c["scale"] for c in evidence(project, "spr096-topology")["conditions"]] == ["log", "log"]
-    assert log.count('<span class="small scale">log scale</span>') == 4  # estimate and interval of each
+    assert [c["scale"] for c in evidence(project, "spr096-topology")["conditions"]] == [
+        "log",
+        "log",
+    ]
+    assert (
+        log.count('<span class="small scale">log scale</span>') == 4
+    )  # estimate and interval of each
     assert "exp(estimate) is the factor by which the bar is cleared" in log
     assert "log scale" not in section(pages["c05-structural-probe"], "Conditions")
     controls = section(pages["c05-baseline-control"], "Controls")
-    assert "(positive control)" in controls and "intersection-union" in controls and "o-fails" in controls
+    assert (
+        "(positive control)" in controls
+        and "intersection-union" in controls
+        and "o-fails" in controls
+    )
 
 
 def test_holm_evidence_keeps_the_old_wording(project):
@@ -307,13 +383,23 @@ def test_holm_evidence_keeps_the_old_wording(project):
     from dashboard import render
     from dashboard.site import Site
 
-    site = Site(project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x")
+    site = Site(
+        project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x"
+    )
     view = site.claims.view("c05-structural-probe")
-    view.evidence = {**view.evidence, "settings": {**view.evidence["settings"], "correction": "holm"}}
-    view.evidence["conditions"] = [{k: v for k, v in c.items() if k not in ("estimand", "scale", "adjustment")}
-                                   for c in view.evidence["conditions"]]
+    view.evidence = {
+        **view.evidence,
+        "settings": {**view.evidence["settings"], "correction": "holm"},
+    }
+    view.evidence["conditions"] = [
+        {k: v for k, v in c.items() if k not in ("estimand", "scale", "adjustment")}
+        for c in view.evidence["conditions"]
+    ]
     html = render.contract_page(view, render.SERVER, "http://x", "")
-    assert "Holm-corrected p-values across all 8 conditions" in html and "intersection-union" not in html
+    assert (
+        "Holm-corrected p-values across all 8 conditions" in html
+        and "intersection-union" not in html
+    )
     assert "estimates:" not in html and '<td class="small adjustment">-</td>' in html
 
 
@@ -348,13 +434,18 @@ def test_skipped_runs_have_no_mlflow_link_and_show_their_error(pages, project):
         assert h(skipped[0]["halt_detail"]) in r and '<span class="small">none</span>' in r
     assert "2 runs were skipped: not run after its arm kept failing" in runs
     lost = section(pages["c05-structural-probe-hard"], "Lost values")
-    assert "path_only.test_acc seed 1: skipped: failures" in lost and "path_only.test_acc seed 0: failed: error" in lost
+    assert (
+        "path_only.test_acc seed 1: skipped: failures" in lost
+        and "path_only.test_acc seed 0: failed: error" in lost
+    )
 
 
 def test_a_bar_beyond_the_ceiling_and_tuning_at_an_edge(pages, project):
     ev = evidence(project, "c05-structural-probe-v2")
     assert ev["verdict"] == "invalid"
-    assert "bar beyond the ceiling: supported_if[0]" in row(pages["index"], "c05-structural-probe-v2")
+    assert "bar beyond the ceiling: supported_if[0]" in row(
+        pages["index"], "c05-structural-probe-v2"
+    )
     part = section(pages["c05-structural-probe-v2"], "Bars beyond the ceiling")
     assert "the best possible arm reaches 0.9" in part and h(CEILING_WHY) in part
     assert h(ev["beyond_ceiling"][0]["settle"]) in part
@@ -404,10 +495,16 @@ def test_runs_never_started_are_not_looked_up_in_mlflow(project):
             asked.append(run_id)
             return []
 
-    site = Site(project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x")
+    site = Site(
+        project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x"
+    )
     site.store.client = lambda: (Client(), None)
     html = site.contract("c05-structural-probe-hard")
-    assert asked and "2 of 12 runs have no MLflow run (never started: path_only/seed 1 (skipped), path_only/seed 2" in html
+    assert (
+        asked
+        and "2 of 12 runs have no MLflow run (never started: path_only/seed 1 (skipped), path_only/seed 2"
+        in html
+    )
     assert "10 of 12 runs have no metric history" in html
 
 
@@ -418,18 +515,33 @@ def test_fields_of_an_unexpected_shape_show_as_nothing(project):
     from dashboard.data import _design_flags
     from dashboard.site import Site
 
-    site = Site(project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x")
+    site = Site(
+        project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x"
+    )
     view = site.claims.view("c05-structural-probe-hard")
     odd = [5, "text", None, ["a"], {"x": 1}]
     for value in odd:
-        ev = {**view.evidence, "attempt": {"number": value, "earlier": value}, "design": value, "regime": value,
-              "not_run": value, "beyond_ceiling": value, "tuning_edges": value}
+        ev = {
+            **view.evidence,
+            "attempt": {"number": value, "earlier": value},
+            "design": value,
+            "regime": value,
+            "not_run": value,
+            "beyond_ceiling": value,
+            "tuning_edges": value,
+        }
         ev["runs"] = [{**r, "error": value, "halt_detail": value} for r in ev["runs"]]
         view.evidence = ev
         html = render.contract_page(view, render.SERVER, "http://x", "")
         assert "<h2>Runs: final metrics per arm and seed</h2>" in html, value
-        assert _design_flags(ev) == {"not_run": [], "beyond_ceiling": [],
-                                     "tuning_edges": ["x"] if isinstance(value, dict) else []}
-    ev = {**view.evidence, "attempt": {"number": 2, "earlier": [{"number": 1, "verdict": "refuted", "why": "one"}]}}
+        assert _design_flags(ev) == {
+            "not_run": [],
+            "beyond_ceiling": [],
+            "tuning_edges": ["x"] if isinstance(value, dict) else [],
+        }
+    ev = {
+        **view.evidence,
+        "attempt": {"number": 2, "earlier": [{"number": 1, "verdict": "refuted", "why": "one"}]},
+    }
     view.evidence = ev
     assert "<li>one</li>" in render.contract_page(view, render.SERVER, "http://x", "")

@@ -27,14 +27,21 @@ def site(tmp_path_factory) -> Site:
     (root / "contracts").mkdir()
     for name in CONTRACTS:
         shutil.copy(ROOT / "contracts" / name, root / "contracts" / name)
-    site = Site(root / "runs", root / "contracts", f"sqlite:///{root / 'mlflow.db'}", "http://127.0.0.1:5000")
+    site = Site(
+        root / "runs",
+        root / "contracts",
+        f"sqlite:///{root / 'mlflow.db'}",
+        "http://127.0.0.1:5000",
+    )
     site.index()  # warm: imports and claim checks, so that timings measure the server
     return site
 
 
 def start(site: Site, **kwargs):
     server = make_server(site, "127.0.0.1", 0, **kwargs)
-    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    ).start()
     return server
 
 
@@ -46,8 +53,13 @@ def server(site):
     server.server_close()
 
 
-def request(port: int, path: str = "/", host: str | None = "default", timeout: float = 20,
-            method: str = "GET") -> bytes:
+def request(
+    port: int,
+    path: str = "/",
+    host: str | None = "default",
+    timeout: float = 20,
+    method: str = "GET",
+) -> bytes:
     """One HTTP/1.1 request on a fresh connection; the whole answer."""
     host = f"127.0.0.1:{port}" if host == "default" else host
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
@@ -99,7 +111,9 @@ def test_half_sent_requests_neither_starve_others_nor_stay_open(site):
         half = []
         for _ in range(60):
             s = socket.create_connection(("127.0.0.1", port), timeout=10)
-            s.sendall(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode())  # and never the blank line
+            s.sendall(
+                f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
+            )  # and never the blank line
             half.append(s)
         statuses, slowest = burst(port, 50)
         assert statuses == [200] * 50 and slowest < 0.9, (statuses, slowest)
@@ -131,17 +145,31 @@ def test_a_client_that_goes_away_is_one_log_line_not_a_traceback(server, capfd):
     log += capfd.readouterr().err
     assert "Traceback" not in log and "Exception occurred" not in log, log[-3000:]
     gone = [line for line in log.splitlines() if "connection closed by the client" in line]
-    assert gone and all(line.startswith("127.0.0.1 connection closed by the client (") for line in gone), gone
+    assert gone and all(
+        line.startswith("127.0.0.1 connection closed by the client (") for line in gone
+    ), gone
 
 
-@pytest.mark.parametrize("host", ["127.0.0.1:{port}", "localhost:{port}", "LocalHost:{port}", "[::1]:{port}", None])
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1:{port}", "localhost:{port}", "LocalHost:{port}", "[::1]:{port}", None]
+)
 def test_the_addresses_it_serves_are_accepted(server, host):
     port = server.server_address[1]
     assert status(request(port, host=host.format(port=port) if host else None)) == 200
 
 
-@pytest.mark.parametrize("host", ["evil.example:{port}", "127.0.0.1.nip.io:{port}", "localhost.evil.example:{port}",
-                                  "127.0.0.1:{other}", "localhost", "", "127.0.0.1:{port}\r\nHost: evil.example"])
+@pytest.mark.parametrize(
+    "host",
+    [
+        "evil.example:{port}",
+        "127.0.0.1.nip.io:{port}",
+        "localhost.evil.example:{port}",
+        "127.0.0.1:{other}",
+        "localhost",
+        "",
+        "127.0.0.1:{port}\r\nHost: evil.example",
+    ],
+)
 def test_a_host_header_naming_another_site_is_refused(server, host):
     """DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 must not read the dashboard."""
     port = server.server_address[1]
@@ -149,8 +177,11 @@ def test_a_host_header_naming_another_site_is_refused(server, host):
         answer = request(port, host=host.format(port=port, other=port + 1), method=method)
         assert status(answer) == 421, answer[:200]
         body = answer.split(b"\r\n\r\n", 1)[1]
-        assert body == (b"" if method == "HEAD" else
-                        f"<h1>421: this dashboard answers to 127.0.0.1:{port} only</h1>".encode())
+        assert body == (
+            b""
+            if method == "HEAD"
+            else f"<h1>421: this dashboard answers to 127.0.0.1:{port} only</h1>".encode()
+        )
 
 
 def test_pages_under_concurrent_first_views(site):
@@ -176,7 +207,9 @@ def test_a_page_that_fails_to_render_is_a_500_without_a_traceback(site, capfd):
         def index(self):
             raise RuntimeError("the runs folder vanished")
 
-    broken = Broken(site.claims.runs_dir, site.claims.contracts_dir, site.store.uri, "http://127.0.0.1:5000")
+    broken = Broken(
+        site.claims.runs_dir, site.claims.contracts_dir, site.store.uri, "http://127.0.0.1:5000"
+    )
     server = start(broken)
     try:
         answer = request(server.server_address[1], "/")

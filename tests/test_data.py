@@ -35,53 +35,97 @@ FOOT = """</div>
 def switch(mac: str, default: str, unix: str | None = None) -> str:
     """An inline platform switch as the help generator writes it."""
     unix_case = f'<span hidden="true" id="UNIXtextx_1" class="UNIX">{unix}</span>' if unix else ""
-    return ('<span id="swlnsystextx_1" class="switchinline">'
-            f'<span hidden="true" id="MACtextx_1" class="MAC"><span class="keycode">{mac}</span></span>{unix_case}'
-            f'<span hidden="true" id="defaulttextx_1"><span class="keycode">{default}</span></span></span>')
+    return (
+        '<span id="swlnsystextx_1" class="switchinline">'
+        f'<span hidden="true" id="MACtextx_1" class="MAC"><span class="keycode">{mac}</span></span>{unix_case}'
+        f'<span hidden="true" id="defaulttextx_1"><span class="keycode">{default}</span></span></span>'
+    )
 
 
 # page -> language -> list of (tag, id, inner html); languages share ids, as in the real packages
 PAGES = {
     "shared/01/find.html": {
-        "en": [("h1", "hd_id1", "Find &amp; Replace"),
-               ("p", "par_id1", f'Press {switch("Command", "Ctrl")}<span class="keycode"> + F</span> to\n   search.'),
-               ("p", "par_id2", '<img src="icon.svg" alt="Icon">'),  # icon-only: empty
-               ("p", "par_id3", "Related Topics"),
-               ("p", "par_id4", "SUM(A1:A3)"),
-               ("p", "par_id5", "Only in English."),
-               ("p", "par_id6", "Uses &lt;b&gt;, the&nbsp;non-breaking space and &#8211; dashes.<br>Second line."),
-               ("p", "par_id8", "A paragraph no translation has.")],
-        "zh": [("h1", "hd_id1", "查找和替换"),
-               ("p", "par_id1", f'按 {switch("Command", "Ctrl")}<span class="keycode"> + F</span> 搜索。'),
-               ("p", "par_id2", '<img src="icon.svg" alt="图标">'),
-               ("p", "par_id3", "相关主题"),
-               ("p", "par_id4", "SUM(A1:A3)"),  # code: identical in both languages
-               ("p", "par_id5", "Only in English."),  # untranslated fallback
-               ("p", "par_id6", "「B」"),  # no Han character: no translation signal
-               ("p", "par_id88", "只有中文有的段落。")],  # a paragraph English does not have
-        "de": [("h1", "hd_id1", "Suchen &amp; Ersetzen"),
-               ("p", "par_id1", f'Drücken Sie {switch("Befehl", "Strg")}<span class="keycode"> + F</span>.'),
-               ("p", "par_id2", '<img src="icon.svg" alt="Symbol">'),
-               ("p", "par_id3", "Verwandte Themen"),
-               ("p", "par_id4", "SUMME(A1:A3)"),
-               ("p", "par_id5", ""),
-               ("p", "par_id6", "Verwendet &lt;b&gt; und &#8211; Striche. Zweite Zeile.")],
+        "en": [
+            ("h1", "hd_id1", "Find &amp; Replace"),
+            (
+                "p",
+                "par_id1",
+                f'Press {switch("Command", "Ctrl")}<span class="keycode"> + F</span> to\n   search.',
+            ),
+            ("p", "par_id2", '<img src="icon.svg" alt="Icon">'),  # icon-only: empty
+            ("p", "par_id3", "Related Topics"),
+            ("p", "par_id4", "SUM(A1:A3)"),
+            ("p", "par_id5", "Only in English."),
+            (
+                "p",
+                "par_id6",
+                "Uses &lt;b&gt;, the&nbsp;non-breaking space and &#8211; dashes.<br>Second line.",
+            ),
+            ("p", "par_id8", "A paragraph no translation has."),
+        ],
+        "zh": [
+            ("h1", "hd_id1", "查找和替换"),
+            (
+                "p",
+                "par_id1",
+                f'按 {switch("Command", "Ctrl")}<span class="keycode"> + F</span> 搜索。',
+            ),
+            ("p", "par_id2", '<img src="icon.svg" alt="图标">'),
+            ("p", "par_id3", "相关主题"),
+            ("p", "par_id4", "SUM(A1:A3)"),  # code: identical in both languages
+            ("p", "par_id5", "Only in English."),  # untranslated fallback
+            ("p", "par_id6", "「B」"),  # no Han character: no translation signal
+            ("p", "par_id88", "只有中文有的段落。"),
+        ],  # a paragraph English does not have
+        "de": [
+            ("h1", "hd_id1", "Suchen &amp; Ersetzen"),
+            (
+                "p",
+                "par_id1",
+                f'Drücken Sie {switch("Befehl", "Strg")}<span class="keycode"> + F</span>.',
+            ),
+            ("p", "par_id2", '<img src="icon.svg" alt="Symbol">'),
+            ("p", "par_id3", "Verwandte Themen"),
+            ("p", "par_id4", "SUMME(A1:A3)"),
+            ("p", "par_id5", ""),
+            ("p", "par_id6", "Verwendet &lt;b&gt; und &#8211; Striche. Zweite Zeile."),
+        ],
     },
     "scalc/01/sum.html": {
         # the ids are listed in another order per language: alignment is by id, not position
-        "en": [("p", "par_id3", "Related Topics"),
-               ("p", "par_id1", f'Choose {switch("LibreOffice - Preferences", "Tools - Options", unix="Tools - Linux")}.'),
-               ("p", "par_id9", "Adds numbers.")],
-        "zh": [("p", "par_id9", "将数字相加。"),
-               ("p", "par_id3", "相关主题"),
-               ("p", "par_id1", f'选择{switch("LibreOffice - 偏好设置", "工具 - 选项", unix="工具 - Linux")}。')],
-        "de": [("p", "par_id1", f'Wählen Sie {switch("LibreOffice - Einstellungen", "Extras - Optionen", unix="Extras - Linux")}.'),
-               ("p", "par_id9", "Addiert Zahlen."),
-               ("p", "par_id3", "Verwandte Themen")],
+        "en": [
+            ("p", "par_id3", "Related Topics"),
+            (
+                "p",
+                "par_id1",
+                f"Choose {switch('LibreOffice - Preferences', 'Tools - Options', unix='Tools - Linux')}.",
+            ),
+            ("p", "par_id9", "Adds numbers."),
+        ],
+        "zh": [
+            ("p", "par_id9", "将数字相加。"),
+            ("p", "par_id3", "相关主题"),
+            (
+                "p",
+                "par_id1",
+                f"选择{switch('LibreOffice - 偏好设置', '工具 - 选项', unix='工具 - Linux')}。",
+            ),
+        ],
+        "de": [
+            (
+                "p",
+                "par_id1",
+                f"Wählen Sie {switch('LibreOffice - Einstellungen', 'Extras - Optionen', unix='Extras - Linux')}.",
+            ),
+            ("p", "par_id9", "Addiert Zahlen."),
+            ("p", "par_id3", "Verwandte Themen"),
+        ],
     },
 }
 FOLDERS = {"en": "en-US", "zh": "zh-CN", "de": "de"}
-COPYRIGHT = "Format: x\n\nFiles: *\nCopyright: Copyright 2000 Example Holder.\nLicense: MPL-2.0\n Text.\n"
+COPYRIGHT = (
+    "Format: x\n\nFiles: *\nCopyright: Copyright 2000 Example Holder.\nLicense: MPL-2.0\n Text.\n"
+)
 
 
 def write_help_tree(root: Path, pages=PAGES) -> Path:
@@ -90,8 +134,10 @@ def write_help_tree(root: Path, pages=PAGES) -> Path:
         for language, paragraphs in by_language.items():
             page = root / "usr/share/libreoffice/help" / FOLDERS[language] / "text" / relative
             page.parent.mkdir(parents=True, exist_ok=True)
-            body = "\n".join(f'<{tag} id="{pid}" class="paragraph" dir="auto">{inner}</{tag}>'
-                             for tag, pid, inner in paragraphs)
+            body = "\n".join(
+                f'<{tag} id="{pid}" class="paragraph" dir="auto">{inner}</{tag}>'
+                for tag, pid, inner in paragraphs
+            )
             page.write_text(HEAD.format(lang=FOLDERS[language]) + body + FOOT, encoding="utf-8")
     doc = root / "usr/share/doc/libreoffice-help-en-us"
     doc.mkdir(parents=True, exist_ok=True)
@@ -109,7 +155,9 @@ def cache(tmp_path, monkeypatch):
 def built(tmp_path, cache):
     """The libreoffice-help corpus built from the synthetic tree into the (temporary) cache."""
     root = write_help_tree(tmp_path / "extracted")
-    data.build_from_extracted(root, data.corpus_path("libreoffice-help"), packages={"libreoffice-help-en-us": "1:1"})
+    data.build_from_extracted(
+        root, data.corpus_path("libreoffice-help"), packages={"libreoffice-help-en-us": "1:1"}
+    )
     return data.corpus_path("libreoffice-help")
 
 
@@ -128,7 +176,10 @@ def test_pairs_align_by_page_and_id_not_position(built):
     assert ["Addiert Zahlen.", "Adds numbers."] in de_en
     assert ["Suchen & Ersetzen", "Find & Replace"] in de_en
     # a paragraph on one side only is in no pair (but English ones are still English text)
-    assert "A paragraph no translation has." in (built / "en.txt").read_text(encoding="utf-8").splitlines()
+    assert (
+        "A paragraph no translation has."
+        in (built / "en.txt").read_text(encoding="utf-8").splitlines()
+    )
     assert not any("A paragraph no translation has." in row[1] for row in zh_en + de_en)
     assert not any("只有中文有的段落。" in row[0] for row in zh_en)
     assert "只有中文有的段落。" not in data.load_text("libreoffice-help:zh")
@@ -142,7 +193,9 @@ def test_tags_stripped_entities_unescaped_whitespace_collapsed(built):
     assert "Uses <b>, the non-breaking space and \u2013 dashes. Second line." in english
     assert "Press Ctrl + F to search." in english
     assert not any("<" in line and "<b>" not in line for line in english)
-    assert "LibreOffice 7.4 Help" not in english  # paragraphs without id are page chrome, not content
+    assert (
+        "LibreOffice 7.4 Help" not in english
+    )  # paragraphs without id are page chrome, not content
 
 
 def test_inline_platform_switch_keeps_one_case_never_glued(built):
@@ -155,15 +208,19 @@ def test_inline_platform_switch_keeps_one_case_never_glued(built):
 
 
 def test_parse_help_page_switch_without_default_or_unix_case_is_dropped():
-    html = ('<p id="a">Select <span class="switchinline"><span hidden="true" id="CALCx" class="CALC">cells'
-            '</span></span>objects.</p>')
+    html = (
+        '<p id="a">Select <span class="switchinline"><span hidden="true" id="CALCx" class="CALC">cells'
+        "</span></span>objects.</p>"
+    )
     keyed, resolved = data.parse_help_page(html)
     assert keyed == [("a", "Select objects.")] and resolved == 1
 
 
 def test_parse_help_page_repeated_id_in_block_switch_keeps_both_with_occurrence_keys():
-    html = ('<span class="switch"><span hidden="true" class="UNIX"><h2 id="x">Email</h2></span>'
-            '<span hidden="true" class="MAC"><h2 id="x">Mail</h2></span></span>')
+    html = (
+        '<span class="switch"><span hidden="true" class="UNIX"><h2 id="x">Email</h2></span>'
+        '<span hidden="true" class="MAC"><h2 id="x">Mail</h2></span></span>'
+    )
     keyed, _ = data.parse_help_page(html)
     assert keyed == [("x", "Email"), ("x#1", "Mail")]
 
@@ -221,8 +278,11 @@ def test_manifest_records_every_file_hash_size_and_lines(built):
     assert set(found["files"]) == {"en.txt", "zh-en.tsv", "de-en.tsv", "LICENSE.txt"}
     for filename, entry in found["files"].items():
         content = (built / filename).read_bytes()
-        assert entry == {"sha256": hashlib.sha256(content).hexdigest(), "bytes": len(content),
-                         "lines": content.count(b"\n")}
+        assert entry == {
+            "sha256": hashlib.sha256(content).hexdigest(),
+            "bytes": len(content),
+            "lines": content.count(b"\n"),
+        }
     assert found["license"] == "MPL-2.0" and found["packages"] == {"libreoffice-help-en-us": "1:1"}
     assert found["copyright"] == ["Copyright 2000 Example Holder."]
     assert "Example Holder" in (built / "LICENSE.txt").read_text()
@@ -245,8 +305,9 @@ def test_tampering_is_detected_by_verify_and_by_reads(built):
 def test_corpus_missing_message_names_the_exact_command(cache):
     with pytest.raises(data.CorpusMissing) as info:
         data.corpus_dir("libreoffice-help")
-    assert str(info.value) == ("corpus 'libreoffice-help' is not fetched; "
-                               "run: gates data fetch libreoffice-help")
+    assert str(info.value) == (
+        "corpus 'libreoffice-help' is not fetched; run: gates data fetch libreoffice-help"
+    )
     with pytest.raises(data.CorpusMissing, match="run: gates data fetch libreoffice-help"):
         data.load_pairs("libreoffice-help:zh-en")
     assert data.check_source("libreoffice-help:zh-en") == str(info.value)
@@ -270,7 +331,9 @@ def test_corpus_from_another_build_format_counts_as_missing(built):
 def test_list_corpora(built):
     (row,) = [r for r in data.list_corpora() if r["name"] == "libreoffice-help"]
     assert row["present"] is True and row["license"] == "MPL-2.0"
-    assert row["size"] == sum(p.stat().st_size for p in built.iterdir() if p.name != "manifest.json")
+    assert row["size"] == sum(
+        p.stat().st_size for p in built.iterdir() if p.name != "manifest.json"
+    )
     assert row["path"] == str(built)
 
 
@@ -319,7 +382,9 @@ class FakeApt:
         self.commands.append(cmd[:2])
         if cmd[:2] == ["apt-get", "download"]:
             if self.lists_missing:
-                return subprocess.CompletedProcess(cmd, 100, "", "E: Unable to locate package libreoffice-help-de")
+                return subprocess.CompletedProcess(
+                    cmd, 100, "", "E: Unable to locate package libreoffice-help-de"
+                )
             for package in cmd[2:]:  # named as apt names them: version with an escaped epoch
                 (Path(cwd) / f"{package}_4%3a7.4.7-1+deb12u14_all.deb").write_bytes(b"deb")
         elif cmd[:2] == ["apt-get", "update"]:
@@ -336,7 +401,11 @@ def test_download_runs_apt_get_update_once_when_lists_are_missing(tmp_path, monk
     monkeypatch.setattr(data.os, "geteuid", lambda: 0)
     versions = data._download_and_extract(data.LIBREOFFICE_HELP_PACKAGES, tmp_path, lambda _m: None)
     assert versions == {package: FakeApt.VERSION for package in data.LIBREOFFICE_HELP_PACKAGES}
-    assert fake.commands[:3] == [["apt-get", "download"], ["apt-get", "update"], ["apt-get", "download"]]
+    assert fake.commands[:3] == [
+        ["apt-get", "download"],
+        ["apt-get", "update"],
+        ["apt-get", "download"],
+    ]
     assert fake.commands.count(["dpkg", "-x"]) == 3
 
 
@@ -373,7 +442,9 @@ def test_cli_fetch_and_list(fake_apt):
     listed = runner.invoke(data_app, ["list"])
     assert listed.exit_code == 0 and "libreoffice-help" in listed.output and "yes" in listed.output
     bad = runner.invoke(data_app, ["fetch", "libreofice-help"])
-    assert isinstance(bad.exception, UserError) and "did you mean 'libreoffice-help'" in str(bad.exception)
+    assert isinstance(bad.exception, UserError) and "did you mean 'libreoffice-help'" in str(
+        bad.exception
+    )
 
 
 # --- reading: registered corpora and users' own files -----------------------------------------------
@@ -382,7 +453,9 @@ def test_cli_fetch_and_list(fake_apt):
 def test_load_registered_sides(built):
     english = data.load_text("libreoffice-help:en")
     assert "Adds numbers." in english
-    assert data.load_text("libreoffice-help:zh") == [s for s, _ in data.load_pairs("libreoffice-help:zh-en")]
+    assert data.load_text("libreoffice-help:zh") == [
+        s for s, _ in data.load_pairs("libreoffice-help:zh-en")
+    ]
     assert ("Addiert Zahlen.", "Adds numbers.") in data.load_pairs("libreoffice-help:de-en")
     with pytest.raises(ValueError, match="load_pairs"):
         data.load_text("libreoffice-help:zh-en")
@@ -419,9 +492,15 @@ def test_missing_user_file_is_a_clear_file_not_found(tmp_path):
 
 def test_moses_files(tmp_path):
     (tmp_path / "train.de").write_text("Hallo Welt\nGuten Tag\n\nEnde\n", encoding="utf-8")
-    (tmp_path / "train.en").write_text("Hello world\nGood day\nempty source\nEnd\n", encoding="utf-8")
+    (tmp_path / "train.en").write_text(
+        "Hello world\nGood day\nempty source\nEnd\n", encoding="utf-8"
+    )
     source = f"moses:{tmp_path / 'train'}:de:en"
-    assert data.load_pairs(source) == [("Hallo Welt", "Hello world"), ("Guten Tag", "Good day"), ("Ende", "End")]
+    assert data.load_pairs(source) == [
+        ("Hallo Welt", "Hello world"),
+        ("Guten Tag", "Good day"),
+        ("Ende", "End"),
+    ]
     assert data.check_source(source) is None
     assert data.load_text(str(tmp_path / "train.de")) == ["Hallo Welt", "Guten Tag", "Ende"]
 
@@ -473,7 +552,11 @@ def test_corpus_fingerprint_comes_from_the_manifest_and_differs_per_side(built, 
 
 def test_gates_data_never_imports_torch():
     code = "import sys, gates.data, gates.data_cli; print('torch' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parent.parent)
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

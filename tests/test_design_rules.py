@@ -24,8 +24,13 @@ from gates.verdict import decide
 from tests.conftest import c05_current, copy_claims, write_contract
 from tests.test_verdict import runs
 
-TUNING = {"space": {"lr": {"type": "float", "low": 0.001, "high": 0.1, "log": True}}, "trials": 2,
-          "objective": {"metric": "val_loss", "direction": "lower"}, "seeds": [100], "sampler": {"kind": "random", "seed": 7}}
+TUNING = {
+    "space": {"lr": {"type": "float", "low": 0.001, "high": 0.1, "log": True}},
+    "trials": 2,
+    "objective": {"metric": "val_loss", "direction": "lower"},
+    "seeds": [100],
+    "sampler": {"kind": "random", "seed": 7},
+}
 
 
 def refused(tmp_path, mutate) -> list[str]:
@@ -49,15 +54,27 @@ def one(lines: list[str], *words: str) -> str:
 
 
 def control(**kw) -> dict:
-    return {"kind": "threshold", "arm": "flat_address", "metric": "test_acc", "direction": "higher", "value": 0.5,
-            "control": "positive", **kw}
+    return {
+        "kind": "threshold",
+        "arm": "flat_address",
+        "metric": "test_acc",
+        "direction": "higher",
+        "value": 0.5,
+        "control": "positive",
+        **kw,
+    }
 
 
 # ---------------------------------------------------------------------------------- issue #24 part 3
 def test_a_positive_control_that_a_broken_arm_passes_is_refused(tmp_path):
-    lines = refused(tmp_path, lambda d: d["controls"].append(control(direction="lower", value=0.99)))
+    lines = refused(
+        tmp_path, lambda d: d["controls"].append(control(direction="lower", value=0.99))
+    )
     line = one(lines, "controls.2.direction")
-    assert "must assert that flat_address works" in line and "(rule: a positive control asserts its arm works)" in line
+    assert (
+        "must assert that flat_address works" in line
+        and "(rule: a positive control asserts its arm works)" in line
+    )
 
 
 def test_a_control_bar_outside_its_metric_range_is_refused(tmp_path):
@@ -75,45 +92,83 @@ def test_a_handicapped_comparator_is_refused(tmp_path):
     """Arms the decision compares differ only in the declared factor (here `features`)."""
     lines = refused(tmp_path, lambda d: d["arms"]["flat_address"].update(lr=1e-6))
     line = one(lines, "differences", "'lr'")
-    assert "flat_address 1e-06" in line and "(rule: compared arms differ only in the declared factor)" in line
+    assert (
+        "flat_address 1e-06" in line
+        and "(rule: compared arms differ only in the declared factor)" in line
+    )
 
     def declared(d):
         d["arms"]["flat_address"]["lr"] = 1e-6
         d["differences"] = {"lr": "the flat kernel's embedding table diverges at the default lr"}
+
     data = c05_current()
     declared(data)
     assert load_contract(write_contract(tmp_path, data, "declared.yaml")).rule_flags == []
 
 
 def test_two_arms_with_one_config_are_refused(tmp_path):
-    lines = refused(tmp_path, lambda d: d["arms"].update(path_only=copy.deepcopy(d["arms"]["flat_address"])))
+    lines = refused(
+        tmp_path, lambda d: d["arms"].update(path_only=copy.deepcopy(d["arms"]["flat_address"]))
+    )
     assert "has the same config as arm 'flat_address'" in one(lines, "arms.path_only")
 
 
 def test_an_easy_bar_and_an_unrefutable_refutation_are_refused(tmp_path):
     """A mean rank is at most the test trees' node count (127 at depths 5-6): `<= 1000` holds for every arm,
     `>= 1e6` never; and an arm at chance (rank 48: 32 or 64 on the two test depths) clears `<= 100`."""
+
     def loose(d):
-        d["decision"]["supported_if"][0] = {"kind": "threshold", "arm": "subheap_kernel", "metric": "mean_rank",
-                                            "direction": "lower", "value": 1000}
-        d["decision"]["refuted_if"][0] = {"kind": "threshold", "arm": "subheap_kernel", "metric": "mean_rank",
-                                          "direction": "higher", "value": 1e6}
+        d["decision"]["supported_if"][0] = {
+            "kind": "threshold",
+            "arm": "subheap_kernel",
+            "metric": "mean_rank",
+            "direction": "lower",
+            "value": 1000,
+        }
+        d["decision"]["refuted_if"][0] = {
+            "kind": "threshold",
+            "arm": "subheap_kernel",
+            "metric": "mean_rank",
+            "direction": "higher",
+            "value": 1e6,
+        }
+
     lines = refused(tmp_path, loose)
-    assert "holds for every value" in one(lines, "supported_if.0.value") and "subheap_kernel: [1, 127]" in \
-        one(lines, "supported_if.0.value")
+    assert "holds for every value" in one(
+        lines, "supported_if.0.value"
+    ) and "subheap_kernel: [1, 127]" in one(lines, "supported_if.0.value")
     assert "cannot hold for any value" in one(lines, "refuted_if.0.value")
 
     def at_chance(d):
-        d["decision"]["supported_if"][0] = {"kind": "threshold", "arm": "subheap_kernel", "metric": "mean_rank",
-                                            "direction": "lower", "value": 100}
+        d["decision"]["supported_if"][0] = {
+            "kind": "threshold",
+            "arm": "subheap_kernel",
+            "metric": "mean_rank",
+            "direction": "lower",
+            "value": 100,
+        }
+
     line = one(refused(tmp_path, at_chance), "supported_if.0.value")
-    assert "an arm that learned nothing (mean_rank at chance, 48) already satisfies mean_rank <= 100" in line
+    assert (
+        "an arm that learned nothing (mean_rank at chance, 48) already satisfies mean_rank <= 100"
+        in line
+    )
 
 
 def test_a_condition_against_the_predicted_direction_is_refused(tmp_path):
-    lines = refused(tmp_path, lambda d: d["decision"]["supported_if"].append(
-        {"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc", "other": "flat_address",
-         "direction": "lower", "margin": 0.1}))
+    lines = refused(
+        tmp_path,
+        lambda d: d["decision"]["supported_if"].append(
+            {
+                "kind": "compare",
+                "arm": "subheap_kernel",
+                "metric": "test_acc",
+                "other": "flat_address",
+                "direction": "lower",
+                "margin": 0.1,
+            }
+        ),
+    )
     line = one(lines, "supported_if.4.direction")
     assert "the contract's predicted ablation (gate 3) says higher" in line
 
@@ -123,17 +178,38 @@ def test_hand_picked_seeds_are_refused_and_a_count_is_not(tmp_path):
     assert "not contiguous" in line and "(rule: seeds are a count)" in line
     data = c05_current()
     data["seeds"] = {"count": 6, "start": 10}
-    assert load_contract(write_contract(tmp_path, data, "start.yaml")).contract.seeds == [10, 11, 12, 13, 14, 15]
+    assert load_contract(write_contract(tmp_path, data, "start.yaml")).contract.seeds == [
+        10,
+        11,
+        12,
+        13,
+        14,
+        15,
+    ]
 
 
 def test_a_condition_on_a_metric_the_arm_does_not_report_is_refused(tmp_path, monkeypatch):
     """A refutation on a metric the study never reports for that arm could never be measured."""
     study = type(get_study("c05_probe"))
-    monkeypatch.setattr(study, "reported_metrics",
-                        lambda self, config: frozenset(self.metrics) - ({"hit_at_3"} if config.features ==
-                                                                          "flat_address" else set()))
-    lines = refused(tmp_path, lambda d: d["decision"]["refuted_if"].append(
-        {"kind": "threshold", "arm": "flat_address", "metric": "hit_at_3", "direction": "higher", "value": 0.5}))
+    monkeypatch.setattr(
+        study,
+        "reported_metrics",
+        lambda self, config: (
+            frozenset(self.metrics) - ({"hit_at_3"} if config.features == "flat_address" else set())
+        ),
+    )
+    lines = refused(
+        tmp_path,
+        lambda d: d["decision"]["refuted_if"].append(
+            {
+                "kind": "threshold",
+                "arm": "flat_address",
+                "metric": "hit_at_3",
+                "direction": "higher",
+                "value": 0.5,
+            }
+        ),
+    )
     assert "does not report for that arm's config" in one(lines, "refuted_if.4", "hit_at_3")
 
 
@@ -141,27 +217,63 @@ def test_tuning_may_search_only_the_studys_hyperparameters(tmp_path):
     def tuned(d):
         d["tuning"] = copy.deepcopy(TUNING)
         d["tuning"]["space"]["hidden"] = {"type": "int", "low": 8, "high": 64}
+
     line = one(refused(tmp_path, tuned), "tuning.space.hidden")
     assert "not a hyperparameter of study 'c05_probe' (declared: lr, weight_decay)" in line
 
 
 def test_two_metrics_on_different_units_are_not_compared(tmp_path):
-    lines = refused(tmp_path, lambda d: d["decision"]["supported_if"].append(
-        {"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc", "other": "flat_address",
-         "other_metric": "hit_at_3", "direction": "higher", "margin": 0.5}))
+    lines = refused(
+        tmp_path,
+        lambda d: d["decision"]["supported_if"].append(
+            {
+                "kind": "compare",
+                "arm": "subheap_kernel",
+                "metric": "test_acc",
+                "other": "flat_address",
+                "other_metric": "hit_at_3",
+                "direction": "higher",
+                "margin": 0.5,
+            }
+        ),
+    )
     assert "does not declare on one unit" in one(lines, "supported_if.4:")
 
 
 def test_a_look_without_its_seeds_lists_them_as_lost():
     """A direct judge of a sequential look whose seeds have no runs: the engine names them lost itself."""
-    d = Decision.model_validate({"supported_if": [{"kind": "threshold", "arm": "a", "metric": "acc",
-                                                   "direction": "higher", "value": 0.5}],
-                                 "refuted_if": [{"kind": "threshold", "arm": "a", "metric": "acc",
-                                                 "direction": "lower", "value": 0.5}]})
-    v = decide(d, runs("a", acc=[0.9, 0.91, 0.93, 0.92]), {"acc": proportion("higher", "test")},
-               seeds=list(range(10)))
+    d = Decision.model_validate(
+        {
+            "supported_if": [
+                {
+                    "kind": "threshold",
+                    "arm": "a",
+                    "metric": "acc",
+                    "direction": "higher",
+                    "value": 0.5,
+                }
+            ],
+            "refuted_if": [
+                {
+                    "kind": "threshold",
+                    "arm": "a",
+                    "metric": "acc",
+                    "direction": "lower",
+                    "value": 0.5,
+                }
+            ],
+        }
+    )
+    v = decide(
+        d,
+        runs("a", acc=[0.9, 0.91, 0.93, 0.92]),
+        {"acc": proportion("higher", "test")},
+        seeds=list(range(10)),
+    )
     assert v.verdict != "supported"
-    assert [x["seed"] for x in v.lost] == [4, 5, 6, 7, 8, 9] and {x["why"] for x in v.lost} == {"no run recorded"}
+    assert [x["seed"] for x in v.lost] == [4, 5, 6, 7, 8, 9] and {x["why"] for x in v.lost} == {
+        "no run recorded"
+    }
 
 
 # ---------------------------------------------------------------------------------- issue #25
@@ -170,7 +282,10 @@ def test_a_negative_result_needs_a_working_arm_or_a_blind_declaration(tmp_path):
     lines = refused(tmp_path, lambda d: d.pop("blind"))
     for index, arm in ((2, "flat_address"), (3, "path_only")):
         line = one(lines, f"supported_if.{index}:")
-        assert f"asserts that arm {arm!r} fails" in line and f"`blind: {{{arm}: why it fails by construction}}`" in line
+        assert (
+            f"asserts that arm {arm!r} fails" in line
+            and f"`blind: {{{arm}: why it fails by construction}}`" in line
+        )
     # and the refutations that assert the subheap arms fail need their positive controls
     lines = refused(tmp_path, lambda d: d.pop("controls"))
     assert "asserts that arm 'subheap_kernel' fails" in one(lines, "refuted_if.0:")
@@ -178,9 +293,16 @@ def test_a_negative_result_needs_a_working_arm_or_a_blind_declaration(tmp_path):
 
 def test_a_bar_beyond_a_ceiling_known_before_the_run_is_refused(tmp_path):
     def capped(d):
-        d["decision"]["supported_if"][0]["ceiling"] = {"value": 0.9, "why": "10% of the test trees are ambiguous"}
+        d["decision"]["supported_if"][0]["ceiling"] = {
+            "value": 0.9,
+            "why": "10% of the test trees are ambiguous",
+        }
+
     line = one(refused(tmp_path, capped), "supported_if.0.value")
-    assert "the bar 0.95 is not below what the best possible arm reaches (0.9: 10% of the test trees" in line
+    assert (
+        "the bar 0.95 is not below what the best possible arm reaches (0.9: 10% of the test trees"
+        in line
+    )
 
 
 def test_a_training_study_needs_a_convergence_rule_or_a_reason(tmp_path):
@@ -201,18 +323,34 @@ def test_tuning_stopped_at_an_edge_leaves_its_arms_undetermined(tmp_path):
     data["tuning"] = copy.deepcopy(TUNING)
     loaded = load_contract(write_contract(tmp_path, data))
     trial = lambda n, lr, v: {"number": n, "params": {"lr": lr}, "state": "completed", "value": v}  # noqa: E731
-    record = {"arms": {arm: {"trials": [trial(0, 0.003, 0.1), trial(1, 0.03, 0.4)],
-                             "best": {"number": 0, "params": {"lr": 0.003}, "value": 0.1}} for arm in data["arms"]}}
+    record = {
+        "arms": {
+            arm: {
+                "trials": [trial(0, 0.003, 0.1), trial(1, 0.03, 0.4)],
+                "best": {"number": 0, "params": {"lr": 0.003}, "value": 0.1},
+            }
+            for arm in data["arms"]
+        }
+    }
     found = edges(loaded.contract, record)
-    assert found["subheap_kernel"] == "lr = 0.003 is the lowest of the 2 values tried; widen the search below 0.003"
+    assert (
+        found["subheap_kernel"]
+        == "lr = 0.003 is the lowest of the 2 values tried; widen the search below 0.003"
+    )
     good, bad = [0.97, 0.98, 0.99, 0.975, 0.985], [0.01, 0.02, 0.015, 0.005, 0.012]
-    measured = [r for arm in ("subheap_kernel", "path_subheap_kernel") for r in runs(arm, test_acc=good)]
+    measured = [
+        r for arm in ("subheap_kernel", "path_subheap_kernel") for r in runs(arm, test_acc=good)
+    ]
     measured += [r for arm in ("flat_address", "path_only") for r in runs(arm, test_acc=bad)]
     v = decide(loaded.contract.decision, measured, loaded.study.metrics, edges=found)
-    assert decide(loaded.contract.decision, measured, loaded.study.metrics).verdict == "supported"  # without the edges
+    assert (
+        decide(loaded.contract.decision, measured, loaded.study.metrics).verdict == "supported"
+    )  # without the edges
     assert v.verdict == "inconclusive"
     first = v.conditions[0]
-    assert first.outcome == "undetermined" and "tuning stopped at the edge of its search" in first.note
+    assert (
+        first.outcome == "undetermined" and "tuning stopped at the edge of its search" in first.note
+    )
     assert "widen the search below 0.003" in v.settle[0] and v.tuning_edges == found
     data["tuning"]["space"]["lr"]["hard"] = ["low"]
     hard = load_contract(write_contract(tmp_path, data, "hard.yaml"))
@@ -221,29 +359,67 @@ def test_tuning_stopped_at_an_edge_leaves_its_arms_undetermined(tmp_path):
 
 def test_a_tuning_edge_is_flagged_in_verdict_md():
     ev = json.loads(json.dumps(_minimal_evidence()))
-    ev["tuning_edges"] = {"lifting": "lr = 0.003432 is the lowest of the 2 values tried; widen the search below 0.003432"}
+    ev["tuning_edges"] = {
+        "lifting": "lr = 0.003432 is the lowest of the 2 values tried; widen the search below 0.003432"
+    }
     assert "- lifting: lr = 0.003432 is the lowest of the 2 values tried" in render_report(ev)
 
 
 def _minimal_evidence() -> dict:
-    return {"contract_id": "x", "contract_sha256": "0" * 64, "verdict": "inconclusive", "git_commit": "0" * 40,
-            "git_dirty": "false", "code_sha256": "0" * 64, "created_at": "2026-12-01T00:00:00+00:00",
-            "settings": {"alpha": 0.05, "evaluation": "interval", "correction": "iut+holm", "seeds": [0, 1],
-                         "budget": {"steps": 1, "eval_every": 1}, "arm_configs": {}},
-            "runs": [], "conditions": []}
+    return {
+        "contract_id": "x",
+        "contract_sha256": "0" * 64,
+        "verdict": "inconclusive",
+        "git_commit": "0" * 40,
+        "git_dirty": "false",
+        "code_sha256": "0" * 64,
+        "created_at": "2026-12-01T00:00:00+00:00",
+        "settings": {
+            "alpha": 0.05,
+            "evaluation": "interval",
+            "correction": "iut+holm",
+            "seeds": [0, 1],
+            "budget": {"steps": 1, "eval_every": 1},
+            "arm_configs": {},
+        },
+        "runs": [],
+        "conditions": [],
+    }
 
 
 def test_status_names_shared_runs_and_a_regime_left(tmp_path):
     """Recorded claims that ran the same arm, seed and settings share one observation; a claim standing in
     the regime a superseded sibling left is flagged (here: c05-structural-probe-hard's harder pattern
     supersedes its sibling c05-structural-probe, so c05-baseline-control stands in the old regime)."""
-    root = copy_claims(tmp_path, "c05-structural-probe", "c05-structural-probe-v2", "c05-baseline-control",
-                       "c05-structural-probe-hard")
+    root = copy_claims(
+        tmp_path,
+        "c05-structural-probe",
+        "c05-structural-probe-v2",
+        "c05-baseline-control",
+        "c05-structural-probe-hard",
+    )
     runner = CliRunner()
-    rows = {r["id"]: r for r in json.loads(runner.invoke(app, ["status", "--json", "--runs-dir", str(root / "runs"),
-                                                               "--contracts-dir", str(root / "contracts")]).stdout)}
+    rows = {
+        r["id"]: r
+        for r in json.loads(
+            runner.invoke(
+                app,
+                [
+                    "status",
+                    "--json",
+                    "--runs-dir",
+                    str(root / "runs"),
+                    "--contracts-dir",
+                    str(root / "contracts"),
+                ],
+            ).stdout
+        )
+    }
     shared = rows["c05-baseline-control"]["shared_runs"]
-    assert "c05-structural-probe-v2" in shared and "flat_address/seed 0" in shared["c05-structural-probe-v2"]
+    assert (
+        "c05-structural-probe-v2" in shared
+        and "flat_address/seed 0" in shared["c05-structural-probe-v2"]
+    )
     assert rows["c05-structural-probe-v2"]["shared_runs"]["c05-baseline-control"]
 
     hard = root / "contracts" / "c05-structural-probe-hard.yaml"
@@ -258,10 +434,27 @@ def test_status_names_shared_runs_and_a_regime_left(tmp_path):
 
     ledger.write_evidence(root / "runs", ev)
     history.record(root / "runs", ev_path, "rederived", "test: declares what it supersedes")
-    rows = {r["id"]: r for r in json.loads(runner.invoke(app, ["status", "--json", "--runs-dir", str(root / "runs"),
-                                                               "--contracts-dir", str(root / "contracts")]).stdout)}
+    rows = {
+        r["id"]: r
+        for r in json.loads(
+            runner.invoke(
+                app,
+                [
+                    "status",
+                    "--json",
+                    "--runs-dir",
+                    str(root / "runs"),
+                    "--contracts-dir",
+                    str(root / "contracts"),
+                ],
+            ).stdout
+        )
+    }
     left = rows["c05-baseline-control"]["regime_left"]
-    assert left["sibling"] == "c05-structural-probe" and left["superseded_by"] == "c05-structural-probe-hard"
+    assert (
+        left["sibling"] == "c05-structural-probe"
+        and left["superseded_by"] == "c05-structural-probe-hard"
+    )
     assert any(change.startswith("pattern ") for change in left["changes"])
     assert rows["c05-structural-probe-v2"]["regime_left"] is not None  # same regime, still standing
     assert rows["c05-structural-probe-hard"]["regime_left"] is None

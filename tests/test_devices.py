@@ -27,8 +27,9 @@ def test_device_field_accepts_auto_cpu_cuda_only():
 
 def repository_studies() -> list[str]:
     """The studies this repository registers (pyproject.toml), so a new one is checked without a list here."""
-    import tomllib
     from pathlib import Path
+
+    import tomllib
 
     pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
     return sorted(pyproject["project"]["entry-points"]["gates.studies"])
@@ -46,8 +47,12 @@ def test_every_study_of_this_repository_takes_a_device(name):
 
 def test_environment_names_device_versions_and_threads():
     env = device_environment(DeviceConfig(device="cpu"))
-    assert env == {"device": "cpu", "torch": torch.__version__, "cuda": torch.version.cuda or "none",
-                   "threads": str(torch.get_num_threads())}
+    assert env == {
+        "device": "cpu",
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda or "none",
+        "threads": str(torch.get_num_threads()),
+    }
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
 
 
@@ -56,9 +61,15 @@ def test_signature_names_the_devices_and_old_evidence_keeps_its_signature():
     assert devices_of(old) == [] and "device:" not in signature(old)  # recorded before devices were
     new = {**old, "runs": [{**r, "environment": {"device": "cpu"}} for r in old["runs"]]}
     assert "|device:cpu|" in signature(new)
-    mixed = {**new, "runs": new["runs"][:1] + [{**r, "environment": {"device": "cuda", "gpu": "NVIDIA H200"}}
-                                               for r in new["runs"][1:]]}
-    assert devices_of(mixed) == ["cpu", "cuda:NVIDIA H200"] and "|device:cpu+cuda:NVIDIA H200|" in signature(mixed)
+    mixed = {
+        **new,
+        "runs": new["runs"][:1]
+        + [{**r, "environment": {"device": "cuda", "gpu": "NVIDIA H200"}} for r in new["runs"][1:]],
+    }
+    assert devices_of(mixed) == [
+        "cpu",
+        "cuda:NVIDIA H200",
+    ] and "|device:cpu+cuda:NVIDIA H200|" in signature(mixed)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
@@ -69,8 +80,12 @@ def test_a_pinned_cuda_arm_is_refused_where_there_is_none(workdir):
     data["arms"]["path_only"]["device"] = "cuda"
     write_contract(workdir / "contracts", data, "c05-small.yaml")
     for command in ("check", "run"):
-        result = subprocess.run([sys.executable, "-m", "gates", command, "contracts/c05-small.yaml"],
-                                capture_output=True, text=True, cwd=workdir)
+        result = subprocess.run(
+            [sys.executable, "-m", "gates", command, "contracts/c05-small.yaml"],
+            capture_output=True,
+            text=True,
+            cwd=workdir,
+        )
         assert result.returncode == 2, result.stderr
         assert "arms.path_only: arm cannot run here: the arm pins device cuda" in result.stderr
         assert "Traceback" not in result.stderr
@@ -81,8 +96,13 @@ def test_run_threads_option_sets_the_count_each_run_records(workdir):
     """`gates run --threads N` computes on N threads whatever the environment says, and each run records N
     (what an audit or replay re-runs it on)."""
     write_contract(workdir / "contracts", small_c05(), "c05-small.yaml")
-    result = subprocess.run([sys.executable, "-m", "gates", "run", "--threads", "2", "contracts/c05-small.yaml"],
-                            capture_output=True, text=True, cwd=workdir, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = subprocess.run(
+        [sys.executable, "-m", "gates", "run", "--threads", "2", "contracts/c05-small.yaml"],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     assert result.returncode == 0, result.stderr
     evidence = json.loads((workdir / "runs" / "c05-small" / "evidence.json").read_text())
     assert {r["environment"]["threads"] for r in evidence["runs"]} == {"2"}
@@ -90,13 +110,19 @@ def test_run_threads_option_sets_the_count_each_run_records(workdir):
 
 def test_retaining_freed_memory_changes_no_number():
     """The allocator setting `gates run` applies (gates/allocator.py) keeps buffers; results are the same."""
-    code = ("import json, sys, torch\n"
-            "from gates.allocator import retain_freed_memory\n"
-            "if sys.argv[1] == '1': assert retain_freed_memory()\n"
-            "torch.manual_seed(0); w = torch.randn(512, 4000, requires_grad=True)\n"
-            "for _ in range(3):\n"
-            "    loss = torch.log_softmax(torch.randn(700, 512) @ w, -1).mean(); loss.backward()\n"
-            "print(json.dumps([float(loss), float(w.grad.sum())]))\n")
-    outputs = [subprocess.run([sys.executable, "-c", code, flag], capture_output=True, text=True, check=True).stdout
-               for flag in ("0", "1")]
+    code = (
+        "import json, sys, torch\n"
+        "from gates.allocator import retain_freed_memory\n"
+        "if sys.argv[1] == '1': assert retain_freed_memory()\n"
+        "torch.manual_seed(0); w = torch.randn(512, 4000, requires_grad=True)\n"
+        "for _ in range(3):\n"
+        "    loss = torch.log_softmax(torch.randn(700, 512) @ w, -1).mean(); loss.backward()\n"
+        "print(json.dumps([float(loss), float(w.grad.sum())]))\n"
+    )
+    outputs = [
+        subprocess.run(
+            [sys.executable, "-c", code, flag], capture_output=True, text=True, check=True
+        ).stdout
+        for flag in ("0", "1")
+    ]
     assert outputs[0] == outputs[1]

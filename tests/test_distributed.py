@@ -47,8 +47,16 @@ def dist_contract(contract_id: str = "c05-dist", seeds=(0, 1), steps: int = 400)
     data["seeds"] = list(seeds)
     data["budget"] = {"steps": steps, "eval_every": 20}
     data["preflight"]["falsifiable_point"]["by_step"] = steps
-    data["stop_rules"]["futility"].append({"metric": "test_acc", "at_step": 200, "behind_best_other_by": 0.5,
-                                           "window": 100, "min_rel_improvement": 0.5, "arms": ["path_only"]})
+    data["stop_rules"]["futility"].append(
+        {
+            "metric": "test_acc",
+            "at_step": 200,
+            "behind_best_other_by": 0.5,
+            "window": 100,
+            "min_rel_improvement": 0.5,
+            "arms": ["path_only"],
+        }
+    )
     return data
 
 
@@ -57,9 +65,13 @@ def comparable(evidence: dict) -> dict:
     return {
         "verdict": evidence["verdict"],
         "contract_sha256": evidence["contract_sha256"],
-        "conditions": [(c["list_name"], c["index"], c["outcome"], c["values"]) for c in evidence["conditions"]],
-        "runs": [(r["arm"], r["seed"], r["status"], r["halt_reason"], r["metrics"], r["first_signal"])
-                 for r in evidence["runs"]],
+        "conditions": [
+            (c["list_name"], c["index"], c["outcome"], c["values"]) for c in evidence["conditions"]
+        ],
+        "runs": [
+            (r["arm"], r["seed"], r["status"], r["halt_reason"], r["metrics"], r["first_signal"])
+            for r in evidence["runs"]
+        ],
     }
 
 
@@ -71,11 +83,16 @@ def reference(tmp_path_factory):
     cwd = os.getcwd()
     os.chdir(root)
     try:
-        evidence = run_contract(load_contract(path), f"sqlite:///{root / 'mlflow.db'}", root / "runs")
+        evidence = run_contract(
+            load_contract(path), f"sqlite:///{root / 'mlflow.db'}", root / "runs"
+        )
     finally:
         os.chdir(cwd)
     halted = {(r["arm"], r["seed"]) for r in evidence["runs"] if r["status"] == "halted"}
-    assert halted == {("path_only", 0), ("path_only", 1)}  # the relative rule needs the other arms first
+    assert halted == {
+        ("path_only", 0),
+        ("path_only", 1),
+    }  # the relative rule needs the other arms first
     return evidence
 
 
@@ -86,18 +103,37 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_worker(storage: str, folder: Path, name: str, *extra: str) -> tuple[subprocess.Popen, Path]:
+def start_worker(
+    storage: str, folder: Path, name: str, *extra: str
+) -> tuple[subprocess.Popen, Path]:
     log = folder / f"{name}.log"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "gates", "worker", "--storage", storage, "--heartbeat", str(HEARTBEAT),
-         "--idle-exit", "30", *extra],
-        cwd=folder, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **JOB_ENV})
+        [
+            sys.executable,
+            "-m",
+            "gates",
+            "worker",
+            "--storage",
+            storage,
+            "--heartbeat",
+            str(HEARTBEAT),
+            "--idle-exit",
+            "30",
+            *extra,
+        ],
+        cwd=folder,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **JOB_ENV},
+    )
     return proc, log
 
 
 def trials(storage, name: str) -> list:
-    return sorted(storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False),
-                  key=lambda t: t.number)
+    return sorted(
+        storage.get_all_trials(storage.get_study_id_from_name(name), deepcopy=False),
+        key=lambda t: t.number,
+    )
 
 
 def wait_for(condition, timeout: float, what: str, poll: float = 0.05):
@@ -139,8 +175,9 @@ def check_queue(storage, name: str, evidence: dict):
     from optuna.trial import TrialState
 
     complete = [t for t in trials(storage, name) if t.state == TrialState.COMPLETE]
-    assert sorted(t.user_attrs["job"] for t in complete) == sorted(f"{r['arm']}/seed{r['seed']}"
-                                                                   for r in evidence["runs"])
+    assert sorted(t.user_attrs["job"] for t in complete) == sorted(
+        f"{r['arm']}/seed{r['seed']}" for r in evidence["runs"]
+    )
     by_job = {t.user_attrs["job"]: t.user_attrs["record"]["mlflow_run_id"] for t in complete}
     assert {f"{r['arm']}/seed{r['seed']}": r["mlflow_run_id"] for r in evidence["runs"]} == by_job
 
@@ -153,10 +190,13 @@ def check_mlflow(uri: str, evidence: dict, killed_run: str):
     assert len(parents) == 1 and parents[0].info.run_id == evidence["mlflow"]["parent_run_id"]
     assert parents[0].data.tags["gates.verdict"] == evidence["verdict"]
     assert {"evidence.json", "verdict.md", "learning_curves.png", "conditions.png"} <= {
-        a.path for a in client.list_artifacts(parents[0].info.run_id)}
+        a.path for a in client.list_artifacts(parents[0].info.run_id)
+    }
     children = [r for r in runs if r.data.tags.get("gates.role") == "run"]
     finished = sorted(r.info.run_id for r in children if r.info.status == "FINISHED")
-    assert finished == sorted(r["mlflow_run_id"] for r in evidence["runs"])  # one finished child per job
+    assert finished == sorted(
+        r["mlflow_run_id"] for r in evidence["runs"]
+    )  # one finished child per job
     dead = client.get_run(killed_run)
     assert dead.info.status == "KILLED" and dead.data.tags["gates.status"] == "killed"
     assert killed_run not in finished
@@ -170,46 +210,75 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
     completion once as far as the evidence goes, which equals the single-process evidence."""
     from optuna.trial import TrialState
 
-    path = write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
+    write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
     storage_url, uri = f"sqlite:///{workdir / 'optuna.db'}", f"sqlite:///{workdir / 'mlflow.db'}"
     loaded = load_contract("contracts/c05-dist.yaml")
-    queued = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT)
+    queued = distributed.run_distributed(
+        loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
+    )
     assert len(queued.enqueued) == 8 and not queued.present
-    judged = [t.user_attrs for t in trials(distributed.open_storage(storage_url, HEARTBEAT), queued.study_name)
-              if t.user_attrs["arm"] == "path_only"]
-    assert [a["after"] for a in judged] == [[f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel",
-                                                                        "path_subheap_kernel")] for s in (0, 1)]
+    judged = [
+        t.user_attrs
+        for t in trials(distributed.open_storage(storage_url, HEARTBEAT), queued.study_name)
+        if t.user_attrs["arm"] == "path_only"
+    ]
+    assert [a["after"] for a in judged] == [
+        [f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel", "path_subheap_kernel")]
+        for s in (0, 1)
+    ]
     storage = distributed.open_storage(storage_url, HEARTBEAT)
-    (a, log_a), (b, log_b) = start_worker(storage_url, workdir, "a"), start_worker(storage_url, workdir, "b")
+    (a, log_a), (b, log_b) = (
+        start_worker(storage_url, workdir, "a"),
+        start_worker(storage_url, workdir, "b"),
+    )
     procs = {a.pid: a, b.pid: b}
     try:
-        trial, pid = wait_for(lambda: running_job(storage, queued.study_name, procs), 90, "a running job")
+        trial, pid = wait_for(
+            lambda: running_job(storage, queued.study_name, procs), 90, "a running job"
+        )
         os.kill(pid, signal.SIGSTOP)
-        frozen, other = procs[pid], procs[b.pid if pid == a.pid else a.pid]
+        _, other = procs[pid], procs[b.pid if pid == a.pid else a.pid]
         job = trial.user_attrs["job"]
 
         def finished_by_other():
-            return [t for t in trials(storage, queued.study_name)
-                    if t.user_attrs.get("job") == job and t.state == TrialState.COMPLETE]
+            return [
+                t
+                for t in trials(storage, queued.study_name)
+                if t.user_attrs.get("job") == job and t.state == TrialState.COMPLETE
+            ]
+
         done = wait_for(finished_by_other, 60, f"{job} re-claimed and completed")[0]
         assert done.system_attrs["retry_history"] == [trial.number]
         assert done.system_attrs["gates.worker"].endswith(f":{other.pid}")
         assert storage.get_trial(trial._trial_id).state == TrialState.FAIL
         os.kill(pid, signal.SIGCONT)
         log = log_a if pid == a.pid else log_b
-        wait_for(lambda: "its result is not recorded" in log.read_text(), 60, "the thawed worker to void its result")
+        wait_for(
+            lambda: "its result is not recorded" in log.read_text(),
+            60,
+            "the thawed worker to void its result",
+        )
         assert storage.get_trial(trial._trial_id).state == TrialState.FAIL
-        outcome = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
-        assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded like a single run
+        outcome = distributed.run_distributed(
+            loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT
+        )
+        assert (
+            outcome.recorded and outcome.recording.number == 1
+        )  # the first attempt, recorded like a single run
         evidence = outcome.evidence
     finally:
         stop_all(procs.values())
     assert comparable(evidence) == comparable(reference)
-    assert json.loads((workdir / "runs" / "c05-dist" / "evidence.json").read_text())["verdict"] == reference["verdict"]
+    assert (
+        json.loads((workdir / "runs" / "c05-dist" / "evidence.json").read_text())["verdict"]
+        == reference["verdict"]
+    )
     check_queue(storage, queued.study_name, evidence)
     check_mlflow(uri, evidence, trial.user_attrs["mlflow_run_id"])
     # re-attaching enqueues nothing twice
-    again = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT)
+    again = distributed.run_distributed(
+        loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
+    )
     assert again.study_name == queued.study_name and not again.enqueued and len(again.present) == 8
 
 
@@ -219,14 +288,28 @@ def test_worker_skips_study_of_other_code_and_bad_storage_is_user_error(workdir)
     with pytest.raises(UserError, match="expected an SQLAlchemy URL"):
         distributed.open_storage("nonsense://x")
     path = write_contract(workdir / "contracts", dist_contract("c05-other"), "c05-other.yaml")
-    r = subprocess.run([sys.executable, "-m", "gates", "run", str(path), "--no-wait"], cwd=workdir,
-                       capture_output=True, text=True)
-    assert r.returncode == 2 and "--no-wait only applies with --storage" in r.stderr and "Traceback" not in r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "gates", "run", str(path), "--no-wait"],
+        cwd=workdir,
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        r.returncode == 2
+        and "--no-wait only applies with --storage" in r.stderr
+        and "Traceback" not in r.stderr
+    )
     # a study enqueued by different code is not taken up by this worker
     storage_url = f"sqlite:///{workdir / 'optuna.db'}"
     loaded = load_contract(path)
-    queued = distributed.run_distributed(loaded, f"sqlite:///{workdir / 'mlflow.db'}", workdir / "runs", storage_url,
-                                         wait=False, heartbeat=HEARTBEAT)
+    queued = distributed.run_distributed(
+        loaded,
+        f"sqlite:///{workdir / 'mlflow.db'}",
+        workdir / "runs",
+        storage_url,
+        wait=False,
+        heartbeat=HEARTBEAT,
+    )
     storage = distributed.open_storage(storage_url, HEARTBEAT)
     study_id = storage.get_study_id_from_name(queued.study_name)
     storage.set_study_user_attr(study_id, "gates.code_sha256", "0" * 64)
@@ -263,7 +346,9 @@ def postgres_server():
         return
     bindir = _postgres_bin()
     if bindir is None:
-        raise RuntimeError("no PostgreSQL server binaries (Debian package `postgresql`) and no GATES_TEST_PG_URL")
+        raise RuntimeError(
+            "no PostgreSQL server binaries (Debian package `postgresql`) and no GATES_TEST_PG_URL"
+        )
     folder = Path(tempfile.mkdtemp(prefix="gates-pg-"))
     as_user: list[str] = []
     if os.geteuid() == 0:
@@ -271,15 +356,43 @@ def postgres_server():
         as_user = ["runuser", "-u", "postgres", "--"]
     data, port = folder / "data", free_port()
     try:
-        subprocess.run(as_user + [str(bindir / "initdb"), "-D", str(data), "-U", "gates", "--auth=trust", "-E", "UTF8"],
-                       check=True, capture_output=True)
-        subprocess.run(as_user + [str(bindir / "pg_ctl"), "-D", str(data), "-l", str(folder / "log"), "-w", "-o",
-                                  f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off", "start"],
-                       check=True, capture_output=True)
+        subprocess.run(
+            as_user
+            + [
+                str(bindir / "initdb"),
+                "-D",
+                str(data),
+                "-U",
+                "gates",
+                "--auth=trust",
+                "-E",
+                "UTF8",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        subprocess.run(
+            as_user
+            + [
+                str(bindir / "pg_ctl"),
+                "-D",
+                str(data),
+                "-l",
+                str(folder / "log"),
+                "-w",
+                "-o",
+                f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off",
+                "start",
+            ],
+            check=True,
+            capture_output=True,
+        )
         yield f"postgresql://gates@127.0.0.1:{port}/postgres"
     finally:
-        subprocess.run(as_user + [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
-                       capture_output=True)
+        subprocess.run(
+            as_user + [str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"],
+            capture_output=True,
+        )
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -311,20 +424,40 @@ def mlflow_server(backend_uri: str, artifacts: Path):
     port = free_port()
     log = (artifacts.parent / "mlflow-server.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", backend_uri,
-         "--artifacts-destination", str(artifacts), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})  # no GenAI job runners needed
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--backend-store-uri",
+            backend_uri,
+            "--artifacts-destination",
+            str(artifacts),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )  # no GenAI job runners needed
     uri = f"http://127.0.0.1:{port}"
 
     def healthy():
         if proc.poll() is not None:
-            raise AssertionError(f"mlflow server exited: {(artifacts.parent / 'mlflow-server.log').read_text()[-2000:]}")
+            raise AssertionError(
+                f"mlflow server exited: {(artifacts.parent / 'mlflow-server.log').read_text()[-2000:]}"
+            )
         try:
             with urllib.request.urlopen(f"{uri}/health", timeout=2) as r:
                 return r.status == 200
         except OSError:
             return False
+
     try:
         wait_for(healthy, 120, "mlflow server", poll=0.3)
         yield uri
@@ -360,18 +493,41 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
     writes evidence equal to the single-process run's."""
     from optuna.trial import TrialState
 
-    path = write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
-    with databases(pg_admin, "optuna", "mlflow") as (storage_url, mlflow_db), \
-            mlflow_server(mlflow_db, workdir / "artifacts") as uri:
-        cli = [sys.executable, "-m", "gates", "run", "contracts/c05-dist.yaml", "--storage", storage_url,
-               "--tracking-uri", uri, "--heartbeat", str(HEARTBEAT), "--json"]
-        enq = subprocess.run(cli + ["--no-wait"], cwd=workdir, capture_output=True, text=True, env={**os.environ, **JOB_ENV})
+    write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
+    with (
+        databases(pg_admin, "optuna", "mlflow") as (storage_url, mlflow_db),
+        mlflow_server(mlflow_db, workdir / "artifacts") as uri,
+    ):
+        cli = [
+            sys.executable,
+            "-m",
+            "gates",
+            "run",
+            "contracts/c05-dist.yaml",
+            "--storage",
+            storage_url,
+            "--tracking-uri",
+            uri,
+            "--heartbeat",
+            str(HEARTBEAT),
+            "--json",
+        ]
+        enq = subprocess.run(
+            cli + ["--no-wait"],
+            cwd=workdir,
+            capture_output=True,
+            text=True,
+            env={**os.environ, **JOB_ENV},
+        )
         assert enq.returncode == 0, enq.stderr
         event = json.loads(enq.stdout.splitlines()[0])
         assert event["event"] == "enqueued" and event["enqueued"] == 8
         name = event["study"]
         storage = distributed.open_storage(storage_url, HEARTBEAT)
-        (a, log_a), (b, log_b) = start_worker(storage_url, workdir, "a"), start_worker(storage_url, workdir, "b")
+        (a, _), (b, _) = (
+            start_worker(storage_url, workdir, "a"),
+            start_worker(storage_url, workdir, "b"),
+        )
         procs = {a.pid: a, b.pid: b}
         coordinator = None
         try:
@@ -379,8 +535,14 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
             os.kill(pid, signal.SIGKILL)
             killed_at, killed_clock = time.time(), datetime.now()
             procs[pid].wait()
-            coordinator = subprocess.Popen(cli, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                           env={**os.environ, **JOB_ENV})
+            coordinator = subprocess.Popen(
+                cli,
+                cwd=workdir,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env={**os.environ, **JOB_ENV},
+            )
             out, errors = coordinator.communicate(timeout=240)
             assert coordinator.returncode == 0, errors[-3000:]
         finally:
@@ -393,14 +555,22 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
         assert comparable(evidence) == comparable(reference)
         assert evidence["mlflow"]["tracking_uri"] == uri
         job = trial.user_attrs["job"]
-        retry = [t for t in trials(storage, name) if t.user_attrs.get("job") == job and t.state == TrialState.COMPLETE]
+        retry = [
+            t
+            for t in trials(storage, name)
+            if t.user_attrs.get("job") == job and t.state == TrialState.COMPLETE
+        ]
         assert len(retry) == 1 and retry[0].system_attrs["retry_history"] == [trial.number]
         assert retry[0].system_attrs["gates.worker"] != trial.system_attrs["gates.worker"]
         assert storage.get_trial(trial._trial_id).state == TrialState.FAIL
-        stale = (storage.get_trial(trial._trial_id).datetime_complete - killed_clock).total_seconds()
+        stale = (
+            storage.get_trial(trial._trial_id).datetime_complete - killed_clock
+        ).total_seconds()
         delay = retry[0].system_attrs["gates.claimed_at"] - killed_at
-        print(f"\nkill -> failed as stale and re-enqueued: {stale:.2f} s; kill -> re-claimed: {delay:.2f} s "
-              f"(heartbeat {HEARTBEAT} s, grace {distributed.grace_seconds(HEARTBEAT)} s)")
+        print(
+            f"\nkill -> failed as stale and re-enqueued: {stale:.2f} s; kill -> re-claimed: {delay:.2f} s "
+            f"(heartbeat {HEARTBEAT} s, grace {distributed.grace_seconds(HEARTBEAT)} s)"
+        )
         assert distributed.grace_seconds(HEARTBEAT) - HEARTBEAT <= stale <= delay < 60
         check_queue(storage, name, evidence)
         check_mlflow(uri, evidence, trial.user_attrs["mlflow_run_id"])
@@ -416,18 +586,29 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
     data = tuned_c05(id="c05-tuned-dist")
     single_root = tmp_path / "single"
     single_root.mkdir()
-    single = run_contract(load_contract(write_contract(single_root, data, "c.yaml")),
-                          f"sqlite:///{single_root / 'mlflow.db'}", single_root / "runs")
+    single = run_contract(
+        load_contract(write_contract(single_root, data, "c.yaml")),
+        f"sqlite:///{single_root / 'mlflow.db'}",
+        single_root / "runs",
+    )
 
     write_contract(workdir / "contracts", data, "c05-tuned-dist.yaml")
     storage_url, uri = f"sqlite:///{workdir / 'optuna.db'}", f"sqlite:///{workdir / 'mlflow.db'}"
     loaded = load_contract("contracts/c05-tuned-dist.yaml")
-    queued = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT)
-    assert sorted(queued.enqueued) == sorted(f"tune:{a}:{i}" for a in data["arms"] for i in range(2))
+    queued = distributed.run_distributed(
+        loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
+    )
+    assert sorted(queued.enqueued) == sorted(
+        f"tune:{a}:{i}" for a in data["arms"] for i in range(2)
+    )
     worker, log = start_worker(storage_url, workdir, "w")
     try:
-        outcome = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
-        assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded like a single run
+        outcome = distributed.run_distributed(
+            loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT
+        )
+        assert (
+            outcome.recorded and outcome.recording.number == 1
+        )  # the first attempt, recorded like a single run
         evidence = outcome.evidence
     finally:
         stop_all([worker])
@@ -436,5 +617,7 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
     assert best == {a: r["best"] for a, r in single["tuning"]["arms"].items()}
     assert evidence["settings"]["arm_configs"] == single["settings"]["arm_configs"]
     storage = distributed.open_storage(storage_url, HEARTBEAT)
-    kinds = [t.user_attrs["kind"] for t in trials(storage, queued.study_name) if "job" in t.user_attrs]
+    kinds = [
+        t.user_attrs["kind"] for t in trials(storage, queued.study_name) if "job" in t.user_attrs
+    ]
     assert kinds.count("tune") == 8 and kinds.count("run") == 8

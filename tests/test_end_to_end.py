@@ -26,6 +26,7 @@ def finished(tmp_path_factory):
     path = write_contract(root / "contracts", small_c05(), "c05-small.yaml")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     import os
+
     cwd = os.getcwd()
     os.chdir(root)
     try:
@@ -42,7 +43,10 @@ def test_evidence_has_every_run_and_condition(finished):
     # controls (the subheap arms' val_loss, log scale) hold, so the verdict is inconclusive, not invalid
     assert on_disk["verdict"] == evidence["verdict"] == "inconclusive"
     assert {(r["arm"], r["seed"]) for r in on_disk["runs"]} == {
-        (a, s) for a in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel") for s in (0, 1)}
+        (a, s)
+        for a in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel")
+        for s in (0, 1)
+    }
     assert len(on_disk["conditions"]) == 8
     for c in on_disk["conditions"]:
         assert {"p_hold_adj", "p_fail_adj", "ci_low", "ci_high", "outcome", "values"} <= set(c)
@@ -50,7 +54,9 @@ def test_evidence_has_every_run_and_condition(finished):
     assert point["arm"] == "subheap_kernel" and [r["seed"] for r in point["runs"]] == [0, 1]
     assert all(r["step"] == 60 and r["met"] == (r["value"] >= 0.95) for r in point["runs"])
     report = (root / "runs" / "c05-small" / "verdict.md").read_text()
-    assert all(c["outcome"] == "holds" for c in on_disk["controls"]) and len(on_disk["controls"]) == 2
+    assert (
+        all(c["outcome"] == "holds" for c in on_disk["controls"]) and len(on_disk["controls"]) == 2
+    )
     assert on_disk["attempt"] == {"number": 1, "reason": "", "earlier": []}
     assert "sign (exact)" in report and "Why each test" in report
     assert "INCONCLUSIVE" in report and f"sha256:{evidence['contract_sha256'][:16]}" in report
@@ -74,7 +80,12 @@ def test_mlflow_holds_nested_runs_with_tags_params_and_histories(finished):
         assert tags["mlflow.parentRunId"] == parent.info.run_id
         assert tags["gates.contract"] == "c05-small"
         assert tags["gates.status"] == "completed" and tags["gates.halt_reason"] == ""
-        assert tags["gates.arm"] in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel")
+        assert tags["gates.arm"] in (
+            "flat_address",
+            "path_only",
+            "subheap_kernel",
+            "path_subheap_kernel",
+        )
         assert params["seed"] == tags["gates.seed"]
         assert params["contract_sha256"] == evidence["contract_sha256"]
         assert params["features"] == tags["gates.arm"] and params["train_trees"] == "120"
@@ -93,14 +104,24 @@ def test_rerun_reuses_finished_runs_and_fresh_redoes_them(finished, monkeypatch)
     recorded = {p: p.read_bytes() for p in (root / "runs").rglob("*") if p.is_file()}
     # a contract with evidence is reproduced and compared with its record, writing nothing under runs/
     outcome = execute(loaded, uri, root / "runs")
-    assert not outcome.recorded and outcome.reproduction.reproduces and outcome.reproduction.max_rel_diff == 0
+    assert (
+        not outcome.recorded
+        and outcome.reproduction.reproduces
+        and outcome.reproduction.max_rel_diff == 0
+    )
     assert (outcome.reuse.reused, outcome.reuse.trained) == (8, 0)
     again = outcome.evidence
-    assert [r["mlflow_run_id"] for r in again["runs"]] == [r["mlflow_run_id"] for r in evidence["runs"]]
+    assert [r["mlflow_run_id"] for r in again["runs"]] == [
+        r["mlflow_run_id"] for r in evidence["runs"]
+    ]
     assert [r["environment"] for r in again["runs"]] == [r["environment"] for r in evidence["runs"]]
-    assert [r["metrics"] for r in again["runs"]] == [r["metrics"] for r in evidence["runs"]]  # deterministic
+    assert [r["metrics"] for r in again["runs"]] == [
+        r["metrics"] for r in evidence["runs"]
+    ]  # deterministic
     fresh = run_contract(loaded, uri, root / "runs", fresh=True)
-    assert not {r["mlflow_run_id"] for r in fresh["runs"]} & {r["mlflow_run_id"] for r in evidence["runs"]}
+    assert not {r["mlflow_run_id"] for r in fresh["runs"]} & {
+        r["mlflow_run_id"] for r in evidence["runs"]
+    }
     assert [r["metrics"] for r in fresh["runs"]] == [r["metrics"] for r in evidence["runs"]]
     assert {p: p.read_bytes() for p in (root / "runs").rglob("*") if p.is_file()} == recorded
 
@@ -117,6 +138,7 @@ def test_verify_accepts_comment_edit_and_catches_threshold_edit_and_forgery(fini
 
     def check():
         import os
+
         cwd = os.getcwd()
         os.chdir(project)
         try:
@@ -145,7 +167,9 @@ def test_verify_accepts_comment_edit_and_catches_threshold_edit_and_forgery(fini
     forged["verdict"] = "supported"
     for r in forged["runs"]:
         if r["arm"] == "subheap_kernel":
-            r["metrics"]["test_acc"] = 0.5  # doctored numbers no longer support the recorded verdict
+            r["metrics"]["test_acc"] = (
+                0.5  # doctored numbers no longer support the recorded verdict
+            )
     evidence_path.write_text(json.dumps(forged))
     assert check().status == "lost"
 
@@ -165,9 +189,13 @@ def test_verify_cli_exit_codes(finished, tmp_path):
     ok = subprocess.run(gates + ["verify"], cwd=project, capture_output=True, text=True)
     assert ok.returncode == 0, ok.stdout + ok.stderr
     (project / "runs" / "c05-small" / "evidence.json").unlink()
-    lost = subprocess.run(gates + ["verify", "contracts/c05-small.yaml"], cwd=project, capture_output=True, text=True)
+    lost = subprocess.run(
+        gates + ["verify", "contracts/c05-small.yaml"], cwd=project, capture_output=True, text=True
+    )
     assert lost.returncode == 1 and "evidence missing" in lost.stdout
-    bad = subprocess.run(gates + ["verify", "contracts/nope.yaml"], cwd=project, capture_output=True, text=True)
+    bad = subprocess.run(
+        gates + ["verify", "contracts/nope.yaml"], cwd=project, capture_output=True, text=True
+    )
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
@@ -183,8 +211,16 @@ def test_edited_contract_with_evidence_refuses_to_run(finished, tmp_path):
 def test_futility_halt_is_recorded_and_refutes(workdir):
     data = small_c05(id="c05-futile")
     # the contract names path_only in its decision; a futility rule it cannot pass halts it
-    data["stop_rules"]["futility"] = [{"metric": "test_acc", "at_step": 40, "worse_than": 0.99, "window": 20,
-                                       "min_rel_improvement": 0.5, "arms": ["path_only"]}]
+    data["stop_rules"]["futility"] = [
+        {
+            "metric": "test_acc",
+            "at_step": 40,
+            "worse_than": 0.99,
+            "window": 20,
+            "min_rel_improvement": 0.5,
+            "arms": ["path_only"],
+        }
+    ]
     path = write_contract(workdir / "contracts", data)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     evidence = run_contract(load_contract(path), uri, workdir / "runs")
@@ -193,20 +229,28 @@ def test_futility_halt_is_recorded_and_refutes(workdir):
     assert evidence["verdict"] == "refuted"
     client = MlflowClient(uri)
     run = client.get_run(halted[0]["mlflow_run_id"])
-    assert run.data.tags["gates.status"] == "halted" and run.data.tags["gates.halt_reason"] == "futility"
+    assert (
+        run.data.tags["gates.status"] == "halted"
+        and run.data.tags["gates.halt_reason"] == "futility"
+    )
     assert max(m.step for m in client.get_metric_history(run.info.run_id, "test_acc")) == 40
 
 
 def test_preflight_refuses_capacity_mismatch_and_cost_overrun(workdir):
     data = small_c05(id="c05-capacity")
-    data["preflight"]["capacity_match"] = {"arms": ["flat_address", "subheap_kernel"], "tolerance": 0.02}
+    data["preflight"]["capacity_match"] = {
+        "arms": ["flat_address", "subheap_kernel"],
+        "tolerance": 0.02,
+    }
     data["preflight"]["compute_cost"]["max_ratio"] = 2
     path = write_contract(workdir / "contracts", data)
     with pytest.raises(UserErrors) as info:
         run_contract(load_contract(path), f"sqlite:///{workdir / 'mlflow.db'}", workdir / "runs")
     text = info.value.render()
     assert "preflight.capacity_match.tolerance: trainable parameters differ" in text
-    assert "preflight.compute_cost.max_ratio: arm 'path_subheap_kernel' measures flops ratio" in text
+    assert (
+        "preflight.compute_cost.max_ratio: arm 'path_subheap_kernel' measures flops ratio" in text
+    )
     assert not (workdir / "mlflow.db").exists()  # refused before any step or store
 
 
@@ -217,20 +261,31 @@ def test_capacity_match_of_a_named_part(workdir, monkeypatch):
     from models.c05_probe import C05ProbeStudy
 
     data = small_c05(id="c05-part")
-    data["preflight"]["capacity_match"] = {"arms": ["flat_address", "subheap_kernel"], "tolerance": 0.05,
-                                           "part": "reader"}
+    data["preflight"]["capacity_match"] = {
+        "arms": ["flat_address", "subheap_kernel"],
+        "tolerance": 0.05,
+        "part": "reader",
+    }
     path = write_contract(workdir / "contracts", data)
     report = preflight(load_contract(path))
     assert len(report.errors) == 1
-    assert ("preflight.capacity_match.part: study 'c05_probe' has no parameter part 'reader' for arm "
-            "'flat_address'; expected one of: none") in report.errors[0].render()
+    assert (
+        "preflight.capacity_match.part: study 'c05_probe' has no parameter part 'reader' for arm "
+        "'flat_address'; expected one of: none"
+    ) in report.errors[0].render()
 
     readers = {"flat_address": 1000, "subheap_kernel": 1040}
-    monkeypatch.setattr(C05ProbeStudy, "parameter_parts",
-                        lambda self, cfg: {"reader": readers[cfg.features], "rest": 7})
+    monkeypatch.setattr(
+        C05ProbeStudy,
+        "parameter_parts",
+        lambda self, cfg: {"reader": readers[cfg.features], "rest": 7},
+    )
     report = preflight(load_contract(path))
     assert not report.errors
-    assert "capacity match (reader): flat_address=1000, subheap_kernel=1040 within 4.00% (tolerance 5.00%)" in report.notes
+    assert (
+        "capacity match (reader): flat_address=1000, subheap_kernel=1040 within 4.00% (tolerance 5.00%)"
+        in report.notes
+    )
     readers["subheap_kernel"] = 1100
     report = preflight(load_contract(path))
     assert "'reader' parameters differ by 10.00%" in report.errors[0].render()
@@ -246,8 +301,12 @@ def test_kill_mid_run_loses_no_finished_run(workdir):
     data["budget"] = {"steps": 60, "eval_every": 20}
     path = write_contract(workdir / "contracts", data)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    proc = subprocess.Popen([sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
-                            cwd=workdir, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     finished_ids = []
     for line in proc.stdout:  # wait for two finished runs, then kill without warning
         event = json.loads(line)
@@ -272,7 +331,11 @@ def test_replay_compares_model_metrics_but_not_machine_metrics(tmp_path, monkeyp
     (tmp_path / "contracts").mkdir()
     write_contract(tmp_path / "contracts", data, "c05-small.yaml")
     monkeypatch.chdir(tmp_path)
-    run_contract(load_contract("contracts/c05-small.yaml"), f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "runs")
+    run_contract(
+        load_contract("contracts/c05-small.yaml"),
+        f"sqlite:///{tmp_path / 'mlflow.db'}",
+        tmp_path / "runs",
+    )
     evidence_path = tmp_path / "runs" / "c05-small" / "evidence.json"
     doctored = json.loads(evidence_path.read_text())
     for r in doctored["runs"]:

@@ -74,7 +74,9 @@ def test_copied_claims_hold_their_evidence(project):
         assert result.status == "ok" and result.hash_ok is True, result.problems
 
 
-def test_evidence_is_checked_against_the_repositorys_contract_not_the_path_it_names(project, tmp_path):
+def test_evidence_is_checked_against_the_repositorys_contract_not_the_path_it_names(
+    project, tmp_path
+):
     # another file with the same id and a lower bar, outside contracts/, named by the evidence
     other = yaml.safe_load((project / "contracts" / f"{C05}.yaml").read_text())
     other["decision"]["supported_if"][0]["value"] = 0.5
@@ -92,7 +94,9 @@ def test_evidence_is_checked_against_the_repositorys_contract_not_the_path_it_na
     # the dashboard shows the same: the repository's contract, edited after the evidence
     from dashboard.data import HASH_EDITED, Claims, Store
 
-    claims = Claims(project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}"))
+    claims = Claims(
+        project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}")
+    )
     assert claims.all()[C05].hash_status == HASH_EDITED
     assert claims.view(C05).contract is None  # thresholds are not drawn from either file
 
@@ -135,15 +139,30 @@ def test_no_runs_and_an_inconclusive_verdict_is_lost(project):
     assert "the evidence has 0 runs" in lost_with(project, "runs lack")
 
 
-@pytest.mark.parametrize("edit, needle", [
-    (lambda ev: ev["settings"].update(alpha=0.1), "settings.alpha 0.1 is not the contract's 0.05"),
-    (lambda ev: ev["settings"].update(seeds=[0, 1, 2, 3]), "settings.seeds"),
-    (lambda ev: ev["settings"]["budget"].update(steps=3000), "settings.budget.steps 3000"),
-    (lambda ev: ev["settings"]["arm_configs"]["subheap_kernel"].update(lr=0.5), "settings.arm_configs.subheap_kernel.lr"),
-    (lambda ev: ev["settings"]["arm_configs"].pop("path_only"), "settings.arm_configs covers arms"),
-    (lambda ev: ev.update(claim="A much stronger claim."), "the recorded claim is not the contract's"),
-    (lambda ev: ev["falsifiable_point"].update(threshold=0.1), "falsifiable_point.threshold"),
-])
+@pytest.mark.parametrize(
+    "edit, needle",
+    [
+        (
+            lambda ev: ev["settings"].update(alpha=0.1),
+            "settings.alpha 0.1 is not the contract's 0.05",
+        ),
+        (lambda ev: ev["settings"].update(seeds=[0, 1, 2, 3]), "settings.seeds"),
+        (lambda ev: ev["settings"]["budget"].update(steps=3000), "settings.budget.steps 3000"),
+        (
+            lambda ev: ev["settings"]["arm_configs"]["subheap_kernel"].update(lr=0.5),
+            "settings.arm_configs.subheap_kernel.lr",
+        ),
+        (
+            lambda ev: ev["settings"]["arm_configs"].pop("path_only"),
+            "settings.arm_configs covers arms",
+        ),
+        (
+            lambda ev: ev.update(claim="A much stronger claim."),
+            "the recorded claim is not the contract's",
+        ),
+        (lambda ev: ev["falsifiable_point"].update(threshold=0.1), "falsifiable_point.threshold"),
+    ],
+)
 def test_settings_and_claim_text_must_be_the_contracts(project, edit, needle):
     ev = evidence(project)
     edit(ev)
@@ -197,8 +216,16 @@ def test_an_edited_verdict_md_is_lost_and_gates_render_rewrites_it(project):
     report.write_text(text.replace(f"**{recorded}**", f"**{other}**"))
     lost_with(project, "is not the rendering of its evidence.json")
     runner = CliRunner()
-    done = runner.invoke(app, ["verify", "--runs-dir", str(project / "runs"), "--contracts-dir",
-                               str(project / "contracts")])
+    done = runner.invoke(
+        app,
+        [
+            "verify",
+            "--runs-dir",
+            str(project / "runs"),
+            "--contracts-dir",
+            str(project / "contracts"),
+        ],
+    )
     assert done.exit_code == 1
     assert f"LOST {C05}" in done.output and f"`gates render {C05}` rewrites it" in done.output
     done = runner.invoke(app, ["render", C05, "--runs-dir", str(project / "runs")])
@@ -215,8 +242,12 @@ def test_a_missing_verdict_md_is_lost(project):
 def test_the_dashboard_sees_an_edited_verdict_md(project, tmp_path):
     from dashboard.data import Claims, Store
 
-    claims = Claims(project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}"))
+    claims = Claims(
+        project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}")
+    )
     assert all("is not the rendering" not in p for p in claims.all()[C05].problems)
     report = project / "runs" / C05 / ledger.REPORT
     report.write_text(report.read_text() + "\nReviewed: beyond doubt.\n")
-    assert any("is not the rendering" in p for p in claims.all()[C05].problems)  # not a stale cached check
+    assert any(
+        "is not the rendering" in p for p in claims.all()[C05].problems
+    )  # not a stale cached check

@@ -25,7 +25,18 @@ PATTERNS = [
     re.compile(rf"join\(\s*(?:str\()?(?:{ROOTISH})\)?\s*,\s*f?[\"']runs\b"),
 ]
 # gates commands that read runs/ in their working directory (or the default --runs-dir)
-READS_RUNS = {"check", "run", "worker", "verify", "rederive", "status", "withdraw", "render", "dashboard", "report"}
+READS_RUNS = {
+    "check",
+    "run",
+    "worker",
+    "verify",
+    "rederive",
+    "status",
+    "withdraw",
+    "render",
+    "dashboard",
+    "report",
+}
 
 
 def _is_root(node: ast.AST) -> bool:
@@ -37,7 +48,9 @@ def _is_root(node: ast.AST) -> bool:
 
 
 def _strings(node: ast.AST) -> set[str]:
-    return {n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return {
+        n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    }
 
 
 def offences(source: str, name: str = "<test>") -> list[str]:
@@ -51,14 +64,19 @@ def offences(source: str, name: str = "<test>") -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if not isinstance(node, ast.Call):
             continue
-        callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        callee = (
+            node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+        )
         if callee == "chdir" and node.args and _is_root(node.args[0]):
             found.append(f"{name}:{node.lineno}: chdir into the repository root")
-        in_root = any(k.arg == "cwd" and _is_root(k.value) for k in node.keywords) or \
-            any(_is_root(a) for a in node.args)
+        in_root = any(k.arg == "cwd" and _is_root(k.value) for k in node.keywords) or any(
+            _is_root(a) for a in node.args
+        )
         if in_root and callee != "chdir" and _strings(node) & READS_RUNS:
             commands = ", ".join(sorted(_strings(node) & READS_RUNS))
-            found.append(f"{name}:{node.lineno}: `gates {commands}` in the repository root reads its runs/")
+            found.append(
+                f"{name}:{node.lineno}: `gates {commands}` in the repository root reads its runs/"
+            )
     found += _aliases(ast.parse(source), name)
     return found
 
@@ -68,7 +86,9 @@ def _aliases(tree: ast.AST, name: str) -> list[str]:
     found = []
     functions = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)
 
-    def own_nodes(scope: ast.AST) -> list[ast.AST]:  # the scope's nodes, not those of functions inside it
+    def own_nodes(
+        scope: ast.AST,
+    ) -> list[ast.AST]:  # the scope's nodes, not those of functions inside it
         nodes, todo = [], list(ast.iter_child_nodes(scope))
         while todo:
             node = todo.pop()
@@ -79,13 +99,25 @@ def _aliases(tree: ast.AST, name: str) -> list[str]:
 
     for scope in [tree] + [n for n in ast.walk(tree) if isinstance(n, functions)]:
         body = own_nodes(scope)
-        aliases = {t.id for n in body if isinstance(n, ast.Assign) and _is_root(n.value)
-                   for t in n.targets if isinstance(t, ast.Name)}
+        aliases = {
+            t.id
+            for n in body
+            if isinstance(n, ast.Assign) and _is_root(n.value)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
         for n in body:
-            if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and isinstance(n.left, ast.Name) \
-                    and n.left.id in aliases and isinstance(n.right, ast.Constant) \
-                    and str(n.right.value).split("/")[0] == "runs":
-                found.append(f"{name}:{n.lineno}: {n.left.id} / {n.right.value!r} (the repository root's runs/)")
+            if (
+                isinstance(n, ast.BinOp)
+                and isinstance(n.op, ast.Div)
+                and isinstance(n.left, ast.Name)
+                and n.left.id in aliases
+                and isinstance(n.right, ast.Constant)
+                and str(n.right.value).split("/")[0] == "runs"
+            ):
+                found.append(
+                    f"{name}:{n.lineno}: {n.left.id} / {n.right.value!r} (the repository root's runs/)"
+                )
     return found
 
 
@@ -95,38 +127,46 @@ def test_no_test_reads_the_repositorys_runs_folder():
         if path == Path(__file__).resolve():
             continue
         found += offences(path.read_text(encoding="utf-8"), str(path.relative_to(ROOT)))
-    assert found == [], ("tests must not read the repository's runs/ (it is rewritten by `gates run`, users and "
-                         "new verdict engines); copy frozen claims with tests.conftest.copy_claims instead:\n"
-                         + "\n".join(found))
+    assert found == [], (
+        "tests must not read the repository's runs/ (it is rewritten by `gates run`, users and "
+        "new verdict engines); copy frozen claims with tests.conftest.copy_claims instead:\n"
+        + "\n".join(found)
+    )
 
 
-@pytest.mark.parametrize("snippet", [
-    'ev = json.loads((ROOT / "runs" / "c05" / "evidence.json").read_text())',
-    'for p in sorted((provenance.PROJECT_ROOT / "runs").glob("*/evidence.json")): pass',
-    'x = Path(__file__).resolve().parent.parent / "runs"',
-    'x = ROOT.joinpath("runs", "c05")',
-    'x = os.path.join(ROOT, "runs")',
-    'done = subprocess.run([sys.executable, "-m", "gates", "status", "--json"], cwd=ROOT)',
-    'done, imported = run_cli(ROOT, "status", "--json")',
-    'monkeypatch.chdir(ROOT)',
-    'def f():\n    root = provenance.PROJECT_ROOT\n    return sorted((root / "runs").glob("*"))',
-    'site = Site(ROOT / "runs", ROOT / "contracts", "sqlite://", "http://127.0.0.1:5000")',
-])
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'ev = json.loads((ROOT / "runs" / "c05" / "evidence.json").read_text())',
+        'for p in sorted((provenance.PROJECT_ROOT / "runs").glob("*/evidence.json")): pass',
+        'x = Path(__file__).resolve().parent.parent / "runs"',
+        'x = ROOT.joinpath("runs", "c05")',
+        'x = os.path.join(ROOT, "runs")',
+        'done = subprocess.run([sys.executable, "-m", "gates", "status", "--json"], cwd=ROOT)',
+        'done, imported = run_cli(ROOT, "status", "--json")',
+        "monkeypatch.chdir(ROOT)",
+        'def f():\n    root = provenance.PROJECT_ROOT\n    return sorted((root / "runs").glob("*"))',
+        'site = Site(ROOT / "runs", ROOT / "contracts", "sqlite://", "http://127.0.0.1:5000")',
+    ],
+)
 def test_the_scan_finds_each_way_of_reading_it(snippet):
     assert offences(snippet), snippet
 
 
-@pytest.mark.parametrize("snippet", [
-    'runs = tmp_path / "runs"',
-    'evidence = project / "runs" / "c05" / "evidence.json"',
-    'run_contract(loaded, uri, root / "runs")',
-    'data = yaml.safe_load((ROOT / "contracts" / "c05.yaml").read_text())',
-    'done, imported = run_cli(ROOT, "studies")',
-    'done = subprocess.run([sys.executable, "-c", code], cwd=ROOT)',
-    'done = subprocess.run([sys.executable, "-m", "gates", "status"], cwd=project)',
-    'def f(tmp_path):\n    root = tmp_path / "p"\n    return root / "runs"',
-    'def f():\n    root = ROOT\n\ndef g(root):\n    return root / "runs"',
-])
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        'runs = tmp_path / "runs"',
+        'evidence = project / "runs" / "c05" / "evidence.json"',
+        'run_contract(loaded, uri, root / "runs")',
+        'data = yaml.safe_load((ROOT / "contracts" / "c05.yaml").read_text())',
+        'done, imported = run_cli(ROOT, "studies")',
+        'done = subprocess.run([sys.executable, "-c", code], cwd=ROOT)',
+        'done = subprocess.run([sys.executable, "-m", "gates", "status"], cwd=project)',
+        'def f(tmp_path):\n    root = tmp_path / "p"\n    return root / "runs"',
+        'def f():\n    root = ROOT\n\ndef g(root):\n    return root / "runs"',
+    ],
+)
 def test_the_scan_leaves_temporary_projects_alone(snippet):
     assert offences(snippet) == [], snippet
 
@@ -139,10 +179,15 @@ def test_the_frozen_claims_are_unchanged():
     for line in (FIXTURES / "SHA256SUMS").read_text().splitlines():
         digest, name = line.split(maxsplit=1)
         listed[name] = digest
-    present = {str(p.relative_to(FIXTURES)): hashlib.sha256(p.read_bytes()).hexdigest()
-               for p in sorted(FIXTURES.rglob("*")) if p.is_file() and p.name != "SHA256SUMS"}
-    assert present == listed, ("tests/fixtures/claims changed: frozen copies are never rewritten "
-                               "(tests/fixtures/README.md)")
+    present = {
+        str(p.relative_to(FIXTURES)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(FIXTURES.rglob("*"))
+        if p.is_file() and p.name != "SHA256SUMS"
+    }
+    assert present == listed, (
+        "tests/fixtures/claims changed: frozen copies are never rewritten "
+        "(tests/fixtures/README.md)"
+    )
 
 
 def test_each_frozen_claim_is_a_contract_and_its_evidence():
@@ -154,4 +199,6 @@ def test_each_frozen_claim_is_a_contract_and_its_evidence():
         ev = json.loads((FIXTURE_RUNS / contract_id / "evidence.json").read_text())
         assert (FIXTURE_RUNS / contract_id / "verdict.md").is_file()
         loaded = load_contract(FIXTURE_CONTRACTS / f"{contract_id}.yaml")
-        assert (ev["contract_id"], ev["contract_sha256"]) == (contract_id, loaded.sha256), contract_id
+        assert (ev["contract_id"], ev["contract_sha256"]) == (contract_id, loaded.sha256), (
+            contract_id
+        )

@@ -59,7 +59,9 @@ def test_backfill_chains_every_claim_once(tmp_path):
         assert entry["evidence_sha256"] == history.sha256_file(evidence)
         assert entry["verdict"] == json.loads(evidence.read_text())["verdict"]
         recorded_engine = json.loads(evidence.read_text()).get("engine_version")
-        assert entry["engine_version"] == (recorded_engine or "1")  # "1": from before engines were numbered
+        assert entry["engine_version"] == (
+            recorded_engine or "1"
+        )  # "1": from before engines were numbered
     assert history.check(runs, {}) == {}
 
 
@@ -138,7 +140,9 @@ def test_torn_append_is_named_and_the_next_append_repairs_it(tmp_path):
     with pytest.raises(ValueError, match="line 3 is not a JSON object"):
         history.read(runs)
     entry = history.record(runs, runs / "twin-tree-toy" / "evidence.json", "rederived", "test")
-    assert len(history.read(runs)) == 3 and entry["prev"] == history.line_sha256(lines(runs)[1].rstrip(b"\n"))
+    assert len(history.read(runs)) == 3 and entry["prev"] == history.line_sha256(
+        lines(runs)[1].rstrip(b"\n")
+    )
     assert history.check(runs, {}) == {}
 
 
@@ -151,7 +155,9 @@ def test_concurrent_appends_keep_one_chain(tmp_path):
     runs = copy_evidence(tmp_path, ["c05-structural-probe"])
     evidence = runs / "c05-structural-probe" / "evidence.json"
     ctx = multiprocessing.get_context("fork")
-    writers = [ctx.Process(target=_append_many, args=(str(runs), str(evidence), 25)) for _ in range(4)]
+    writers = [
+        ctx.Process(target=_append_many, args=(str(runs), str(evidence), 25)) for _ in range(4)
+    ]
     for w in writers:
         w.start()
     for w in writers:
@@ -197,7 +203,9 @@ def project(recorded, tmp_path):
 
 def gates(project: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "250"}  # tables unwrapped
-    return subprocess.run([sys.executable, "-m", "gates", *args], cwd=project, capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "gates", *args], cwd=project, capture_output=True, text=True, env=env
+    )
 
 
 def status_json(project: Path) -> dict[str, dict]:
@@ -232,7 +240,9 @@ def test_verify_fails_on_rewrites_and_passes_a_withdrawn_claim(project):
     assert result.returncode == 1 and "changed without an index entry" in result.stdout
 
     evidence.write_bytes(original)
-    history.record(root / "runs", evidence, "rederived", "a second entry, so that one follows the first")
+    history.record(
+        root / "runs", evidence, "rederived", "a second entry, so that one follows the first"
+    )
     index = root / "runs" / history.INDEX
     honest = index.read_bytes()
     index.write_bytes(honest.replace(b'"recorded"', b'"backfilled"', 1))  # history rewritten
@@ -252,11 +262,19 @@ def test_verify_fails_on_rewrites_and_passes_a_withdrawn_claim(project):
     assert "withdrawn c05-small" in result.stdout and "probe data had a leak" in result.stdout
     assert "0 of 0 claims hold their evidence; 1 withdrawn" in result.stdout
     row = status_json(root)["c05-small"]
-    assert row["withdrawn"] is True and row["status"] == "withdrawn" and "probe data had a leak" in row["withdrawal"]
+    assert (
+        row["withdrawn"] is True
+        and row["status"] == "withdrawn"
+        and "probe data had a leak" in row["withdrawal"]
+    )
     (root / "contracts" / "c05-small.yaml").unlink()  # a withdrawn claim may lose its files
     assert gates(root, "verify").returncode == 0
     again = gates(root, "withdraw", "c05-small", "--reason", "twice")
-    assert again.returncode == 2 and "already withdrawn" in again.stderr and "Traceback" not in again.stderr
+    assert (
+        again.returncode == 2
+        and "already withdrawn" in again.stderr
+        and "Traceback" not in again.stderr
+    )
     unknown = gates(root, "withdraw", "no-such-claim", "--reason", "x")
     assert unknown.returncode == 2 and "no recorded claim" in unknown.stderr
 
@@ -277,7 +295,9 @@ def test_running_again_after_a_withdrawal_records_the_claim_anew(project, monkey
     (check,) = verify(root / "runs", root / "contracts")
     assert check.status == "withdrawn"
     monkeypatch.chdir(root)
-    run_contract(load_contract("contracts/c05-small.yaml"), uri, root / "runs")  # reuses the finished runs
+    run_contract(
+        load_contract("contracts/c05-small.yaml"), uri, root / "runs"
+    )  # reuses the finished runs
     assert [e["kind"] for e in history.read(root / "runs")] == ["recorded", "withdrawn", "recorded"]
     (check,) = verify(root / "runs", root / "contracts")
     assert check.status == "ok" and not check.withdrawn
@@ -288,23 +308,34 @@ def test_kill_between_evidence_and_index_is_named_and_the_next_run_repairs_it(pr
     and writes nothing) right after evidence.json is in place and before its index entry: verify names the
     unindexed evidence; running the contract again completes that attempt under its own number."""
     root, uri = project
-    killer = ("import os, signal, sys\n"
-              "import gates.history\n"
-              "gates.history.record = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
-              "from gates.cli import main\n"
-              f"sys.argv = ['gates', 'run', 'contracts/c05-small.yaml', '--tracking-uri', {uri!r}, '--record',\n"
-              "            '--reason', 'a second attempt']\n"
-              "main()\n")
+    killer = (
+        "import os, signal, sys\n"
+        "import gates.history\n"
+        "gates.history.record = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "from gates.cli import main\n"
+        f"sys.argv = ['gates', 'run', 'contracts/c05-small.yaml', '--tracking-uri', {uri!r}, '--record',\n"
+        "            '--reason', 'a second attempt']\n"
+        "main()\n"
+    )
     before = history.sha256_file(root / "runs" / "c05-small" / "evidence.json")
-    killed = subprocess.run([sys.executable, "-c", killer], cwd=root, capture_output=True, text=True)
+    killed = subprocess.run(
+        [sys.executable, "-c", killer], cwd=root, capture_output=True, text=True
+    )
     assert killed.returncode == -9, killed.stderr
-    assert history.sha256_file(root / "runs" / "c05-small" / "evidence.json") != before  # new evidence, unindexed
-    assert json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())["attempt"]["number"] == 2
+    assert (
+        history.sha256_file(root / "runs" / "c05-small" / "evidence.json") != before
+    )  # new evidence, unindexed
+    assert (
+        json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())["attempt"]["number"]
+        == 2
+    )
     result = gates(root, "verify")
     assert result.returncode == 1
     assert "c05-small/evidence.json changed without an index entry" in result.stdout
     assert "re-running an interrupted one repairs this" in result.stdout
-    rerun = gates(root, "run", "contracts/c05-small.yaml", "--tracking-uri", uri)  # no --record: a repair
+    rerun = gates(
+        root, "run", "contracts/c05-small.yaml", "--tracking-uri", uri
+    )  # no --record: a repair
     assert rerun.returncode == 0, rerun.stderr
     assert "recorded attempt 2" in rerun.stdout
     assert gates(root, "verify").returncode == 0
@@ -319,15 +350,25 @@ def test_supersedes_chain_in_evidence_report_and_status(project, monkeypatch):
     data["seeds"] = [0, 1, 2]
     write_contract(root / "contracts", data, "c05-small-v2.yaml")
     rows = status_json(root)
-    assert rows["c05-small"]["superseded_by"] == ["c05-small-v2"]  # the repository says so before any run
-    assert rows["c05-small-v2"]["supersedes"] == "c05-small" and rows["c05-small-v2"]["status"] == "pending"
+    assert rows["c05-small"]["superseded_by"] == [
+        "c05-small-v2"
+    ]  # the repository says so before any run
+    assert (
+        rows["c05-small-v2"]["supersedes"] == "c05-small"
+        and rows["c05-small-v2"]["status"] == "pending"
+    )
     monkeypatch.chdir(root)
     evidence = run_contract(load_contract("contracts/c05-small-v2.yaml"), uri, root / "runs")
     assert evidence["supersedes"] == "c05-small"
     assert "Supersedes `c05-small`" in (root / "runs" / "c05-small-v2" / "verdict.md").read_text()
-    assert "superseded" not in (root / "runs" / "c05-small" / "verdict.md").read_text()  # the old record is untouched
+    assert (
+        "superseded" not in (root / "runs" / "c05-small" / "verdict.md").read_text()
+    )  # the old record is untouched
     rows = status_json(root)
-    assert rows["c05-small"]["superseded_by"] == ["c05-small-v2"] and rows["c05-small"]["verdict"] is not None
+    assert (
+        rows["c05-small"]["superseded_by"] == ["c05-small-v2"]
+        and rows["c05-small"]["verdict"] is not None
+    )
     table = gates(root, "status")
     assert "superseded by c05-small-v2" in table.stdout and "supersedes c05-small" in table.stdout
     result = gates(root, "verify")
@@ -341,19 +382,26 @@ def test_status_and_verify_name_stale_files(project):
     root, _ = project
     evidence = root / "runs" / "c05-small" / "evidence.json"
     ev = json.loads(evidence.read_text())
-    ev["code_files"]["models/c05_probe.py"] = "0" * 64  # as if it had been computed with another c05_probe.py
+    ev["code_files"]["models/c05_probe.py"] = (
+        "0" * 64
+    )  # as if it had been computed with another c05_probe.py
     ev["code_sha256"] = "1" * 64
     evidence.write_text(json.dumps(ev, indent=2) + "\n")
     from gates import ledger
 
     (root / "runs" / "c05-small" / "verdict.md").write_text(ledger.render_report(ev))
-    history.record(root / "runs", evidence, "rederived", "test: code fingerprint of another checkout")
+    history.record(
+        root / "runs", evidence, "rederived", "test: code fingerprint of another checkout"
+    )
     row = status_json(root)["c05-small"]
     assert row["stale"] is True and row["stale_files"] == ["models/c05_probe.py"]
     table = gates(root, "status")
     assert "stale: models/c05_probe.py" in table.stdout
     result = gates(root, "verify")
-    assert result.returncode == 0 and "note: stale: code changed since its evidence: models/c05_probe.py" in result.stdout
+    assert (
+        result.returncode == 0
+        and "note: stale: code changed since its evidence: models/c05_probe.py" in result.stdout
+    )
     strict = gates(root, "verify", "--strict-code")
     assert strict.returncode == 1
     assert "LOST c05-small" in strict.stdout and "stale (--strict-code)" in strict.stdout
@@ -366,7 +414,11 @@ def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
     from dashboard.site import Site
 
     root, uri = project
-    write_contract(root / "contracts", small_c05(id="c05-small-v2", supersedes="c05-small"), "c05-small-v2.yaml")
+    write_contract(
+        root / "contracts",
+        small_c05(id="c05-small-v2", supersedes="c05-small"),
+        "c05-small-v2.yaml",
+    )
     evidence = root / "runs" / "c05-small" / "evidence.json"
     ev = json.loads(evidence.read_text())
     ev["code_files"]["models/c05_probe.py"] = "0" * 64
@@ -378,21 +430,26 @@ def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
     history.record(root / "runs", evidence, "rederived", "test: another checkout's code")
     site = Site(root / "runs", root / "contracts", uri, "http://127.0.0.1:5000")
     index = site.index()
-    old_row = index[index.index('<tr id="row-c05-small">'):]
-    old_row = old_row[:old_row.index("</tr>")]
+    old_row = index[index.index('<tr id="row-c05-small">') :]
+    old_row = old_row[: old_row.index("</tr>")]
     assert 'superseded by <a href="/contract/c05-small-v2">c05-small-v2</a>' in old_row
     assert "stale: models/c05_probe.py" in old_row
     page = site.contract("c05-small")
-    assert "Superseded by" in page and "Stale: the code this evidence was computed with has changed" in page
+    assert (
+        "Superseded by" in page
+        and "Stale: the code this evidence was computed with has changed" in page
+    )
     assert "<code>models/c05_probe.py</code>" in page
     assert 'Supersedes <a href="/contract/c05-small">c05-small</a>' in site.contract("c05-small-v2")
 
     history.withdraw(root / "runs", "c05-small", "a leak <found> in the probe data")
     site = Site(root / "runs", root / "contracts", uri, "http://127.0.0.1:5000")
     index = site.index()
-    row = index[index.index('<tr id="row-c05-small">'):]
-    row = row[:row.index("</tr>")]
+    row = index[index.index('<tr id="row-c05-small">') :]
+    row = row[: row.index("</tr>")]
     assert 'class="v v-withdrawn">withdrawn</span> <s class="small">' in row
     page = site.contract("c05-small")
     assert "Withdrawn: a leak &lt;found&gt; in the probe data" in page
-    assert "Runs: final metrics per arm and seed" in page  # the evidence stays visible, never deleted
+    assert (
+        "Runs: final metrics per arm and seed" in page
+    )  # the evidence stays visible, never deleted

@@ -51,7 +51,9 @@ def _names(*blocks: str) -> list[str]:
 
 
 # the cells an unparametrized test reads (a parametrized one reads its `cell`)
-READS = {"test_positive_metrics_are_judged_on_the_log_scale": _names("threshold", "paired", "welch")}
+READS = {
+    "test_positive_metrics_are_judged_on_the_log_scale": _names("threshold", "paired", "welch")
+}
 
 
 def _reads(item) -> list[str]:
@@ -65,8 +67,12 @@ def _reads(item) -> list[str]:
 def levels(request) -> dict[str, dict]:
     """Every selected cell's rates, computed once: the cells the selected tests of this module read."""
     here = sys.modules[__name__]
-    wanted = {name for item in request.session.items if getattr(item, "module", None) is here
-              for name in _reads(item)}
+    wanted = {
+        name
+        for item in request.session.items
+        if getattr(item, "module", None) is here
+        for name in _reads(item)
+    }
     cells = [CELLS[name] for name in CELLS if name in wanted]
     return bench.run_cells(cells, DRAWS, workers=min(2, os.cpu_count() or 1))
 
@@ -74,8 +80,10 @@ def levels(request) -> dict[str, dict]:
 def _within_level(r: dict, *rates: str) -> None:
     for rate in rates:
         assert r[rate] is not None, f"{r['name']}: no {rate} in this design"
-        assert r[rate] <= BOUND, (f"{r['name']}: {rate.replace('_', ' ')} {r[rate]:.4f} > alpha {ALPHA} + slack = "
-                                  f"{BOUND:.4f} over {r['draws']} draws (verdicts {r['verdicts']}, tests {r['tests']})")
+        assert r[rate] <= BOUND, (
+            f"{r['name']}: {rate.replace('_', ' ')} {r[rate]:.4f} > alpha {ALPHA} + slack = "
+            f"{BOUND:.4f} over {r['draws']} draws (verdicts {r['verdicts']}, tests {r['tests']})"
+        )
 
 
 # ---------------------------------------------------------------------------------- one condition
@@ -118,7 +126,9 @@ def test_sequential_looks_keep_the_level(levels, cell):
     result at any look counts; lognormal sigma 1 on a `positive` metric, and normal."""
     r = levels[cell]
     _within_level(r, "false_support", "false_refutation")
-    assert sum(r["stopped_at_look"].values()) == DRAWS and r["stopped_at_look"].get(3, 0) > 0.8 * DRAWS
+    assert (
+        sum(r["stopped_at_look"].values()) == DRAWS and r["stopped_at_look"].get(3, 0) > 0.8 * DRAWS
+    )
 
 
 # ---------------------------------------------------------------------------------- families
@@ -136,7 +146,9 @@ def test_one_supported_if_at_its_bar_beside_a_true_one_keeps_the_level(levels, c
     its bar and the other clearly true, false support is that one condition's, at most alpha."""
     r = levels[cell]
     _within_level(r, "false_support", "false_refutation")
-    assert r["false_support"] > ALPHA / 2  # no hidden correction either: the level is used, not halved
+    assert (
+        r["false_support"] > ALPHA / 2
+    )  # no hidden correction either: the level is used, not halved
 
 
 @pytest.mark.parametrize("cell", _names("control"))
@@ -161,14 +173,36 @@ def test_a_right_skewed_metric_declared_linear_gives_false_support(levels, cell)
 # ---------------------------------------------------------------------------------- the benchmark
 def test_benchmark_writes_its_table_and_json(tmp_path, capsys):
     out = tmp_path / "levels.json"
-    summary = bench.main(["--draws", "20", "--workers", "1", "--only", "threshold/normal/lower/n3",
-                          "mixed/mixed-log/higher/n3", "--json", str(out)])
+    summary = bench.main(
+        [
+            "--draws",
+            "20",
+            "--workers",
+            "1",
+            "--only",
+            "threshold/normal/lower/n3",
+            "mixed/mixed-log/higher/n3",
+            "--json",
+            str(out),
+        ]
+    )
     written = json.loads(out.read_text())
-    assert [c["name"] for c in written["cells"]] == ["threshold/normal/lower/n3", "mixed/mixed-log/higher/n3"]
+    assert [c["name"] for c in written["cells"]] == [
+        "threshold/normal/lower/n3",
+        "mixed/mixed-log/higher/n3",
+    ]
     assert written["draws"] == 20 and written["bound"] == pytest.approx(ALPHA + bench.slack(20))
     assert summary["cells"][0]["draws"] == 20
     table = (tmp_path / "levels.md").read_text()
-    assert "| threshold | normal | lower | 3 |" in table and "| mixed | mixed-log | higher | 3 |" in table
-    assert "## Summary: the largest rate per block" in table and "false support" in capsys.readouterr().out
-    bench.main(["--render", str(out), "--markdown", str(tmp_path / "again.md")])  # the tables again, from the JSON
+    assert (
+        "| threshold | normal | lower | 3 |" in table
+        and "| mixed | mixed-log | higher | 3 |" in table
+    )
+    assert (
+        "## Summary: the largest rate per block" in table
+        and "false support" in capsys.readouterr().out
+    )
+    bench.main(
+        ["--render", str(out), "--markdown", str(tmp_path / "again.md")]
+    )  # the tables again, from the JSON
     assert (tmp_path / "again.md").read_text() == table

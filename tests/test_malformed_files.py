@@ -39,9 +39,17 @@ def _memory_cap():  # a regression (reading /dev/zero to the end) must not take 
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 
 
-def gates_cli(*args: str, cwd: Path | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(GATES + list(args), cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          preexec_fn=_memory_cap)
+def gates_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        GATES + list(args),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        preexec_fn=_memory_cap,
+    )
 
 
 @pytest.fixture
@@ -60,6 +68,7 @@ def _set(path: tuple, value):
         for key in path[:-1]:
             target = target[key]
         target[path[-1]] = value
+
     return edit
 
 
@@ -70,7 +79,10 @@ def _values_a_number(ev: dict):
 
 CORRUPTIONS = {  # name -> (edit of the evidence dict, or the new file text; what verify names)
     "runs a string": (_set(("runs",), "all of them"), "malformed evidence: runs: "),
-    "a metric a word": (_set(("runs", 0, "metrics", "test_acc"), "high"), "runs.0.metrics.test_acc"),
+    "a metric a word": (
+        _set(("runs", 0, "metrics", "test_acc"), "high"),
+        "runs.0.metrics.test_acc",
+    ),
     "a number where a list belongs": (_values_a_number, "conditions.0.values"),
     "seeds a number": (_set(("settings", "seeds"), 3), "settings.seeds"),
     "conditions an object": (_set(("conditions",), {"supported_if": []}), "conditions"),
@@ -92,8 +104,13 @@ def corrupt(project: Path, name: str) -> str:
 
 
 def start_dashboard(project: Path):
-    proc = subprocess.Popen(GATES + ["dashboard", "--port", "0", "--tracking-uri", f"sqlite:///{project / 'none.db'}"],
-                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        GATES + ["dashboard", "--port", "0", "--tracking-uri", f"sqlite:///{project / 'none.db'}"],
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     line = proc.stdout.readline()
     match = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
     if not match:
@@ -113,7 +130,9 @@ def fetch(url: str) -> tuple[int, str]:
 # ---------------------------------------------------------------------------------- evidence
 @pytest.mark.parametrize("name", list(CORRUPTIONS))
 def test_malformed_evidence_is_one_lost_claim_and_everything_else_works(project, name):
-    intact_before = check_claim(evidence_path(project, INTACT), find_contracts(project / "contracts"), replay=False)
+    intact_before = check_claim(
+        evidence_path(project, INTACT), find_contracts(project / "contracts"), replay=False
+    )
     needle = corrupt(project, name)
     runs, contracts = str(project / "runs"), str(project / "contracts")
     runner = CliRunner()
@@ -124,21 +143,39 @@ def test_malformed_evidence_is_one_lost_claim_and_everything_else_works(project,
     assert "restore the committed file from git" in done.output  # what to do
     checks = {c.contract_id: c for c in verify(project / "runs", project / "contracts")}
     assert checks[BROKEN].status == "lost" and checks[BROKEN].hash_ok is None
-    assert checks[INTACT].status == "ok", checks[INTACT].problems  # indexed by copy_claims: it holds
-    intact_after = check_claim(evidence_path(project, INTACT), find_contracts(project / "contracts"), replay=False)
+    assert checks[INTACT].status == "ok", checks[
+        INTACT
+    ].problems  # indexed by copy_claims: it holds
+    intact_after = check_claim(
+        evidence_path(project, INTACT), find_contracts(project / "contracts"), replay=False
+    )
     assert intact_after.as_dict() == intact_before.as_dict()  # the other claim is checked as before
 
     done = runner.invoke(app, ["status", "--runs-dir", runs, "--contracts-dir", contracts])
     assert done.exit_code == 0 and done.exception is None, done.output
     assert "pending" not in done.output and "lost" in done.output  # never "pending, hash ok"
 
-    done = runner.invoke(app, ["report", "--html", str(project / "report"), "--runs-dir", runs,
-                               "--contracts-dir", contracts, "--tracking-uri", f"sqlite:///{project / 'none.db'}"])
+    done = runner.invoke(
+        app,
+        [
+            "report",
+            "--html",
+            str(project / "report"),
+            "--runs-dir",
+            runs,
+            "--contracts-dir",
+            contracts,
+            "--tracking-uri",
+            f"sqlite:///{project / 'none.db'}",
+        ],
+    )
     assert done.exit_code == 0 and done.exception is None, done.output
     broken_page = (project / "report" / "contract" / f"{BROKEN}.html").read_text()
     assert "LOST" in broken_page and "Traceback" not in broken_page
     intact_page = (project / "report" / "contract" / f"{INTACT}.html").read_text()
-    assert "<h2>Conditions</h2>" in intact_page and "Traceback" not in intact_page  # drawn from its evidence
+    assert (
+        "<h2>Conditions</h2>" in intact_page and "Traceback" not in intact_page
+    )  # drawn from its evidence
 
 
 def test_dashboard_pages_stay_up_with_malformed_evidence(project):
@@ -163,9 +200,21 @@ def test_a_fifo_as_evidence_is_a_lost_claim_not_a_hang(project):
     path.unlink()
     os.mkfifo(path)  # no writer: reading it would wait for ever
     # the whole of `gates verify` (history and notes read the evidence too), not only check_claim
-    done = subprocess.run([sys.executable, "-m", "gates", "verify", "--runs-dir", str(project / "runs"),
-                           "--contracts-dir", str(project / "contracts")],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gates",
+            "verify",
+            "--runs-dir",
+            str(project / "runs"),
+            "--contracts-dir",
+            str(project / "contracts"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1, done.stderr
     assert "unreadable evidence: a FIFO, not a regular file" in done.stdout
 
@@ -201,14 +250,21 @@ def test_a_full_disk_leaves_the_old_pair_and_no_temporaries(project):
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
         try:
-            ledger.write_evidence(Path({str(project / 'runs')!r}), json.loads(Path({str(project / 'new.json')!r}).read_text()))
+            ledger.write_evidence(Path({str(project / "runs")!r}),
+                                  json.loads(Path({str(project / "new.json")!r}).read_text()))
         except UserError as e:
             print(e.render())
             sys.exit(2)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 2, done.stdout + done.stderr
-    assert done.stdout.count("\n") == 1 and str(folder) in done.stdout and "expected a writable folder" in done.stdout
+    assert (
+        done.stdout.count("\n") == 1
+        and str(folder) in done.stdout
+        and "expected a writable folder" in done.stdout
+    )
     assert _pair(folder) == before and _strays(folder) == []
 
 
@@ -216,12 +272,17 @@ def test_an_unwritable_runs_folder_is_a_one_line_error_and_the_rerun_writes_it(t
     (tmp_path / "contracts").mkdir()
     (tmp_path / "runs").mkdir()
     write_contract(tmp_path / "contracts", small_c05(), "c05-small.yaml")
-    (tmp_path / "runs" / "c05-small").write_text("in the way\n")  # the folder cannot be made (root or not)
+    (tmp_path / "runs" / "c05-small").write_text(
+        "in the way\n"
+    )  # the folder cannot be made (root or not)
     done = gates_cli("run", "contracts/c05-small.yaml", "--json", cwd=tmp_path, timeout=600)
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in done.stderr
-    assert "runs/c05-small: cannot write evidence.json and verdict.md here: it is not a folder" in errors[0]
+    assert (
+        "runs/c05-small: cannot write evidence.json and verdict.md here: it is not a folder"
+        in errors[0]
+    )
     (tmp_path / "runs" / "c05-small").unlink()
     done = gates_cli("run", "contracts/c05-small.yaml", "--json", cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -247,16 +308,28 @@ def test_a_kill_between_the_two_files_is_detected_and_the_next_write_repairs_it(
     folder = evidence_path(project).parent
     ev = _newer(project)
     (project / "new.json").write_text(json.dumps(ev))
-    script = KILL_AFTER_FIRST_RENAME.format(runs=str(project / "runs"), new=str(project / "new.json"))
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    script = KILL_AFTER_FIRST_RENAME.format(
+        runs=str(project / "runs"), new=str(project / "new.json")
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == -signal.SIGKILL, done.stderr
     written = ledger.read_evidence(folder / ledger.EVIDENCE)  # whole: old or new
-    if (folder / ledger.REPORT).read_text() != ledger.render_report(written):  # the pair disagrees: detected
-        result = check_claim(folder / ledger.EVIDENCE, find_contracts(project / "contracts"), replay=False)
+    if (folder / ledger.REPORT).read_text() != ledger.render_report(
+        written
+    ):  # the pair disagrees: detected
+        result = check_claim(
+            folder / ledger.EVIDENCE, find_contracts(project / "contracts"), replay=False
+        )
         assert result.status == "lost"
-        assert any("is not the rendering of its evidence.json" in p for p in result.problems), result.problems
+        assert any("is not the rendering of its evidence.json" in p for p in result.problems), (
+            result.problems
+        )
     ledger.write_evidence(project / "runs", ev)  # the next run
-    assert (folder / ledger.REPORT).read_text() == ledger.render_report(ledger.read_evidence(folder / ledger.EVIDENCE))
+    assert (folder / ledger.REPORT).read_text() == ledger.render_report(
+        ledger.read_evidence(folder / ledger.EVIDENCE)
+    )
     assert _strays(folder) == []
 
 
@@ -271,7 +344,9 @@ def test_temporaries_of_a_killed_write_are_removed_by_the_next_write(project):
             f.flush()
             os.kill(os.getpid(), signal.SIGKILL)
     """)
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == -signal.SIGKILL and _strays(folder), done.stderr
     ledger.write_evidence(project / "runs", _newer(project))
     assert _strays(folder) == []
@@ -290,11 +365,18 @@ def test_gates_render_names_bad_evidence_in_one_line(project):
 # ---------------------------------------------------------------------------------- contract files
 def test_gates_check_refuses_a_device_and_a_fifo(tmp_path):
     done = gates_cli("check", "/dev/zero", timeout=60)
-    assert done.returncode == 2 and done.stderr == "error: /dev/zero: a device, not a regular file; expected a regular file\n"
+    assert (
+        done.returncode == 2
+        and done.stderr
+        == "error: /dev/zero: a device, not a regular file; expected a regular file\n"
+    )
     fifo = tmp_path / "contract.yaml"
     os.mkfifo(fifo)
     done = gates_cli("check", str(fifo), timeout=60)  # no writer: reading it would wait for ever
-    assert done.returncode == 2 and done.stderr == f"error: {fifo}: a FIFO, not a regular file; expected a regular file\n"
+    assert (
+        done.returncode == 2
+        and done.stderr == f"error: {fifo}: a FIFO, not a regular file; expected a regular file\n"
+    )
     done = gates_cli("check", str(tmp_path), timeout=60)
     assert done.returncode == 2 and "a folder, not a regular file" in done.stderr
 
@@ -307,7 +389,10 @@ def test_a_control_character_is_named_at_its_line(tmp_path):
     with pytest.raises(UserError) as info:
         load_contract(path)
     message = info.value.render()
-    assert message.startswith(f"{path}:3: invalid YAML: character U+0001 is not allowed") and "\n" not in message
+    assert (
+        message.startswith(f"{path}:3: invalid YAML: character U+0001 is not allowed")
+        and "\n" not in message
+    )
 
 
 def _refused(tmp_path, data: dict) -> str:
@@ -317,16 +402,22 @@ def _refused(tmp_path, data: dict) -> str:
     return info.value.render()
 
 
-@pytest.mark.parametrize("seeds, expected", [
-    ([0, -1], "seeds.1: value error, seed -1 is outside 0 <= seed < 2**32"),
-    ([0, 2**32], "seeds.1: value error, seed 4294967296 is outside 0 <= seed < 2**32"),
-    ([0, True], "seeds.1: input should be a valid integer, got True"),
-    ([0, 1.0], "seeds.1: input should be a valid integer, got 1.0"),
-    ([0, "1"], "seeds.1: input should be a valid integer, got '1'"),
-])
+@pytest.mark.parametrize(
+    "seeds, expected",
+    [
+        ([0, -1], "seeds.1: value error, seed -1 is outside 0 <= seed < 2**32"),
+        ([0, 2**32], "seeds.1: value error, seed 4294967296 is outside 0 <= seed < 2**32"),
+        ([0, True], "seeds.1: input should be a valid integer, got True"),
+        ([0, 1.0], "seeds.1: input should be a valid integer, got 1.0"),
+        ([0, "1"], "seeds.1: input should be a valid integer, got '1'"),
+    ],
+)
 def test_seeds_are_integers_every_study_can_use(tmp_path, seeds, expected):
     message = _refused(tmp_path, small_c05(seeds=seeds))
-    assert re.match(rf"{re.escape(str(tmp_path))}/contract\.yaml:\d+: ", message) and expected in message
+    assert (
+        re.match(rf"{re.escape(str(tmp_path))}/contract\.yaml:\d+: ", message)
+        and expected in message
+    )
 
 
 def test_the_largest_seed_loads(tmp_path):
@@ -334,7 +425,9 @@ def test_the_largest_seed_loads(tmp_path):
     assert loaded.contract.seeds == [0, 2**32 - 1]
 
 
-@pytest.mark.parametrize("name", ["flat\naddress", "flat_address\n", "x" * 65, "arm/seed", "arm name", ""])
+@pytest.mark.parametrize(
+    "name", ["flat\naddress", "flat_address\n", "x" * 65, "arm/seed", "arm name", ""]
+)
 def test_arm_names_are_short_one_line_slugs(tmp_path, name):
     data = small_c05()
     data["arms"][name] = data["arms"]["flat_address"]

@@ -12,17 +12,17 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from gates import provenance
 from tests.test_plugin_study import CONTRACT, EXAMPLE, gates, install_dist
 
 # prints the fingerprint of a study module as the platform computes it, from a process whose sys.path
 # starts with the site folder (PYTHONPATH, as `gates` runs there)
-FINGERPRINT = '''
+FINGERPRINT = """
 import json, sys
 from gates import provenance
 from dashboard.data import _code_files
@@ -31,7 +31,7 @@ module = sys.argv[1]
 package = getattr(provenance, "study_package", lambda module: None)(module)  # (issue #23: absent before)
 print(json.dumps({"sha": provenance.code_sha256(module), "files": provenance.code_files(module),
                   "package": package, "watched": sorted(map(str, _code_files()))}))
-'''
+"""
 
 MODELS_PLUGIN = {  # a researcher's own package that happens to be called `models`
     "models/__init__.py": '"""Not this repository\'s models package."""\n',
@@ -53,8 +53,12 @@ def pristine(tmp_path_factory) -> Path:
     its own pyproject.toml). Tests edit copies of it (`site_copy`)."""
     site = tmp_path_factory.mktemp("pristine-site")
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
-    install_dist(site, project["name"], project["version"], project["entry-points"]["gates.studies"])
-    shutil.copytree(EXAMPLE / "my_study", site / "my_study", ignore=shutil.ignore_patterns("__pycache__"))
+    install_dist(
+        site, project["name"], project["version"], project["entry-points"]["gates.studies"]
+    )
+    shutil.copytree(
+        EXAMPLE / "my_study", site / "my_study", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return site
 
 
@@ -79,15 +83,23 @@ def own(files: dict) -> dict:
 def test_the_example_study_package_is_fingerprinted_by_its_import_names(site_copy, tmp_path):
     study = site_copy / "my_study" / "study.py"
     before = fingerprint(site_copy, tmp_path, "my_study.study")
-    assert own(before["files"]) == {"my_study/__init__.py": sha256(site_copy / "my_study" / "__init__.py"),
-                                    "my_study/study.py": sha256(study)}
+    assert own(before["files"]) == {
+        "my_study/__init__.py": sha256(site_copy / "my_study" / "__init__.py"),
+        "my_study/study.py": sha256(study),
+    }
     assert before["package"] == "gates-my-study 0.1.0 (my_study)"
-    assert str(study) in before["watched"]  # the dashboard re-checks its claims when the package changes
+    assert (
+        str(study) in before["watched"]
+    )  # the dashboard re-checks its claims when the package changes
 
-    study.write_text(study.read_text().replace("rng.random(n) < noise", "rng.random(n) < noise / 2"))
+    study.write_text(
+        study.read_text().replace("rng.random(n) < noise", "rng.random(n) < noise / 2")
+    )
     after = fingerprint(site_copy, tmp_path, "my_study.study")
     assert after["sha"] != before["sha"]
-    assert {n for n in before["files"] if before["files"][n] != after["files"].get(n)} == {"my_study/study.py"}
+    assert {n for n in before["files"] if before["files"][n] != after["files"].get(n)} == {
+        "my_study/study.py"
+    }
 
     # the names do not depend on where the package is installed: another copy hashes the same
     elsewhere = tmp_path / "elsewhere" / "site-packages"
@@ -114,15 +126,22 @@ def test_editing_the_installed_study_package_makes_its_claim_stale(site_copy, tm
 
     study = site_copy / "my_study" / "study.py"
     original = study.read_bytes()
-    study.write_text(study.read_text().replace("rng.random(n) < noise", "rng.random(n) < noise / 2"))
+    study.write_text(
+        study.read_text().replace("rng.random(n) < noise", "rng.random(n) < noise / 2")
+    )
     row = status()
     assert row["stale"] is True and row["stale_files"] == ["my_study/study.py"]
     verified = gates(site_copy, root, "verify")
-    assert verified.returncode == 0, verified.stdout + verified.stderr  # stale is noted, the claim holds
+    assert verified.returncode == 0, (
+        verified.stdout + verified.stderr
+    )  # stale is noted, the claim holds
     assert "note: stale: code changed since its evidence: my_study/study.py" in verified.stdout
     strict = gates(site_copy, root, "verify", "--strict-code")
-    assert strict.returncode == 1 and "stale (--strict-code): the code changed since its evidence: " \
-                                      "my_study/study.py" in strict.stdout
+    assert (
+        strict.returncode == 1
+        and "stale (--strict-code): the code changed since its evidence: my_study/study.py"
+        in strict.stdout
+    )
 
     (site_copy / "my_study" / "extra.py").write_text("HELPER = 1\n")  # a file added to the package
     assert status()["stale_files"] == ["my_study/extra.py", "my_study/study.py"]
@@ -136,7 +155,9 @@ def test_editing_the_installed_study_package_makes_its_claim_stale(site_copy, tm
     assert row["stale"] is True and row["stale_files"] == ["my_study/__init__.py"]
 
 
-def test_a_package_called_models_outside_this_repository_is_fingerprinted_by_its_own_files(tmp_path):
+def test_a_package_called_models_outside_this_repository_is_fingerprinted_by_its_own_files(
+    tmp_path,
+):
     site = tmp_path / "site"
     for rel, text in MODELS_PLUGIN.items():
         (site / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -149,17 +170,21 @@ def test_a_package_called_models_outside_this_repository_is_fingerprinted_by_its
     assert found["package"] == "gates-circle-models 0.2.0 (models)"
     (site / "models" / "unrelated.py").write_text("OTHER = 2\n")
     changed = fingerprint(site, tmp_path, "models.circle")
-    assert changed["sha"] != found["sha"] and own(changed["files"])["models/unrelated.py"] == sha256(
-        site / "models" / "unrelated.py")
+    assert changed["sha"] != found["sha"] and own(changed["files"])[
+        "models/unrelated.py"
+    ] == sha256(site / "models" / "unrelated.py")
 
     # where `models` is this repository's (this test process), a study keeps its import closure
-    closure = [p.relative_to(provenance.PROJECT_ROOT).as_posix() for p in provenance.study_files("models.c05_probe")]
+    closure = [
+        p.relative_to(provenance.PROJECT_ROOT).as_posix()
+        for p in provenance.study_files("models.c05_probe")
+    ]
     assert sorted(own(provenance.code_files("models.c05_probe"))) == closure
 
 
 # evidence recorded before issue #23 for a study from elsewhere: its fingerprint covered gates/ and
 # this repository's models/__init__.py, none of the study package's files
-OLD_EVIDENCE = '''
+OLD_EVIDENCE = """
 import hashlib, json
 from gates import provenance
 
@@ -167,14 +192,18 @@ files = {k: v for k, v in provenance.code_files("my_study.study").items() if k.s
 files["models/__init__.py"] = hashlib.sha256((provenance.PROJECT_ROOT / "models/__init__.py").read_bytes()).hexdigest()
 found = provenance.staleness({"study": "my_study", "code_sha256": "0" * 64, "code_files": files}, "my_study.study")
 print(json.dumps({"stale": found.stale, "files": found.files, "note": found.note}))
-'''
+"""
 
 
-def test_evidence_recorded_before_the_package_was_fingerprinted_is_stale_and_says_so(pristine, tmp_path):
+def test_evidence_recorded_before_the_package_was_fingerprinted_is_stale_and_says_so(
+    pristine, tmp_path
+):
     done = gates(pristine, tmp_path, script=OLD_EVIDENCE)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["stale"] is True
     assert found["files"] == ["models/__init__.py", "my_study/__init__.py", "my_study/study.py"]
-    assert found["note"] == ("recorded before the code of the study's package my_study was fingerprinted: its "
-                             "code then is unknown")
+    assert found["note"] == (
+        "recorded before the code of the study's package my_study was fingerprinted: its "
+        "code then is unknown"
+    )

@@ -12,10 +12,10 @@ import shutil
 import subprocess
 import sys
 import textwrap
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 from mlflow import MlflowClient
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -85,7 +85,7 @@ class CorpusStudy(MyStudy):
 '''
 
 # the CLI with apt replaced by the synthetic LibreOffice help tree of tests/test_data.py
-FAKE_APT = f'''
+FAKE_APT = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
 from gates import data
@@ -101,7 +101,7 @@ def download_and_extract(packages, work_dir, say):
 data._download_and_extract = download_and_extract
 from gates.cli import main
 main()
-'''
+"""
 
 
 def install_dist(site: Path, name: str, version: str, entry_points: dict[str, str]) -> None:
@@ -120,20 +120,38 @@ def site(tmp_path_factory) -> Path:
     pyproject.toml) and a faulty package beside it."""
     site = tmp_path_factory.mktemp("site")
     project = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
-    install_dist(site, project["name"], project["version"], project["entry-points"]["gates.studies"])
+    install_dist(
+        site, project["name"], project["version"], project["entry-points"]["gates.studies"]
+    )
     shutil.copytree(EXAMPLE / "my_study", site / "my_study")
     (site / "faulty_study.py").write_text(FAULTY)
-    install_dist(site, "gates-faulty", "0.1.0", {"faulty": "faulty_study:FaultyStudy",
-                                                  "no_metrics": "faulty_study:NoMetrics",
-                                                  "corpus_circle": "faulty_study:CorpusStudy"})
+    install_dist(
+        site,
+        "gates-faulty",
+        "0.1.0",
+        {
+            "faulty": "faulty_study:FaultyStudy",
+            "no_metrics": "faulty_study:NoMetrics",
+            "corpus_circle": "faulty_study:CorpusStudy",
+        },
+    )
     return site
 
 
 def gates(site: Path, cwd: Path, *args: str, script: str | None = None, env: dict | None = None):
-    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]), "COLUMNS": "200",
-               "TREEHEAP_GATES_CACHE": str(cwd / "cache"), **(env or {})}
-    command = [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "gates", *args]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, env=environ, timeout=600)
+    environ = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
+        "COLUMNS": "200",
+        "TREEHEAP_GATES_CACHE": str(cwd / "cache"),
+        **(env or {}),
+    }
+    command = (
+        [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "gates", *args]
+    )
+    return subprocess.run(
+        command, cwd=cwd, capture_output=True, text=True, env=environ, timeout=600
+    )
 
 
 def contract_text(contract_id: str, study: str, arms: str) -> str:
@@ -141,7 +159,12 @@ def contract_text(contract_id: str, study: str, arms: str) -> str:
     text = CONTRACT.read_text().replace("id: circle-quadratic", f"id: {contract_id}")
     text = text.replace("study: my_study", f"study: {study}")
     start, end = text.index("arms:\n"), text.index("factor:")
-    return text[:start] + "arms:\n" + textwrap.indent(textwrap.dedent(arms).strip() + "\n", "  ") + text[end:]
+    return (
+        text[:start]
+        + "arms:\n"
+        + textwrap.indent(textwrap.dedent(arms).strip() + "\n", "  ")
+        + text[end:]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +173,18 @@ def project(site, tmp_path_factory):
     root = tmp_path_factory.mktemp("project")
     (root / "contracts").mkdir()
     shutil.copy(CONTRACT, root / "contracts")
-    (root / "contracts" / "circle-faulty.yaml").write_text(contract_text("circle-faulty", "faulty", """
+    (root / "contracts" / "circle-faulty.yaml").write_text(
+        contract_text(
+            "circle-faulty",
+            "faulty",
+            """
         linear:    {features: linear}
         quadratic: {features: quadratic}
         crashing:  {features: quadratic, fault: raise}
         undeclared: {features: quadratic, fault: undeclared}
-    """))
+    """,
+        )
+    )
     uri = f"sqlite:///{root / 'mlflow.db'}"
     example = gates(site, root, "run", "contracts/circle-quadratic.yaml", "--tracking-uri", uri)
     assert example.returncode == 0, example.stderr
@@ -173,7 +202,9 @@ def test_the_example_study_is_found_listed_and_described(site, tmp_path):
     listed = gates(site, tmp_path, "studies")
     assert listed.returncode == 0, listed.stderr
     assert "my_study: my_study.study:MyStudy (gates-my-study 0.1.0)" in listed.stdout
-    assert "c05_probe: models.c05_probe:C05ProbeStudy" in listed.stdout  # beside this repository's studies
+    assert (
+        "c05_probe: models.c05_probe:C05ProbeStudy" in listed.stdout
+    )  # beside this repository's studies
     detail = gates(site, tmp_path, "studies", "my_study")
     assert detail.returncode == 0, detail.stderr
     assert "train_loss: lower, train, range [0, inf]" in detail.stdout
@@ -184,7 +215,7 @@ def test_the_example_study_is_found_listed_and_described(site, tmp_path):
     assert fields["features"]["enum"] == ["linear", "quadratic"] and fields["lr"]["default"] == 1.0
     made = gates(site, tmp_path, "new", "circle-next", "--study", "my_study")
     assert made.returncode == 0, made.stderr
-    assert "features: \"quadratic\"" in (tmp_path / "contracts" / "circle-next.yaml").read_text()
+    assert 'features: "quadratic"' in (tmp_path / "contracts" / "circle-next.yaml").read_text()
 
 
 def test_refresh_finds_a_distribution_installed_in_this_process(site, monkeypatch):
@@ -198,8 +229,12 @@ def test_refresh_finds_a_distribution_installed_in_this_process(site, monkeypatc
         assert "my_study" not in registry.study_names()  # cached
         registry.refresh()
         assert "my_study" in registry.study_names()
-        assert registry.get_study("my_study").param_count(registry.get_study("my_study").Config()) == 6
-        with pytest.raises(registry.StudyError, match="study 'no_metrics' .* breaks the study interface"):
+        assert (
+            registry.get_study("my_study").param_count(registry.get_study("my_study").Config()) == 6
+        )
+        with pytest.raises(
+            registry.StudyError, match="study 'no_metrics' .* breaks the study interface"
+        ):
             registry.get_study("no_metrics")
     finally:
         monkeypatch.undo()
@@ -215,21 +250,32 @@ def test_check_and_run_the_example_contract_end_to_end(site, project):
     root = project["root"]
     checked = gates(site, root, "check", "contracts/circle-quadratic.yaml")
     assert checked.returncode == 0, checked.stderr
-    assert "ready to run" in checked.stdout and "study: my_study; arms: linear, quadratic" in checked.stdout
+    assert (
+        "ready to run" in checked.stdout
+        and "study: my_study; arms: linear, quadratic" in checked.stdout
+    )
     assert "SUPPORTED  circle-quadratic" in project["example"].stdout
     ev = evidence(root, "circle-quadratic")
     assert ev["verdict"] == "supported" and ev["study"] == "my_study" and len(ev["runs"]) == 12
     assert all(r["status"] == "completed" for r in ev["runs"])
-    assert {r["arm"]: r["metrics"]["test_acc"] > 0.85 for r in ev["runs"]} == {"linear": False, "quadratic": True}
+    assert {r["arm"]: r["metrics"]["test_acc"] > 0.85 for r in ev["runs"]} == {
+        "linear": False,
+        "quadratic": True,
+    }
     client = MlflowClient(project["uri"])
     runs = client.search_runs([client.get_experiment_by_name("circle-quadratic").experiment_id])
     assert len(runs) == 13 and {r.info.status for r in runs} == {"FINISHED"}
     verified = gates(site, root, "verify")
     assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert "ok circle-quadratic: supported" in verified.stdout and "ok circle-faulty: supported" in verified.stdout
+    assert (
+        "ok circle-quadratic: supported" in verified.stdout
+        and "ok circle-faulty: supported" in verified.stdout
+    )
     status = gates(site, root, "status", "--json")
     rows = {r["id"]: r for r in json.loads(status.stdout)}
-    assert rows["circle-quadratic"]["status"] == "ok" and rows["circle-quadratic"]["hash_ok"] is True
+    assert (
+        rows["circle-quadratic"]["status"] == "ok" and rows["circle-quadratic"]["hash_ok"] is True
+    )
 
 
 def failed_run(project, arm: str, seed: int):
@@ -244,27 +290,40 @@ def test_an_exception_in_run_fails_that_run_by_name_and_loses_nothing_else(proje
     ev, record, others, run = failed_run(project, "crashing", 1)
     assert record["status"] == "failed" and record["halt_reason"] == "error"
     # where it raised: the innermost frame, file:line as a reader finds it (relative to its import root)
-    line = FAULTY.splitlines().index('            raise RuntimeError("simulated crash in seed 1")') + 1
+    line = (
+        FAULTY.splitlines().index('            raise RuntimeError("simulated crash in seed 1")') + 1
+    )
     where = f"faulty_study.py:{line}"
     first = f"study 'faulty' raised RuntimeError at {where} in run(): simulated crash in seed 1"
     assert record["halt_detail"].splitlines()[0] == first and "Traceback" in record["halt_detail"]
-    assert record["error"] == {"type": "RuntimeError", "message": "simulated crash in seed 1", "where": where}
+    assert record["error"] == {
+        "type": "RuntimeError",
+        "message": "simulated crash in seed 1",
+        "where": where,
+    }
     assert run.info.status == "FAILED" and run.data.tags["gates.status"] == "failed"
     assert run.data.tags["gates.halt_detail"].startswith(first)
     assert f"crashing seed 1: failed (error): {first}" in project["faulty"].stdout
-    assert len(ev["runs"]) == 24 and all(r["status"] == "completed" for r in others
-                                         if (r["arm"], r["seed"]) != ("undeclared", 2))
+    assert len(ev["runs"]) == 24 and all(
+        r["status"] == "completed" for r in others if (r["arm"], r["seed"]) != ("undeclared", 2)
+    )
     assert ev["verdict"] == "supported"  # the decision reads other arms: their runs all count
-    assert {"arm": "crashing", "seed": 1} not in [{"arm": x["arm"], "seed": x["seed"]} for x in ev["lost"]]
+    assert {"arm": "crashing", "seed": 1} not in [
+        {"arm": x["arm"], "seed": x["seed"]} for x in ev["lost"]
+    ]
     # the other contract's evidence and runs are untouched
-    assert (project["root"] / "runs" / "circle-quadratic" / "evidence.json").read_bytes() == project["recorded"]
+    assert (
+        project["root"] / "runs" / "circle-quadratic" / "evidence.json"
+    ).read_bytes() == project["recorded"]
 
 
 def test_run_returning_an_undeclared_metric_is_failed_by_name(project):
     ev, record, _, run = failed_run(project, "undeclared", 2)
     assert record["status"] == "failed"
-    why = ("study 'faulty': run() returned metric 'accuracy', which the study does not declare; expected only "
-           "metrics of FaultyStudy.metrics (train_loss, test_acc)")
+    why = (
+        "study 'faulty': run() returned metric 'accuracy', which the study does not declare; expected only "
+        "metrics of FaultyStudy.metrics (train_loss, test_acc)"
+    )
     assert record["halt_detail"] == why and run.data.tags["gates.halt_detail"] == why
     assert run.info.status == "FAILED" and "accuracy" not in record["metrics"]
     assert f"undeclared seed 2: failed (error): {why}" in project["faulty"].stdout
@@ -275,36 +334,50 @@ def test_run_returning_an_undeclared_metric_is_failed_by_name(project):
 def test_a_study_without_metric_declarations_is_refused_by_name(site, project):
     root = project["root"]
     path = root / "contracts" / "no-metrics.yaml"
-    path.write_text(contract_text("no-metrics", "no_metrics", "linear: {features: linear}\nquadratic: {}"))
+    path.write_text(
+        contract_text("no-metrics", "no_metrics", "linear: {features: linear}\nquadratic: {}")
+    )
     line = path.read_text().splitlines().index("study: no_metrics") + 1
-    for command in (("check", "contracts/no-metrics.yaml"),
-                    ("run", "contracts/no-metrics.yaml", "--tracking-uri", project["uri"])):
+    for command in (
+        ("check", "contracts/no-metrics.yaml"),
+        ("run", "contracts/no-metrics.yaml", "--tracking-uri", project["uri"]),
+    ):
         done = gates(site, root, *command)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.splitlines() == [
             f"error: contracts/no-metrics.yaml:{line}: study: study 'no_metrics' (faulty_study:NoMetrics, from "
             f"gates-faulty 0.1.0) breaks the study interface: no metric declarations: expected a class attribute "
             f"`metrics = {{name: gates.study.Metric(direction, role, low, high)}}` listing every metric `run` "
-            f"reports and returns"]
+            f"reports and returns"
+        ]
     assert not (root / "runs" / "no-metrics").exists()
     everything = gates(site, root, "studies", "--metrics")
-    assert everything.returncode == 2 and "my_study: Circle task" in everything.stdout  # the others are shown
+    assert (
+        everything.returncode == 2 and "my_study: Circle task" in everything.stdout
+    )  # the others are shown
     assert "error: study 'no_metrics' (faulty_study:NoMetrics" in everything.stderr
     path.unlink()
 
 
 def test_run_fetch_gets_a_missing_corpus_and_prints_its_license(site, project):
     root = project["root"]
-    (root / "contracts" / "circle-corpus.yaml").write_text(contract_text("circle-corpus", "corpus_circle", """
+    (root / "contracts" / "circle-corpus.yaml").write_text(
+        contract_text(
+            "circle-corpus",
+            "corpus_circle",
+            """
         linear:    {features: linear, corpus: "libreoffice-help:en"}
         quadratic: {features: quadratic, corpus: "libreoffice-help:en"}
-    """))
+    """,
+        )
+    )
     args = ("run", "contracts/circle-corpus.yaml", "--tracking-uri", project["uri"])
     missing = gates(site, root, *args, script=FAKE_APT)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr.splitlines()[0].endswith(
         "arms.linear: arm cannot run here: corpus 'libreoffice-help' is not fetched; run: gates data fetch "
-        "libreoffice-help")
+        "libreoffice-help"
+    )
     assert not (root / "cache" / "corpora" / "libreoffice-help").exists()
 
     fetched = gates(site, root, *args, "--fetch", script=FAKE_APT)
@@ -314,18 +387,41 @@ def test_run_fetch_gets_a_missing_corpus_and_prints_its_license(site, project):
     assert "license: MPL-2.0 - Copyright 2000 Example Holder." in out and "LICENSE.txt" in out
     assert "sources for studies: libreoffice-help:en" in out
     assert out.index("license: MPL-2.0") < out.index("SUPPORTED  circle-corpus")
-    again = gates(site, root, *args, "--fetch", script=FAKE_APT)  # present: verified, nothing downloaded
-    assert again.returncode == 0 and "downloading" not in again.stdout and "fetching corpus" not in again.stdout
+    again = gates(
+        site, root, *args, "--fetch", script=FAKE_APT
+    )  # present: verified, nothing downloaded
+    assert (
+        again.returncode == 0
+        and "downloading" not in again.stdout
+        and "fetching corpus" not in again.stdout
+    )
 
 
 def test_the_example_package_installs_with_pip(tmp_path):
     """The example's own pyproject.toml, installed by pip (offline, no dependencies), registers the study."""
     source = tmp_path / "src"
-    shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    shutil.copytree(
+        EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__")
+    )
     target = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-                           "--no-index", "--target", str(target), str(source)], capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     listed = gates(target, tmp_path, "studies")
     assert listed.returncode == 0, listed.stderr

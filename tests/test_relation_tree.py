@@ -59,9 +59,13 @@ def mixture(trees=1, leaves=64, width=8, clusters=8, num_queries=256, seed=0):
     g = gen(seed)
     centres = 2.5 * torch.randn(clusters, width, generator=g, dtype=torch.float64)
     label = torch.randint(clusters, (trees, leaves), generator=g)
-    keys = centres[label] + 0.7 * torch.randn(trees, leaves, width, generator=g, dtype=torch.float64)
+    keys = centres[label] + 0.7 * torch.randn(
+        trees, leaves, width, generator=g, dtype=torch.float64
+    )
     pick = torch.randint(clusters, (num_queries,), generator=g)
-    queries = 1.5 * centres[pick] + torch.randn(num_queries, width, generator=g, dtype=torch.float64)
+    queries = 1.5 * centres[pick] + torch.randn(
+        num_queries, width, generator=g, dtype=torch.float64
+    )
     return keys, queries
 
 
@@ -74,17 +78,20 @@ def test_exact_node_scores_recursion_and_descendant_logsumexp():
     for k, z in enumerate(levels[:-1]):
         children = levels[k + 1]
         # the recursion, checked with a different primitive (logaddexp) at every node
-        torch.testing.assert_close(z, torch.logaddexp(children[..., 0::2], children[..., 1::2]),
-                                   rtol=0, atol=1e-12)
-        for j in range(2 ** k):  # and the definition: logsumexp over the node's descendant leaves
-            block = scores[..., j * (32 >> k):(j + 1) * (32 >> k)]
+        torch.testing.assert_close(
+            z, torch.logaddexp(children[..., 0::2], children[..., 1::2]), rtol=0, atol=1e-12
+        )
+        for j in range(2**k):  # and the definition: logsumexp over the node's descendant leaves
+            block = scores[..., j * (32 >> k) : (j + 1) * (32 >> k)]
             torch.testing.assert_close(z[..., j], block.logsumexp(dim=-1), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("per_tree_queries", [False, True])
 def test_oracle_tree_posterior_equals_dense_posterior(per_tree_queries):
     keys = random_keys(trees=3, leaves=64, width=8)
-    queries = 2 * torch.randn(*((3,) if per_tree_queries else ()), 20, 8, generator=gen(2), dtype=torch.float64)
+    queries = 2 * torch.randn(
+        *((3,) if per_tree_queries else ()), 20, 8, generator=gen(2), dtype=torch.float64
+    )
     oracle = OracleParent(keys)
     log_tree = full_read(oracle, keys, queries)
     dense = leaf_scores(keys, queries).softmax(dim=-1)
@@ -93,7 +100,9 @@ def test_oracle_tree_posterior_equals_dense_posterior(per_tree_queries):
     assert leaf_kl(log_tree, leaf_scores(keys, queries)).abs().max() < 1e-12
     # a prior changes the posterior; a constant one does not (only sibling ratios count)
     flat_prior = torch.full((3, 127), -0.7, dtype=torch.float64)
-    torch.testing.assert_close(full_read(oracle, keys, queries, flat_prior), log_tree, rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        full_read(oracle, keys, queries, flat_prior), log_tree, rtol=0, atol=1e-12
+    )
     prior = torch.randn(3, 127, generator=gen(3), dtype=torch.float64)
     assert (full_read(oracle, keys, queries, prior) - log_tree).abs().max() > 1e-3
 
@@ -102,8 +111,16 @@ def test_oracle_has_zero_closure_error_and_kl_at_every_depth():
     keys = random_keys(trees=2, leaves=32)
     queries = torch.randn(16, 8, generator=gen(4), dtype=torch.float64)
     metrics = soft_read_metrics(OracleParent(keys), keys, queries, query_chunk=5)
-    assert set(metrics) >= {"leaf_kl", "closure_error", "closure_error_level_0", "closure_error_level_4",
-                            "kl_at_depth_1", "kl_at_depth_4", "kl_at_depth_5", "node_kl_at_depth_5"}
+    assert set(metrics) >= {
+        "leaf_kl",
+        "closure_error",
+        "closure_error_level_0",
+        "closure_error_level_4",
+        "kl_at_depth_1",
+        "kl_at_depth_4",
+        "kl_at_depth_5",
+        "node_kl_at_depth_5",
+    }
     for name, value in metrics.items():
         if name.startswith(("closure", "leaf_kl", "node_kl")):
             assert abs(value) < 1e-12, name
@@ -122,11 +139,16 @@ def test_mass_kept_by_the_best_nodes_and_dense_entropy():
     exact_nodes = dense.view(4, 2).sum(-1).log().view(1, 1, 4)
     assert float(mass_kept(exact_nodes, scores, 1)) == pytest.approx(0.8)
     assert float(mass_kept(exact_nodes, scores, 2)) == pytest.approx(1.0)
-    assert float(mass_kept(-exact_nodes, scores, 1)) == pytest.approx(4e-12, abs=1e-11)  # the emptiest node
-    assert float(dense_entropy(scores)) == pytest.approx(-(0.5 * math.log(0.5) + 0.3 * math.log(0.3)
-                                                          + 0.2 * math.log(0.2)), abs=1e-9)
+    assert float(mass_kept(-exact_nodes, scores, 1)) == pytest.approx(
+        4e-12, abs=1e-11
+    )  # the emptiest node
+    assert float(dense_entropy(scores)) == pytest.approx(
+        -(0.5 * math.log(0.5) + 0.3 * math.log(0.3) + 0.2 * math.log(0.2)), abs=1e-9
+    )
     uniform = torch.zeros(2, 3, 64, dtype=torch.float64)
-    torch.testing.assert_close(dense_entropy(uniform), torch.full((2, 3), math.log(64), dtype=torch.float64))
+    torch.testing.assert_close(
+        dense_entropy(uniform), torch.full((2, 3), math.log(64), dtype=torch.float64)
+    )
 
 
 def test_an_exact_tree_keeps_more_mass_than_a_random_one_on_clustered_keys():
@@ -134,7 +156,9 @@ def test_an_exact_tree_keeps_more_mass_than_a_random_one_on_clustered_keys():
     one cluster, an exact read of the learned tree keeps nearly all the mass in its best quarter of
     depth-2 nodes; the same exact parents over a random topology keep far less."""
     centres = torch.randn(4, 8, generator=gen(11), dtype=torch.float64) * 4
-    keys = (centres.repeat_interleave(8, 0) + 0.05 * torch.randn(32, 8, generator=gen(12), dtype=torch.float64))
+    keys = centres.repeat_interleave(8, 0) + 0.05 * torch.randn(
+        32, 8, generator=gen(12), dtype=torch.float64
+    )
     keys = keys.unsqueeze(0)
     queries = centres[torch.arange(16) % 4] * 3
     kept = {}
@@ -142,7 +166,9 @@ def test_an_exact_tree_keeps_more_mass_than_a_random_one_on_clustered_keys():
         keys_heap = heap_keys(keys, build_topology(kind, keys, gen(13)))
         metrics = soft_read_metrics(OracleParent(keys_heap), keys_heap, queries)
         kept[kind] = metrics["mass_kept_top_quarter_at_depth_2"]
-        assert metrics["mass_kept_top_half_at_depth_5"] >= metrics["mass_kept_top_quarter_at_depth_5"]
+        assert (
+            metrics["mass_kept_top_half_at_depth_5"] >= metrics["mass_kept_top_quarter_at_depth_5"]
+        )
     assert kept["learned"] > 0.99 and kept["random"] < 0.7, kept
 
 
@@ -155,14 +181,21 @@ def test_resolution_depths():
 # ------------------------------------------------------------------------------------ topology
 def test_topologies_are_permutations_of_the_same_shape_and_deterministic():
     keys = random_keys(trees=3, leaves=64, dtype=torch.float32)
-    orders = {kind: build_topology(kind, keys, gen(5)) for kind in ("positional", "random", "learned")}
+    orders = {
+        kind: build_topology(kind, keys, gen(5)) for kind in ("positional", "random", "learned")
+    }
     for kind, order in orders.items():
         assert order.shape == (3, 64) and order.dtype == torch.long
         assert torch.equal(order.sort(dim=1).values, torch.arange(64).expand(3, 64)), kind
         assert torch.equal(build_topology(kind, keys, gen(5)), order), kind
-        node_count = sum(z.shape[-1] for z in exact_node_scores(leaf_scores(heap_keys(keys, order), keys[0, :2])))
+        node_count = sum(
+            z.shape[-1] for z in exact_node_scores(leaf_scores(heap_keys(keys, order), keys[0, :2]))
+        )
         assert node_count == 2 * 64 - 1
-        assert parameter_count(make_parent("prototypes", heap_keys(keys, order), gen(0), m=2)) == 63 * 2 * 9
+        assert (
+            parameter_count(make_parent("prototypes", heap_keys(keys, order), gen(0), m=2))
+            == 63 * 2 * 9
+        )
     assert torch.equal(orders["positional"], torch.arange(64).expand(3, 64))
     assert not torch.equal(orders["random"], orders["positional"])
     assert not torch.equal(orders["random"][0], orders["random"][1])  # independent per tree
@@ -210,7 +243,9 @@ def test_score_nodes_agrees_with_scoring_all_nodes(kind):
     every = parent(queries)
     assert every.shape == (2, 7, 31)
     nodes = torch.randint(31, (2, 7, 5), generator=gen(15))
-    torch.testing.assert_close(parent.score_nodes(queries, nodes), every.gather(2, nodes), rtol=0, atol=1e-12)
+    torch.testing.assert_close(
+        parent.score_nodes(queries, nodes), every.gather(2, nodes), rtol=0, atol=1e-12
+    )
 
 
 def test_initial_parents_are_exact_at_the_zero_query():
@@ -219,10 +254,14 @@ def test_initial_parents_are_exact_at_the_zero_query():
     zero = torch.zeros(1, 8, dtype=torch.float64)
     target = closure_targets(keys, zero)
     for kind in PARENTS:
-        torch.testing.assert_close(make_parent(kind, keys, gen(16))(zero), target, rtol=0, atol=1e-12)
+        torch.testing.assert_close(
+            make_parent(kind, keys, gen(16))(zero), target, rtol=0, atol=1e-12
+        )
 
 
-@pytest.mark.parametrize("leaves,width", [(32, 64), (256, 32), (4096, 64), (65536, 64), (65536, 32)])
+@pytest.mark.parametrize(
+    "leaves,width", [(32, 64), (256, 32), (4096, 64), (65536, 64), (65536, 32)]
+)
 def test_mlp_shape_matching_is_within_two_percent_of_eight_prototypes(leaves, width):
     target = (leaves - 1) * 8 * (width + 1)  # prototypes m = 8: keys and log weights per node
     state_dim, hidden = mlp_shape_matching(target, leaves - 1, width)
@@ -243,8 +282,16 @@ def test_fitting_reduces_closure_error(kind):
     parent = make_parent(kind, keys, gen(17), m=4, rank=4, state_dim=16, hidden=16)
     before = soft_read_metrics(parent, keys, held_out)["closure_error"]
     steps = []
-    losses = fit_parents(parent, keys, fit, steps=60, lr=0.05, batch=32, generator=gen(18),
-                         on_step=lambda step, loss: steps.append(step))
+    losses = fit_parents(
+        parent,
+        keys,
+        fit,
+        steps=60,
+        lr=0.05,
+        batch=32,
+        generator=gen(18),
+        on_step=lambda step, loss: steps.append(step),
+    )
     after = soft_read_metrics(parent, keys, held_out)["closure_error"]
     assert steps == list(range(1, 61)) and len(losses) == 60
     assert after < 0.7 * before, (kind, before, after)
@@ -277,7 +324,7 @@ def test_fitting_is_deterministic_given_the_generator():
 
 
 # ------------------------------------------------------------------------------------ soft reads
-@functools.lru_cache(maxsize=None)  # shared by the read tests, which never modify it
+@functools.cache  # shared by the read tests, which never modify it
 def fitted_prototypes(leaves=32, trees=2, steps=30):
     keys, queries = mixture(trees=trees, leaves=leaves, num_queries=192)
     parent = make_parent("prototypes", keys, gen(23), m=2)
@@ -316,7 +363,7 @@ def test_closure_error_per_level_averages_to_the_overall_error():
     parent, keys, _, queries = fitted_prototypes()
     metrics = soft_read_metrics(parent, keys, queries)
     per_level = [metrics[f"closure_error_level_{k}"] for k in range(5)]
-    weighted = sum(2 ** k * e for k, e in enumerate(per_level)) / 31
+    weighted = sum(2**k * e for k, e in enumerate(per_level)) / 31
     assert metrics["closure_error"] == pytest.approx(weighted, rel=1e-10)
     with torch.no_grad():
         direct = (parent(queries) - closure_targets(keys, queries)).pow(2).mean()
@@ -342,10 +389,15 @@ def reference_beam(parent, keys, query, tree, width):
         children = []
         for log_post, node in beam:
             pair = torch.stack([z[2 * node + 1], z[2 * node + 2]]).log_softmax(0)
-            children += [(log_post + float(pair[0]), 2 * node + 1), (log_post + float(pair[1]), 2 * node + 2)]
+            children += [
+                (log_post + float(pair[0]), 2 * node + 1),
+                (log_post + float(pair[1]), 2 * node + 2),
+            ]
         beam = sorted(children, reverse=True)[:width]
-    first_leaf = 2 ** parent.depth - 1
-    return sorted((node - first_leaf for _, node in beam), key=lambda leaf: -float(z[first_leaf + leaf]))
+    first_leaf = 2**parent.depth - 1
+    return sorted(
+        (node - first_leaf for _, node in beam), key=lambda leaf: -float(z[first_leaf + leaf])
+    )
 
 
 @pytest.mark.parametrize("width", [1, 3, 8])
@@ -355,8 +407,10 @@ def test_beam_read_matches_a_reference_loop(width):
     result = beam_read(parent, keys, queries, beam_width=width)
     for tree in range(2):
         for i in range(6):
-            assert result.leaves[tree, i].tolist() == reference_beam(parent, keys, queries[i], tree, width)
-    expected_visits = 1 + sum(2 * min(width, 2 ** k) for k in range(5))
+            assert result.leaves[tree, i].tolist() == reference_beam(
+                parent, keys, queries[i], tree, width
+            )
+    expected_visits = 1 + sum(2 * min(width, 2**k) for k in range(5))
     assert (result.visited == expected_visits).all()
 
 
@@ -375,7 +429,7 @@ def reference_drilldown(parent, keys, query, tree, tolerance):
             else:
                 expanded += [2 * node + 1, 2 * node + 2]
         frontier = expanded
-    return visited, {node - (2 ** parent.depth - 1) for node in frontier}
+    return visited, {node - (2**parent.depth - 1) for node in frontier}
 
 
 @pytest.mark.parametrize("tolerance", [0.05, 0.3])
@@ -394,13 +448,18 @@ def test_drilldown_matches_a_reference_loop(tolerance):
 
 def test_reads_in_query_chunks_equal_one_block():
     parent, keys, _, queries = fitted_prototypes()
-    for read in (lambda **kw: beam_read(parent, keys, queries, 5, **kw),
-                 lambda **kw: drilldown_read(parent, keys, queries, 0.1, 32, **kw)):
+    for read in (
+        lambda **kw: beam_read(parent, keys, queries, 5, **kw),
+        lambda **kw: drilldown_read(parent, keys, queries, 0.1, 32, **kw),
+    ):
         whole, blocks = read(query_chunk=None), read(query_chunk=7)
         assert torch.equal(read().leaves, whole.leaves)  # "auto": one block at this size
         assert torch.equal(whole.visited, blocks.visited) and whole.overflow == blocks.overflow
         width = whole.leaves.shape[-1]
-        assert torch.equal(whole.leaves, blocks.leaves[..., :width]) and (blocks.leaves[..., width:] == -1).all()
+        assert (
+            torch.equal(whole.leaves, blocks.leaves[..., :width])
+            and (blocks.leaves[..., width:] == -1).all()
+        )
         assert blocks.read_bytes < whole.read_bytes
 
 
@@ -417,13 +476,17 @@ def test_drilldown_with_zero_tolerance_visits_every_node_and_matches_dense():
     extreme = drilldown_read(OracleParent(sharp), sharp, queries, tolerance=0.0, max_frontier=32)
     assert (beam_read(OracleParent(sharp), sharp, queries, 32).leaves >= 0).all()
     assert (extreme.visited == 2 * 32 - 1).all() and (extreme.leaves >= 0).all()
-    assert torch.equal(extreme.leaves[..., :10], leaf_scores(sharp, queries).topk(10, dim=-1).indices)
+    assert torch.equal(
+        extreme.leaves[..., :10], leaf_scores(sharp, queries).topk(10, dim=-1).indices
+    )
 
 
 def test_drilldown_descends_less_when_parents_are_confident_and_counts_the_cap():
     parent, keys, _, queries = fitted_prototypes()
     loose = drilldown_read(parent, keys, queries, tolerance=0.2, max_frontier=32)
-    greedy = drilldown_read(parent, keys, queries, tolerance=0.51, max_frontier=32)  # always confident
+    greedy = drilldown_read(
+        parent, keys, queries, tolerance=0.51, max_frontier=32
+    )  # always confident
     assert (greedy.visited == 1 + 2 * 5).all()  # one path: two children scored per depth
     assert ((greedy.leaves >= 0).sum(-1) == 1).all()
     assert (loose.visited <= 2 * 32 - 1).all() and loose.visited.float().mean() < 2 * 32 - 1

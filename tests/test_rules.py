@@ -26,8 +26,17 @@ def feed(eng, series: list[tuple[int, dict]]):
     return reporter
 
 
-FUTILITY = {"futility": [{"metric": "acc", "at_step": 100, "worse_than": 0.5, "window": 50,
-                          "min_rel_improvement": 0.01}]}
+FUTILITY = {
+    "futility": [
+        {
+            "metric": "acc",
+            "at_step": 100,
+            "worse_than": 0.5,
+            "window": 50,
+            "min_rel_improvement": 0.01,
+        }
+    ]
+}
 
 
 def test_futility_halts_a_flat_hopeless_run():
@@ -38,7 +47,9 @@ def test_futility_halts_a_flat_hopeless_run():
 
 
 def test_futility_spares_a_run_that_is_still_improving():
-    series = [(s, {"acc": 0.1 + 0.003 * s}) for s in range(10, 160, 10)]  # 0.4 at 100, +60% over 50 steps
+    series = [
+        (s, {"acc": 0.1 + 0.003 * s}) for s in range(10, 160, 10)
+    ]  # 0.4 at 100, +60% over 50 steps
     feed(engine(FUTILITY), series)
 
 
@@ -48,13 +59,24 @@ def test_futility_spares_a_run_that_is_good_enough():
 
 def test_futility_looks_once_at_its_step():
     # fine at step 100 (improving), flat afterwards: a single look means no halt later
-    series = [(s, {"acc": 0.004 * s}) for s in range(10, 110, 10)] + [(s, {"acc": 0.4}) for s in range(110, 300, 10)]
+    series = [(s, {"acc": 0.004 * s}) for s in range(10, 110, 10)] + [
+        (s, {"acc": 0.4}) for s in range(110, 300, 10)
+    ]
     feed(engine(FUTILITY), series)
 
 
 def test_futility_for_lower_is_better_metric():
-    rules = {"futility": [{"metric": "loss", "at_step": 20, "worse_than": 1.0, "window": 10,
-                           "min_rel_improvement": 0.05}]}
+    rules = {
+        "futility": [
+            {
+                "metric": "loss",
+                "at_step": 20,
+                "worse_than": 1.0,
+                "window": 10,
+                "min_rel_improvement": 0.05,
+            }
+        ]
+    }
     with pytest.raises(Halt):
         feed(engine(rules), [(10, {"loss": 2.0}), (20, {"loss": 1.99})])
     feed(engine(rules), [(10, {"loss": 2.0}), (20, {"loss": 1.5})])  # 25% better: a trend
@@ -95,21 +117,38 @@ def test_reporter_rejects_non_numbers():
         feed(engine({}), [(10, {"loss": "low"})])
 
 
-RELATIVE = {"futility": [{"metric": "loss", "at_step": 100, "behind_best_other_by": 3.0, "window": 50,
-                          "min_rel_improvement": 0.01, "arms": ["treatment"]}]}
+RELATIVE = {
+    "futility": [
+        {
+            "metric": "loss",
+            "at_step": 100,
+            "behind_best_other_by": 3.0,
+            "window": 50,
+            "min_rel_improvement": 0.01,
+            "arms": ["treatment"],
+        }
+    ]
+}
 
 
 def test_relative_futility_halts_an_arm_far_behind_the_best_other_arm():
     others = {"baseline": {"loss": [(50, 12.0), (100, 10.0)]}, "ablation": {"loss": [(100, 11.0)]}}
     with pytest.raises(Halt) as info:
-        feed(engine_with(RELATIVE, "treatment", others), [(50, {"loss": 13.05}), (100, {"loss": 13.01})])
+        feed(
+            engine_with(RELATIVE, "treatment", others),
+            [(50, {"loss": 13.05}), (100, {"loss": 13.01})],
+        )
     assert "worse than 13" in info.value.detail and "best other arm" in info.value.detail
 
 
 def test_relative_futility_spares_an_arm_within_the_margin_or_still_improving():
     others = {"baseline": {"loss": [(100, 10.0)]}}
-    feed(engine_with(RELATIVE, "treatment", others), [(50, {"loss": 12.9}), (100, {"loss": 12.9})])  # within 3
-    feed(engine_with(RELATIVE, "treatment", others), [(50, {"loss": 20.0}), (100, {"loss": 14.0})])  # -30%: trend
+    feed(
+        engine_with(RELATIVE, "treatment", others), [(50, {"loss": 12.9}), (100, {"loss": 12.9})]
+    )  # within 3
+    feed(
+        engine_with(RELATIVE, "treatment", others), [(50, {"loss": 20.0}), (100, {"loss": 14.0})]
+    )  # -30%: trend
 
 
 def test_relative_futility_without_reference_does_not_halt():

@@ -34,9 +34,13 @@ def running_children(db: Path, timeout: float = 30) -> set[str]:
     """Nested (arm x seed) runs that MLflow holds as RUNNING, read straight from the store."""
     con = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=timeout)
     try:
-        return {r[0] for r in con.execute(
-            "SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-            "WHERE r.status = 'RUNNING' AND t.key = 'gates.role' AND t.value = 'run'")}
+        return {
+            r[0]
+            for r in con.execute(
+                "SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+                "WHERE r.status = 'RUNNING' AND t.key = 'gates.role' AND t.value = 'run'"
+            )
+        }
     finally:
         con.close()
 
@@ -48,16 +52,32 @@ def caught_running(db: Path) -> set[str]:
         return set()
 
 
-def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_killed(tmp_path, monkeypatch):
+def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_killed(
+    tmp_path, monkeypatch
+):
     path = write_contract(tmp_path, small_c05(id="c05-lock"), "c05-lock.yaml")
     db = tmp_path / "mlflow.db"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     # the contract sits in the project folder itself: --contracts-dir . (gates run refuses one outside it)
-    cmd = [sys.executable, "-m", "gates", "run", path.name, "--contracts-dir", ".", "--tracking-uri",
-           "sqlite:///mlflow.db", "--json"]
-    first = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "gates",
+        "run",
+        path.name,
+        "--contracts-dir",
+        ".",
+        "--tracking-uri",
+        "sqlite:///mlflow.db",
+        "--json",
+    ]
+    first = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
+    )
     try:
-        assert json.loads(first.stdout.readline())["event"] == "run"  # one run finished, the next one trains
+        assert (
+            json.loads(first.stdout.readline())["event"] == "run"
+        )  # one run finished, the next one trains
         deadline = time.monotonic() + 60
         while True:  # stop it while MLflow holds one of its runs as RUNNING
             first.send_signal(signal.SIGSTOP)
@@ -68,11 +88,14 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
         left_running = running_children(db)
         assert left_running, "the first run was never caught while training"
 
-        second = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        second = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+        )
         assert second.returncode == 2, second.stderr[-2000:]
         assert second.stderr.strip().splitlines() == [
             f"error: another gates run of c05-lock is in progress (pid {first.pid}; lock "
-            f"{Path('runs') / '.c05-lock.lock'}); wait for it to finish, or stop it and run again"]
+            f"{Path('runs') / '.c05-lock.lock'}); wait for it to finish, or stop it and run again"
+        ]
         assert second.stdout == ""  # it trained nothing
     finally:
         first.kill()  # SIGKILL: no clean-up of any kind
@@ -97,7 +120,9 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
     umask = os.umask(0)
     os.umask(umask)
     for name in (ledger.EVIDENCE, ledger.REPORT):
-        assert stat.S_IMODE((tmp_path / "runs" / "c05-lock" / name).stat().st_mode) == 0o666 & ~umask
+        assert (
+            stat.S_IMODE((tmp_path / "runs" / "c05-lock" / name).stat().st_mode) == 0o666 & ~umask
+        )
 
 
 def test_runs_left_running_by_a_dead_gates_run_are_closed_under_any_parent(tmp_path, monkeypatch):
@@ -116,19 +141,30 @@ def test_runs_left_running_by_a_dead_gates_run_are_closed_under_any_parent(tmp_p
     evidence = run_contract(load_contract(path.name), uri, Path("runs"))
     client = open_client(uri)
     experiment = evidence["mlflow"]["experiment_id"]
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     host = socket.gethostname()
 
     def left(owner: str | None, role: str, parent: str | None = None) -> str:
-        tags = {"gates.role": role, **({"gates.local_owner": owner} if owner else {}),
-                **({"mlflow.parentRunId": parent} if parent else {})}
+        tags = {
+            "gates.role": role,
+            **({"gates.local_owner": owner} if owner else {}),
+            **({"mlflow.parentRunId": parent} if parent else {}),
+        }
         return client.create_run(experiment, tags=tags).info.run_id  # RUNNING
 
-    old_parent = left(f"{host}:{dead.stdout.strip()}", "contract")  # an older code's parent, its process killed
+    old_parent = left(
+        f"{host}:{dead.stdout.strip()}", "contract"
+    )  # an older code's parent, its process killed
     abandoned = left(f"{host}:{dead.stdout.strip()}", "run", old_parent)
-    live = left(f"{host}:{os.getppid()}", "run", old_parent)  # a live process (another --runs-dir, say)
+    live = left(
+        f"{host}:{os.getppid()}", "run", old_parent
+    )  # a live process (another --runs-dir, say)
     worker = left(None, "run", old_parent)  # a distributed worker's
-    run_contract(load_contract(path.name), uri, Path("runs"))  # the same code: every arm x seed reused
+    run_contract(
+        load_contract(path.name), uri, Path("runs")
+    )  # the same code: every arm x seed reused
     status = {r: client.get_run(r).info.status for r in (old_parent, abandoned, live, worker)}
     assert status == {old_parent: "KILLED", abandoned: "KILLED", live: "RUNNING", worker: "RUNNING"}
     assert client.get_run(abandoned).data.tags["gates.status"] == "killed"
@@ -142,7 +178,9 @@ def test_the_lock_is_per_contract_and_released_on_exit(tmp_path):
         with pytest.raises(UserError) as info:
             with contract_lock(runs, "a"):
                 pass
-        assert info.value.render().startswith(f"another gates run of a is in progress (pid {os.getpid()}; ")
+        assert info.value.render().startswith(
+            f"another gates run of a is in progress (pid {os.getpid()}; "
+        )
         with contract_lock(runs, "b"):  # another contract runs alongside
             pass
     with contract_lock(runs, "a"):  # released
@@ -157,8 +195,10 @@ def test_a_runs_folder_that_cannot_be_made_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError) as info:
         with contract_lock(tmp_path / "runs", "a"):
             pass
-    assert info.value.render() == (f"{tmp_path / 'runs'}: cannot create the runs folder (File exists); expected a "
-                                   f"writable folder (--runs-dir)")
+    assert info.value.render() == (
+        f"{tmp_path / 'runs'}: cannot create the runs folder (File exists); expected a "
+        f"writable folder (--runs-dir)"
+    )
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])

@@ -28,7 +28,9 @@ ALPHA = 0.05
 # ---------------------------------------------------------------------------------- spending
 def test_spending_functions_against_known_values():
     # O'Brien-Fleming: 2 (1 - Phi(1.95996 / sqrt(0.5))) = 2 (1 - Phi(2.77181)) = 0.005575
-    assert obrien_fleming(0.5, ALPHA) == pytest.approx(2 * (1 - norm.cdf(1.959964 / math.sqrt(0.5))), rel=1e-5)
+    assert obrien_fleming(0.5, ALPHA) == pytest.approx(
+        2 * (1 - norm.cdf(1.959964 / math.sqrt(0.5))), rel=1e-5
+    )
     assert obrien_fleming(0.5, ALPHA) == pytest.approx(0.005575, abs=2e-6)
     assert obrien_fleming(1.0, ALPHA) == pytest.approx(ALPHA)
     # Pocock: alpha ln(1 + (e - 1) t); 0.05 ln(1.859141) = 0.031006 at t = 0.5; alpha at t = 1
@@ -42,25 +44,50 @@ def test_spending_functions_against_known_values():
         assert sum(at for _, at in levels) == pytest.approx(ALPHA)
         assert all(at > 0 for _, at in levels)
     # O'Brien-Fleming keeps almost all of alpha for the last look; Pocock spends it early
-    assert spent("obrien-fleming", [3, 6, 10], ALPHA)[0][1] < 0.001 < spent("pocock", [3, 6, 10], ALPHA)[0][1]
+    assert (
+        spent("obrien-fleming", [3, 6, 10], ALPHA)[0][1]
+        < 0.001
+        < spent("pocock", [3, 6, 10], ALPHA)[0][1]
+    )
 
 
 # ---------------------------------------------------------------------------------- simulation
 def _threshold_decision(alpha: float = ALPHA) -> Decision:
     """m >= 0 supports, m <= 0 refutes: with the true mean exactly at 0 any support is false."""
-    return Decision.model_validate({
-        "alpha": alpha,
-        "supported_if": [{"kind": "threshold", "arm": "a", "metric": "m", "direction": "higher", "value": 0.0}],
-        "refuted_if": [{"kind": "threshold", "arm": "a", "metric": "m", "direction": "lower", "value": 0.0}]})
+    return Decision.model_validate(
+        {
+            "alpha": alpha,
+            "supported_if": [
+                {
+                    "kind": "threshold",
+                    "arm": "a",
+                    "metric": "m",
+                    "direction": "higher",
+                    "value": 0.0,
+                }
+            ],
+            "refuted_if": [
+                {"kind": "threshold", "arm": "a", "metric": "m", "direction": "lower", "value": 0.0}
+            ],
+        }
+    )
 
 
 def _contract(looks: list[int], spending: str) -> SimpleNamespace:
-    return SimpleNamespace(decision=_threshold_decision(), seeds=list(range(looks[-1])), arms={"a": {}},
-                           controls=[], sequential=Sequential(looks=looks, spending=spending))
+    return SimpleNamespace(
+        decision=_threshold_decision(),
+        seeds=list(range(looks[-1])),
+        arms={"a": {}},
+        controls=[],
+        sequential=Sequential(looks=looks, spending=spending),
+    )
 
 
 def _runs(values: np.ndarray) -> list[dict]:
-    return [{"arm": "a", "seed": s, "status": "completed", "metrics": {"m": float(x)}} for s, x in enumerate(values)]
+    return [
+        {"arm": "a", "seed": s, "status": "completed", "metrics": {"m": float(x)}}
+        for s, x in enumerate(values)
+    ]
 
 
 @pytest.fixture
@@ -73,8 +100,10 @@ def no_power_planning(monkeypatch):
 SIMULATED = 2000
 
 
-@pytest.mark.parametrize("looks,spending", [([3, 6, 10], "obrien-fleming"), ([5, 10, 15, 20], "pocock"),
-                                            ([4, 8, 12], "pocock")])
+@pytest.mark.parametrize(
+    "looks,spending",
+    [([3, 6, 10], "obrien-fleming"), ([5, 10, 15, 20], "pocock"), ([4, 8, 12], "pocock")],
+)
 def test_false_support_at_the_bar_stays_within_alpha(looks, spending, no_power_planning):
     """>= 2,000 simulated contracts, continuous normal per-seed values (the t-test), true mean exactly at
     the bar, judged by judge_sequential itself: false support <= alpha + 3 standard errors."""
@@ -88,8 +117,10 @@ def test_false_support_at_the_bar_stays_within_alpha(looks, spending, no_power_p
         stops[len(result.looks) - 1] += 1
     rate = supported / SIMULATED
     se = math.sqrt(ALPHA * (1 - ALPHA) / SIMULATED)
-    print(f"\nlooks {looks} {spending}: false support {rate:.4f} (alpha {ALPHA}, bound {ALPHA + 3 * se:.4f}); "
-          f"stopped at each look: {stops.tolist()}")
+    print(
+        f"\nlooks {looks} {spending}: false support {rate:.4f} (alpha {ALPHA}, bound {ALPHA + 3 * se:.4f}); "
+        f"stopped at each look: {stops.tolist()}"
+    )
     assert rate <= ALPHA + 3 * se
 
 
@@ -106,8 +137,10 @@ def test_looking_after_every_seed_without_spending_inflates_false_support(no_pow
         spent_ok += judge_sequential(spent_contract, runs).verdict == "supported"
     naive_rate, spent_rate = naive / SIMULATED, spent_ok / SIMULATED
     se = math.sqrt(ALPHA * (1 - ALPHA) / SIMULATED)
-    print(f"\nafter every seed at full alpha: false support {naive_rate:.4f}; "
-          f"spent over looks [3, 6, 10]: {spent_rate:.4f} (alpha {ALPHA})")
+    print(
+        f"\nafter every seed at full alpha: false support {naive_rate:.4f}; "
+        f"spent over looks [3, 6, 10]: {spent_rate:.4f} (alpha {ALPHA})"
+    )
     assert naive_rate > ALPHA + 3 * se
     assert spent_rate <= ALPHA + 3 * se
 
@@ -141,17 +174,35 @@ def test_a_control_not_yet_settled_at_an_early_look_waits_for_the_next(no_power_
     from gates.contract import Control
 
     control = TypeAdapter(Control).validate_python(
-        {"kind": "threshold", "arm": "a", "metric": "c", "direction": "higher", "value": 0.5, "control": "positive"})
+        {
+            "kind": "threshold",
+            "arm": "a",
+            "metric": "c",
+            "direction": "higher",
+            "value": 0.5,
+            "control": "positive",
+        }
+    )
     contract = _contract([3, 10], "obrien-fleming")
     contract.controls = [control]
     c_values = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.1, 0.9, 1.02, 0.98]
 
     def runs(c):
-        return [{"arm": "a", "seed": s, "status": "completed", "metrics": {"m": 5.0 + 0.1 * (s % 3), "c": c[s]}}
-                for s in range(10)]
+        return [
+            {
+                "arm": "a",
+                "seed": s,
+                "status": "completed",
+                "metrics": {"m": 5.0 + 0.1 * (s % 3), "c": c[s]},
+            }
+            for s in range(10)
+        ]
 
     result = judge_sequential(contract, runs(c_values))
-    assert [look["verdict"] for look in result.looks] == ["invalid", "supported"] and result.verdict == "supported"
+    assert [look["verdict"] for look in result.looks] == [
+        "invalid",
+        "supported",
+    ] and result.verdict == "supported"
     assert result.looks[0]["outcomes"]["controls[0]"] == "undetermined"
     assert next_look(contract, runs(c_values)[:3]) == list(range(3, 10))
 
@@ -182,13 +233,27 @@ def _sequential_c05(id_: str, seeds: int, looks: list[int], spending: str = "poc
     data["stop_rules"]["futility"] = []
     data["decision"] = {
         "alpha": 0.1,
-        "supported_if": [{"kind": "threshold", "arm": "flat_address", "metric": "test_acc", "direction": "lower",
-                          "value": 0.5}],
-        "refuted_if": [{"kind": "threshold", "arm": "flat_address", "metric": "test_acc", "direction": "higher",
-                        "value": 0.5}]}
+        "supported_if": [
+            {
+                "kind": "threshold",
+                "arm": "flat_address",
+                "metric": "test_acc",
+                "direction": "lower",
+                "value": 0.5,
+            }
+        ],
+        "refuted_if": [
+            {
+                "kind": "threshold",
+                "arm": "flat_address",
+                "metric": "test_acc",
+                "direction": "higher",
+                "value": 0.5,
+            }
+        ],
+    }
     data["sequential"] = {"looks": looks, "spending": spending}
     return data
-
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -204,7 +269,9 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
     ev = run_contract(loaded, uri, workdir / "runs")
     assert ev["verdict"] == "supported", ev["reasons"]
     assert sorted({r["seed"] for r in ev["runs"]}) == [0, 1, 2, 3, 4] and len(ev["runs"]) == 10
-    assert len(ev["looks"]) == 1 and ev["looks"][0]["alpha_look"] == pytest.approx(pocock(5 / 7, 0.1))
+    assert len(ev["looks"]) == 1 and ev["looks"][0]["alpha_look"] == pytest.approx(
+        pocock(5 / 7, 0.1)
+    )
     assert verify(workdir / "runs", workdir / "contracts")[0].status == "ok"
     assert _check_runs(loaded, ev) == []
 
@@ -238,8 +305,12 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
 
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 3, [2, 3]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    proc = subprocess.Popen([sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
-                            cwd=workdir, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     finished = []
     for line in proc.stdout:  # look 1 is 4 runs; kill after the first run of look 2
         event = json.loads(line)
@@ -257,7 +328,9 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     ids = {(r["arm"], r["seed"]): r["mlflow_run_id"] for r in ev["runs"]}
     assert all(ids[(a, s)] == run_id for a, s, run_id in finished)  # reused, not redone
     assert len(ev["runs"]) == 6 and ev["verdict"] == "inconclusive"
-    assert [x["look"] for x in ev["looks"]] == [1, 2] and ev["looks"][-1]["alpha_spent"] == pytest.approx(0.1)
+    assert [x["look"] for x in ev["looks"]] == [1, 2] and ev["looks"][-1][
+        "alpha_spent"
+    ] == pytest.approx(0.1)
     assert ev["settle"][0].startswith("a sequential version with more seeds")
     assert verify(workdir / "runs", workdir / "contracts")[0].status == "ok"
 
@@ -266,10 +339,15 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     cut["runs"] = [r for r in ev["runs"] if r["seed"] != 2]
     (workdir / "runs" / "c05-seq-last" / "evidence.json").write_text(json.dumps(cut))
     check = verify(workdir / "runs", workdir / "contracts")[0]
-    assert check.status == "lost" and any("looks" in p or "settle" in p for p in check.problems), check.problems
+    assert check.status == "lost" and any("looks" in p or "settle" in p for p in check.problems), (
+        check.problems
+    )
     assert _check_runs(loaded, cut) == []  # the runs are those of look 1 ...
-    assert judge_sequential(loaded.contract, cut["runs"], loaded.study.metrics).settle[0].startswith(
-        "continue to look 2")  # ... whose verdict says to continue
+    assert (
+        judge_sequential(loaded.contract, cut["runs"], loaded.study.metrics)
+        .settle[0]
+        .startswith("continue to look 2")
+    )  # ... whose verdict says to continue
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -283,13 +361,20 @@ def test_coordinator_enqueues_one_look_at_a_time(workdir):
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-dist", 7, [5, 7]))
     loaded = load_contract(path)
     uri, storage_url = f"sqlite:///{workdir / 'mlflow.db'}", f"sqlite:///{workdir / 'queue.db'}"
-    queued = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=2)
-    assert sorted(queued.enqueued) == sorted(f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel")
-                                             for s in range(5))
+    queued = distributed.run_distributed(
+        loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=2
+    )
+    assert sorted(queued.enqueued) == sorted(
+        f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel") for s in range(5)
+    )
     worker = distributed.Worker(storage_url, uri, heartbeat=2, poll=0.1)
-    thread = threading.Thread(target=worker.serve, kwargs={"max_jobs": 10, "idle_exit": 60.0}, daemon=True)
+    thread = threading.Thread(
+        target=worker.serve, kwargs={"max_jobs": 10, "idle_exit": 60.0}, daemon=True
+    )
     thread.start()
-    outcome = distributed.run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2)
+    outcome = distributed.run_distributed(
+        loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2
+    )
     thread.join(timeout=60)
     assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded
     ev = outcome.evidence

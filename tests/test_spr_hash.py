@@ -26,7 +26,11 @@ from models.spr_hash import (
 
 STUDY = SprHashStudy()
 # the seed's 4-d example: 我 = [1, 2, 3, 4], 打 = [0, 1, 0, 1], 你 = [5, 6, 7, 8]
-WO, DA, NI = torch.tensor([1.0, 2, 3, 4]), torch.tensor([0.0, 1, 0, 1]), torch.tensor([5.0, 6, 7, 8])
+WO, DA, NI = (
+    torch.tensor([1.0, 2, 3, 4]),
+    torch.tensor([0.0, 1, 0, 1]),
+    torch.tensor([5.0, 6, 7, 8]),
+)
 
 
 def distinct(roots: torch.Tensor) -> int:
@@ -75,8 +79,10 @@ def test_which_orders_each_rule_separates():
     popcount, so swapping their words collides); the mean separates none."""
     words = torch.randn(4, 32, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
     orders = list(itertools.permutations(range(4)))
-    roots = {rule: torch.stack([root_hash(words[list(order)], rule) for order in orders])
-             for rule in ("ordered", "roll_only", "mean")}
+    roots = {
+        rule: torch.stack([root_hash(words[list(order)], rule) for order in orders])
+        for rule in ("ordered", "roll_only", "mean")
+    }
     assert distinct(roots["ordered"]) == 12
     assert distinct(roots["roll_only"]) == 12
     assert distinct(roots["mean"]) == 1
@@ -84,7 +90,9 @@ def test_which_orders_each_rule_separates():
         same = torch.allclose(roots["ordered"][a], roots["ordered"][b], atol=1e-9)
         swap_1_2 = (orders[a][0], orders[a][2], orders[a][1], orders[a][3]) == orders[b]
         assert same == swap_1_2, (orders[a], orders[b])
-    pair = torch.stack([root_hash(words[list(order)], "ordered") for order in itertools.permutations(range(2))])
+    pair = torch.stack(
+        [root_hash(words[list(order)], "ordered") for order in itertools.permutations(range(2))]
+    )
     assert distinct(pair) == 2
 
 
@@ -101,15 +109,23 @@ def test_leaves_are_padded_with_zeros_and_must_fit():
 def test_mean_pairwise_cos():
     roots = torch.tensor([[1.0, 0], [0, 1], [1, 1]])
     mean, largest = mean_pairwise_cos(roots)
-    assert mean == pytest.approx((0 + 2 ** -0.5 + 2 ** -0.5) / 3)
-    assert largest == pytest.approx(2 ** -0.5)
+    assert mean == pytest.approx((0 + 2**-0.5 + 2**-0.5) / 3)
+    assert largest == pytest.approx(2**-0.5)
 
 
 # ------------------------------------------------------------------------------------ tokens, embeddings
 def test_tokenize():
     assert tokenize("Klicken Sie auf OK.") == ["klicken", "sie", "auf", "ok", "."]
-    assert tokenize("单击“确定” in LibreOffice") == ["单", "击", "“", "确", "定", "”", "in",
-                                                    "libreoffice"]
+    assert tokenize("单击“确定” in LibreOffice") == [
+        "单",
+        "击",
+        "“",
+        "确",
+        "定",
+        "”",
+        "in",
+        "libreoffice",
+    ]
 
 
 def small_corpus(rng: np.random.Generator, lines: int = 400) -> list[list[str]]:
@@ -119,7 +135,9 @@ def small_corpus(rng: np.random.Generator, lines: int = 400) -> list[list[str]]:
     out = []
     for _ in range(lines):
         t = rng.integers(2)
-        out.append([str(rng.choice(contexts[t])), str(rng.choice(topics[t])), str(rng.choice(contexts[t]))])
+        out.append(
+            [str(rng.choice(contexts[t])), str(rng.choice(topics[t])), str(rng.choice(contexts[t]))]
+        )
     return out
 
 
@@ -143,10 +161,18 @@ def test_vocab_reserves_and_ranks():
 
 
 # ------------------------------------------------------------------------------------ config and study
-@pytest.mark.parametrize("bad", [
-    dict(merge="sum"), dict(sentences=1), dict(depth=5, max_words=40), dict(min_words=10, max_words=5),
-    dict(dim=64, vocab_size=50), dict(window=0), dict(steps=3),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(merge="sum"),
+        dict(sentences=1),
+        dict(depth=5, max_words=40),
+        dict(min_words=10, max_words=5),
+        dict(dim=64, vocab_size=50),
+        dict(window=0),
+        dict(steps=3),
+    ],
+)
 def test_config_rejects(bad):
     with pytest.raises(ValidationError):
         SprHashConfig(**bad)
@@ -189,7 +215,10 @@ def test_check_ready_names_the_missing_file(tmp_path):
     assert why and "not found" in why
 
 
-@pytest.mark.skipif(not is_present("libreoffice-help"), reason="corpus not fetched: gates data fetch libreoffice-help")
+@pytest.mark.skipif(
+    not is_present("libreoffice-help"),
+    reason="corpus not fetched: gates data fetch libreoffice-help",
+)
 def test_ordered_hash_spreads_real_sentences_more_than_the_mean():
     ordered = STUDY.run(SprHashConfig(merge="ordered", sentences=50), 0, NullReporter(Budget(1, 1)))
     mean = STUDY.run(SprHashConfig(merge="mean", sentences=50), 0, NullReporter(Budget(1, 1)))
@@ -200,8 +229,12 @@ def test_ordered_hash_spreads_real_sentences_more_than_the_mean():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit(text_file):
     config = SprHashConfig(corpus=text_file, vocab_size=200, sentences=20)
-    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 2, NullReporter(Budget(1, 1)))
-              for device in ("auto", "cpu")}
+    finals = {
+        device: STUDY.run(
+            config.model_copy(update={"device": device}), 2, NullReporter(Budget(1, 1))
+        )
+        for device in ("auto", "cpu")
+    }
     assert finals["cpu"] == finals["auto"]
 
 
@@ -209,4 +242,6 @@ def test_cpu_gives_the_metrics_of_auto_bit_for_bit(text_file):
 def test_a_cuda_arm_is_refused_without_a_gpu(text_file):
     why = STUDY.why_not_ready(SprHashConfig(corpus=text_file, vocab_size=200, device="cuda"))
     assert why and "cuda" in why.lower()
-    assert STUDY.why_not_ready(SprHashConfig(corpus=text_file, vocab_size=200, device="cpu")) is None
+    assert (
+        STUDY.why_not_ready(SprHashConfig(corpus=text_file, vocab_size=200, device="cpu")) is None
+    )

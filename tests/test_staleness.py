@@ -35,19 +35,30 @@ def repo(tmp_path):
     subprocess.run(git[:3] + ["init", "-q"], check=True)
     subprocess.run(git + ["add", "."], check=True)
     subprocess.run(git + ["commit", "-qm", "study"], check=True)
-    commit = subprocess.run(git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    commit = subprocess.run(
+        git[:3] + ["rev-parse", "HEAD"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     return root, commit
 
 
 def old_evidence(root: Path, commit: str) -> dict:
     """Evidence as recorded before per-file hashes: a fingerprint and a commit."""
-    return {"study": "probe", "code_sha256": provenance.code_sha256(STUDY, root), "git_commit": commit}
+    return {
+        "study": "probe",
+        "code_sha256": provenance.code_sha256(STUDY, root),
+        "git_commit": commit,
+    }
 
 
 def test_the_fingerprint_covers_the_platform_and_the_study_closure_only(repo):
     root, _ = repo
     assert sorted(provenance.code_files(STUDY, root)) == [
-        "gates/__init__.py", "gates/verdict.py", "models/__init__.py", "models/common.py", "models/probe.py"]
+        "gates/__init__.py",
+        "gates/verdict.py",
+        "models/__init__.py",
+        "models/common.py",
+        "models/probe.py",
+    ]
 
 
 def test_old_evidence_names_changed_files_from_its_commit(repo):
@@ -63,7 +74,9 @@ def test_old_evidence_names_changed_files_from_its_commit(repo):
     found = provenance.staleness(ev, STUDY, root)
     # stale is the study's code; the platform file is noted, not counted
     assert found.stale and found.files == ("models/common.py",)
-    assert found.note == f"compared with commit {commit[:12]}; 1 platform file in gates/ changed too"
+    assert (
+        found.note == f"compared with commit {commit[:12]}; 1 platform file in gates/ changed too"
+    )
 
     (root / "models" / "probe.py").unlink()  # the study module itself gone
     assert "models/probe.py" in provenance.staleness(ev, STUDY, root).files
@@ -71,7 +84,10 @@ def test_old_evidence_names_changed_files_from_its_commit(repo):
 
 def test_evidence_whose_commit_does_not_hash_to_it_says_so(repo):
     root, commit = repo
-    ev = {**old_evidence(root, commit), "code_sha256": "0" * 64}  # computed with uncommitted changes
+    ev = {
+        **old_evidence(root, commit),
+        "code_sha256": "0" * 64,
+    }  # computed with uncommitted changes
     found = provenance.staleness(ev, STUDY, root)
     assert found.stale and found.files == ("unknown files",) and "never committed" in found.note
 
@@ -82,20 +98,36 @@ def test_unknown_commit_gives_unknown_files(repo):
     for missing in ("f" * 40, "unknown"):
         ev = {**old_evidence(root, commit), "code_sha256": "1" * 64, "git_commit": missing}
         found = provenance.staleness(ev, STUDY, root)
-        assert found.stale and found.files == ("unknown files",) and "not in this repository" in found.note
+        assert (
+            found.stale
+            and found.files == ("unknown files",)
+            and "not in this repository" in found.note
+        )
 
 
 def test_new_evidence_names_files_from_its_own_hashes_without_git(repo):
     root, commit = repo
     prov_files = provenance.code_files(STUDY, root)
-    ev = {"study": "probe", "code_sha256": provenance.code_sha256(STUDY, root), "code_files": prov_files,
-          "git_commit": commit}
+    ev = {
+        "study": "probe",
+        "code_sha256": provenance.code_sha256(STUDY, root),
+        "code_files": prov_files,
+        "git_commit": commit,
+    }
     shutil.rmtree(root / ".git")  # per-file hashes need no history
     assert not provenance.staleness(ev, STUDY, root).stale
-    (root / "gates" / "verdict.py").write_text("ENGINE = 2\n")  # the platform alone: noted, not stale
+    (root / "gates" / "verdict.py").write_text(
+        "ENGINE = 2\n"
+    )  # the platform alone: noted, not stale
     found = provenance.staleness(ev, STUDY, root)
-    assert not found.stale and found.files == () and found.note == "1 platform file in gates/ changed too"
-    (root / "models" / "probe.py").write_text((root / "models" / "probe.py").read_text() + "# edited\n")
+    assert (
+        not found.stale
+        and found.files == ()
+        and found.note == "1 platform file in gates/ changed too"
+    )
+    (root / "models" / "probe.py").write_text(
+        (root / "models" / "probe.py").read_text() + "# edited\n"
+    )
     found = provenance.staleness(ev, STUDY, root)
     assert found.stale and found.files == ("models/probe.py",)
 
@@ -127,4 +159,6 @@ def test_the_committed_claims_old_evidence_reproduces_from_its_commits():
             pytest.skip(f"commit {ev['git_commit'][:12]} not available (a shallow clone)")
         assert at[0] == ev["code_sha256"], path
         checked += 1
-    assert checked >= 7  # claims of the c05_probe, spr_hash, relation_closure, treeheap_translator, twin_tree studies
+    assert (
+        checked >= 7
+    )  # claims of the c05_probe, spr_hash, relation_closure, treeheap_translator, twin_tree studies

@@ -27,14 +27,27 @@ EXAMPLE = ROOT / "examples" / "my_study"
 OWN = [e.name for e in study_entries() if e.module.startswith("models.")]
 # fields that say what an arm is (the model, kernel, parent, topology, read, encoder rule): what contracts
 # compare, never something a tuning search may pick
-IDENTITY = {"arm", "features", "parent", "topology", "read", "merge", "fold", "unit", "accounting", "leaf_set"}
+IDENTITY = {
+    "arm",
+    "features",
+    "parent",
+    "topology",
+    "read",
+    "merge",
+    "fold",
+    "unit",
+    "accounting",
+    "leaf_set",
+}
 
 
 @functools.lru_cache(maxsize=1)
 def example_module():
     """examples/my_study's study module, loaded from its file under a name of its own (it is not installed
     here, and a test that installs it must not find this copy)."""
-    spec = importlib.util.spec_from_file_location("_my_study_example", EXAMPLE / "my_study" / "study.py")
+    spec = importlib.util.spec_from_file_location(
+        "_my_study_example", EXAMPLE / "my_study" / "study.py"
+    )
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # pydantic resolves the config's annotations through it
     spec.loader.exec_module(module)
@@ -75,7 +88,11 @@ def named_metrics(contract: dict) -> dict[str, set[str]]:
             named[c["versus"]].add(c["metric"])
 
     decision = contract["decision"]
-    for c in [*decision.get("supported_if", []), *decision.get("refuted_if", []), *(contract.get("controls") or [])]:
+    for c in [
+        *decision.get("supported_if", []),
+        *decision.get("refuted_if", []),
+        *(contract.get("controls") or []),
+    ]:
         condition(c)
     preflight = contract.get("preflight") or {}
     for key in ("falsifiable_point", "predicted_ablation"):
@@ -90,7 +107,7 @@ def named_metrics(contract: dict) -> dict[str, set[str]]:
     tuning = contract.get("tuning")
     if tuning:
         trials = tuning.get("trials")
-        for arm in (trials if isinstance(trials, dict) else arms):
+        for arm in trials if isinstance(trials, dict) else arms:
             named[arm].add(tuning["objective"]["metric"])
     return named
 
@@ -101,8 +118,17 @@ def inside(value: float, low: float | None, high: float | None) -> bool:
 
 # ------------------------------------------------------------------------------------ consistency
 def test_the_repository_studies_are_all_here():
-    assert {"c05_probe", "relation_closure", "bif_lm", "spr_hash", "twin_tree", "treeheap_translator",
-            "butterfly_reach", "biic_lm", "biic_algebra"} <= set(OWN)
+    assert {
+        "c05_probe",
+        "relation_closure",
+        "bif_lm",
+        "spr_hash",
+        "twin_tree",
+        "treeheap_translator",
+        "butterfly_reach",
+        "biic_lm",
+        "biic_algebra",
+    } <= set(OWN)
 
 
 @pytest.mark.parametrize("name", [*OWN, "my_study"])
@@ -110,10 +136,14 @@ def test_class_declarations_are_config_fields_and_consistent(name):
     study = studies()[name]
     fields = set(study.Config.model_fields)
     assert isinstance(study.hyperparameters, frozenset) and study.hyperparameters <= fields, name
-    assert not study.hyperparameters & IDENTITY, f"{name}: a tuning search may not pick what an arm is"
+    assert not study.hyperparameters & IDENTITY, (
+        f"{name}: a tuning search may not pick what an arm is"
+    )
     assert isinstance(study.regime_fields, tuple) and set(study.regime_fields) <= fields, name
     assert len(set(study.regime_fields)) == len(study.regime_fields)
-    assert not study.hyperparameters & set(study.regime_fields), f"{name}: a regime field is not tuned"
+    assert not study.hyperparameters & set(study.regime_fields), (
+        f"{name}: a regime field is not tuned"
+    )
     assert isinstance(study.trains, bool)
     if study.trains:
         assert study.hyperparameters, f"{name} trains: something (its learning rate) may be tuned"
@@ -137,35 +167,56 @@ def test_every_committed_arm_reports_what_its_contracts_name_and_declares_within
     for contract in contracts:
         where = contract["_path"]
         for field in (contract.get("tuning") or {}).get("space", {}):
-            assert field in study.hyperparameters, f"{where}: tuning searches {field}, not a hyperparameter"
+            assert field in study.hyperparameters, (
+                f"{where}: tuning searches {field}, not a hyperparameter"
+            )
         named = named_metrics(contract)
         for arm, raw in contract["arms"].items():
             config = study.Config.model_validate(raw)
             reported = study.reported_metrics(config)
             assert isinstance(reported, frozenset) and reported <= set(study.metrics), (where, arm)
-            assert named[arm] <= reported, f"{where}: {arm} does not report {sorted(named[arm] - reported)}"
+            assert named[arm] <= reported, (
+                f"{where}: {arm} does not report {sorted(named[arm] - reported)}"
+            )
             for metric in study.metrics:
                 spec = study.metrics[metric]
                 low, high = study.metric_range(metric, config)
-                assert (spec.low is None or (low is not None and low >= spec.low)) and \
-                       (spec.high is None or (high is not None and high <= spec.high)), (where, arm, metric)
+                assert (spec.low is None or (low is not None and low >= spec.low)) and (
+                    spec.high is None or (high is not None and high <= spec.high)
+                ), (where, arm, metric)
                 assert low is None or high is None or low < high, (where, arm, metric)
                 if spec.scale == "log":
                     assert low is not None and low >= 0, (where, arm, metric)
                 chance = study.chance(metric, config)
-                assert chance is None or (math.isfinite(chance) and inside(chance, low, high)), (where, arm, metric)
+                assert chance is None or (math.isfinite(chance) and inside(chance, low, high)), (
+                    where,
+                    arm,
+                    metric,
+                )
                 ceiling = study.ceiling(metric, config)
                 if ceiling is None:
                     continue
                 assert isinstance(ceiling, Ceiling) and ceiling.why, (where, arm, metric)
-                assert metric in reported, f"{where}: a ceiling for {metric}, which {arm} does not report"
+                assert metric in reported, (
+                    f"{where}: a ceiling for {metric}, which {arm} does not report"
+                )
                 if ceiling.value is not None:
                     assert inside(ceiling.value, low, high), (where, arm, metric)
-                    if chance is not None:  # the best arm does at least as well as one that learned nothing
-                        better = ceiling.value >= chance if spec.direction == "higher" else ceiling.value <= chance
+                    if (
+                        chance is not None
+                    ):  # the best arm does at least as well as one that learned nothing
+                        better = (
+                            ceiling.value >= chance
+                            if spec.direction == "higher"
+                            else ceiling.value <= chance
+                        )
                         assert better, (where, arm, metric)
                 else:
-                    assert ceiling.metric in reported and ceiling.metric != metric, (where, arm, metric)
+                    assert ceiling.metric in reported and ceiling.metric != metric, (
+                        where,
+                        arm,
+                        metric,
+                    )
                     other = study.metrics[ceiling.metric]
                     assert other.direction == spec.direction, (where, arm, metric)
 
@@ -177,10 +228,18 @@ def test_metrics_compared_with_each_other_share_a_unit():
         contract = yaml.safe_load(path.read_text())
         study = get_study(contract["study"])
         decision = contract["decision"]
-        for c in [*decision.get("supported_if", []), *decision.get("refuted_if", []), *(contract.get("controls") or [])]:
-            metrics = c.get("metrics") or ([c["metric"], c["other_metric"]] if c.get("other_metric") else [])
+        for c in [
+            *decision.get("supported_if", []),
+            *decision.get("refuted_if", []),
+            *(contract.get("controls") or []),
+        ]:
+            metrics = c.get("metrics") or (
+                [c["metric"], c["other_metric"]] if c.get("other_metric") else []
+            )
             units = {study.metrics[m].unit for m in metrics}
-            assert len(units) <= 1 and None not in units, f"{path.name}: {metrics} have units {units}"
+            assert len(units) <= 1 and None not in units, (
+                f"{path.name}: {metrics} have units {units}"
+            )
 
 
 # ------------------------------------------------------------------------------------ values by hand
@@ -190,10 +249,14 @@ def test_my_study_chance_is_the_majority_class_and_its_ceiling_the_label_noise()
     config = study.Config()
     chance = study.chance("test_acc", config)
     p_inside = math.pi * 0.5 / 4  # the disc x1^2 + x2^2 < 0.5 inside the square [-1, 1]^2
-    assert chance == pytest.approx(1 - (p_inside * 0.95 + (1 - p_inside) * 0.05)) and chance == pytest.approx(0.6, abs=0.01)
+    assert chance == pytest.approx(
+        1 - (p_inside * 0.95 + (1 - p_inside) * 0.05)
+    ) and chance == pytest.approx(0.6, abs=0.01)
     ceiling = study.ceiling("test_acc", config)
     assert ceiling.value == pytest.approx(0.95) and "5%" in ceiling.why
-    assert study.ceiling("train_loss", config) is None and study.chance("train_loss", config) is None
+    assert (
+        study.ceiling("train_loss", config) is None and study.chance("train_loss", config) is None
+    )
     assert study.hyperparameters == frozenset({"lr"})
     # what the example's data gives: the majority (outside) label's share of many noisy points
     _, labels = module.make_data(np.random.default_rng(0), 200_000, config.label_noise)
@@ -213,7 +276,9 @@ def test_c05_mean_rank_is_at_most_the_node_count_and_chance_is_uniform_over_the_
     counts = test["exists"].sum(dim=1).double()  # the nodes a test tree's softmax is over
     assert counts.max() == nodes
     assert study.chance("test_acc", config) == pytest.approx(float((1 / counts).mean()), rel=0.03)
-    assert study.chance("mean_rank", config) == pytest.approx(float(((counts + 1) / 2).mean()), rel=0.03)
+    assert study.chance("mean_rank", config) == pytest.approx(
+        float(((counts + 1) / 2).mean()), rel=0.03
+    )
     assert study.chance("test_loss", config) == pytest.approx(float(counts.log().mean()), rel=0.03)
     if test_depths == [5]:
         assert study.chance("test_acc", config) == pytest.approx(1 / 63)
@@ -243,17 +308,29 @@ def test_butterfly_and_language_model_chances():
 
     butterfly = get_study("butterfly_reach")
     config = ButterflyReachConfig(values=8)
-    for metric in ("test_acc", "short_test_acc", "accuracy_far", "short_accuracy_at_distance_3", "val_acc"):
+    for metric in (
+        "test_acc",
+        "short_test_acc",
+        "accuracy_far",
+        "short_accuracy_at_distance_3",
+        "val_acc",
+    ):
         assert butterfly.chance(metric, config) == 1 / 8
     assert butterfly.chance("val_loss", config) == pytest.approx(math.log(8))
     assert butterfly.chance("init_min_reach_share", config) is None
     assert get_study("bif_lm").chance("val_ppl", BifLMConfig(vocab_size=8000)) == 8000
-    assert get_study("biic_lm").chance("test_loss", BiicLMConfig(vocab_size=2000)) == pytest.approx(math.log(2000))
+    assert get_study("biic_lm").chance("test_loss", BiicLMConfig(vocab_size=2000)) == pytest.approx(
+        math.log(2000)
+    )
     assert get_study("biic_lm").chance("alpha_cos", BiicLMConfig(arm="sfe_v11")) is None
     translator = get_study("treeheap_translator")
-    assert translator.chance("test_nll_zh2en", TranslatorConfig(arm="lifting")) == pytest.approx(math.log(4000))
+    assert translator.chance("test_nll_zh2en", TranslatorConfig(arm="lifting")) == pytest.approx(
+        math.log(4000)
+    )
     twin = get_study("twin_tree")
-    assert twin.chance("token_acc", twin.Config()) == pytest.approx(4 / 12)  # "you": 4 of the toy's 12 tokens
+    assert twin.chance("token_acc", twin.Config()) == pytest.approx(
+        4 / 12
+    )  # "you": 4 of the toy's 12 tokens
 
 
 def test_relation_closure_declarations_per_arm():
@@ -271,14 +348,21 @@ def test_relation_closure_declarations_per_arm():
     assert study.ceiling("leaf_kl", tree) is None
     dense = RelationClosureConfig(leaves=64, parent="dense")
     assert study.ceiling("mass_kept_top_half_at_depth_1", dense) is None
-    assert "closure_error" not in study.reported_metrics(dense) and "latency_ms" in study.reported_metrics(dense)
+    assert "closure_error" not in study.reported_metrics(
+        dense
+    ) and "latency_ms" in study.reported_metrics(dense)
     assert {"latency_ms", "beam_width", "fit_topk_recall_10"} <= study.reported_metrics(
-        RelationClosureConfig(leaves=64, read="beam"))
-    assert "fit_topk_recall_10" not in study.reported_metrics(RelationClosureConfig(leaves=64, read="beam",
-                                                                                    beam_width=4))
+        RelationClosureConfig(leaves=64, read="beam")
+    )
+    assert "fit_topk_recall_10" not in study.reported_metrics(
+        RelationClosureConfig(leaves=64, read="beam", beam_width=4)
+    )
     assert study.regime_fields == ("teacher", "teacher_layer", "query_set", "leaf_set")
     assert study.metrics["kl_at_depth_1"].unit == study.metrics["kl_at_depth_6"].unit == "nats"
-    assert study.metrics["closure_error"].scale == "log" and study.metrics["mass_kept_top_half_at_depth_1"].scale == "linear"
+    assert (
+        study.metrics["closure_error"].scale == "log"
+        and study.metrics["mass_kept_top_half_at_depth_1"].scale == "linear"
+    )
 
 
 def test_studies_that_do_not_train():
@@ -312,28 +396,51 @@ def teacher_config(tmp_path_factory):
 
 
 CLOSURE_ARMS = {
-    "soft": {}, "random": dict(parent="single_key", topology="random"), "beam": dict(read="beam"),
-    "beam_set": dict(read="beam", beam_width=4), "drilldown": dict(parent="lowrank", read="drilldown"),
-    "dense": dict(parent="dense"), "bank_fast_beam": dict(leaf_set="bank", leaves=64, trees=1, read="fast_beam"),
-    "continuation": dict(leaves=16, query_set="continuation", fit_queries=20, eval_queries=20, val_queries=8),
+    "soft": {},
+    "random": dict(parent="single_key", topology="random"),
+    "beam": dict(read="beam"),
+    "beam_set": dict(read="beam", beam_width=4),
+    "drilldown": dict(parent="lowrank", read="drilldown"),
+    "dense": dict(parent="dense"),
+    "bank_fast_beam": dict(leaf_set="bank", leaves=64, trees=1, read="fast_beam"),
+    "continuation": dict(
+        leaves=16, query_set="continuation", fit_queries=20, eval_queries=20, val_queries=8
+    ),
 }
 
 
 @pytest.mark.parametrize("arm", list(CLOSURE_ARMS))
-def test_relation_closure_runs_report_exactly_what_they_promise_and_the_best_mass_bounds_mass_kept(teacher_config, arm):
+def test_relation_closure_runs_report_exactly_what_they_promise_and_the_best_mass_bounds_mass_kept(
+    teacher_config, arm
+):
     from models.relation_closure import RelationClosureConfig
 
     study = get_study("relation_closure")
-    config = RelationClosureConfig(**{**dict(teacher=teacher_config, leaves=32, trees=4, fit_queries=256,
-                                             eval_queries=64, batch=64), **CLOSURE_ARMS[arm]})
+    config = RelationClosureConfig(
+        **{
+            **dict(
+                teacher=teacher_config,
+                leaves=32,
+                trees=4,
+                fit_queries=256,
+                eval_queries=64,
+                batch=64,
+            ),
+            **CLOSURE_ARMS[arm],
+        }
+    )
     metrics = study.run(config, 0, NullReporter(Budget(20, 10)))
     assert set(metrics) == study.reported_metrics(config)
     for metric, value in metrics.items():
         low, high = study.metric_range(metric, config)
-        assert inside(value, low, high) or abs(value - (high if high is not None else low)) < 1e-6, (metric, value)
+        assert (
+            inside(value, low, high) or abs(value - (high if high is not None else low)) < 1e-6
+        ), (metric, value)
     for metric in metrics:
         ceiling = study.ceiling(metric, config)
-        if ceiling is not None:  # the leaves a read keeps hold at most the mass of the best leaves as many
+        if (
+            ceiling is not None
+        ):  # the leaves a read keeps hold at most the mass of the best leaves as many
             assert metrics[ceiling.metric] >= metrics[metric] - 1e-6, metric
     if arm != "dense":
         assert metrics["best_mass_top_half"] >= metrics["best_mass_top_quarter"] >= 0.25
@@ -341,11 +448,16 @@ def test_relation_closure_runs_report_exactly_what_they_promise_and_the_best_mas
 
 
 def translator_pairs(folder: Path) -> Path:
-    words = "the a file menu click open save print view insert format table tools window help".split()
+    words = (
+        "the a file menu click open save print view insert format table tools window help".split()
+    )
     rows = []
     for i in range(600):
         en = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(2 + i % 6))
-        zh = "".join("文件菜单点击打开保存打印视图插入格式表格工具窗口帮助"[(i + k * 5) % 26] for k in range(2 + i % 9))
+        zh = "".join(
+            "文件菜单点击打开保存打印视图插入格式表格工具窗口帮助"[(i + k * 5) % 26]
+            for k in range(2 + i % 9)
+        )
         rows.append(f"{zh}{i}\t{en} {i}")
     path = folder / "pairs.tsv"
     path.write_text("\n".join(rows) + "\n")
@@ -355,10 +467,32 @@ def translator_pairs(folder: Path) -> Path:
 def tiny_translator(pairs: Path, **overrides):
     from models.treeheap_translator import TranslatorConfig
 
-    return TranslatorConfig(**{**dict(arm="lifting", corpus=str(pairs), vocab_size=120, depth=4, d_model=16, hidden=16,
-                                      read_dim=8, merge_hidden=11, relation_rank=4, attn_hidden=16, gru_hidden=8,
-                                      ffn_hidden=16, heads=2, batch_size=16, valid_examples=32, bleu_examples=10,
-                                      samples=2, valid_fraction=0.1, test_fraction=0.1), **overrides})
+    return TranslatorConfig(
+        **{
+            **dict(
+                arm="lifting",
+                corpus=str(pairs),
+                vocab_size=120,
+                depth=4,
+                d_model=16,
+                hidden=16,
+                read_dim=8,
+                merge_hidden=11,
+                relation_rank=4,
+                attn_hidden=16,
+                gru_hidden=8,
+                ffn_hidden=16,
+                heads=2,
+                batch_size=16,
+                valid_examples=32,
+                bleu_examples=10,
+                samples=2,
+                valid_fraction=0.1,
+                test_fraction=0.1,
+            ),
+            **overrides,
+        }
+    )
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -366,11 +500,22 @@ def test_translator_arms_report_exactly_what_they_promise(tmp_path, monkeypatch)
     monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
     pairs = translator_pairs(tmp_path)
     study = get_study("treeheap_translator")
-    for arm in ("lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only", "all_nodes", "bahdanau",
-                "transformer_enc"):
+    for arm in (
+        "lifting",
+        "mlp",
+        "bilinear",
+        "root_only",
+        "flat_seq",
+        "target_only",
+        "all_nodes",
+        "bahdanau",
+        "transformer_enc",
+    ):
         for keep_best in (False, True):
             config = tiny_translator(pairs, arm=arm, keep_best=keep_best)
-            assert set(study.run(config, 0, NullReporter(Budget(2, 1)))) == study.reported_metrics(config), arm
+            assert set(study.run(config, 0, NullReporter(Budget(2, 1)))) == study.reported_metrics(
+                config
+            ), arm
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -387,7 +532,9 @@ def test_translator_dropout_and_weight_decay_act_only_when_set(tmp_path, monkeyp
     def run(**overrides):
         reporter = NullReporter(Budget(3, 1))
         final = study.run(tiny_translator(pairs, **overrides), 0, reporter)
-        return {k: v for k, v in final.items() if k not in machine}, [m["train_loss"] for _, m in reporter.history]
+        return {k: v for k, v in final.items() if k not in machine}, [
+            m["train_loss"] for _, m in reporter.history
+        ]
 
     plain, plain_losses = run()
     assert run(dropout=0.0, weight_decay=0.0) == (plain, plain_losses)
@@ -405,9 +552,12 @@ def test_translator_dropout_and_weight_decay_act_only_when_set(tmp_path, monkeyp
 
 
 BUTTERFLY_CONFIGS = {
-    "default": {}, "no_short": dict(short_lengths=[], short_fraction=0.0),
+    "default": {},
+    "no_short": dict(short_lengths=[], short_fraction=0.0),
     "messages": dict(messages=3, distances=[1, 2, 5, 8], short_lengths=[8, 12]),
-    "messages_no_short": dict(messages=3, distances=[1, 2, 5, 8, 15], short_lengths=[], short_fraction=0.0),
+    "messages_no_short": dict(
+        messages=3, distances=[1, 2, 5, 8, 15], short_lengths=[], short_fraction=0.0
+    ),
     "near_only": dict(distances=[0, 1, 2], short_lengths=[3, 9]),
 }
 
@@ -420,8 +570,15 @@ def test_butterfly_runs_report_at_least_what_they_promise(name):
 
     study = get_study("butterfly_reach")
     for arm in ("butterfly", "root_bottleneck"):
-        config = ButterflyReachConfig(arm=arm, d_model=8, hidden=8, batch_size=16, test_examples=8, val_examples=16,
-                                      **BUTTERFLY_CONFIGS[name])
+        config = ButterflyReachConfig(
+            arm=arm,
+            d_model=8,
+            hidden=8,
+            batch_size=16,
+            test_examples=8,
+            val_examples=16,
+            **BUTTERFLY_CONFIGS[name],
+        )
         reported = set(study.run(config, 1, NullReporter(Budget(2, 1))))
         promised = study.reported_metrics(config)
         assert promised <= reported <= set(study.metrics), (name, arm, sorted(promised - reported))
@@ -435,7 +592,11 @@ def test_c05_and_twin_tree_runs_report_every_metric():
 
     c05 = get_study("c05_probe")
     config = C05ProbeConfig(train_trees=60, test_trees=30, val_trees=20)
-    assert set(c05.run(config, 0, NullReporter(Budget(4, 2)))) == c05.reported_metrics(config) == set(c05.metrics)
+    assert (
+        set(c05.run(config, 0, NullReporter(Budget(4, 2))))
+        == c05.reported_metrics(config)
+        == set(c05.metrics)
+    )
     twin = get_study("twin_tree")
     config = twin.Config(batch_size=4)
     assert set(twin.run(config, 0, NullReporter(Budget(4, 2)))) == twin.reported_metrics(config)
@@ -455,15 +616,32 @@ def test_language_model_and_hash_runs_report_exactly_what_they_promise(tmp_path,
     biic = get_study("biic_lm")
     for arm in ("biic", "grade0_only", "scalar_wide", "transformer", "sfe_v10", "sfe_v11"):
         config = BiicLMConfig(**{**TINY, "arm": arm, "corpus": str(corpus)})
-        assert set(biic.run(config, 0, NullReporter(Budget(2, 1)))) == biic.reported_metrics(config), arm
+        assert set(biic.run(config, 0, NullReporter(Budget(2, 1)))) == biic.reported_metrics(
+            config
+        ), arm
     bif = get_study("bif_lm")
     for arm in ("baseline", "bif", "bif_ablation"):
-        config = BifLMConfig(arm=arm, corpus=str(corpus), vocab_size=100, seq_len=16, val_windows=4, d_model=32,
-                             layers=2, heads=2, mlp_hidden=32, alpha_dim=16, batch_size=4)
-        assert set(bif.run(config, 0, NullReporter(Budget(2, 1)))) == bif.reported_metrics(config), arm
+        config = BifLMConfig(
+            arm=arm,
+            corpus=str(corpus),
+            vocab_size=100,
+            seq_len=16,
+            val_windows=4,
+            d_model=32,
+            layers=2,
+            heads=2,
+            mlp_hidden=32,
+            alpha_dim=16,
+            batch_size=4,
+        )
+        assert set(bif.run(config, 0, NullReporter(Budget(2, 1)))) == bif.reported_metrics(
+            config
+        ), arm
     algebra = get_study("biic_algebra")
     config = BiicAlgebraConfig(samples=8, transformations=4)
-    assert set(algebra.run(config, 0, NullReporter(Budget(1, 1)))) == algebra.reported_metrics(config)
+    assert set(algebra.run(config, 0, NullReporter(Budget(1, 1)))) == algebra.reported_metrics(
+        config
+    )
     spr = get_study("spr_hash")
     config = SprHashConfig(corpus=str(corpus), vocab_size=200, sentences=20)
     assert set(spr.run(config, 0, NullReporter(Budget(1, 1)))) == spr.reported_metrics(config)

@@ -13,7 +13,14 @@ STUDIES = study_names()
 
 
 def test_studies_are_registered():
-    assert {"c05_probe", "relation_closure", "bif_lm", "spr_hash", "twin_tree", "treeheap_translator"} <= set(STUDIES)
+    assert {
+        "c05_probe",
+        "relation_closure",
+        "bif_lm",
+        "spr_hash",
+        "twin_tree",
+        "treeheap_translator",
+    } <= set(STUDIES)
 
 
 @pytest.mark.parametrize("name", STUDIES)
@@ -57,14 +64,26 @@ def test_a_returned_value_outside_its_range_fails_the_run_but_rounding_at_the_bo
     from gates.study import Metric
 
     class Scores:
-        metrics = {"bleu": Metric("higher", "test", 0.0, 100.0), "acc": Metric("higher", "test", 0.0, 1.0)}
+        metrics = {
+            "bleu": Metric("higher", "test", 0.0, 100.0),
+            "acc": Metric("higher", "test", 0.0, 1.0),
+        }
 
         def reported_metrics(self, config):
             return frozenset(self.metrics)
 
     study = Scores()
-    assert returned_metrics("s", study, {"bleu": 100.00000000000004, "acc": 1.0}, config=object())["bleu"] > 100
-    with pytest.raises(StudyInterfaceError, match=r"returned acc = 1.7, outside its declared range"):
+    assert (
+        returned_metrics("s", study, {"bleu": 100.00000000000004, "acc": 1.0}, config=object())[
+            "bleu"
+        ]
+        > 100
+    )
+    with pytest.raises(
+        StudyInterfaceError, match=r"returned acc = 1.7, outside its declared range"
+    ):
         returned_metrics("s", study, {"bleu": 50.0, "acc": 1.7}, config=object())
-    with pytest.raises(StudyInterfaceError, match=r"did not return acc, which the study says this arm reports"):
+    with pytest.raises(
+        StudyInterfaceError, match=r"did not return acc, which the study says this arm reports"
+    ):
         returned_metrics("s", study, {"bleu": 50.0}, config=object())

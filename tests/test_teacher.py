@@ -15,26 +15,82 @@ from models.common import in_train_slice, split_lines
 from models.teacher import TeacherConfig, load_or_train, read_complete, teacher_key
 
 # tiny but real: trains in about a second on one core
-TINY = dict(vocab_size=200, d_model=32, d_k=32, layers=2, seq_len=32, max_positions=64,
-            batch=8, steps=30, lr=3e-3)
+TINY = dict(
+    vocab_size=200,
+    d_model=32,
+    d_k=32,
+    layers=2,
+    seq_len=32,
+    max_positions=64,
+    batch=8,
+    steps=30,
+    lr=3e-3,
+)
 
 
 def grammar_lines(seed: int, count: int) -> list[str]:
     """English-like sentences from a small grammar (one to three per line)."""
     rng = random.Random(seed)
-    subjects = ["the user", "a window", "the dialog", "this option", "the cell", "every chart",
-                "the toolbar", "a macro", "the document", "each table", "the printer", "a style"]
-    verbs = ["opens", "closes", "selects", "formats", "inserts", "deletes", "exports", "sorts",
-             "hides", "shows", "saves", "prints", "checks", "updates"]
-    objects = ["the file", "a new sheet", "the selected text", "all rows", "the current page",
-               "a hyperlink", "the default settings", "the chart title", "hidden columns",
-               "the index entry", "a template", "the paragraph style"]
-    endings = ["", " automatically", " when you click OK", " from the Format menu",
-               " in the sidebar", " before printing", " for the whole document"]
+    subjects = [
+        "the user",
+        "a window",
+        "the dialog",
+        "this option",
+        "the cell",
+        "every chart",
+        "the toolbar",
+        "a macro",
+        "the document",
+        "each table",
+        "the printer",
+        "a style",
+    ]
+    verbs = [
+        "opens",
+        "closes",
+        "selects",
+        "formats",
+        "inserts",
+        "deletes",
+        "exports",
+        "sorts",
+        "hides",
+        "shows",
+        "saves",
+        "prints",
+        "checks",
+        "updates",
+    ]
+    objects = [
+        "the file",
+        "a new sheet",
+        "the selected text",
+        "all rows",
+        "the current page",
+        "a hyperlink",
+        "the default settings",
+        "the chart title",
+        "hidden columns",
+        "the index entry",
+        "a template",
+        "the paragraph style",
+    ]
+    endings = [
+        "",
+        " automatically",
+        " when you click OK",
+        " from the Format menu",
+        " in the sidebar",
+        " before printing",
+        " for the whole document",
+    ]
     lines = []
     for _ in range(count):
-        sentences = [f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)}"
-                     f"{rng.choice(endings)}." for _ in range(rng.randint(1, 3))]
+        sentences = [
+            f"{rng.choice(subjects)} {rng.choice(verbs)} {rng.choice(objects)}"
+            f"{rng.choice(endings)}."
+            for _ in range(rng.randint(1, 3))
+        ]
         lines.append(" ".join(s[0].upper() + s[1:] for s in sentences))
     return lines
 
@@ -118,8 +174,16 @@ def test_training_writes_a_complete_entry_and_the_second_call_loads_it(trained, 
 
     meta = json.loads((folder / "teacher.json").read_text())
     assert meta["key"] == teacher.key and meta["config"] == teacher.config.model_dump(mode="json")
-    for name in ("final_train_loss", "heldout_loss", "heldout_perplexity", "train_seconds",
-                 "train_tokens", "heldout_tokens", "train_lines", "heldout_lines"):
+    for name in (
+        "final_train_loss",
+        "heldout_loss",
+        "heldout_perplexity",
+        "train_seconds",
+        "train_tokens",
+        "heldout_tokens",
+        "train_lines",
+        "heldout_lines",
+    ):
         assert meta[name] > 0, name
     assert meta["vocab_size_actual"] <= 200
     assert not teacher.model.training
@@ -157,7 +221,9 @@ def test_partial_entry_is_retrained_and_training_is_deterministic(trained, corpu
     assert not stale.exists()
 
     # same config, trained again from nothing: bit-identical tokenizer, weights and recordings
-    assert (partial / "tokenizer.model").read_bytes() == (teacher.directory / "tokenizer.model").read_bytes()
+    assert (partial / "tokenizer.model").read_bytes() == (
+        teacher.directory / "tokenizer.model"
+    ).read_bytes()
     for name, tensor in teacher.model.state_dict().items():
         assert torch.equal(tensor, rebuilt.model.state_dict()[name]), name
     q1, k1 = teacher.record("heldout", 4, 48)
@@ -171,7 +237,9 @@ def test_cache_key_follows_corpus_config_and_not_call_order(corpus, tmp_path):
     base = TeacherConfig(corpus=str(corpus), **TINY)
     assert teacher_key(base) == teacher_key(TeacherConfig(corpus=str(corpus), **TINY))
     assert teacher_key(base) != teacher_key(base.model_copy(update={"corpus": str(other)}))
-    assert teacher_key(base) != teacher_key(TeacherConfig(corpus=str(corpus), **{**TINY, "seed": 1}))
+    assert teacher_key(base) != teacher_key(
+        TeacherConfig(corpus=str(corpus), **{**TINY, "seed": 1})
+    )
     assert len(teacher_key(base)) == 64
 
 
@@ -208,7 +276,9 @@ def test_another_layer_is_recorded_apart_and_is_that_block_s_own_projection(trai
     cached apart from the last layer's; None and the last index are the same recording."""
     teacher, _, _, _ = trained
     last_q, last_k = teacher.record("train", 3, 64)
-    assert all(torch.equal(a, b) for a, b in zip(teacher.record("train", 3, 64, layer=1), (last_q, last_k)))
+    assert all(
+        torch.equal(a, b) for a, b in zip(teacher.record("train", 3, 64, layer=1), (last_q, last_k))
+    )
     first_q, first_k = teacher.record("train", 3, 64, layer=0)
     assert (teacher.directory / "records" / "train-3x64-layer0.pt").is_file()
     assert not (teacher.directory / "records" / "train-3x64-layer1.pt").exists()
@@ -218,7 +288,9 @@ def test_another_layer_is_recorded_apart_and_is_that_block_s_own_projection(trai
     block = teacher.model.blocks[0]
     with torch.no_grad():
         x = block.attention_norm(teacher.model.embed(tokens))
-        assert torch.equal(first_q, block.attention.W_Q(x)) and torch.equal(first_k, block.attention.W_K(x))
+        assert torch.equal(first_q, block.attention.W_Q(x)) and torch.equal(
+            first_k, block.attention.W_K(x)
+        )
     for bad in (2, -1):
         with pytest.raises(ValueError, match="layers 0..1"):
             teacher.record("train", 3, 64, layer=bad)
@@ -229,12 +301,15 @@ def test_queries_and_keys_are_causal(trained):
     tokens = teacher.stream("heldout")[:64].clone()[None, :]
     t = 20
     changed = tokens.clone()
-    changed[0, t + 1:] = torch.randint(3, teacher.tokenizer.get_piece_size(), (63 - t,),
-                                       generator=torch.Generator().manual_seed(0))
+    changed[0, t + 1 :] = torch.randint(
+        3, teacher.tokenizer.get_piece_size(), (63 - t,), generator=torch.Generator().manual_seed(0)
+    )
     q, k = teacher.queries_keys(tokens)
     q2, k2 = teacher.queries_keys(changed)
     assert torch.equal(q[:, : t + 1], q2[:, : t + 1]) and torch.equal(k[:, : t + 1], k2[:, : t + 1])
-    assert not torch.allclose(q[:, t + 1:], q2[:, t + 1:])  # the change reached the later positions
+    assert not torch.allclose(
+        q[:, t + 1 :], q2[:, t + 1 :]
+    )  # the change reached the later positions
     # changing an earlier token does move position t (attention really looks back)
     earlier = tokens.clone()
     earlier[0, 5] = (earlier[0, 5] + 1) % teacher.tokenizer.get_piece_size()
@@ -251,9 +326,14 @@ def test_the_key_is_the_one_from_before_devices(corpus):
     from models.teacher import TEACHER_VERSION
 
     config = TeacherConfig(corpus=str(corpus), **TINY)
-    identity = {"source_fingerprint": source_fingerprint(config.corpus),
-                "config": config.model_dump(mode="json"), "teacher_version": TEACHER_VERSION}
-    before = hashlib.sha256(json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    identity = {
+        "source_fingerprint": source_fingerprint(config.corpus),
+        "config": config.model_dump(mode="json"),
+        "teacher_version": TEACHER_VERSION,
+    }
+    before = hashlib.sha256(
+        json.dumps(identity, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()
     assert teacher_key(config) == before
 
 

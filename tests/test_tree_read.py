@@ -23,8 +23,15 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
-def small_tree(seed: int, n: int, kind: str = "prototypes", d: int = 8, queries: int = 20, m: int = 3,
-               dtype=torch.float64):
+def small_tree(
+    seed: int,
+    n: int,
+    kind: str = "prototypes",
+    d: int = 8,
+    queries: int = 20,
+    m: int = 3,
+    dtype=torch.float64,
+):
     """A fitted tree on Gaussian keys (float64: no near-ties for rounding to flip)."""
     generator = torch.Generator().manual_seed(seed)
     keys = torch.randn(1, n, d, generator=generator, dtype=dtype)
@@ -64,9 +71,11 @@ def test_dense_top_keeps_the_exact_top_nodes_by_path_posterior():
     index = tr.TreeIndex(parent, keys_heap)
     posteriors = rt.tree_log_posteriors(parent(q), rt.leaf_scores(keys_heap, q))
     for dense, width in ((5, 3), (6, 7), (4, 16)):
-        leaves = tr.fast_read(index, q, tr.Schedule(dense, (width,)), k=None).leaves[0]  # all scanned leaves
+        leaves = tr.fast_read(index, q, tr.Schedule(dense, (width,)), k=None).leaves[
+            0
+        ]  # all scanned leaves
         kept = leaves >> (index.depth - dense)
-        expected = posteriors[dense][0].topk(min(width, 2 ** dense), dim=-1).indices
+        expected = posteriors[dense][0].topk(min(width, 2**dense), dim=-1).indices
         for i in range(len(q)):
             assert set(kept[i].tolist()) == set(expected[i].tolist())
 
@@ -90,8 +99,13 @@ def test_leaf_scan_returns_the_exact_top_k_below_the_kept_nodes_and_never_less_t
             exact = scanned[scores[i, scanned].argsort(descending=True, stable=True)[:k]]
             assert top[i].tolist() == exact.tolist()
         reference = rt.beam_read(parent, keys_heap, q, width)
-        per_query = [(rt.topk_recall(top[i:i + 1].unsqueeze(0), dense_top[:, i:i + 1], k),
-                      rt.topk_recall(reference.leaves[:, i:i + 1], dense_top[:, i:i + 1], k)) for i in range(len(q))]
+        per_query = [
+            (
+                rt.topk_recall(top[i : i + 1].unsqueeze(0), dense_top[:, i : i + 1], k),
+                rt.topk_recall(reference.leaves[:, i : i + 1], dense_top[:, i : i + 1], k),
+            )
+            for i in range(len(q))
+        ]
         assert all(fast >= ref for fast, ref in per_query)
 
 
@@ -127,7 +141,9 @@ def test_index_keeps_only_the_parents_the_read_uses():
     parent, keys_heap, q = small_tree(4, 256, d=8, m=3, dtype=torch.float32)
     full, cut = tr.TreeIndex(parent, keys_heap), tr.TreeIndex(parent, keys_heap, max_depth=4)
     schedule = tr.Schedule(2, (3, 4, 4))
-    assert torch.equal(tr.fast_read(full, q, schedule).leaves, tr.fast_read(cut, q, schedule).leaves)
+    assert torch.equal(
+        tr.fast_read(full, q, schedule).leaves, tr.fast_read(cut, q, schedule).leaves
+    )
     # keys (256 x 8 floats) + prototypes and log weights of depths 1..4 (30 nodes x 3 x (8 + 1))
     assert cut.nbytes() == 4 * (256 * 8 + 30 * 3 * 9)
     assert full.nbytes() == 4 * (256 * 8 + 254 * 3 * 9)  # the root routes nothing: not stored
@@ -150,11 +166,16 @@ def test_calibration_picks_the_cheapest_passing_schedule_deterministically():
     assert first.schedule == again.schedule and first.fit_recall == again.fit_recall
     assert first.fit_recall > first.fit_lower >= 0.9  # the lower confidence bound passed
     target = rt.dense_topk(keys_heap, fit, 10)
-    assert rt.topk_recall(tr.fast_read(index, fit, first.schedule).leaves, target, 10) == \
-        pytest.approx(first.fit_recall, abs=1e-12)
-    passing = [tr.schedule_cost(s, index.depth, index.m) for s, _, lower in first.tried if lower >= 0.9]
+    assert rt.topk_recall(
+        tr.fast_read(index, fit, first.schedule).leaves, target, 10
+    ) == pytest.approx(first.fit_recall, abs=1e-12)
+    passing = [
+        tr.schedule_cost(s, index.depth, index.m) for s, _, lower in first.tried if lower >= 0.9
+    ]
     assert first.cost == min(passing) == tr.schedule_cost(first.schedule, index.depth, index.m)
-    plain = tr.calibrate(index, fit, target=0.9, z=0.0)  # the plain mean: a cheaper schedule, or the same
+    plain = tr.calibrate(
+        index, fit, target=0.9, z=0.0
+    )  # the plain mean: a cheaper schedule, or the same
     assert plain.fit_recall >= 0.9 and plain.cost <= first.cost
     uniform = tr.calibrate(index, fit, target=0.9, per_level=False, scan_depths=[index.depth])
     assert uniform.schedule.scan_depth == index.depth and len(set(uniform.schedule.widths[1:])) <= 1
@@ -164,13 +185,23 @@ def test_study_fast_beam_arm_reports_recall_cost_and_a_smaller_index(teacher_con
     base = dict(leaf_set="bank", leaves=256, trees=1, parent="prototypes", calibration_queries=256)
     metrics, _ = run(arm(teacher_config, **base, read="fast_beam"))
     beam, _ = run(arm(teacher_config, **base, read="beam"))
-    for name in ("topk_recall_10", "visited_share", "latency_ms", "dense_latency_ms", "peak_mem_mb",
-                 "index_bytes_per_key", "beam_width", "fit_topk_recall_10"):
+    for name in (
+        "topk_recall_10",
+        "visited_share",
+        "latency_ms",
+        "dense_latency_ms",
+        "peak_mem_mb",
+        "index_bytes_per_key",
+        "beam_width",
+        "fit_topk_recall_10",
+    ):
         assert name in metrics
     assert metrics["fit_topk_recall_10"] >= 0.95
     assert metrics["index_bytes_per_key"] < beam["index_bytes_per_key"]
     again, _ = run(arm(teacher_config, **base, read="fast_beam"))
     machine = {"latency_ms", "dense_latency_ms"}
-    assert {k: v for k, v in again.items() if k not in machine} == {k: v for k, v in metrics.items() if k not in machine}
+    assert {k: v for k, v in again.items() if k not in machine} == {
+        k: v for k, v in metrics.items() if k not in machine
+    }
     with pytest.raises(ValueError, match="fast_beam reads one bank"):
         arm(teacher_config, read="fast_beam")  # per-context trees

@@ -10,7 +10,16 @@ from pydantic import ValidationError
 
 from gates.study import Budget, NullReporter
 from models.translation_data import EOS, PAD, Example, collate, load_translation_data, split_of
-from models.treeheap import Butterfly, Fold, NodeAttention, Read, fold_levels, random_pairing, unfold_levels, xor_pairing
+from models.treeheap import (
+    Butterfly,
+    Fold,
+    NodeAttention,
+    Read,
+    fold_levels,
+    random_pairing,
+    unfold_levels,
+    xor_pairing,
+)
 from models.treeheap_translator import (
     DENSE_ARMS,
     Translator,
@@ -104,12 +113,14 @@ def test_read_conserves_mass_and_never_reaches_padding():
     assert (mass[~node_mask] == 0).all()  # empty leaves and empty subtrees get exactly nothing
     assert torch.allclose(context, torch.einsum("bn,bnd->bd", mass, keys["nodes"]))
     # a one-piece sentence: all mass ends at the root or on the path down to leaf 0
-    on_path = [2 ** k - 1 for k in range(depth + 1)]
+    on_path = [2**k - 1 for k in range(depth + 1)]
     assert torch.allclose(mass[2, on_path].sum(), torch.tensor(1.0), atol=1e-6)
 
 
 # ------------------------------------------------------------------------------------ the model
-def _toy_examples(count: int = 8, vocab: int = 20, n_leaves: int = 8, seed: int = 0) -> list[Example]:
+def _toy_examples(
+    count: int = 8, vocab: int = 20, n_leaves: int = 8, seed: int = 0
+) -> list[Example]:
     generator = torch.Generator().manual_seed(seed)
     examples = []
     for i in range(count):
@@ -124,11 +135,33 @@ def _toy_examples(count: int = 8, vocab: int = 20, n_leaves: int = 8, seed: int 
 
 
 def _tiny(arm: str, **kw) -> TranslatorConfig:
-    return TranslatorConfig(arm=arm, depth=3, d_model=32, hidden=32, read_dim=16, merge_hidden=21,
-                            relation_rank=8, attn_hidden=32, gru_hidden=20, ffn_hidden=40, batch_size=8, **kw)
+    return TranslatorConfig(
+        arm=arm,
+        depth=3,
+        d_model=32,
+        hidden=32,
+        read_dim=16,
+        merge_hidden=21,
+        relation_rank=8,
+        attn_hidden=32,
+        gru_hidden=20,
+        ffn_hidden=40,
+        batch_size=8,
+        **kw,
+    )
 
 
-ARMS = ["lifting", "mlp", "bilinear", "root_only", "flat_seq", "target_only", "all_nodes", "bahdanau", "transformer_enc"]
+ARMS = [
+    "lifting",
+    "mlp",
+    "bilinear",
+    "root_only",
+    "flat_seq",
+    "target_only",
+    "all_nodes",
+    "bahdanau",
+    "transformer_enc",
+]
 NEW_ARMS = ["all_nodes", "bahdanau", "transformer_enc"]  # issue #14
 
 
@@ -149,15 +182,23 @@ def _unpacked_nll(model: Translator, batch: dict, src: torch.Tensor | None = Non
     src = batch["src"] if src is None else src
     memory = model.encode(src, src != PAD)
     fused, d = model.fused(), model.config.d_model
-    h = memory["h0"] if "h0" in memory else torch.zeros(src.shape[0], d, dtype=model.out.weight.dtype)
+    h = (
+        memory["h0"]
+        if "h0" in memory
+        else torch.zeros(src.shape[0], d, dtype=model.out.weight.dtype)
+    )
     logits = []
     for t in range(batch["tgt_in"].shape[1]):
-        query = torch.nn.functional.linear(h, fused.h_weight, fused.h_bias)[:, 3 * d:]
+        query = torch.nn.functional.linear(h, fused.h_weight, fused.h_bias)[:, 3 * d :]
         c, _ = model.context(query, memory)
         h = model.gru(torch.cat([model.tgt_embed(batch["tgt_in"][:, t]), c], -1), h)
         logits.append(model.out(torch.cat([h, c], -1)))
-    return torch.nn.functional.cross_entropy(torch.stack(logits, 1).flatten(0, 1), batch["tgt_out"].flatten(),
-                                             ignore_index=PAD, reduction="sum")
+    return torch.nn.functional.cross_entropy(
+        torch.stack(logits, 1).flatten(0, 1),
+        batch["tgt_out"].flatten(),
+        ignore_index=PAD,
+        reduction="sum",
+    )
 
 
 @pytest.mark.parametrize("arm", ARMS)
@@ -169,7 +210,9 @@ def test_packed_decoder_equals_the_unpacked_one(arm):
     model = Translator(_tiny(arm), 20).double()
     _randomise(model)
     batch = collate(_toy_examples(8), 8)
-    assert len(set((batch["tgt_out"] != PAD).sum(1).tolist())) > 2  # lengths differ: packing matters
+    assert (
+        len(set((batch["tgt_out"] != PAD).sum(1).tolist())) > 2
+    )  # lengths differ: packing matters
     packed, n = token_nll(model(batch))
     assert n == int((batch["tgt_out"] != PAD).sum())
     packed_grads = torch.autograd.grad(packed, list(model.parameters()), allow_unused=True)
@@ -183,14 +226,18 @@ def test_packed_decoder_equals_the_unpacked_one(arm):
     if arm != "target_only":  # the source_shuffle permutation follows the rows through the sort
         permutation = same_direction_roll(_toy_examples(8))
         shuffled = token_nll(model(batch, "source_shuffle", permutation))[0]
-        assert torch.allclose(shuffled, _unpacked_nll(model, batch, src=batch["src"][permutation]), rtol=1e-10)
+        assert torch.allclose(
+            shuffled, _unpacked_nll(model, batch, src=batch["src"][permutation]), rtol=1e-10
+        )
 
 
 # ------------------------------------------------------------------------------------ the dense baselines (#14)
 def test_node_attention_has_reads_parameters_and_never_reads_empty_nodes():
     depth, d, m = 4, 8, 5
     read, attention = Read(6, d, m, depth), NodeAttention(6, d, 2 * m, depth)
-    assert sum(p.numel() for p in attention.parameters()) == sum(p.numel() for p in read.parameters())
+    assert sum(p.numel() for p in attention.parameters()) == sum(
+        p.numel() for p in read.parameters()
+    )
     _randomise(attention)
     mask = _mask([16, 7, 1, 2], 16)
     states, _, masks = fold_levels(Fold(d, 8), torch.randn(4, 16, d), mask)
@@ -214,13 +261,19 @@ def test_new_arms_shapes_and_masks(arm):
     memory = model.encode(batch["src"], batch["src_mask"])
     n, d, nodes = config.n_leaves, config.d_model, 2 * config.n_leaves - 1
     if arm == "all_nodes":
-        assert memory["read"]["keys"].shape == (8, nodes, 2 * config.read_dim) and "h0" not in memory
+        assert (
+            memory["read"]["keys"].shape == (8, nodes, 2 * config.read_dim) and "h0" not in memory
+        )
     else:
         heads = config.heads
         assert memory["read"]["keys"].shape == (8, heads, n, config.read_dim // heads)
-        assert memory["read"]["values"].shape == (8, heads, n, d // heads) and memory["h0"].shape == (8, d)
+        assert memory["read"]["values"].shape == (8, heads, n, d // heads) and memory[
+            "h0"
+        ].shape == (8, d)
         # empty leaves: states that are never keys, whatever is written there
-        states, summary = model.dense_encode(model.src_embed(batch["src"]) + model.positions.weight, batch["src_mask"])
+        states, summary = model.dense_encode(
+            model.src_embed(batch["src"]) + model.positions.weight, batch["src_mask"]
+        )
         garbage = torch.where(batch["src_mask"].unsqueeze(-1), states, torch.full_like(states, 1e4))
         query = torch.randn(8, config.read_dim)
         clean, _ = model.read.read_for(query, model.read.keys(states, batch["src_mask"]))
@@ -229,20 +282,28 @@ def test_new_arms_shapes_and_masks(arm):
         if arm == "bahdanau":  # packed: each direction stops at the last piece, padding stays zero
             assert (states[~batch["src_mask"]] == 0).all()
             lengths = batch["src_mask"].sum(1)
-            alone = model.dense_encode(model.src_embed(batch["src"][:1, :lengths[0]]) + model.positions.weight[:lengths[0]],
-                                       batch["src_mask"][:1, :lengths[0]])
+            alone = model.dense_encode(
+                model.src_embed(batch["src"][:1, : lengths[0]])
+                + model.positions.weight[: lengths[0]],
+                batch["src_mask"][:1, : lengths[0]],
+            )
             assert torch.allclose(alone[1], summary[:1], atol=1e-6)
-            assert torch.allclose(alone[0], states[:1, :lengths[0]], atol=1e-6)
+            assert torch.allclose(alone[0], states[:1, : lengths[0]], atol=1e-6)
     decoded = model(batch)
     tokens = int((batch["tgt_out"] != PAD).sum())
     assert decoded.logits.shape == (tokens, 20) and decoded.targets.shape == (tokens,)
-    if arm == "all_nodes":  # attention weight per node, none on empty nodes, stop_mass_depth_k measurable
+    if (
+        arm == "all_nodes"
+    ):  # attention weight per node, none on empty nodes, stop_mass_depth_k measurable
         assert decoded.masses.shape == (tokens, nodes)
         assert torch.allclose(decoded.masses.sum(-1), torch.ones(tokens), atol=1e-5)
     else:
         assert decoded.masses is None
-    assert applicable_interventions(arm) == (("source_shuffle", "pair_break", "detail_shuffle") if arm == "all_nodes"
-                                             else ("source_shuffle",))
+    assert applicable_interventions(arm) == (
+        ("source_shuffle", "pair_break", "detail_shuffle")
+        if arm == "all_nodes"
+        else ("source_shuffle",)
+    )
     clean = mean_nll(model, examples, 8)[0]
     for intervention in applicable_interventions(arm):
         assert mean_nll(model, examples, 8, intervention, seed=1)[0] != clean, intervention
@@ -280,7 +341,9 @@ def test_parameter_parts_sum_to_the_count(arm):
     parts = STUDY.parameter_parts(config)
     assert set(parts) == {"encoder_reader", "embeddings", "decoder"}
     assert sum(parts.values()) == STUDY.param_count(config)
-    assert parts["decoder"] == STUDY.parameter_parts(_tiny("lifting"))["decoder"]  # the same decoder everywhere
+    assert (
+        parts["decoder"] == STUDY.parameter_parts(_tiny("lifting"))["decoder"]
+    )  # the same decoder everywhere
     if arm == "target_only":
         assert parts["encoder_reader"] == 0
 
@@ -291,14 +354,26 @@ def test_new_arms_match_the_tree_encoder_and_reader_at_the_defaults():
         config = TranslatorConfig(arm=arm)
         parts = STUDY.parameter_parts(config)
         assert abs(parts["encoder_reader"] / lifting["encoder_reader"] - 1) < 0.01, arm
-        assert parts["embeddings"] == lifting["embeddings"] and parts["decoder"] == lifting["decoder"]
+        assert (
+            parts["embeddings"] == lifting["embeddings"] and parts["decoder"] == lifting["decoder"]
+        )
         if arm in DENSE_ARMS:
-            assert matched_width(config) == config.gru_hidden if arm == "bahdanau" else config.ffn_hidden
-    assert STUDY.parameter_parts(TranslatorConfig(arm="all_nodes")) == lifting  # exactly, by construction
+            assert (
+                matched_width(config) == config.gru_hidden
+                if arm == "bahdanau"
+                else config.ffn_hidden
+            )
+    assert (
+        STUDY.parameter_parts(TranslatorConfig(arm="all_nodes")) == lifting
+    )  # exactly, by construction
 
 
-V2_CONTRACTS = ["treeheap-vs-dense-v2", "treeheap-recursive-over-root-v2", "treeheap-relation-branch-v2",
-                "treeheap-fold-variants-v2"]
+V2_CONTRACTS = [
+    "treeheap-vs-dense-v2",
+    "treeheap-recursive-over-root-v2",
+    "treeheap-relation-branch-v2",
+    "treeheap-fold-variants-v2",
+]
 
 
 @pytest.mark.parametrize("contract", V2_CONTRACTS)
@@ -311,7 +386,10 @@ def test_v2_contract_arms_match_encoder_and_reader_within_five_percent(contract)
     import yaml
 
     path = pathlib.Path(__file__).resolve().parents[1] / "contracts" / f"{contract}.yaml"
-    arms = {name: TranslatorConfig(**cfg) for name, cfg in yaml.safe_load(path.read_text())["arms"].items()}
+    arms = {
+        name: TranslatorConfig(**cfg)
+        for name, cfg in yaml.safe_load(path.read_text())["arms"].items()
+    }
     tree_name = "lifting" if "lifting" in arms else next(iter(arms))  # relation-branch has one arm
     reference = STUDY.parameter_parts(arms[tree_name])
     for name, config in arms.items():
@@ -319,10 +397,19 @@ def test_v2_contract_arms_match_encoder_and_reader_within_five_percent(contract)
         assert parts["decoder"] == reference["decoder"], name
         if config.arm in ("target_only", "root_only"):
             continue  # the floor and the root reader are not capacity-matched comparisons
-        if config.arm == "bilinear" and name != tree_name:  # lifting plus the relation branch, as in v1
-            assert parts["encoder_reader"] - reference["encoder_reader"] == 3 * config.d_model * config.relation_rank
+        if (
+            config.arm == "bilinear" and name != tree_name
+        ):  # lifting plus the relation branch, as in v1
+            assert (
+                parts["encoder_reader"] - reference["encoder_reader"]
+                == 3 * config.d_model * config.relation_rank
+            )
             continue
-        assert abs(parts["encoder_reader"] / reference["encoder_reader"] - 1) <= 0.05, (name, parts, reference)
+        assert abs(parts["encoder_reader"] / reference["encoder_reader"] - 1) <= 0.05, (
+            name,
+            parts,
+            reference,
+        )
         assert parts["embeddings"] == reference["embeddings"], name
         if config.arm in DENSE_ARMS:
             width = config.gru_hidden if config.arm == "bahdanau" else config.ffn_hidden
@@ -334,7 +421,9 @@ def test_butterfly_xor_views_equal_the_indexed_xor_pairing():
     _randomise(butterfly)
     x = torch.randn(5, 16, 8, dtype=torch.float64)
     mask = _mask([16, 9, 1, 4, 13], 16)
-    assert torch.allclose(butterfly(x, mask), butterfly(x, mask, xor_pairing(16, 4)), rtol=0, atol=1e-12)
+    assert torch.allclose(
+        butterfly(x, mask), butterfly(x, mask, xor_pairing(16, 4)), rtol=0, atol=1e-12
+    )
 
 
 def test_interventions_change_what_they_should():
@@ -387,11 +476,16 @@ def test_a_tiny_run_memorises_eight_pairs_and_decodes_them_exactly(arm):
 @pytest.fixture
 def pair_file(tmp_path):
     """A user's own TSV: real-looking text so that SentencePiece has something to learn."""
-    words = "the a file menu click open save print view insert format table tools window help".split()
+    words = (
+        "the a file menu click open save print view insert format table tools window help".split()
+    )
     rows = []
     for i in range(600):
         en = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(2 + i % 6))
-        zh = "".join("文件菜单点击打开保存打印视图插入格式表格工具窗口帮助"[(i + k * 5) % 26] for k in range(2 + i % 9))
+        zh = "".join(
+            "文件菜单点击打开保存打印视图插入格式表格工具窗口帮助"[(i + k * 5) % 26]
+            for k in range(2 + i % 9)
+        )
         rows.append(f"{zh}{i}\t{en} {i}")
     rows.append(rows[0].split("\t")[0] + "\tduplicate source, dropped")
     path = tmp_path / "pairs.tsv"
@@ -401,20 +495,27 @@ def pair_file(tmp_path):
 
 def test_data_from_a_users_tsv_split_by_source_hash(pair_file, tmp_path, monkeypatch):
     monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
-    data = load_translation_data(str(pair_file), ("zh", "en"), ("zh2en", "en2zh"), 120, 14, 0.1, 0.1)
+    data = load_translation_data(
+        str(pair_file), ("zh", "en"), ("zh2en", "en2zh"), 120, 14, 0.1, 0.1
+    )
     assert data.vocab_size == 120 and data.direction_ids == {"zh2en": 3, "en2zh": 4}
     assert (tmp_path / "cache" / "translator-tokenizers").is_dir()
-    sources = {name: {e.src_text for e in examples if e.direction == "zh2en"} for name, examples in data.splits.items()}
+    sources = {
+        name: {e.src_text for e in examples if e.direction == "zh2en"}
+        for name, examples in data.splits.items()
+    }
     assert not sources["train"] & sources["test"] and not sources["train"] & sources["valid"]
     for name, texts in sources.items():
         assert all(split_of(t, 0.1, 0.1) == name for t in texts)
     for e in data.splits["train"]:
         assert e.src_ids[0] == data.direction_ids[e.direction] and e.src_ids[-1] == EOS
         assert len(e.src_ids) <= 16 and e.tgt_ids[-1] == EOS
-    assert not any(e.tgt_text == "duplicate source, dropped" for s in data.splits.values() for e in s)
+    assert not any(
+        e.tgt_text == "duplicate source, dropped" for s in data.splits.values() for e in s
+    )
     both = [e for e in data.splits["test"] if e.direction == "en2zh"]
     assert both and data.target_language == {"zh2en": "en", "en2zh": "zh"}
-    assert data.decode(both[0].tgt_ids) .replace(" ", "") == both[0].tgt_text.replace(" ", "")
+    assert data.decode(both[0].tgt_ids).replace(" ", "") == both[0].tgt_text.replace(" ", "")
 
 
 def test_moses_files_give_the_same_data_as_the_tsv(pair_file, tmp_path, monkeypatch):
@@ -448,18 +549,40 @@ def test_flat_seq_is_within_five_percent_of_lifting_at_the_defaults():
 
 def test_study_run_end_to_end_is_deterministic(pair_file, tmp_path, monkeypatch):
     monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
-    config = TranslatorConfig(arm="bilinear", corpus=str(pair_file), vocab_size=120, depth=4, d_model=16, hidden=16,
-                              read_dim=8, merge_hidden=11, relation_rank=4, batch_size=16, valid_examples=32,
-                              bleu_examples=10, samples=2, valid_fraction=0.1, test_fraction=0.1)
+    config = TranslatorConfig(
+        arm="bilinear",
+        corpus=str(pair_file),
+        vocab_size=120,
+        depth=4,
+        d_model=16,
+        hidden=16,
+        read_dim=8,
+        merge_hidden=11,
+        relation_rank=4,
+        batch_size=16,
+        valid_examples=32,
+        bleu_examples=10,
+        samples=2,
+        valid_fraction=0.1,
+        test_fraction=0.1,
+    )
     runs = []
     for _ in range(2):
         reporter = NullReporter(Budget(6, 3))
         attached = {}
-        reporter.attach = lambda name, text: attached.__setitem__(name, text)
+        reporter.attach = attached.__setitem__
         runs.append(STUDY.run(config, 0, reporter))
     first, second = runs
-    for name in ("test_nll", "bleu_zh2en", "chrf_en2zh", "damage_source_shuffle", "damage_relation_zero",
-                 "unfold_mse", "stop_mass_depth_0", "val_nll"):
+    for name in (
+        "test_nll",
+        "bleu_zh2en",
+        "chrf_en2zh",
+        "damage_source_shuffle",
+        "damage_relation_zero",
+        "unfold_mse",
+        "stop_mass_depth_0",
+        "val_nll",
+    ):
         assert name in first and first[name] == second[name], name
     assert [step for step, _ in reporter.history] == [3, 6]
     assert "source:" in attached["samples.txt"] and "BLEU" in attached["samples.txt"]
@@ -470,19 +593,44 @@ def test_keep_best_measures_the_weights_of_the_lowest_val_nll(pair_file, tmp_pat
     """Early stopping: the final val_nll is the lowest reported one, the test metrics come from those
     weights (deterministically), and keep_best off leaves a run exactly as it was."""
     monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
-    config = TranslatorConfig(arm="transformer_enc", corpus=str(pair_file), vocab_size=120, depth=4, d_model=16,
-                              hidden=16, read_dim=8, gru_hidden=8, ffn_hidden=16, batch_size=16, valid_examples=32,
-                              bleu_examples=10, samples=2, valid_fraction=0.1, test_fraction=0.1, lr=0.3,
-                              warmup_steps=0)  # a rate at which val_nll jumps about: the best is not the last
+    config = TranslatorConfig(
+        arm="transformer_enc",
+        corpus=str(pair_file),
+        vocab_size=120,
+        depth=4,
+        d_model=16,
+        hidden=16,
+        read_dim=8,
+        gru_hidden=8,
+        ffn_hidden=16,
+        batch_size=16,
+        valid_examples=32,
+        bleu_examples=10,
+        samples=2,
+        valid_fraction=0.1,
+        test_fraction=0.1,
+        lr=0.3,
+        warmup_steps=0,
+    )  # a rate at which val_nll jumps about: the best is not the last
     runs = []
     for keep in (True, True, False):
         reporter = NullReporter(Budget(12, 2))
-        runs.append((STUDY.run(config.model_copy(update={"keep_best": keep}), 0, reporter), reporter.history))
+        runs.append(
+            (
+                STUDY.run(config.model_copy(update={"keep_best": keep}), 0, reporter),
+                reporter.history,
+            )
+        )
     (best, history), (again, _), (plain, plain_history) = runs
     reported = {step: m["val_nll"] for step, m in history}
-    assert best["val_nll"] == min(reported.values()) and reported[int(best["best_val_step"])] == best["val_nll"]
+    assert (
+        best["val_nll"] == min(reported.values())
+        and reported[int(best["best_val_step"])] == best["val_nll"]
+    )
     machine = {"train_tokens_per_s", "peak_mem_mb"}
-    assert {k: v for k, v in best.items() if k not in machine} == {k: v for k, v in again.items() if k not in machine}
+    assert {k: v for k, v in best.items() if k not in machine} == {
+        k: v for k, v in again.items() if k not in machine
+    }
     assert [m for _, m in plain_history] == [m for _, m in history]  # the same training either way
     assert "best_val_step" not in plain and plain["val_nll"] == reported[12]
     assert best["best_val_step"] < 12 and best["test_nll"] != plain["test_nll"]

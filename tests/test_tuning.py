@@ -10,7 +10,6 @@ import sys
 
 import optuna
 import pytest
-import yaml
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
@@ -44,9 +43,14 @@ def tuned_c05(trials=2, id="c05-tuned-small", **tuning_overrides) -> dict:
     data = small_c05(id=id)
     for cfg in data["arms"].values():
         cfg["val_trees"] = 60
-    data["tuning"] = {"space": {"lr": {"type": "float", "low": 0.003, "high": 0.03, "log": True}},
-                      "trials": trials, "objective": {"metric": "val_acc", "direction": "higher"},
-                      "seeds": [7], "sampler": {"kind": "random", "seed": 0}, **tuning_overrides}
+    data["tuning"] = {
+        "space": {"lr": {"type": "float", "low": 0.003, "high": 0.03, "log": True}},
+        "trials": trials,
+        "objective": {"metric": "val_acc", "direction": "higher"},
+        "seeds": [7],
+        "sampler": {"kind": "random", "seed": 0},
+        **tuning_overrides,
+    }
     return data
 
 
@@ -60,11 +64,15 @@ def error_of(tmp_path, data: dict) -> str:
 def test_cli_rejects_unequal_budgets_with_exit_2(tmp_path):
     data = tuned_c05(trials={"subheap_kernel": 3, "flat_address": 2})
     path = write_contract(tmp_path, data)
-    done = subprocess.run([sys.executable, "-m", "gates", "check", str(path)], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "gates", "check", str(path)], capture_output=True, text=True
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     line = path.read_text().splitlines().index("  trials:") + 1
-    assert (f"contract.yaml:{line}: tuning.trials: value error, tuning budgets differ across arms "
-            f"(subheap_kernel: 3, flat_address: 2); expected the same number of trials for every tuned arm") in done.stderr
+    assert (
+        f"contract.yaml:{line}: tuning.trials: value error, tuning budgets differ across arms "
+        f"(subheap_kernel: 3, flat_address: 2); expected the same number of trials for every tuned arm"
+    ) in done.stderr
 
 
 def cli_error(tmp_path, data, monkeypatch, capsys) -> str:
@@ -82,32 +90,66 @@ def test_cli_rejects_a_space_key_that_is_no_config_field(tmp_path, monkeypatch, 
     data = tuned_c05()
     data["tuning"]["space"]["hiden"] = {"type": "int", "low": 8, "high": 64}
     err = cli_error(tmp_path, data, monkeypatch, capsys)
-    assert "tuning.space.hiden: not a field of study 'c05_probe''s arm config (did you mean 'hidden'?)" in err
+    assert (
+        "tuning.space.hiden: not a field of study 'c05_probe''s arm config (did you mean 'hidden'?)"
+        in err
+    )
 
 
 def test_cli_rejects_a_decision_on_the_tuning_metric(tmp_path, monkeypatch, capsys):
     data = tuned_c05()
-    data["decision"]["refuted_if"].append({"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
-                                           "other": "flat_address", "other_metric": "val_acc", "direction": "lower"})
+    data["decision"]["refuted_if"].append(
+        {
+            "kind": "compare",
+            "arm": "subheap_kernel",
+            "metric": "test_acc",
+            "other": "flat_address",
+            "other_metric": "val_acc",
+            "direction": "lower",
+        }
+    )
     err = cli_error(tmp_path, data, monkeypatch, capsys)
     assert "decision.refuted_if.4.other_metric: 'val_acc' is the tuning objective" in err
     assert err.count("error: ") == 1  # test_acc elsewhere is fine
 
 
-@pytest.mark.parametrize("change, expected", [
-    (lambda t: t["space"]["lr"].update(low=0.0, log=False), "tuning.space.lr.low: lr = 0.0 is outside what arm "
-                                                             "'flat_address' accepts (input should be greater than 0"),
-    (lambda t: t["space"].update(features={"type": "categorical", "choices": ["path_only", "tree"]}),
-     "tuning.space.features.choices.1: features = 'tree' is outside what arm"),
-    (lambda t: t["space"].update(hidden={"type": "int", "low": 4.5, "high": 8}), "an int range needs integer low"),
-    (lambda t: t.update(seeds=[1, 7]), "tuning.seeds: tuning seeds [1] are also the contract's seeds"),
-    (lambda t: t.update(objective={"metric": "test_acc", "direction": "higher"}),
-     "tuning.objective.metric: 'test_acc' is not a validation metric"),
-    (lambda t: t.update(objective={"metric": "val_loss", "direction": "higher"}),
-     "tuning.objective.direction: 'val_loss' is better when lower"),
-    (lambda t: t.update(trials={"subheap_kernel": 2, "flat_adress": 2}), "tuning.trials.flat_adress: no arm named"),
-    (lambda t: t.update(trials=0), "expected a positive number of trials"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            lambda t: t["space"]["lr"].update(low=0.0, log=False),
+            "tuning.space.lr.low: lr = 0.0 is outside what arm "
+            "'flat_address' accepts (input should be greater than 0",
+        ),
+        (
+            lambda t: t["space"].update(
+                features={"type": "categorical", "choices": ["path_only", "tree"]}
+            ),
+            "tuning.space.features.choices.1: features = 'tree' is outside what arm",
+        ),
+        (
+            lambda t: t["space"].update(hidden={"type": "int", "low": 4.5, "high": 8}),
+            "an int range needs integer low",
+        ),
+        (
+            lambda t: t.update(seeds=[1, 7]),
+            "tuning.seeds: tuning seeds [1] are also the contract's seeds",
+        ),
+        (
+            lambda t: t.update(objective={"metric": "test_acc", "direction": "higher"}),
+            "tuning.objective.metric: 'test_acc' is not a validation metric",
+        ),
+        (
+            lambda t: t.update(objective={"metric": "val_loss", "direction": "higher"}),
+            "tuning.objective.direction: 'val_loss' is better when lower",
+        ),
+        (
+            lambda t: t.update(trials={"subheap_kernel": 2, "flat_adress": 2}),
+            "tuning.trials.flat_adress: no arm named",
+        ),
+        (lambda t: t.update(trials=0), "expected a positive number of trials"),
+    ],
+)
 def test_tuning_section_errors(tmp_path, change, expected):
     data = tuned_c05()
     change(data["tuning"])
@@ -116,13 +158,24 @@ def test_tuning_section_errors(tmp_path, change, expected):
 
 def test_a_tuned_arm_is_not_compared_with_an_untuned_one(tmp_path):
     data = tuned_c05(trials={"subheap_kernel": 2})
-    data["decision"]["refuted_if"].append({"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
-                                           "other": "flat_address", "direction": "lower"})
+    data["decision"]["refuted_if"].append(
+        {
+            "kind": "compare",
+            "arm": "subheap_kernel",
+            "metric": "test_acc",
+            "other": "flat_address",
+            "direction": "lower",
+        }
+    )
     msg = error_of(tmp_path, data)
-    assert ("decision.refuted_if.4: compares tuned arm(s) ['subheap_kernel'] with untuned ['flat_address']; "
-            "expected both sides tuned with the same budget, or neither") in msg
+    assert (
+        "decision.refuted_if.4: compares tuned arm(s) ['subheap_kernel'] with untuned ['flat_address']; "
+        "expected both sides tuned with the same budget, or neither"
+    ) in msg
     data["decision"]["refuted_if"].pop()
-    assert load_contract(write_contract(tmp_path, data)).contract.tuning.tuned_arms(data["arms"]) == ["subheap_kernel"]
+    assert load_contract(write_contract(tmp_path, data)).contract.tuning.tuned_arms(
+        data["arms"]
+    ) == ["subheap_kernel"]
 
 
 def test_schema_shows_tuning_and_the_hash_covers_it(tmp_path):
@@ -134,15 +187,23 @@ def test_schema_shows_tuning_and_the_hash_covers_it(tmp_path):
 
 def test_storage_sits_beside_the_mlflow_store():
     assert tuning.default_storage("sqlite:///mlflow.db") == "sqlite:///optuna.db"
-    assert tuning.default_storage("sqlite:////tmp/x/tune-mlflow.db") == "sqlite:////tmp/x/tune-optuna.db"
+    assert (
+        tuning.default_storage("sqlite:////tmp/x/tune-mlflow.db")
+        == "sqlite:////tmp/x/tune-optuna.db"
+    )
     assert tuning.default_storage("sqlite:////tmp/x/store.db") == "sqlite:////tmp/x/store-optuna.db"
     assert tuning.default_storage("http://mlflow:5000") == "sqlite:///optuna.db"
 
 
 # ---------------------------------------------------------------------------------- pruner
 def test_pruner_prunes_exactly_where_the_stop_rule_halts():
-    rules = StopRules(futility=[FutilityRule(metric="train_acc", at_step=40, worse_than=0.5, window=20,
-                                             min_rel_improvement=0.05)])
+    rules = StopRules(
+        futility=[
+            FutilityRule(
+                metric="train_acc", at_step=40, worse_than=0.5, window=20, min_rel_improvement=0.05
+            )
+        ]
+    )
     directions = {"train_acc": "higher", "val_acc": "higher"}
     series = {20: 0.30, 40: 0.31, 60: 0.9}  # step 40: below 0.5 and +3% over 20 steps: futile
 
@@ -162,8 +223,11 @@ def test_pruner_prunes_exactly_where_the_stop_rule_halts():
     with pytest.raises(Halt) as pruned:
         reports(reporter)
     frozen = study.tell(trial, state=TrialState.PRUNED)
-    assert (pruned.value.reason, pruned.value.step, str(pruned.value)) == (
-        halted.value.reason, halted.value.step, str(halted.value)) == ("futility", 40, str(halted.value))
+    assert (
+        (pruned.value.reason, pruned.value.step, str(pruned.value))
+        == (halted.value.reason, halted.value.step, str(halted.value))
+        == ("futility", 40, str(halted.value))
+    )
     assert frozen.state == TrialState.PRUNED and frozen.intermediate_values == {20: 0.30, 40: 0.31}
     assert trial.should_prune()  # asked again for the same report: the same answer, no second look
 
@@ -177,38 +241,61 @@ def test_pruner_prunes_exactly_where_the_stop_rule_halts():
 
 def test_a_hopeless_trial_is_pruned_at_the_runs_halt_step(workdir, store):
     data = tuned_c05(trials={"subheap_kernel": 1}, id="c05-tuned-hopeless")
-    data["tuning"]["space"]["lr"] = {"type": "float", "low": 1e-7, "high": 2e-7}  # learns nothing in 60 steps
+    data["tuning"]["space"]["lr"] = {
+        "type": "float",
+        "low": 1e-7,
+        "high": 2e-7,
+    }  # learns nothing in 60 steps
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
-    prov = provenance.current("models.c05_probe")  # once: studies are named by the code's fingerprint
+    prov = provenance.current(
+        "models.c05_probe"
+    )  # once: studies are named by the code's fingerprint
     record = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov)
-    assert tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov) is None  # budget spent
+    assert (
+        tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov) is None
+    )  # budget spent
 
     cfg = tuning.tuned_config(loaded, "subheap_kernel", record["params"])
-    plain = PlatformReporter(Budget(60, 20), StopRuleEngine(loaded.contract.stop_rules, "subheap_kernel",
-                                                            loaded.study.metrics))
+    plain = PlatformReporter(
+        Budget(60, 20),
+        StopRuleEngine(loaded.contract.stop_rules, "subheap_kernel", loaded.study.metrics),
+    )
     with pytest.raises(Halt) as halted:
         loaded.study.run(cfg, 7, plain)
-    assert record["state"] == "pruned" and record["halt_reason"] == halted.value.reason == "futility"
+    assert (
+        record["state"] == "pruned" and record["halt_reason"] == halted.value.reason == "futility"
+    )
     assert record["last_step"] == halted.value.step == 40 and record["value"] is None
     run = MlflowClient(uri).get_run(record["mlflow_run_id"])
-    assert run.data.tags["gates.tuning_state"] == "pruned" and run.data.tags["gates.halt_reason"] == "futility"
+    assert (
+        run.data.tags["gates.tuning_state"] == "pruned"
+        and run.data.tags["gates.halt_reason"] == "futility"
+    )
 
 
 # ---------------------------------------------------------------------------------- end to end
 def test_tuned_contract_end_to_end_and_resume(workdir, store):
-    loaded = load_contract(write_contract(workdir / "contracts", tuned_c05(), "c05-tuned-small.yaml"))
+    loaded = load_contract(
+        write_contract(workdir / "contracts", tuned_c05(), "c05-tuned-small.yaml")
+    )
     uri, storage = store
     ev = run_contract(loaded, uri, workdir / "runs")
 
     rec = ev["tuning"]
-    assert rec["storage"] == storage and storage.endswith("/optuna.db") and rec["trials_per_arm"] == 2
+    assert (
+        rec["storage"] == storage and storage.endswith("/optuna.db") and rec["trials_per_arm"] == 2
+    )
     for arm in ARMS:
         trials = rec["arms"][arm]["trials"]
-        assert [t["number"] for t in trials] == [0, 1] and all(t["state"] == "completed" for t in trials)
+        assert [t["number"] for t in trials] == [0, 1] and all(
+            t["state"] == "completed" for t in trials
+        )
         best = max(trials, key=lambda t: (t["value"], -t["number"]))
         assert rec["arms"][arm]["best"] == {k: best[k] for k in ("number", "params", "value")}
-        assert ev["settings"]["arm_configs"][arm]["lr"] == best["params"]["lr"]  # the best ran over the seeds
+        assert (
+            ev["settings"]["arm_configs"][arm]["lr"] == best["params"]["lr"]
+        )  # the best ran over the seeds
     # trial n of every arm sampled the same candidate (random sampler, seed (0, n))
     assert len({json.dumps([t["params"] for t in rec["arms"][arm]["trials"]]) for arm in ARMS}) == 1
     assert {(r["arm"], r["seed"]) for r in ev["runs"]} == {(a, s) for a in ARMS for s in (0, 1)}
@@ -216,21 +303,32 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
     # MLflow: one nested run per trial with its params and objective; the seed runs use the best lr
     client = MlflowClient(uri)
     parent = ev["mlflow"]["parent_run_id"]
-    trial_runs = client.search_runs([ev["mlflow"]["experiment_id"]],
-                                    f"tags.mlflow.parentRunId = '{parent}' and tags.`gates.role` = 'tuning_trial'")
+    trial_runs = client.search_runs(
+        [ev["mlflow"]["experiment_id"]],
+        f"tags.mlflow.parentRunId = '{parent}' and tags.`gates.role` = 'tuning_trial'",
+    )
     assert len(trial_runs) == 8
     by_id = {r.info.run_id: r for r in trial_runs}
     for arm in ARMS:
         for t in rec["arms"][arm]["trials"]:
             run = by_id[t["mlflow_run_id"]]
-            assert run.data.tags["gates.arm"] == arm and run.data.tags["gates.tuning_trial"] == str(t["number"])
+            assert run.data.tags["gates.arm"] == arm and run.data.tags["gates.tuning_trial"] == str(
+                t["number"]
+            )
             assert float(run.data.params["lr"]) == t["params"]["lr"]
             assert math.isclose(run.data.metrics["objective"], t["value"])
     seed_run = client.get_run(ev["runs"][0]["mlflow_run_id"])
-    assert float(seed_run.data.params["lr"]) == ev["settings"]["arm_configs"][ev["runs"][0]["arm"]]["lr"]
+    assert (
+        float(seed_run.data.params["lr"])
+        == ev["settings"]["arm_configs"][ev["runs"][0]["arm"]]["lr"]
+    )
 
     # Optuna: one study per arm in the storage, 2 finished trials each
-    names = {s.study_name: s for s in optuna.get_all_study_summaries(storage) if s.study_name.startswith("c05-tuned-small@")}
+    names = {
+        s.study_name: s
+        for s in optuna.get_all_study_summaries(storage)
+        if s.study_name.startswith("c05-tuned-small@")
+    }
     assert set(names) == {r["study_name"] for r in rec["arms"].values()} and len(names) == 4
     assert all(s.n_trials == 2 for s in names.values())
 
@@ -238,8 +336,11 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
     evidence_path = workdir / "runs" / "c05-tuned-small" / "evidence.json"
     assert check_claim(evidence_path, {"c05-tuned-small": loaded.path}, replay=False).status == "ok"
     tampered = json.loads(evidence_path.read_text())
-    other = next(t for t in tampered["tuning"]["arms"]["subheap_kernel"]["trials"]
-                 if t["number"] != tampered["tuning"]["arms"]["subheap_kernel"]["best"]["number"])
+    other = next(
+        t
+        for t in tampered["tuning"]["arms"]["subheap_kernel"]["trials"]
+        if t["number"] != tampered["tuning"]["arms"]["subheap_kernel"]["best"]["number"]
+    )
     tampered["tuning"]["arms"]["subheap_kernel"]["best"]["number"] = other["number"]
     evidence_path.write_text(json.dumps(tampered))
     problems = check_claim(evidence_path, {"c05-tuned-small": loaded.path}, replay=False).problems
@@ -248,32 +349,59 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
     # resume: nothing is redone, the same trials and the same verdict
     again = run_contract(loaded, uri, workdir / "runs")
     assert again["tuning"]["arms"] == rec["arms"] and again["runs"] == ev["runs"]
-    assert all(s.n_trials == 2 for s in optuna.get_all_study_summaries(storage) if s.study_name in names)
+    assert all(
+        s.n_trials == 2 for s in optuna.get_all_study_summaries(storage) if s.study_name in names
+    )
 
 
 def test_resume_keeps_finished_trials_and_redoes_an_interrupted_one(workdir, store):
     data = tuned_c05(trials={"subheap_kernel": 3}, id="c05-tuned-resume")
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
-    prov = provenance.current("models.c05_probe")  # once: studies are named by the code's fingerprint
-    first = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov)  # a worker's single trial
+    prov = provenance.current(
+        "models.c05_probe"
+    )  # once: studies are named by the code's fingerprint
+    first = tuning.run_tuning_trial(
+        loaded, "subheap_kernel", storage, uri, prov=prov
+    )  # a worker's single trial
     study = tuning.open_study(loaded, "subheap_kernel", storage, prov.code_sha256)
     study.ask(tuning.distributions(loaded.contract.tuning.space))  # a trial left RUNNING by a kill
 
     record = tuning.tune(loaded, uri, storage_url=storage, prov=prov)
     trials = record["arms"]["subheap_kernel"]["trials"]
-    assert [t["number"] for t in trials] == [0, 2, 3]  # trial 1 was interrupted: failed, not counted
-    assert {k: trials[0][k] for k in first if k != "arm"} == {k: v for k, v in first.items() if k != "arm"}
-    states = [t.state for t in optuna.load_study(study_name=record["arms"]["subheap_kernel"]["study_name"],
-                                                 storage=storage).trials]
-    assert states == [TrialState.COMPLETE, TrialState.FAIL, TrialState.COMPLETE, TrialState.COMPLETE]
+    assert [t["number"] for t in trials] == [
+        0,
+        2,
+        3,
+    ]  # trial 1 was interrupted: failed, not counted
+    assert {k: trials[0][k] for k in first if k != "arm"} == {
+        k: v for k, v in first.items() if k != "arm"
+    }
+    states = [
+        t.state
+        for t in optuna.load_study(
+            study_name=record["arms"]["subheap_kernel"]["study_name"], storage=storage
+        ).trials
+    ]
+    assert states == [
+        TrialState.COMPLETE,
+        TrialState.FAIL,
+        TrialState.COMPLETE,
+        TrialState.COMPLETE,
+    ]
     # trial n samples from (sampler seed, its place n in the budget): the same candidates as an
     # uninterrupted run
     # (another contract id: its own studies, same space and sampler seed)
-    other = load_contract(write_contract(workdir / "contracts", {**data, "id": "c05-tuned-resume-b"}, "b.yaml"))
+    other = load_contract(
+        write_contract(workdir / "contracts", {**data, "id": "c05-tuned-resume-b"}, "b.yaml")
+    )
     fresh = tuning.tune(other, uri, storage_url=storage, prov=prov)
-    assert [t["params"] for t in fresh["arms"]["subheap_kernel"]["trials"]] == [t["params"] for t in trials]
-    assert tuning.tune(loaded, uri, storage_url=storage, prov=prov)["arms"] == record["arms"]  # nothing left to do
+    assert [t["params"] for t in fresh["arms"]["subheap_kernel"]["trials"]] == [
+        t["params"] for t in trials
+    ]
+    assert (
+        tuning.tune(loaded, uri, storage_url=storage, prov=prov)["arms"] == record["arms"]
+    )  # nothing left to do
 
 
 def test_two_workers_on_one_arm_sample_two_places_of_its_budget(workdir, store):
@@ -284,12 +412,22 @@ def test_two_workers_on_one_arm_sample_two_places_of_its_budget(workdir, store):
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
     prov = provenance.current("models.c05_probe")
-    second = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1)  # first to start
-    assert tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1) is None  # held
+    second = tuning.run_tuning_trial(
+        loaded, "subheap_kernel", storage, uri, prov=prov, index=1
+    )  # first to start
+    assert (
+        tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1) is None
+    )  # held
     first = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0)
     assert first["params"] != second["params"]
-    assert tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0) is None
+    assert (
+        tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0) is None
+    )
 
-    other = load_contract(write_contract(workdir / "contracts", {**data, "id": "c05-tuned-places-b"}, "b.yaml"))
-    in_order = tuning.tune(other, uri, storage_url=storage, prov=prov)["arms"]["subheap_kernel"]["trials"]
+    other = load_contract(
+        write_contract(workdir / "contracts", {**data, "id": "c05-tuned-places-b"}, "b.yaml")
+    )
+    in_order = tuning.tune(other, uri, storage_url=storage, prov=prov)["arms"]["subheap_kernel"][
+        "trials"
+    ]
     assert [t["params"] for t in in_order] == [first["params"], second["params"]]

@@ -29,11 +29,17 @@ def test_unsign_unroll_recovers_the_right_child_exactly():
     generator = torch.Generator().manual_seed(0)
     for d in (4, 5, 32):  # odd widths too: the inverse does not rely on d being even
         # integer-valued float64: every operation is exact, so equality is bit for bit
-        left, right = (torch.randint(-1000, 1000, (7, d), generator=generator).double() for _ in range(2))
+        left, right = (
+            torch.randint(-1000, 1000, (7, d), generator=generator).double() for _ in range(2)
+        )
         assert torch.equal(right_child(merge(left, right, "ordered"), left), right)
         # real values: exact up to one rounding of the add and the subtract
-        left, right = (torch.randn(7, d, dtype=torch.float64, generator=generator) for _ in range(2))
-        assert torch.allclose(right_child(merge(left, right, "ordered"), left), right, rtol=0, atol=1e-14)
+        left, right = (
+            torch.randn(7, d, dtype=torch.float64, generator=generator) for _ in range(2)
+        )
+        assert torch.allclose(
+            right_child(merge(left, right, "ordered"), left), right, rtol=0, atol=1e-14
+        )
     # the seed's example: parent [9, -3, 9, -3] with left 我 = [1, 2, 3, 4] gives back 你 = [5, 6, 7, 8]
     parent, wo = torch.tensor([9.0, -3, 9, -3]), torch.tensor([1.0, 2, 3, 4])
     assert right_child(parent, wo).tolist() == [5, 6, 7, 8]
@@ -54,9 +60,16 @@ def test_decoded_leaves_merge_back_to_the_root():
 # ------------------------------------------------------------------------------------ data
 def test_toy_pairs_and_ids():
     data = build_data(TwinTreeConfig())
-    assert data["src_vocab"][:2] == ["<pad>", "<unk>"] and set(data["src_vocab"][2:]) == {"我", "打", "你", "爱"}
+    assert data["src_vocab"][:2] == ["<pad>", "<unk>"] and set(data["src_vocab"][2:]) == {
+        "我",
+        "打",
+        "你",
+        "爱",
+    }
     assert set(data["tgt_vocab"][2:]) == {"i", "hit", "you", "me", "love"}
-    assert data["train_src"].shape == (4, 4) and (data["train_src"][:, 3] == 0).all()  # 3 tokens + pad
+    assert (
+        data["train_src"].shape == (4, 4) and (data["train_src"][:, 3] == 0).all()
+    )  # 3 tokens + pad
     assert torch.equal(data["train_src"], data["test_src"])  # memorisation check by design
     assert data["test_references"][0] == "i hit you"
     assert len(TOY_PAIRS) == 4
@@ -65,8 +78,13 @@ def test_toy_pairs_and_ids():
 @pytest.fixture
 def pair_file(tmp_path):
     rng = np.random.default_rng(0)
-    rows = [f"quelle {i} " + " ".join(f"s{j}" for j in rng.integers(0, 50, size=rng.integers(1, 12)))
-            + "\t" + " ".join(f"t{j}" for j in rng.integers(0, 50, size=rng.integers(1, 12))) for i in range(400)]
+    rows = [
+        f"quelle {i} "
+        + " ".join(f"s{j}" for j in rng.integers(0, 50, size=rng.integers(1, 12)))
+        + "\t"
+        + " ".join(f"t{j}" for j in rng.integers(0, 50, size=rng.integers(1, 12)))
+        for i in range(400)
+    ]
     rows.insert(0, "Quelle a b c\tt1 t2 t3")
     rows.append("quelle a b c\tanother translation")  # the same source after tokenisation: dropped
     path = tmp_path / "pairs.tsv"
@@ -91,7 +109,9 @@ def test_split_is_stable_filtered_and_held_out(pair_file, tmp_path):
     shuffled = tmp_path / "shuffled.tsv"
     shuffled.write_text("\n".join(lines[:-1][::-1]) + "\n")
     assert set(load_split(str(shuffled), **args)[1]) == set(test)
-    small_train, small_test = load_split(str(pair_file), **{**args, "train_pairs": 10, "test_pairs": 5})
+    small_train, small_test = load_split(
+        str(pair_file), **{**args, "train_pairs": 10, "test_pairs": 5}
+    )
     assert len(small_train) == 10 and len(small_test) == 5 and set(small_test) <= set(test)
 
 
@@ -109,10 +129,19 @@ def test_metrics_by_hand():
 
 
 # ------------------------------------------------------------------------------------ config
-@pytest.mark.parametrize("bad", [
-    dict(depth=1), dict(depth=3, max_tokens=9), dict(min_tokens=5, max_tokens=4), dict(merge="sum"),
-    dict(test_fraction=1.0), dict(vocab_size=2), dict(lr=0), dict(encoder="mean"),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        dict(depth=1),
+        dict(depth=3, max_tokens=9),
+        dict(min_tokens=5, max_tokens=4),
+        dict(merge="sum"),
+        dict(test_fraction=1.0),
+        dict(vocab_size=2),
+        dict(lr=0),
+        dict(encoder="mean"),
+    ],
+)
 def test_config_rejects(bad):
     with pytest.raises(ValidationError):
         TwinTreeConfig(**bad)
@@ -122,7 +151,9 @@ def test_params_are_measured():
     config = TwinTreeConfig(depth=3, dim=16)
     # E_src (2 + 4 words) + E_tgt (2 + 5 words), bridge, one split per level
     assert STUDY.param_count(config) == 6 * 16 + 7 * 16 + 16 * 16 + 3 * 16 * 16
-    assert STUDY.param_count(config.model_copy(update={"merge": "mean"})) == STUDY.param_count(config)
+    assert STUDY.param_count(config.model_copy(update={"merge": "mean"})) == STUDY.param_count(
+        config
+    )
     assert STUDY.check_ready(config) is None
     assert "not found" in STUDY.check_ready(TwinTreeConfig(pairs="/nonexistent/pairs.tsv"))
 
@@ -143,7 +174,9 @@ def test_an_unordered_encoder_cannot_tell_the_swapped_pairs_apart():
 
 
 def test_same_seed_same_metrics(pair_file):
-    config = TwinTreeConfig(pairs=str(pair_file), depth=3, min_tokens=2, dim=8, batch_size=16, test_pairs=20)
+    config = TwinTreeConfig(
+        pairs=str(pair_file), depth=3, min_tokens=2, dim=8, batch_size=16, test_pairs=20
+    )
     runs = [NullReporter(Budget(steps=20, eval_every=10)) for _ in range(3)]
     finals = [STUDY.run(config, seed, reporter) for seed, reporter in zip((3, 3, 4), runs)]
     assert runs[0].history == runs[1].history
@@ -154,11 +187,18 @@ def test_same_seed_same_metrics(pair_file):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="auto resolves to cuda on this machine")
 @pytest.mark.parametrize("pairs", ["toy", "file"])
 def test_cpu_gives_the_metrics_of_auto_bit_for_bit(pair_file, pairs):
-    config = (TwinTreeConfig() if pairs == "toy" else
-              TwinTreeConfig(pairs=str(pair_file), depth=3, min_tokens=2, dim=8, batch_size=16, test_pairs=20))
+    config = (
+        TwinTreeConfig()
+        if pairs == "toy"
+        else TwinTreeConfig(
+            pairs=str(pair_file), depth=3, min_tokens=2, dim=8, batch_size=16, test_pairs=20
+        )
+    )
     runs = {device: NullReporter(Budget(steps=20, eval_every=10)) for device in ("auto", "cpu")}
-    finals = {device: STUDY.run(config.model_copy(update={"device": device}), 3, reporter)
-              for device, reporter in runs.items()}
+    finals = {
+        device: STUDY.run(config.model_copy(update={"device": device}), 3, reporter)
+        for device, reporter in runs.items()
+    }
     assert finals["cpu"] == finals["auto"]
     assert runs["cpu"].history == runs["auto"].history
 

@@ -21,20 +21,38 @@ NEVER = {"kind": "threshold", "arm": "a", "metric": "acc", "direction": "lower",
 
 
 def decision(supported, refuted=None, **kw) -> Decision:
-    return Decision.model_validate({"supported_if": supported, "refuted_if": refuted or [NEVER], **kw})
+    return Decision.model_validate(
+        {"supported_if": supported, "refuted_if": refuted or [NEVER], **kw}
+    )
 
 
-def runs(arm: str, seeds=None, status="completed", halt_reason=None, **metrics: list[float]) -> list[dict]:
+def runs(
+    arm: str, seeds=None, status="completed", halt_reason=None, **metrics: list[float]
+) -> list[dict]:
     """One run per seed for `arm`, with each metric's per-seed values (seeds 0.. by default)."""
     n = len(next(iter(metrics.values()))) if metrics else len(seeds)
     seeds = list(range(n)) if seeds is None else seeds
-    return [{"arm": arm, "seed": s, "status": status, "halt_reason": halt_reason,
-             "metrics": {m: v[i] for m, v in metrics.items()} if status == "completed" else {}}
-            for i, s in enumerate(seeds)]
+    return [
+        {
+            "arm": arm,
+            "seed": s,
+            "status": status,
+            "halt_reason": halt_reason,
+            "metrics": {m: v[i] for m, v in metrics.items()} if status == "completed" else {},
+        }
+        for i, s in enumerate(seeds)
+    ]
 
 
 def thr(arm, metric, direction, value, **kw):
-    return {"kind": "threshold", "arm": arm, "metric": metric, "direction": direction, "value": value, **kw}
+    return {
+        "kind": "threshold",
+        "arm": arm,
+        "metric": metric,
+        "direction": direction,
+        "value": value,
+        **kw,
+    }
 
 
 def cond(v: Verdict, label: str):
@@ -53,7 +71,9 @@ def test_threshold_clearly_held_matches_one_sample_t():
     # engine 3: a supported_if is an intersection-union test at alpha, its p(hold) unadjusted; its p(fail)
     # is Holm over the 2 ways to refute (refuted_if[0] holding, supported_if[0] failing)
     assert c.p_hold_adj == c.p_hold
-    assert c.p_fail_adj == pytest.approx(holm([cond(v, "refuted_if[0]").p_hold, c.p_fail])[1], rel=1e-12)
+    assert c.p_fail_adj == pytest.approx(
+        holm([cond(v, "refuted_if[0]").p_hold, c.p_fail])[1], rel=1e-12
+    )
     assert "intersection-union" in c.adjustment and "Holm over the 2 ways to refute" in c.adjustment
     assert (c.scale, c.estimand) == ("linear", "mean of a.acc across seeds")
     assert c.estimate == pytest.approx(np.mean(x) - 0.9)
@@ -80,15 +100,24 @@ def test_threshold_in_the_undetermined_zone_says_how_many_seeds():
     assert theta > 0
     power = lambda n: stats.nct.sf(stats.t.ppf(1 - 0.05, n - 1), n - 1, theta / (s / math.sqrt(n)))  # noqa: E731
     assert c.seeds_needed is not None and power(c.seeds_needed) >= 0.8 > power(c.seeds_needed - 1)
-    assert any(line.startswith("supported_if[0]") and f"about {c.seeds_needed} seeds" in line
-               and "80% power" in line for line in v.settle)
+    assert any(
+        line.startswith("supported_if[0]")
+        and f"about {c.seeds_needed} seeds" in line
+        and "80% power" in line
+        for line in v.settle
+    )
 
 
 def test_zero_spread_gets_the_exact_sign_test_p_not_zero():
     """Three seeds that agree are three observations: p = 1/8, never 0 (engine 3: the sign test)."""
-    d = decision([thr("a", "acc", "higher", 0.95), thr("b", "acc", "lower", 0.25),
-                  thr("c", "acc", "higher", 0.95)],
-                 [thr("a", "acc", "lower", 0.5)])
+    d = decision(
+        [
+            thr("a", "acc", "higher", 0.95),
+            thr("b", "acc", "lower", 0.25),
+            thr("c", "acc", "higher", 0.95),
+        ],
+        [thr("a", "acc", "lower", 0.5)],
+    )
     rs = runs("a", acc=[1.0] * 3) + runs("b", acc=[0.0] * 3) + runs("c", acc=[0.95] * 3)
     v = decide(d, rs)
     for label in ("supported_if[0]", "supported_if[1]"):
@@ -112,14 +141,25 @@ B = [0.74, 0.78, 0.77, 0.72, 0.79, 0.75]
 
 def test_welch_compare_matches_scipy_ttest_ind():
     c_higher = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
-    c_lower = {"kind": "compare", "arm": "b", "metric": "acc", "other": "a", "direction": "lower", "margin": 0.02}
+    c_lower = {
+        "kind": "compare",
+        "arm": "b",
+        "metric": "acc",
+        "other": "a",
+        "direction": "lower",
+        "margin": 0.02,
+    }
     v = decide(decision([c_higher, c_lower]), runs("a", acc=A) + runs("b", acc=B))
     hi, lo = cond(v, "supported_if[0]"), cond(v, "supported_if[1]")
     assert hi.test == "welch t" and hi.description == "a.acc >= b.acc"
     res = stats.ttest_ind(A, B, equal_var=False, alternative="greater")
     assert hi.p_hold == pytest.approx(res.pvalue, rel=1e-9)
-    assert hi.p_fail == pytest.approx(stats.ttest_ind(A, B, equal_var=False, alternative="less").pvalue, rel=1e-9)
-    assert hi.ci_low == pytest.approx(res.confidence_interval(0.95).low, rel=1e-9)  # one-sided alpha bound
+    assert hi.p_fail == pytest.approx(
+        stats.ttest_ind(A, B, equal_var=False, alternative="less").pvalue, rel=1e-9
+    )
+    assert hi.ci_low == pytest.approx(
+        res.confidence_interval(0.95).low, rel=1e-9
+    )  # one-sided alpha bound
     # lower with margin: b <= a - 0.02  <=>  theta = mean(a) - mean(b) - 0.02
     shifted = stats.ttest_ind(np.array(A) - 0.02, B, equal_var=False, alternative="greater")
     assert lo.description == "b.acc <= a.acc - 0.02"
@@ -130,7 +170,14 @@ def test_welch_compare_matches_scipy_ttest_ind():
 def test_paired_compare_matches_scipy_ttest_rel_on_common_seeds():
     a = [0.50, 0.55, 0.61, 0.58, 0.52]
     b = [0.47, 0.50, 0.60, 0.52, 0.505]
-    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher", "test": "paired"}
+    c = {
+        "kind": "compare",
+        "arm": "a",
+        "metric": "acc",
+        "other": "b",
+        "direction": "higher",
+        "test": "paired",
+    }
     # b has an extra seed (9) that a lacks: pairing must drop it
     rs = runs("a", acc=a) + runs("b", seeds=[0, 1, 2, 3, 4, 9], acc=b + [0.99])
     r = cond(decide(decision([c]), rs), "supported_if[0]")
@@ -140,15 +187,31 @@ def test_paired_compare_matches_scipy_ttest_rel_on_common_seeds():
 
 
 def test_relative_margin_scales_the_other_term():
-    m8 = [0.30, 0.34, 0.28, 0.33, 0.31]  # every arm has every seed (a missing one would be a lost run)
+    m8 = [
+        0.30,
+        0.34,
+        0.28,
+        0.33,
+        0.31,
+    ]  # every arm has every seed (a missing one would be a lost run)
     single = [0.61, 0.58, 0.66, 0.63, 0.60]
-    c = {"kind": "compare", "arm": "m8", "metric": "closure_error", "other": "single_key",
-         "direction": "lower", "relative_margin": 0.3}
-    v = decide(decision([c]), runs("m8", closure_error=m8) + runs("single_key", closure_error=single))
+    c = {
+        "kind": "compare",
+        "arm": "m8",
+        "metric": "closure_error",
+        "other": "single_key",
+        "direction": "lower",
+        "relative_margin": 0.3,
+    }
+    v = decide(
+        decision([c]), runs("m8", closure_error=m8) + runs("single_key", closure_error=single)
+    )
     r = cond(v, "supported_if[0]")
     assert r.description == "m8.closure_error <= single_key.closure_error * (1 - 0.3)"
     # theta = 0.7 mean(single) - mean(m8); scaling a sample by 0.7 scales its variance by 0.49
-    expected = stats.ttest_ind(0.7 * np.array(single), m8, equal_var=False, alternative="greater").pvalue
+    expected = stats.ttest_ind(
+        0.7 * np.array(single), m8, equal_var=False, alternative="greater"
+    ).pvalue
     assert r.estimate == pytest.approx(0.7 * np.mean(single) - np.mean(m8))
     assert r.p_hold == pytest.approx(expected, rel=1e-9)
     assert r.outcome == "holds"
@@ -156,17 +219,25 @@ def test_relative_margin_scales_the_other_term():
 
 # ---------------------------------------------------------------------------------- trend
 def test_trend_over_arms_intersection_union_and_bonferroni():
-    x = {"a": [0.90, 0.92, 0.91, 0.93], "b": [0.70, 0.72, 0.69, 0.74], "c": [0.50, 0.53, 0.48, 0.52]}
+    x = {
+        "a": [0.90, 0.92, 0.91, 0.93],
+        "b": [0.70, 0.72, 0.69, 0.74],
+        "c": [0.50, 0.53, 0.48, 0.52],
+    }
     holds = {"kind": "trend", "direction": "lower", "metric": "err", "arms": ["a", "b", "c"]}
     fails = {"kind": "trend", "direction": "lower", "metric": "err", "arms": ["a", "c", "b"]}
     rs = [r for arm, v in x.items() for r in runs(arm, err=v)]
     v = decide(decision([holds], [fails]), rs)
     h, f = cond(v, "supported_if[0]"), cond(v, "refuted_if[0]")
     assert h.description == "trend lower: a.err > b.err > c.err"
-    pair_p = [stats.ttest_ind(x[p], x[q], equal_var=False, alternative="greater").pvalue
-              for p, q in (("a", "b"), ("b", "c"))]
+    pair_p = [
+        stats.ttest_ind(x[p], x[q], equal_var=False, alternative="greater").pvalue
+        for p, q in (("a", "b"), ("b", "c"))
+    ]
     assert h.p_hold == pytest.approx(max(pair_p), rel=1e-9)
-    assert h.estimate == pytest.approx(min(np.mean(x["a"]) - np.mean(x["b"]), np.mean(x["b"]) - np.mean(x["c"])))
+    assert h.estimate == pytest.approx(
+        min(np.mean(x["a"]) - np.mean(x["b"]), np.mean(x["b"]) - np.mean(x["c"]))
+    )
     assert h.outcome == "holds"
     # a > c holds, c > b is clearly violated: the trend fails, p_fail Bonferroni over 2 pairs
     p_fail_cb = stats.ttest_ind(x["c"], x["b"], equal_var=False, alternative="less").pvalue
@@ -176,12 +247,24 @@ def test_trend_over_arms_intersection_union_and_bonferroni():
 
 
 def test_trend_over_metrics_in_one_arm_paired():
-    m = {"l1": [1.0, 1.2, 1.1, 1.3, 1.15], "l2": [1.4, 1.5, 1.45, 1.62, 1.53], "l3": [1.9, 2.1, 1.96, 2.2, 2.0]}
-    t = {"kind": "trend", "direction": "higher", "arm": "a", "metrics": ["l1", "l2", "l3"], "test": "paired"}
+    m = {
+        "l1": [1.0, 1.2, 1.1, 1.3, 1.15],
+        "l2": [1.4, 1.5, 1.45, 1.62, 1.53],
+        "l3": [1.9, 2.1, 1.96, 2.2, 2.0],
+    }
+    t = {
+        "kind": "trend",
+        "direction": "higher",
+        "arm": "a",
+        "metrics": ["l1", "l2", "l3"],
+        "test": "paired",
+    }
     r = cond(decide(decision([t]), runs("a", **m)), "supported_if[0]")
     assert r.test == "paired t" and r.description == "trend higher: a.l1 < a.l2 < a.l3"
-    pair_p = [stats.ttest_rel(m["l2"], m["l1"], alternative="greater").pvalue,
-              stats.ttest_rel(m["l3"], m["l2"], alternative="greater").pvalue]
+    pair_p = [
+        stats.ttest_rel(m["l2"], m["l1"], alternative="greater").pvalue,
+        stats.ttest_rel(m["l3"], m["l2"], alternative="greater").pvalue,
+    ]
     assert r.p_hold == pytest.approx(max(pair_p), rel=1e-9)
     assert r.outcome == "holds"
 
@@ -213,7 +296,10 @@ def test_supported_if_conditions_are_an_intersection_union_test_at_alpha():
     x = np.array([1.0, 2.0, 3.0, 4.0, 5.0])
     targets = [0.005, 0.01, 0.04]  # all pass alone at 0.05
     supported = [thr("a", f"m{i}", "higher", v) for i, v in enumerate(_bars(x, targets, "higher"))]
-    v = decide(decision(supported, [thr("a", "m0", "lower", -100.0)]), runs("a", m0=list(x), m1=list(x), m2=list(x)))
+    v = decide(
+        decision(supported, [thr("a", "m0", "lower", -100.0)]),
+        runs("a", m0=list(x), m1=list(x), m2=list(x)),
+    )
     raw = [cond(v, f"supported_if[{i}]").p_hold for i in range(3)]
     assert raw == pytest.approx(targets, rel=1e-6)
     assert [cond(v, f"supported_if[{i}]").p_hold_adj for i in range(3)] == raw
@@ -221,7 +307,10 @@ def test_supported_if_conditions_are_an_intersection_union_test_at_alpha():
     assert v.verdict == "supported" and v.correction == "iut+holm"
     # one just above alpha is not carried by the others
     above = supported[:2] + [thr("a", "m2", "higher", _bars(x, [0.06], "higher")[0])]
-    v = decide(decision(above, [thr("a", "m0", "lower", -100.0)]), runs("a", m0=list(x), m1=list(x), m2=list(x)))
+    v = decide(
+        decision(above, [thr("a", "m0", "lower", -100.0)]),
+        runs("a", m0=list(x), m1=list(x), m2=list(x)),
+    )
     assert cond(v, "supported_if[2]").p_hold_adj == pytest.approx(0.06, rel=1e-6)
     assert cond(v, "supported_if[2]").outcome == "undetermined" and v.verdict == "inconclusive"
     assert any(line.startswith("supported_if[2]") for line in v.settle)
@@ -245,8 +334,13 @@ def test_holm_across_the_ways_to_refute_drops_the_largest_raw_pass():
     assert s.p_hold_adj == s.p_hold and s.outcome == "holds"
     # refuted_if failing decides nothing and is shown with Holm across the refuted_if list only (m = 3)
     assert [cond(v, f"refuted_if[{i}]").p_fail_adj for i in range(3)] == pytest.approx(
-        holm([cond(v, f"refuted_if[{i}]").p_fail for i in range(3)]))
-    assert [cond(v, f"refuted_if[{i}]").outcome for i in range(3)] == ["holds", "holds", "undetermined"]
+        holm([cond(v, f"refuted_if[{i}]").p_fail for i in range(3)])
+    )
+    assert [cond(v, f"refuted_if[{i}]").outcome for i in range(3)] == [
+        "holds",
+        "holds",
+        "undetermined",
+    ]
     assert v.verdict == "refuted"
     assert "not after Holm over the 4 ways to refute" in cond(v, "refuted_if[2]").note
     assert sum("refuted_if[" in r and " holds" in r for r in v.reasons) == 2
@@ -267,12 +361,19 @@ def test_futility_halt_on_a_named_arm_refutes():
     assert v.halts == [{"arm": "a", "seed": 7, "reason": "futility"}]
     assert any("futility" in r for r in v.reasons)
     # a futile arm no condition names does not refute
-    assert decide(d, ok + runs("zzz", seeds=[1], status="halted", halt_reason="futility")).verdict == "supported"
+    assert (
+        decide(d, ok + runs("zzz", seeds=[1], status="halted", halt_reason="futility")).verdict
+        == "supported"
+    )
 
 
 def test_failed_runs_leave_a_condition_undetermined():
     c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
-    rs = runs("a", acc=[0.9, 0.91, 0.92]) + runs("b", acc=[0.5]) + runs("b", seeds=[1, 2], status="failed")
+    rs = (
+        runs("a", acc=[0.9, 0.91, 0.92])
+        + runs("b", acc=[0.5])
+        + runs("b", seeds=[1, 2], status="failed")
+    )
     v = decide(decision([c]), rs)
     r = cond(v, "supported_if[0]")
     assert r.outcome == "undetermined" and (r.p_hold, r.p_fail) == (1.0, 1.0)
@@ -285,10 +386,19 @@ def test_failed_runs_leave_a_condition_undetermined():
 
 # ---------------------------------------------------------------------------------- exact
 def test_exact_evaluation_judges_every_seed():
-    paired_lower = {"kind": "compare", "arm": "a", "metric": "err", "other": "b", "direction": "lower",
-                    "test": "paired"}
-    d = decision([thr("a", "acc", "higher", 0.95), paired_lower], [thr("a", "acc", "lower", 0.2)],
-                 evaluation="exact")
+    paired_lower = {
+        "kind": "compare",
+        "arm": "a",
+        "metric": "err",
+        "other": "b",
+        "direction": "lower",
+        "test": "paired",
+    }
+    d = decision(
+        [thr("a", "acc", "higher", 0.95), paired_lower],
+        [thr("a", "acc", "lower", 0.2)],
+        evaluation="exact",
+    )
     rs = runs("a", acc=[1.0, 0.96, 1.0], err=[0.1, 0.3, 0.1]) + runs("b", err=[0.2, 0.2, 0.2])
     v = decide(d, rs)
     t, c, r = cond(v, "supported_if[0]"), cond(v, "supported_if[1]"), cond(v, "refuted_if[0]")
@@ -305,8 +415,14 @@ def test_exact_evaluation_judges_every_seed():
 
 # ---------------------------------------------------------------------------------- determinism & JSON
 def test_bootstrap_is_deterministic_and_order_free():
-    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher",
-         "interval": "bootstrap"}
+    c = {
+        "kind": "compare",
+        "arm": "a",
+        "metric": "acc",
+        "other": "b",
+        "direction": "higher",
+        "interval": "bootstrap",
+    }
     d = decision([c])
     rs = runs("a", acc=A) + runs("b", acc=B)
     first, second = decide(d, rs).to_dict(), decide(d, list(reversed(rs))).to_dict()
@@ -325,25 +441,39 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
     v = decide(decision([c]), rs)
     text = json.dumps(v.to_dict(), allow_nan=False)
     back = json.loads(text)
-    assert back["verdict"] == "inconclusive" and back["conditions"][0]["values"]["a.acc"] == [0.9, 0.8]
+    assert back["verdict"] == "inconclusive" and back["conditions"][0]["values"]["a.acc"] == [
+        0.9,
+        0.8,
+    ]
     assert any("non-finite" in r for r in back["reasons"])
 
 
 def test_signature_names_the_settings():
     v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
-    assert v.signature() == "engine=3|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
+    assert (
+        v.signature() == "engine=3|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
+    )
 
 
 def test_verdict_module_never_imports_torch():
     code = "import sys, gates.verdict; assert 'torch' not in sys.modules"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_a_negative_margin_states_non_inferiority():
     """`lower` with margin -0.05 reads arm <= other + 0.05 ("no more than 0.05 above")."""
-    c = {"kind": "compare", "arm": "a", "metric": "nll", "other": "b", "direction": "lower", "margin": -0.05}
+    c = {
+        "kind": "compare",
+        "arm": "a",
+        "metric": "nll",
+        "other": "b",
+        "direction": "lower",
+        "margin": -0.05,
+    }
     slightly_above = runs("a", nll=[1.02, 1.021, 1.019]) + runs("b", nll=[1.0, 1.001, 0.999])
     v = decide(decision([c]), slightly_above)
     assert cond(v, "supported_if[0]").description == "a.nll <= b.nll + 0.05"
@@ -362,19 +492,32 @@ def test_a_log_scale_metric_is_judged_on_its_logs():
     metrics = {"loss": positive("lower", "test")}
     a, b = [0.5, 0.6, 0.7, 0.4, 0.55], [1.1, 0.9, 1.3, 1.0, 1.2]
     threshold = thr("a", "loss", "lower", 1.0)
-    ratio = {"kind": "compare", "arm": "a", "metric": "loss", "other": "b", "direction": "lower",
-             "relative_margin": 0.1}
-    v = decide(decision([threshold, ratio], [thr("a", "loss", "higher", 100.0)]), runs("a", loss=a) + runs("b", loss=b),
-               metrics)
+    ratio = {
+        "kind": "compare",
+        "arm": "a",
+        "metric": "loss",
+        "other": "b",
+        "direction": "lower",
+        "relative_margin": 0.1,
+    }
+    v = decide(
+        decision([threshold, ratio], [thr("a", "loss", "higher", 100.0)]),
+        runs("a", loss=a) + runs("b", loss=b),
+        metrics,
+    )
     t, c = cond(v, "supported_if[0]"), cond(v, "supported_if[1]")
     assert (t.scale, c.scale) == ("log", "log") and t.test == "one-sample t" and c.test == "welch t"
     assert t.estimand == "geometric mean of a.loss across seeds (on the log scale)"
     assert c.estimand == "ratio of the geometric means a.loss / b.loss (on the log scale)"
     assert t.estimate == pytest.approx(math.log(1.0) - np.mean(np.log(a)))
-    assert t.p_hold == pytest.approx(stats.ttest_1samp(np.log(a), 0.0, alternative="less").pvalue, rel=1e-9)
+    assert t.p_hold == pytest.approx(
+        stats.ttest_1samp(np.log(a), 0.0, alternative="less").pvalue, rel=1e-9
+    )
     # a <= 0.9 b  <=>  log(0.9) + log b - log a >= 0
     assert c.estimate == pytest.approx(math.log(0.9) + np.mean(np.log(b)) - np.mean(np.log(a)))
-    welch = stats.ttest_ind(np.log(b) + math.log(0.9), np.log(a), equal_var=False, alternative="greater")
+    welch = stats.ttest_ind(
+        np.log(b) + math.log(0.9), np.log(a), equal_var=False, alternative="greater"
+    )
     assert c.p_hold == pytest.approx(welch.pvalue, rel=1e-9)
     # without the declaration the same values are judged on the linear scale (about the mean)
     linear = cond(decide(decision([threshold]), runs("a", loss=a)), "supported_if[0]")
@@ -390,12 +533,16 @@ def test_an_arm_with_no_completed_run_makes_the_verdict_invalid():
         r["error"] = {"type": "RuntimeError", "message": "boom", "where": "my_study/study.py:12"}
     v = decide(decision([c]), runs("a", acc=[0.9, 0.91, 0.92]) + broken)
     assert v.verdict == "invalid"
-    assert v.reasons[0] == ("arm b did not run as designed: 0 of 3 runs completed (3 failed); first error: "
-                            "my_study/study.py:12: RuntimeError: boom")
+    assert v.reasons[0] == (
+        "arm b did not run as designed: 0 of 3 runs completed (3 failed); first error: "
+        "my_study/study.py:12: RuntimeError: boom"
+    )
     assert [(x["arm"], x["completed"], x["runs"]) for x in v.not_run] == [("b", 0, 3)]
     assert "--record --reason" in v.settle[0]
     # one completed run of b is a result again (too few to decide, but not invalid)
-    some = decide(decision([c]), runs("a", acc=[0.9, 0.91, 0.92]) + runs("b", acc=[0.5]) + broken[1:])
+    some = decide(
+        decision([c]), runs("a", acc=[0.9, 0.91, 0.92]) + runs("b", acc=[0.5]) + broken[1:]
+    )
     assert some.verdict == "inconclusive" and some.not_run == []
 
 
@@ -405,7 +552,10 @@ def test_seeds_the_contract_expects_without_a_run_are_lost():
     assert decide(d, rs).verdict == "supported"
     v = decide(d, rs, seeds=[0, 1, 2, 3])
     assert [(x["seed"], x["why"]) for x in v.lost if x["arm"] == "a"] == [(3, "no run recorded")]
-    assert v.verdict == "inconclusive" and "cannot hold while runs it reads are lost" in v.conditions[0].note
+    assert (
+        v.verdict == "inconclusive"
+        and "cannot hold while runs it reads are lost" in v.conditions[0].note
+    )
 
 
 def test_a_bar_beyond_the_ceiling_makes_the_verdict_invalid():
@@ -416,16 +566,37 @@ def test_a_bar_beyond_the_ceiling_makes_the_verdict_invalid():
     metrics = {"acc": proportion("higher", "test")}
     ceiling = {"supported_if[0]": {"why": "10% label noise", "value": 0.9}}
     v = decide(d, rs, metrics, ceilings=ceiling)
-    assert v.verdict == "invalid" and [x["condition"] for x in v.beyond_ceiling] == ["supported_if[0]"]
-    assert "the best possible arm reaches 0.9 (known before the run: 10% label noise)" in v.reasons[0]
-    assert decide(d, rs, metrics, ceilings={"supported_if[0]": {"why": "no noise", "value": 1.0}}).verdict == "supported"
+    assert v.verdict == "invalid" and [x["condition"] for x in v.beyond_ceiling] == [
+        "supported_if[0]"
+    ]
+    assert (
+        "the best possible arm reaches 0.9 (known before the run: 10% label noise)" in v.reasons[0]
+    )
+    assert (
+        decide(
+            d, rs, metrics, ceilings={"supported_if[0]": {"why": "no noise", "value": 1.0}}
+        ).verdict
+        == "supported"
+    )
 
 
 def test_linear_skew_notes_name_unbounded_positive_linear_metrics():
     from gates.study import nonnegative, positive, proportion
     from gates.verdict import linear_skew_notes
 
-    d = decision([thr("a", "lat", "lower", 3.0), thr("a", "acc", "higher", 0.5), thr("a", "loss", "lower", 1.0)])
-    notes = linear_skew_notes(d, {"lat": nonnegative("lower", "cost"), "acc": proportion("higher", "test"),
-                                  "loss": positive("lower", "test")})
+    d = decision(
+        [
+            thr("a", "lat", "lower", 3.0),
+            thr("a", "acc", "higher", 0.5),
+            thr("a", "loss", "lower", 1.0),
+        ]
+    )
+    notes = linear_skew_notes(
+        d,
+        {
+            "lat": nonnegative("lower", "cost"),
+            "acc": proportion("higher", "test"),
+            "loss": positive("lower", "test"),
+        },
+    )
     assert len(notes) == 1 and notes[0].startswith("note: lat is declared on the linear scale")

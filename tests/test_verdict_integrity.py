@@ -23,8 +23,17 @@ from tests.test_verdict import decision, runs, thr
 DRAWS = 2000
 SLACK = 3 * np.sqrt(0.05 * 0.95 / DRAWS)
 ACC = {"acc": proportion("higher", "test")}
+
+
 def compare(arm, other, direction="higher", **kw):
-    return {"kind": "compare", "arm": arm, "metric": "acc", "other": other, "direction": direction, **kw}
+    return {
+        "kind": "compare",
+        "arm": arm,
+        "metric": "acc",
+        "other": other,
+        "direction": direction,
+        **kw,
+    }
 
 
 # ---------------------------------------------------------------------------------- 1. zero spread
@@ -44,11 +53,18 @@ def test_the_sign_test_counts_seeds_above_the_bar_and_estimates_the_median():
     assert c.test == "sign (exact)" and "repeats a value" in c.test_reason
     assert c.p_hold == pytest.approx(stats.binom.sf(5 - 1, 6, 0.5)) == pytest.approx(7 / 64)
     assert c.p_fail == pytest.approx(stats.binom.sf(1 - 1, 6, 0.5))
-    assert c.estimate == pytest.approx(np.median(np.array(x) - 0.95)) and c.estimate == pytest.approx(0.05)
-    assert (c.ci_low, c.ci_high) == (pytest.approx(-0.05), pytest.approx(0.05))  # the per-seed range
+    assert c.estimate == pytest.approx(
+        np.median(np.array(x) - 0.95)
+    ) and c.estimate == pytest.approx(0.05)
+    assert (c.ci_low, c.ci_high) == (
+        pytest.approx(-0.05),
+        pytest.approx(0.05),
+    )  # the per-seed range
     assert c.estimand == "median of a.acc across seeds" and c.outcome == "undetermined"
     # a seed exactly at the bar is a tie: it counts for neither side
-    tie = decide(decision([thr("a", "acc", "higher", 0.95)]), runs("a", acc=[1.0, 1.0, 1.0, 0.95]), ACC)
+    tie = decide(
+        decision([thr("a", "acc", "higher", 0.95)]), runs("a", acc=[1.0, 1.0, 1.0, 0.95]), ACC
+    )
     assert tie.conditions[0].p_hold == pytest.approx(stats.binom.sf(3 - 1, 4, 0.5))
 
 
@@ -57,13 +73,17 @@ def test_a_paired_test_judges_ties_on_the_differences_not_the_columns():
     from scipy import stats
 
     a, b = [1.0, 0.9, 0.95, 1.0], [0.5, 0.45, 0.52, 0.41]
-    v = decide(decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b), ACC)
+    v = decide(
+        decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b), ACC
+    )
     c = v.conditions[0]
     assert c.test == "paired t" and "paired differences" in c.test_reason
     assert c.p_hold == pytest.approx(stats.ttest_rel(a, b, alternative="greater").pvalue, rel=1e-9)
     # differences that repeat a value go to the sign test, whatever the columns look like
     b_tied = [0.5, 0.4, 0.45, 0.5]  # differences 0.5, 0.5, 0.5, 0.5
-    c = decide(decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b_tied), ACC).conditions[0]
+    c = decide(
+        decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b_tied), ACC
+    ).conditions[0]
     assert c.test == "sign (exact)" and "paired differences" in c.test_reason and c.p_hold == 1 / 16
 
 
@@ -71,20 +91,26 @@ def test_two_paired_seeds_cannot_support():
     d = decision([compare("a", "b", test="paired")])
     v = decide(d, runs("a", acc=[0.75, 0.5]) + runs("b", acc=[0.5, 0.25]), ACC)
     assert v.conditions[0].p_hold == 0.25 and v.verdict == "inconclusive"
-    unpaired = decide(decision([compare("a", "b")]), runs("a", acc=[0.75, 0.5]) + runs("b", acc=[0.5, 0.25]), ACC)
+    unpaired = decide(
+        decision([compare("a", "b")]), runs("a", acc=[0.75, 0.5]) + runs("b", acc=[0.5, 0.25]), ACC
+    )
     assert unpaired.verdict == "inconclusive"
 
 
 def test_a_value_at_the_bound_is_tested_like_no_spread():
     """[1, 1] and [1, 1 - 1e-12] must not differ: both sit at accuracy's bound."""
     d = decision([thr("a", "acc", "higher", 0.95)])
-    flat, nudged = (decide(d, runs("a", acc=x), ACC).conditions[0] for x in ([1.0, 1.0], [1.0, 1 - 1e-12]))
+    flat, nudged = (
+        decide(d, runs("a", acc=x), ACC).conditions[0] for x in ([1.0, 1.0], [1.0, 1 - 1e-12])
+    )
     assert flat.p_hold == nudged.p_hold == 0.25
     assert "bound" in nudged.test_reason and nudged.outcome == flat.outcome == "undetermined"
 
 
 def test_t_test_is_used_and_says_so_where_nothing_contradicts_it():
-    c = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.81, 0.86, 0.83]), ACC).conditions[0]
+    c = decide(
+        decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.81, 0.86, 0.83]), ACC
+    ).conditions[0]
     assert c.test == "one-sample t" and "roughly normal" in c.test_reason
 
 
@@ -92,16 +118,21 @@ def test_exact_test_holds_its_level_on_discrete_accuracies():
     """Accuracies over 8 test items (a few discrete values, often 1.0) with true mean at the bar."""
     rng = np.random.default_rng(1)
     d = decision([thr("a", "acc", "higher", 0.875)])
-    false_support = sum(decide(d, runs("a", acc=list(rng.binomial(8, 0.875, size=5) / 8)), ACC).verdict
-                        == "supported" for _ in range(DRAWS))
+    false_support = sum(
+        decide(d, runs("a", acc=list(rng.binomial(8, 0.875, size=5) / 8)), ACC).verdict
+        == "supported"
+        for _ in range(DRAWS)
+    )
     assert false_support / DRAWS <= 0.05 + SLACK
 
 
 def test_t_test_holds_its_level_at_three_seeds():
     rng = np.random.default_rng(2)
     d = decision([thr("a", "nll", "lower", 3.0)])
-    false_support = sum(decide(d, runs("a", nll=list(rng.normal(3.0, 0.05, size=3)))).verdict == "supported"
-                        for _ in range(DRAWS))
+    false_support = sum(
+        decide(d, runs("a", nll=list(rng.normal(3.0, 0.05, size=3)))).verdict == "supported"
+        for _ in range(DRAWS)
+    )
     assert false_support / DRAWS <= 0.05 + SLACK
 
 
@@ -111,8 +142,10 @@ def test_bootstrap_conditions_hold_their_level_at_few_seeds(n):
     """The percentile bootstrap's own p gave 24% false support at 2 seeds, 13% at 3."""
     rng = np.random.default_rng(n)
     d = decision([thr("a", "nll", "lower", 3.0, interval="bootstrap")])
-    false_support = sum(decide(d, runs("a", nll=list(rng.normal(3.0, 0.05, size=n)))).verdict == "supported"
-                        for _ in range(DRAWS))
+    false_support = sum(
+        decide(d, runs("a", nll=list(rng.normal(3.0, 0.05, size=n)))).verdict == "supported"
+        for _ in range(DRAWS)
+    )
     assert false_support / DRAWS <= 0.05 + SLACK
 
 
@@ -133,8 +166,12 @@ def test_the_test_contracts_follow_todays_design_rules(tmp_path):
     for data in (c05_current(), small_c05()):
         loaded = load_contract(write_contract(tmp_path, data))
         assert loaded.rule_flags == []
-        loaded.require_current_rules(tmp_path / "runs")  # no evidence here: refused if it broke a rule
-    assert any("blind" in f or "positive control" in f for f in load_contract(C05).rule_flags)  # as recorded
+        loaded.require_current_rules(
+            tmp_path / "runs"
+        )  # no evidence here: refused if it broke a rule
+    assert any(
+        "blind" in f or "positive control" in f for f in load_contract(C05).rule_flags
+    )  # as recorded
 
 
 def test_a_per_condition_alpha_is_refused(tmp_path):
@@ -154,16 +191,29 @@ def test_non_finite_numbers_are_refused(tmp_path, field, value):
     assert "supported_if.0.value" in out and "finite" in out
 
 
-@pytest.mark.parametrize("value,word", [(-1.0, "holds for every value"), (0.0, "holds for every value"),
-                                        (2.0, "cannot hold"), (1.0, "cannot hold")])
+@pytest.mark.parametrize(
+    "value,word",
+    [
+        (-1.0, "holds for every value"),
+        (0.0, "holds for every value"),
+        (2.0, "cannot hold"),
+        (1.0, "cannot hold"),
+    ],
+)
 def test_vacuous_thresholds_are_refused(tmp_path, value, word):
     out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"][0].update(value=value))
     assert "supported_if.0.value" in out and word in out
 
 
 def test_a_margin_wider_than_the_range_is_refused(tmp_path):
-    wide = {"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc", "other": "flat_address",
-            "direction": "lower", "margin": -1e9}
+    wide = {
+        "kind": "compare",
+        "arm": "subheap_kernel",
+        "metric": "test_acc",
+        "other": "flat_address",
+        "direction": "lower",
+        "margin": -1e9,
+    }
     out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"].append(wide))
     assert "supported_if.4.margin" in out and "holds for every value" in out
 
@@ -189,12 +239,32 @@ def test_a_relative_margin_on_a_metric_that_can_be_negative_is_refused():
         return UserError(msg, field=".".join(map(str, loc)))
 
     data = c05_current()
-    data["decision"]["supported_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "gain",
-                                        "other": "flat_address", "direction": "higher", "relative_margin": 0.1}]
-    data["decision"]["refuted_if"] = [{"kind": "compare", "arm": "subheap_kernel", "metric": "loss",
-                                      "other": "flat_address", "direction": "higher", "relative_margin": 0.1}]
+    data["decision"]["supported_if"] = [
+        {
+            "kind": "compare",
+            "arm": "subheap_kernel",
+            "metric": "gain",
+            "other": "flat_address",
+            "direction": "higher",
+            "relative_margin": 0.1,
+        }
+    ]
+    data["decision"]["refuted_if"] = [
+        {
+            "kind": "compare",
+            "arm": "subheap_kernel",
+            "metric": "loss",
+            "other": "flat_address",
+            "direction": "higher",
+            "relative_margin": 0.1,
+        }
+    ]
     data["stop_rules"]["futility"] = []
-    errors = [e for e in check_rules(Contract.model_validate(data), Signed(), {}, err) if "relative" in e.field]
+    errors = [
+        e
+        for e in check_rules(Contract.model_validate(data), Signed(), {}, err)
+        if "relative" in e.field
+    ]
     assert [e.field for e in errors] == ["decision.supported_if.0.relative_margin"]
     assert "non-negative" in errors[0].message
     # with negative values a clearly worse arm "held": -1.1 >= -1 * (1 + 0.1)
@@ -205,7 +275,9 @@ def test_a_relative_margin_on_a_metric_that_can_be_negative_is_refused():
 def test_survivors_alone_cannot_support():
     """2 of 5 seeds diverge, the other 3 pass: not supported, and the lost seeds are named."""
     d = decision([thr("a", "nll", "lower", 3.0)])
-    rs = runs("a", nll=[2.51, 2.49, 2.53]) + runs("a", seeds=[3, 4], status="halted", halt_reason="divergence")
+    rs = runs("a", nll=[2.51, 2.49, 2.53]) + runs(
+        "a", seeds=[3, 4], status="halted", halt_reason="divergence"
+    )
     v = decide(d, rs)
     assert v.verdict == "inconclusive" and v.conditions[0].outcome == "undetermined"
     assert "cannot hold while runs it reads are lost" in v.conditions[0].note
@@ -225,24 +297,43 @@ def test_survivors_can_still_refute():
 # ---------------------------------------------------------------------------------- 9. futility
 def test_a_futility_halt_on_a_comparator_does_not_refute():
     d = decision([compare("a", "b")])
-    rs = (runs("a", acc=[0.91, 0.93, 0.92]) + runs("b", acc=[0.51, 0.53])
-          + runs("b", seeds=[2], status="halted", halt_reason="futility: hopeless"))
+    rs = (
+        runs("a", acc=[0.91, 0.93, 0.92])
+        + runs("b", acc=[0.51, 0.53])
+        + runs("b", seeds=[2], status="halted", halt_reason="futility: hopeless")
+    )
     v = decide(d, rs, ACC)
     assert v.verdict == "inconclusive" and "did not complete (halted" in " ".join(v.reasons)
     # on the arm under test it refutes, as pre-registered
-    rs_a = runs("a", acc=[0.91, 0.93]) + runs("a", seeds=[2], status="halted", halt_reason="futility") \
+    rs_a = (
+        runs("a", acc=[0.91, 0.93])
+        + runs("a", seeds=[2], status="halted", halt_reason="futility")
         + runs("b", acc=[0.51, 0.53, 0.52])
+    )
     assert decide(d, rs_a, ACC).verdict == "refuted"
 
 
 def test_futility_rules_on_comparators_are_refused(tmp_path):
     def mutate(d):
-        d["decision"]["supported_if"].append({"kind": "compare", "arm": "subheap_kernel", "metric": "test_acc",
-                                              "other": "flat_address", "direction": "higher"})
-        d["decision"]["supported_if"] = [c for c in d["decision"]["supported_if"]
-                                         if c.get("arm") not in ("flat_address", "path_only")]
-        d["decision"]["refuted_if"] = [c for c in d["decision"]["refuted_if"] if c.get("arm") != "flat_address"]
+        d["decision"]["supported_if"].append(
+            {
+                "kind": "compare",
+                "arm": "subheap_kernel",
+                "metric": "test_acc",
+                "other": "flat_address",
+                "direction": "higher",
+            }
+        )
+        d["decision"]["supported_if"] = [
+            c
+            for c in d["decision"]["supported_if"]
+            if c.get("arm") not in ("flat_address", "path_only")
+        ]
+        d["decision"]["refuted_if"] = [
+            c for c in d["decision"]["refuted_if"] if c.get("arm") != "flat_address"
+        ]
         d["stop_rules"]["futility"][0]["arms"] = ["subheap_kernel", "flat_address"]
+
     out = c05_with(tmp_path, mutate)
     assert "stop_rules.futility.0.arms" in out and "comparator" in out and "flat_address" in out
 
@@ -256,21 +347,28 @@ def test_a_condition_that_can_never_hold_is_refused_before_any_run(tmp_path):
     def mutate(d):
         for c in d["decision"]["supported_if"] + d["decision"]["refuted_if"]:
             c["interval"] = "bootstrap"
+
     out = c05_with(tmp_path, mutate)
     first = out.splitlines()[0]
     assert "contract.yaml:" in first and "decision.supported_if.0.interval:" in first
     # engine 3: a supported_if is tested at alpha itself (intersection-union), a refuted_if at alpha / m (Holm
     # over the 8 ways to refute); the sign test's smallest p with 3 seeds is 1/8
-    assert ("with 3 seeds, supported_if[0] cannot hold at alpha 0.05 (each supported_if is tested at alpha): the "
-            "smallest p its exact test can give is 0.125, above 0.05; expected at least 8 seeds") in first
+    assert (
+        "with 3 seeds, supported_if[0] cannot hold at alpha 0.05 (each supported_if is tested at alpha): the "
+        "smallest p its exact test can give is 0.125, above 0.05; expected at least 8 seeds"
+    ) in first
     refuted = next(line for line in out.splitlines() if "decision.refuted_if.0.interval:" in line)
     assert "in the Holm family of the 8 ways to refute" in refuted and "above 0.00625" in refuted
     d = Decision.model_validate({**yaml.safe_load(C05.read_text())["decision"]})
     assert unreachable(d, 3) == []  # t-tests can reach any p where their assumption holds
     # with 5 seeds every supported_if could hold (2^-5 <= 0.05), the refuted_if conditions could not (> 0.05 / 8)
-    bootstrap = Decision.model_validate({**d.model_dump(), "supported_if": [
-        {**c.model_dump(), "interval": "bootstrap"} for c in d.supported_if], "refuted_if": [
-        {**c.model_dump(), "interval": "bootstrap"} for c in d.refuted_if]})
+    bootstrap = Decision.model_validate(
+        {
+            **d.model_dump(),
+            "supported_if": [{**c.model_dump(), "interval": "bootstrap"} for c in d.supported_if],
+            "refuted_if": [{**c.model_dump(), "interval": "bootstrap"} for c in d.refuted_if],
+        }
+    )
     assert {name for name, _, _ in unreachable(bootstrap, 5)} == {"refuted_if"}
     assert unreachable(bootstrap, 8) == []
 
@@ -278,18 +376,26 @@ def test_a_condition_that_can_never_hold_is_refused_before_any_run(tmp_path):
 def test_check_prints_seeds_for_power_and_the_exact_fallback(tmp_path):
     data = small_c05(seeds=3)
     data["preflight"]["predicted_ablation"]["sd"] = 0.2
-    result = CliRunner().invoke(app, ["check", str(write_contract(tmp_path, data)), "--runs-dir", str(tmp_path)])
+    result = CliRunner().invoke(
+        app, ["check", str(write_contract(tmp_path, data)), "--runs-dir", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     assert "with sd 0.2 per seed:" in result.output and "80% power" in result.output
-    assert ("if the per-seed values of test_acc tie or reach a bound, the exact test replaces the t-test, and with 3 "
-            "seeds it could not hold at alpha 0.05 (smallest p 0.125); 5 seeds could") in result.output
+    assert (
+        "if the per-seed values of test_acc tie or reach a bound, the exact test replaces the t-test, and with 3 "
+        "seeds it could not hold at alpha 0.05 (smallest p 0.125); 5 seeds could"
+    ) in result.output
     # engine 3 also warns where the claim could hold only if every seed agrees: 5 seeds give 2^-5, one seed the
     # other way 6/32 > 0.05; 8 seeds allow one (9/256)
-    result = CliRunner().invoke(app, ["check", str(write_contract(tmp_path, small_c05(seeds=5))),
-                                      "--runs-dir", str(tmp_path)])
+    result = CliRunner().invoke(
+        app,
+        ["check", str(write_contract(tmp_path, small_c05(seeds=5))), "--runs-dir", str(tmp_path)],
+    )
     assert result.exit_code == 0, result.output
-    assert "could hold only if every seed agrees (p 0.0312; one seed the other way gives 0.188 > alpha 0.05); 8 " \
-           "seeds would allow one seed to disagree" in result.output
+    assert (
+        "could hold only if every seed agrees (p 0.0312; one seed the other way gives 0.188 > alpha 0.05); 8 "
+        "seeds would allow one seed to disagree" in result.output
+    )
     assert "ready to run" in result.output
 
 
@@ -299,7 +405,9 @@ def test_a_recorded_contract_under_older_rules_loads_and_is_flagged(tmp_path):
     assert any("validation metric" in f for f in loaded.rule_flags)
     loaded.require_current_rules(C05.parent.parent / "runs")  # recorded: passes
     with pytest.raises(UserError, match="validation metric"):
-        loaded.require_current_rules(tmp_path)  # no evidence here: a new contract must follow the rule
+        loaded.require_current_rules(
+            tmp_path
+        )  # no evidence here: a new contract must follow the rule
 
 
 def test_gates_3_and_5_are_compared_with_what_was_measured():
@@ -308,15 +416,24 @@ def test_gates_3_and_5_are_compared_with_what_was_measured():
 
     data = yaml.safe_load(C05.read_text())
     data["preflight"]["predicted_ablation"]["sd"] = 0.1
-    contract = Contract.model_validate(data)  # subheap_kernel above flat_address by >= 0.7 on test_acc
-    rs = runs("subheap_kernel", test_acc=[1.0, 0.98, 0.99]) + runs("flat_address", test_acc=[0.02, 0.0, 0.01])
+    contract = Contract.model_validate(
+        data
+    )  # subheap_kernel above flat_address by >= 0.7 on test_acc
+    rs = runs("subheap_kernel", test_acc=[1.0, 0.98, 0.99]) + runs(
+        "flat_address", test_acc=[0.02, 0.0, 0.01]
+    )
     met = [{"seed": 0, "met": True}, {"seed": 1, "met": True}, {"seed": 2, "met": False}]
     got = predictions(contract, rs, met)
     assert got["predicted_ablation"]["measured_size"] == pytest.approx(0.98)
     # a 7-sd effect is powered at 2 seeds by the t-test; engine 3 tests a supported_if at alpha itself
     # (intersection-union; engine 2: alpha / 8), where the exact permutation test (what decides if the values
     # tie or sit at a bound) needs 1 / C(2n, n) <= 0.05: n = 3 (1/20 = 0.05, which holds: p <= alpha)
-    assert got["predicted_ablation"]["came_true"] is True and got["predicted_ablation"]["seeds_for_80pct_power"] == 3
+    assert (
+        got["predicted_ablation"]["came_true"] is True
+        and got["predicted_ablation"]["seeds_for_80pct_power"] == 3
+    )
     assert got["falsifiable_point"] == {"met_on": 2, "of": 3, "came_true": False}
-    short = runs("subheap_kernel", test_acc=[0.6, 0.61, 0.62]) + runs("flat_address", test_acc=[0.02, 0.0, 0.01])
+    short = runs("subheap_kernel", test_acc=[0.6, 0.61, 0.62]) + runs(
+        "flat_address", test_acc=[0.02, 0.0, 0.01]
+    )
     assert predictions(contract, short, met)["predicted_ablation"]["came_true"] is False
