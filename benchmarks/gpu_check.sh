@@ -13,7 +13,7 @@ python benchmarks/translator_scaling.py --device cuda --json "$out/translator_sc
 # determinism on CUDA: one short translator run twice must give identical metrics
 python - <<'PY' | tee "$out/determinism.txt"
 from gates.study import Budget, NullReporter
-from models.treeheap_translator import TranslatorConfig, TranslatorStudy
+from gates.models.treeheap_translator import TranslatorConfig, TranslatorStudy
 config = TranslatorConfig(arm="lifting", device="cuda", bleu_examples=20, test_examples=200)
 runs = [TranslatorStudy().run(config, 0, NullReporter(Budget(steps=20, eval_every=10))) for _ in range(2)]
 same = {k: runs[0][k] == runs[1][k] for k in runs[0] if k not in TranslatorStudy.machine_metrics}

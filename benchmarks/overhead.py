@@ -17,11 +17,11 @@ import time
 from pathlib import Path
 
 from gates.contract import StopRules
+from gates.models.c05_probe import C05ProbeStudy
 from gates.reporter import PlatformReporter
 from gates.rules import StopRuleEngine
 from gates.study import Budget, NullReporter
 from gates.tracking import MLflowMetricSink, Tracker
-from models.c05_probe import C05ProbeStudy
 
 RULES = StopRules.model_validate(
     {

@@ -60,7 +60,7 @@ def _with_device(config_class, device: str, **fields):
 
 
 def _contract_teacher():
-    from models.teacher import TeacherConfig, load_or_train
+    from gates.models.teacher import TeacherConfig, load_or_train
 
     config = TeacherConfig(steps=400)  # `teacher: {steps: 400}` in every relation-closure contract
     return config, load_or_train(
@@ -111,9 +111,9 @@ def build_relation_closure_step(
     threads: int | None = None, device: str = "cpu", variant: str = "proto4"
 ) -> tuple[Step, int, str]:
     """One Adam step of the parent fit: (step, batch x trees, "query-trees")."""
-    from models import relation_tree as rt
-    from models.common import seed_everything
-    from models.relation_closure import RelationClosureConfig, draw_data, make_parent
+    from gates.models import relation_tree as rt
+    from gates.models.common import seed_everything
+    from gates.models.relation_closure import RelationClosureConfig, draw_data, make_parent
 
     _threads(threads)
     teacher_config, teacher = _contract_teacher()
@@ -147,8 +147,8 @@ def build_relation_closure_step(
 # ------------------------------------------------------------------------------------ teacher
 def build_teacher_step(threads: int | None = None, device: str = "cpu") -> tuple[Step, int, str]:
     """One AdamW step of the relation-closure contracts' teacher: (step, 4,096, "tokens")."""
-    from models.common import seed_everything
-    from models.teacher import TeacherLM, sample_windows
+    from gates.models.common import seed_everything
+    from gates.models.teacher import TeacherLM, sample_windows
 
     _threads(threads)
     config, teacher = _contract_teacher()
@@ -200,8 +200,8 @@ def build_bif_lm_step(
     """One AdamW step of a bif-fam arm: (step, batch_size x seq_len, "tokens")."""
     import numpy as np
 
-    import models.bif_lm as bl
-    from models.common import seed_everything
+    import gates.models.bif_lm as bl
+    from gates.models.common import seed_everything
 
     _threads(threads)
     config = _with_device(bl.BifLMConfig, device, **_bif_fam_arm(arm))
@@ -261,7 +261,7 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated names of STEPS")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    import models
+    import gates.models as models
 
     print(f"models from {models.__file__}", file=sys.stderr)
     for name in args.only.split(",") if args.only else STEPS:

@@ -40,9 +40,9 @@ def build_translator_step(arm: str, device: str = "cpu"):
     4,000, batch 64, zh<->en): (step, target tokens of the last step, "tokens")."""
     import torch
 
-    import models.treeheap_translator as tt
-    from models.common import seed_everything
-    from models.translation_data import collate
+    import gates.models.treeheap_translator as tt
+    from gates.models.common import seed_everything
+    from gates.models.translation_data import collate
 
     packed_api = hasattr(
         tt, "Decoded"

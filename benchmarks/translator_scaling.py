@@ -51,8 +51,8 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from models.common import peak_rss_growth_mb
-from models.treeheap import Butterfly, Fold, Read, fold_levels, mlp
+from gates.models.common import peak_rss_growth_mb
+from gates.models.treeheap import Butterfly, Fold, Read, fold_levels, mlp
 
 D, HIDDEN, M, VOCAB = 128, 128, 64, 4000
 WARMUP = 2

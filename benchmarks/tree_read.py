@@ -53,9 +53,9 @@ from pathlib import Path
 
 import torch
 
-from models import relation_tree as rt
-from models import tree_read as tr
-from models.common import peak_rss_growth_mb
+from gates.models import relation_tree as rt
+from gates.models import tree_read as tr
+from gates.models.common import peak_rss_growth_mb
 
 K = 10  # recall@10 throughout
 M = 4  # prototypes per parent
@@ -70,7 +70,7 @@ def log(line: str) -> None:
 
 # ------------------------------------------------------------------------------------ data
 def teacher_config(d: int):
-    from models.teacher import TeacherConfig
+    from gates.models.teacher import TeacherConfig
 
     return TeacherConfig(d_k=64, steps=400) if d == 64 else TeacherConfig()
 
@@ -78,7 +78,7 @@ def teacher_config(d: int):
 def load_teacher(d: int, required: bool):
     """The teacher for width d, training it first if needed; None (with the reason) if impossible."""
     from gates.data import check_source
-    from models.teacher import cache_root, load_or_train, read_complete, teacher_key
+    from gates.models.teacher import cache_root, load_or_train, read_complete, teacher_key
 
     config = teacher_config(d)
     problem = check_source(config.corpus, kind="text")
@@ -107,7 +107,7 @@ def draw_teacher(teacher, n: int, fit_queries: int, eval_queries: int, seed: int
     draw_data reads only these fields of the study's config; passing them directly lets N go past
     the study's own cap (2^16 leaves). The bank pools up to 4 N keys of 128-token training windows,
     all the training stream has (730,771 keys for the default corpus), so N <= 2^19 here."""
-    from models.relation_closure import draw_data
+    from gates.models.relation_closure import draw_data
 
     @dataclass
     class BankDraw:

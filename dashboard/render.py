@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from urllib.parse import quote
 
-from dashboard import svg
-from dashboard.data import Claim, ContractView, finite
-from dashboard.svg import e
+from gates.dashboard import svg
+from gates.dashboard.data import Claim, ContractView, finite
+from gates.dashboard.svg import e
 from gates.siblings import describe_regime, describe_shared
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"

@@ -19,8 +19,8 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import unquote, urlsplit
 
-from dashboard import render
-from dashboard.site import Site
+from gates.dashboard import render
+from gates.dashboard.site import Site
 from gates.errors import UserError
 
 READ_TIMEOUT = 10.0  # seconds a connection may take to send its request (and to take the answer)

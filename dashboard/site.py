@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from dashboard import render
-from dashboard.data import Claims, Store
-from dashboard.svg import e
+from gates.dashboard import render
+from gates.dashboard.data import Claims, Store
+from gates.dashboard.svg import e
 from gates.ledger import atomic_write_text
 
 ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")  # a contract id (gates.contract's slug)

@@ -1172,8 +1172,8 @@ def dashboard(
 ):
     """Serve the claims dashboard (read-only): every contract's verdict and hash check, and per contract its
     conditions' intervals, learning curves with stop rules and halts, per-seed metrics, provenance."""
-    from dashboard.server import serve
-    from dashboard.site import Site
+    from gates.dashboard.server import serve
+    from gates.dashboard.site import Site
     from gates.tracking import resolve_uri
 
     serve(Site(runs_dir, contracts_dir, resolve_uri(tracking_uri), mlflow_ui), host, port)
@@ -1190,7 +1190,7 @@ def report(
     mlflow_ui: str = MLFLOW_UI,
 ):
     """Write the dashboard's pages as static HTML files with relative links (for CI artifacts)."""
-    from dashboard.site import Site
+    from gates.dashboard.site import Site
     from gates.tracking import resolve_uri
 
     try:

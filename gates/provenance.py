@@ -3,9 +3,9 @@
 The fingerprint (`code_sha256`, per file `code_files`) covers every file of this repository's `gates/`
 and the study's own code, wherever it is installed:
 
-- a study in this repository's `models` package (the `models` that imports from PROJECT_ROOT/models):
-  its module and the `models` modules it imports, transitively, with models/__init__.py, named
-  `models/<file>.py`;
+- a study in this repository's `models/` folder (installed as `gates.models`): its module and the
+  modules of that package it imports, transitively, with the `__init__.py` of every package on the
+  way, named `models/<path>.py` (imports written `gates.models.x` or, at older commits, `models.x`);
 - a study from any other package (registered by another distribution, `examples/my_study`): every
   `*.py` file of its top-level package, recursively, or the single file of a top-level module, named
   relative to the sys.path entry that holds it (`my_study/study.py`, `faulty_study.py`), so the name
@@ -110,7 +110,10 @@ def plugin_files(study_module: str) -> list[tuple[str, Path]] | None:
     but PROJECT_ROOT/models is another package. A `models` that cannot be found is taken as this
     repository's (its files are then missing, which staleness names). A study module in `gates` has
     no files beyond gates/, which is always covered; one that cannot be found has none."""
-    top = study_module.strip().partition(".")[0]
+    module = study_module.strip()
+    if module == "gates.models" or module.startswith("gates.models."):
+        return None
+    top = module.partition(".")[0]
     if top == "gates":
         return []
     try:
@@ -193,14 +196,28 @@ def _digest(named: list[tuple[str, bytes]]) -> tuple[str, dict[str, str]]:
     return digest.hexdigest(), per_file
 
 
+# an import of this repository's study package: `gates.models.x.y` (or `models.x.y`, as files at
+# commits before the package moved under the platform's namespace wrote it), `from ... import a, b`
 _MODELS_IMPORT = re.compile(
-    r"^\s*(?:from\s+models\.(\w+)\s+import|import\s+models\.(\w+)|from\s+models\s+import\s+(\w+))",
+    r"^[ \t]*(?:from[ \t]+(?:gates\.)?models((?:\.\w+)*)[ \t]+import[ \t]+\(?([\w \t,]*)"
+    r"|import[ \t]+(?:gates\.)?models((?:\.\w+)+))",
     re.MULTILINE,
 )
 
 
+def _module_candidates(parts: list[str]) -> list[str]:
+    """The files importing `models.<parts>` may execute: the `__init__.py` of models/ and of each
+    package on the way, and the module itself as `<path>.py` or `<path>/__init__.py` (whichever
+    exists; the closure skips files that do not)."""
+    folders = ["models", *("models/" + "/".join(parts[:i]) for i in range(1, len(parts) + 1))]
+    found = [f"{folder}/__init__.py" for folder in folders]
+    if parts:
+        found.append(f"models/{'/'.join(parts)}.py")
+    return found
+
+
 def study_files(module: str, root: Path | None = None) -> list[Path]:
-    """`models/<module>.py` and the models modules it imports, transitively, with models/__init__.py."""
+    """The files of a study in this repository's models/ (see the module docstring)."""
     root = root or PROJECT_ROOT
 
     def read(rel: str) -> str | None:
@@ -212,8 +229,9 @@ def study_files(module: str, root: Path | None = None) -> list[Path]:
 
 def _study_closure(module: str, read: Callable[[str], str | None]) -> list[str]:
     """Relative paths of the study module's files (see `study_files`), read through `read`."""
+    name = module.strip().removeprefix("gates.").removeprefix("models").lstrip(".")
     seen: dict[str, None] = {}
-    todo = ["models/__init__.py", f"models/{module.removeprefix('models.')}.py"]
+    todo = _module_candidates(name.split(".") if name else [])
     while todo:
         rel = todo.pop()
         if rel in seen:
@@ -222,8 +240,13 @@ def _study_closure(module: str, read: Callable[[str], str | None]) -> list[str]:
         if text is None:
             continue
         seen[rel] = None
-        for groups in _MODELS_IMPORT.findall(text):
-            todo.append(f"models/{next(g for g in groups if g)}.py")
+        for from_path, names, import_path in _MODELS_IMPORT.findall(text):
+            parts = [p for p in (from_path or import_path).split(".") if p]
+            todo += _module_candidates(parts)
+            if not import_path:  # `from pkg import a`: a may be a module
+                for imported in (n.split()[0] for n in names.split(",") if n.split()):
+                    if imported.isidentifier():  # `a as b`: the module is a
+                        todo += _module_candidates([*parts, imported])
     return sorted(seen)
 
 

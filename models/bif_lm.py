@@ -108,9 +108,9 @@ from pydantic import Field, model_validator
 from torch import nn
 
 from gates.data import cache_root
+from gates.models.common import count_parameters, seed_everything, split_lines, train_loop
+from gates.models.tokenizer import encode_stream, train_sentencepiece
 from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, resolve_device
-from models.common import count_parameters, seed_everything, split_lines, train_loop
-from models.tokenizer import encode_stream, train_sentencepiece
 
 Arm = Literal["baseline", "bif", "bif_ablation"]
 

@@ -106,19 +106,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.study import (
-    DeviceConfig,
-    Metric,
-    Reporter,
-    Study,
-    StudyConfig,
-    nonnegative,
-    positive,
-    proportion,
-    resolve_device,
-)
-from models import clifford as cl
-from models.bif_lm import (
+from gates.models import clifford as cl
+from gates.models.bif_lm import (
     BifLM,
     BifLMConfig,
     Block,
@@ -131,10 +120,21 @@ from models.bif_lm import (
     sample_windows,
     validation_set,
 )
-from models.bif_lm import (
+from gates.models.bif_lm import (
     forward_flops as transformer_forward_flops,
 )
-from models.common import count_parameters, seed_everything, train_loop
+from gates.models.common import count_parameters, seed_everything, train_loop
+from gates.study import (
+    DeviceConfig,
+    Metric,
+    Reporter,
+    Study,
+    StudyConfig,
+    nonnegative,
+    positive,
+    proportion,
+    resolve_device,
+)
 
 Arm = Literal["biic", "grade0_only", "scalar_wide", "transformer", "sfe_v10", "sfe_v11"]
 BIIC_ARMS = ("biic", "grade0_only", "scalar_wide")

@@ -71,6 +71,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
+from gates.models.common import count_parameters, seed_everything, train_loop
+from gates.models.treeheap import Butterfly, Fold, fold_levels, mlp, xor_pairing
 from gates.study import (
     DeviceConfig,
     Metric,
@@ -81,8 +83,6 @@ from gates.study import (
     proportion,
     resolve_device,
 )
-from models.common import count_parameters, seed_everything, train_loop
-from models.treeheap import Butterfly, Fold, fold_levels, mlp, xor_pairing
 
 Arm = Literal["butterfly", "adjacent", "butterfly_relay", "root_bottleneck", "bag_of_leaves"]
 FILLER, SOURCE, TARGET, BOTH = 0, 1, 2, 3

@@ -47,6 +47,7 @@ import torch.nn.functional as F
 from pydantic import Field, field_validator, model_validator
 from torch import nn
 
+from gates.models.common import count_parameters, seed_everything, train_loop
 from gates.study import (
     DeviceConfig,
     Metric,
@@ -57,7 +58,6 @@ from gates.study import (
     proportion,
     resolve_device,
 )
-from models.common import count_parameters, seed_everything, train_loop
 
 Depth = Annotated[int, Field(ge=1, le=12)]  # 12: an 8191-address space, still quick on CPU
 Features = Literal["flat_address", "path_only", "subheap_kernel", "path_subheap_kernel"]

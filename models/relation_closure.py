@@ -47,6 +47,10 @@ from typing import ClassVar, Literal, NamedTuple
 import torch
 from pydantic import Field, model_validator
 
+from gates.models import relation_tree as rt
+from gates.models import tree_read as tr
+from gates.models.common import seed_everything
+from gates.models.teacher import TeacherConfig, load_or_train
 from gates.study import (
     Ceiling,
     DeviceConfig,
@@ -59,10 +63,6 @@ from gates.study import (
     proportion,
     resolve_device,
 )
-from models import relation_tree as rt
-from models import tree_read as tr
-from models.common import seed_everything
-from models.teacher import TeacherConfig, load_or_train
 
 MAX_DEPTH = 16  # N <= 65,536 leaves
 QUERY_WINDOW = 128  # held-out windows the queries come from
@@ -325,7 +325,7 @@ class RelationClosureStudy(Study):
         return check_source(config.teacher.corpus, kind="text")
 
     def setup_missing(self, config: RelationClosureConfig) -> str | None:
-        from models.teacher import is_cached
+        from gates.models.teacher import is_cached
 
         if is_cached(config.teacher):
             return None

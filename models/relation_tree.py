@@ -56,7 +56,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.common import count_parameters
+from gates.models.common import count_parameters
 
 TopologyKind = Literal["positional", "random", "learned"]
 ParentKind = Literal["single_key", "prototypes", "lowrank", "mlp", "oracle"]

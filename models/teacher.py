@@ -68,8 +68,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
 from gates.data import cache_root
-from models.common import count_parameters, seed_everything, split_lines
-from models.tokenizer import encode_stream
+from gates.models.common import count_parameters, seed_everything, split_lines
+from gates.models.tokenizer import encode_stream
 
 try:  # one trainer per cache key; without fcntl (Windows) concurrent callers may both train
     import fcntl

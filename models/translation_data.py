@@ -24,7 +24,7 @@ from functools import lru_cache
 
 import torch
 
-from models.common import text_fraction
+from gates.models.common import text_fraction
 
 DATA_VERSION = 1
 PAD, UNK, EOS = 0, 1, 2
@@ -74,7 +74,7 @@ def _tokenizer(corpus: str, train_pairs: list[tuple[str, str]], settings: dict, 
     import sentencepiece as spm
 
     from gates.data import cache_root, source_fingerprint
-    from models.tokenizer import train_sentencepiece
+    from gates.models.tokenizer import train_sentencepiece
 
     key = hashlib.sha256(
         json.dumps({"source": source_fingerprint(corpus), **settings}, sort_keys=True).encode()

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from models import relation_tree as rt
+from gates.models import relation_tree as rt
 
 
 # ------------------------------------------------------------------------------------ schedule

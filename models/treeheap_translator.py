@@ -55,6 +55,26 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
+from gates.models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
+from gates.models.translation_data import (
+    EOS,
+    PAD,
+    Example,
+    TranslationData,
+    collate,
+    directions_of,
+    load_translation_data,
+)
+from gates.models.treeheap import (
+    Butterfly,
+    Fold,
+    NodeAttention,
+    Read,
+    fold_levels,
+    mlp,
+    random_pairing,
+    unfold_levels,
+)
 from gates.study import (
     DeviceConfig,
     Metric,
@@ -64,26 +84,6 @@ from gates.study import (
     positive,
     proportion,
     resolve_device,
-)
-from models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
-from models.translation_data import (
-    EOS,
-    PAD,
-    Example,
-    TranslationData,
-    collate,
-    directions_of,
-    load_translation_data,
-)
-from models.treeheap import (
-    Butterfly,
-    Fold,
-    NodeAttention,
-    Read,
-    fold_levels,
-    mlp,
-    random_pairing,
-    unfold_levels,
 )
 
 TREE_ARMS = ("lifting", "mlp", "bilinear")  # recursive READ

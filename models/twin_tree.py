@@ -65,6 +65,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
+from gates.models.common import count_parameters, seed_everything, text_fraction, train_loop
+from gates.models.spr_hash import Merge, build_vocab, right_child, root_hash, tokenize
 from gates.study import (
     DeviceConfig,
     Metric,
@@ -75,8 +77,6 @@ from gates.study import (
     proportion,
     resolve_device,
 )
-from models.common import count_parameters, seed_everything, text_fraction, train_loop
-from models.spr_hash import Merge, build_vocab, right_child, root_hash, tokenize
 
 PAD, UNK = "<pad>", "<unk>"  # ids 0 and 1 on both sides
 

@@ -154,7 +154,7 @@ def test_a_consistently_edited_value_is_caught_by_the_audit_only(project, monkey
 
 
 def test_machine_metrics_are_not_audited(project, monkeypatch):
-    from models.c05_probe import C05ProbeStudy
+    from gates.models.c05_probe import C05ProbeStudy
 
     monkeypatch.chdir(project)
     tamper(project, "flat_address", 0, "train_loss", 0.5)

@@ -207,7 +207,7 @@ def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path)
     in fresh processes; the JSON has what the README quotes. Needs the zh-en corpus (CI fetches it)."""
     import subprocess
 
-    from models.treeheap_translator import TranslatorConfig, TranslatorStudy
+    from gates.models.treeheap_translator import TranslatorConfig, TranslatorStudy
 
     why = TranslatorStudy().check_ready(TranslatorConfig(arm="flat_seq"))
     if why:

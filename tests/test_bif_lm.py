@@ -18,8 +18,7 @@ import yaml
 from pydantic import ValidationError
 
 from gates.contract import Contract
-from gates.study import Budget, NullReporter
-from models.bif_lm import (
+from gates.models.bif_lm import (
     ALPHA_STD,
     FAM,
     BifLM,
@@ -38,7 +37,8 @@ from models.bif_lm import (
     tokenizer_key,
     validation_set,
 )
-from models.common import count_parameters, seed_everything
+from gates.models.common import count_parameters, seed_everything
+from gates.study import Budget, NullReporter
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "contracts" / "bif-fam.yaml"

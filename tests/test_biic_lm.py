@@ -18,9 +18,8 @@ import yaml
 from pydantic import ValidationError
 
 from gates.contract import load_contract
-from gates.study import Budget, NullReporter
-from models import clifford as cl
-from models.biic_lm import (
+from gates.models import clifford as cl
+from gates.models.biic_lm import (
     BIIC_ARMS,
     GP_MACS,
     SFELM,
@@ -42,7 +41,8 @@ from models.biic_lm import (
     tracked_tokens,
     transformer_mlp_hidden_to_match,
 )
-from models.common import count_parameters
+from gates.models.common import count_parameters
+from gates.study import Budget, NullReporter
 from tests.test_bif_lm import corpus  # noqa: F401 (bif_lm's generated corpus, a module fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,8 +12,7 @@ import torch
 import yaml
 from pydantic import ValidationError
 
-from gates.study import Budget, NullReporter
-from models.butterfly_reach import (
+from gates.models.butterfly_reach import (
     BOTH,
     FILLER,
     SOURCE,
@@ -29,7 +28,8 @@ from models.butterfly_reach import (
     reach_stats,
     structural_reach,
 )
-from models.treeheap import xor_pairing
+from gates.models.treeheap import xor_pairing
+from gates.study import Budget, NullReporter
 from tests.conftest import ROOT
 
 STUDY = ButterflyReachStudy()

@@ -8,8 +8,7 @@ import torch
 import torch.nn.functional as F
 from pydantic import ValidationError
 
-from gates.study import Budget, Halt, NullReporter
-from models.c05_probe import (
+from gates.models.c05_probe import (
     C05ProbeConfig,
     C05ProbeStudy,
     StructuralKernel,
@@ -22,6 +21,7 @@ from models.c05_probe import (
     target_rank,
     walk_route,
 )
+from gates.study import Budget, Halt, NullReporter
 
 STUDY = C05ProbeStudy()
 SMALL = dict(train_trees=200, test_trees=100)  # quick runs where only plumbing is tested

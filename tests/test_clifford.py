@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from models.clifford import (
+from gates.models.clifford import (
     BLADES_OF_GRADE,
     CAYLEY_SIGN,
     METRIC,

@@ -271,7 +271,7 @@ def test_the_committed_invalid_example_shows_everywhere(tmp_path):
     import subprocess
     import sys
 
-    from dashboard.site import Site
+    from gates.dashboard.site import Site
     from tests.conftest import copy_claims, frozen_evidence
 
     recorded = frozen_evidence("c05-baseline-control")  # the per-seed values, as recorded

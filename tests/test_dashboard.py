@@ -183,7 +183,7 @@ def test_read_only_and_unknown_pages(server):
 
 def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_path):
     """A fresh clone has evidence but no mlflow.db: the page says so, and nothing creates the store."""
-    from dashboard.site import Site
+    from gates.dashboard.site import Site
 
     clone = tmp_path / "clone"
     shutil.copytree(project / "contracts", clone / "contracts")
@@ -205,7 +205,7 @@ def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_pat
 
 
 def test_edited_contract_is_flagged(project, tmp_path):
-    from dashboard.site import Site
+    from gates.dashboard.site import Site
 
     clone = tmp_path / "clone"
     shutil.copytree(project, clone)
@@ -333,8 +333,8 @@ def test_dashboard_serves_concurrent_readers(server):
 def test_a_busy_port_is_a_one_line_user_error(tmp_path):
     import socket
 
-    from dashboard.server import make_server
-    from dashboard.site import Site
+    from gates.dashboard.server import make_server
+    from gates.dashboard.site import Site
     from gates.errors import UserError
 
     with socket.socket() as busy:

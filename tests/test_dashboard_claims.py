@@ -178,8 +178,8 @@ def evidence(project: Path, contract_id: str) -> dict:
 @pytest.fixture(scope="module")
 def served(project) -> dict[str, str]:
     """The index and the contract pages, fetched over HTTP from the dashboard server."""
-    from dashboard.server import make_server
-    from dashboard.site import Site
+    from gates.dashboard.server import make_server
+    from gates.dashboard.site import Site
 
     site = Site(
         project / "runs",
@@ -380,8 +380,8 @@ def test_each_condition_states_its_estimand_scale_and_adjustment(pages, project)
 
 def test_holm_evidence_keeps_the_old_wording(project):
     """Evidence recorded under "holm" (engine 2) still reads "Holm across all conditions"."""
-    from dashboard import render
-    from dashboard.site import Site
+    from gates.dashboard import render
+    from gates.dashboard.site import Site
 
     site = Site(
         project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x"
@@ -485,7 +485,7 @@ def test_every_page_is_escaped_and_script_free(pages):
 def test_runs_never_started_are_not_looked_up_in_mlflow(project):
     """A skipped run has no MLflow run: the curves note says it was never started, and no history is read
     for it."""
-    from dashboard.site import Site
+    from gates.dashboard.site import Site
 
     asked = []
 
@@ -511,9 +511,9 @@ def test_runs_never_started_are_not_looked_up_in_mlflow(project):
 def test_fields_of_an_unexpected_shape_show_as_nothing(project):
     """attempt, design, regime, not_run, beyond_ceiling, tuning_edges and a run's error are not checked by
     the evidence schema: another shape leaves them out of the page instead of breaking it."""
-    from dashboard import render
-    from dashboard.data import _design_flags
-    from dashboard.site import Site
+    from gates.dashboard import render
+    from gates.dashboard.data import _design_flags
+    from gates.dashboard.site import Site
 
     site = Site(
         project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x"

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from dashboard.server import make_server
-from dashboard.site import Site
+from gates.dashboard.server import make_server
+from gates.dashboard.site import Site
 from tests.conftest import ROOT
 
 CONTRACTS = ("c05-structural-probe.yaml", "spr-ordered-hash.yaml")

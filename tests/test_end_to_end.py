@@ -257,8 +257,8 @@ def test_preflight_refuses_capacity_mismatch_and_cost_overrun(workdir):
 def test_capacity_match_of_a_named_part(workdir, monkeypatch):
     """capacity_match.part compares the study's parameter_parts (the parts being compared, not totals):
     a part the study does not have is refused by name, a matched part passes although totals differ."""
+    from gates.models.c05_probe import C05ProbeStudy
     from gates.preflight import preflight
-    from models.c05_probe import C05ProbeStudy
 
     data = small_c05(id="c05-part")
     data["preflight"]["capacity_match"] = {
@@ -325,7 +325,7 @@ def test_kill_mid_run_loses_no_finished_run(workdir):
 def test_replay_compares_model_metrics_but_not_machine_metrics(tmp_path, monkeypatch):
     """`verify --replay` re-runs the contract: a recorded number the replay does not reproduce is
     lost evidence, except the study's machine metrics (speed, memory), which belong to the machine."""
-    from models.c05_probe import C05ProbeStudy
+    from gates.models.c05_probe import C05ProbeStudy
 
     data = small_c05(replay={"ci": True, "abs_tolerance": 1e-6, "rel_tolerance": 1e-6})
     (tmp_path / "contracts").mkdir()

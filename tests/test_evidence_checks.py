@@ -92,7 +92,7 @@ def test_evidence_is_checked_against_the_repositorys_contract_not_the_path_it_na
     assert check(project).hash_ok is False
 
     # the dashboard shows the same: the repository's contract, edited after the evidence
-    from dashboard.data import HASH_EDITED, Claims, Store
+    from gates.dashboard.data import HASH_EDITED, Claims, Store
 
     claims = Claims(
         project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}")
@@ -240,7 +240,7 @@ def test_a_missing_verdict_md_is_lost(project):
 
 
 def test_the_dashboard_sees_an_edited_verdict_md(project, tmp_path):
-    from dashboard.data import Claims, Store
+    from gates.dashboard.data import Claims, Store
 
     claims = Claims(
         project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}")

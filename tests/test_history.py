@@ -411,7 +411,7 @@ def test_status_and_verify_name_stale_files(project):
 def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
     """The dashboard's index and contract pages: a withdrawn claim as withdrawn (its record kept), the
     supersedes chain both ways with links, stale code naming the files."""
-    from dashboard.site import Site
+    from gates.dashboard.site import Site
 
     root, uri = project
     write_contract(

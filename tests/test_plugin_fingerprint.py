@@ -25,7 +25,7 @@ from tests.test_plugin_study import CONTRACT, EXAMPLE, gates, install_dist
 FINGERPRINT = """
 import json, sys
 from gates import provenance
-from dashboard.data import _code_files
+from gates.dashboard.data import _code_files
 
 module = sys.argv[1]
 package = getattr(provenance, "study_package", lambda module: None)(module)  # (issue #23: absent before)
@@ -177,9 +177,9 @@ def test_a_package_called_models_outside_this_repository_is_fingerprinted_by_its
     # where `models` is this repository's (this test process), a study keeps its import closure
     closure = [
         p.relative_to(provenance.PROJECT_ROOT).as_posix()
-        for p in provenance.study_files("models.c05_probe")
+        for p in provenance.study_files("gates.models.c05_probe")
     ]
-    assert sorted(own(provenance.code_files("models.c05_probe"))) == closure
+    assert sorted(own(provenance.code_files("gates.models.c05_probe"))) == closure
 
 
 # evidence recorded before issue #23 for a study from elsewhere: its fingerprint covered gates/ and

@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import torch
 
+from gates.models import relation_tree as rt
+from gates.models.relation_closure import RelationClosureConfig, RelationClosureStudy, draw_data
+from gates.models.teacher import TeacherConfig, load_or_train
 from gates.study import Budget, NullReporter
-from models import relation_tree as rt
-from models.relation_closure import RelationClosureConfig, RelationClosureStudy, draw_data
-from models.teacher import TeacherConfig, load_or_train
 from tests.test_teacher import TINY, grammar_lines
 
 

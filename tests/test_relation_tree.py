@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from models.relation_tree import (
+from gates.models.relation_tree import (
     ByteAccount,
     MLPParent,
     OracleParent,
@@ -132,7 +132,7 @@ def test_mass_kept_by_the_best_nodes_and_dense_entropy():
     """A hand-made 8-leaf posterior: dense mass 0.5, 0.3 on leaves 0, 1 (node 0 of depth 2) and
     0.2 on leaf 6 (node 3). Reading exactly, the best quarter of depth-2 nodes keeps 0.8 (node 0),
     the best half 1.0; a tree that ranks the nodes backwards keeps 0 of the best node's mass."""
-    from models.relation_tree import dense_entropy, mass_kept
+    from gates.models.relation_tree import dense_entropy, mass_kept
 
     dense = torch.tensor([0.5, 0.3, 1e-12, 1e-12, 1e-12, 1e-12, 0.2, 1e-12], dtype=torch.float64)
     scores = dense.log().view(1, 1, 8)

@@ -10,8 +10,7 @@ import torch
 from pydantic import ValidationError
 
 from gates.data import is_present
-from gates.study import Budget, NullReporter
-from models.spr_hash import (
+from gates.models.spr_hash import (
     SprHashConfig,
     SprHashStudy,
     build_vocab,
@@ -23,6 +22,7 @@ from models.spr_hash import (
     sign_alt,
     tokenize,
 )
+from gates.study import Budget, NullReporter
 
 STUDY = SprHashStudy()
 # the seed's 4-d example: 我 = [1, 2, 3, 4], 打 = [0, 1, 0, 1], 你 = [5, 6, 7, 8]

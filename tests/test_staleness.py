@@ -11,7 +11,7 @@ import pytest
 
 from gates import provenance
 
-STUDY = "models.probe"
+STUDY = "gates.models.probe"
 
 
 @pytest.fixture

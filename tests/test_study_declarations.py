@@ -266,7 +266,7 @@ def test_my_study_chance_is_the_majority_class_and_its_ceiling_the_label_noise()
 
 @pytest.mark.parametrize("test_depths", [[5], [5, 6], [4, 4, 7]])
 def test_c05_mean_rank_is_at_most_the_node_count_and_chance_is_uniform_over_the_nodes(test_depths):
-    from models.c05_probe import C05ProbeConfig, make_datasets
+    from gates.models.c05_probe import C05ProbeConfig, make_datasets
 
     study = get_study("c05_probe")
     config = C05ProbeConfig(test_depths=test_depths, test_trees=4000)
@@ -287,7 +287,12 @@ def test_c05_mean_rank_is_at_most_the_node_count_and_chance_is_uniform_over_the_
 
 def test_c05_chance_is_what_an_arm_that_learned_nothing_scores():
     """A kernel that scores every node alike (the zero function): loss log n, rank (ties broken by address)."""
-    from models.c05_probe import C05ProbeConfig, StructuralKernel, make_datasets, masked_scores
+    from gates.models.c05_probe import (
+        C05ProbeConfig,
+        StructuralKernel,
+        make_datasets,
+        masked_scores,
+    )
 
     config = C05ProbeConfig(features="subheap_kernel", test_trees=2000)
     model = StructuralKernel(config)
@@ -301,10 +306,10 @@ def test_c05_chance_is_what_an_arm_that_learned_nothing_scores():
 
 
 def test_butterfly_and_language_model_chances():
-    from models.bif_lm import BifLMConfig
-    from models.biic_lm import BiicLMConfig
-    from models.butterfly_reach import ButterflyReachConfig
-    from models.treeheap_translator import TranslatorConfig
+    from gates.models.bif_lm import BifLMConfig
+    from gates.models.biic_lm import BiicLMConfig
+    from gates.models.butterfly_reach import ButterflyReachConfig
+    from gates.models.treeheap_translator import TranslatorConfig
 
     butterfly = get_study("butterfly_reach")
     config = ButterflyReachConfig(values=8)
@@ -334,7 +339,7 @@ def test_butterfly_and_language_model_chances():
 
 
 def test_relation_closure_declarations_per_arm():
-    from models.relation_closure import RelationClosureConfig
+    from gates.models.relation_closure import RelationClosureConfig
 
     study = get_study("relation_closure")
     tree = RelationClosureConfig(leaves=64)
@@ -375,7 +380,7 @@ def test_studies_that_do_not_train():
 def teacher_config(tmp_path_factory):
     import os
 
-    from models.teacher import TeacherConfig, load_or_train
+    from gates.models.teacher import TeacherConfig, load_or_train
     from tests.test_teacher import TINY, grammar_lines
 
     root = tmp_path_factory.mktemp("declarations")
@@ -413,7 +418,7 @@ CLOSURE_ARMS = {
 def test_relation_closure_runs_report_exactly_what_they_promise_and_the_best_mass_bounds_mass_kept(
     teacher_config, arm
 ):
-    from models.relation_closure import RelationClosureConfig
+    from gates.models.relation_closure import RelationClosureConfig
 
     study = get_study("relation_closure")
     config = RelationClosureConfig(
@@ -465,7 +470,7 @@ def translator_pairs(folder: Path) -> Path:
 
 
 def tiny_translator(pairs: Path, **overrides):
-    from models.treeheap_translator import TranslatorConfig
+    from gates.models.treeheap_translator import TranslatorConfig
 
     return TranslatorConfig(
         **{
@@ -522,7 +527,7 @@ def test_translator_arms_report_exactly_what_they_promise(tmp_path, monkeypatch)
 def test_translator_dropout_and_weight_decay_act_only_when_set(tmp_path, monkeypatch):
     """0 (the default) is exactly the model every recorded run trained; dropout > 0 changes training but not
     evaluation (two evaluations of one trained model agree), weight decay > 0 changes the weights."""
-    from models.treeheap_translator import Translator, load_data, mean_nll
+    from gates.models.treeheap_translator import Translator, load_data, mean_nll
 
     monkeypatch.setenv("TREEHEAP_GATES_CACHE", str(tmp_path / "cache"))
     pairs = translator_pairs(tmp_path)
@@ -566,7 +571,7 @@ BUTTERFLY_CONFIGS = {
 @pytest.mark.parametrize("name", list(BUTTERFLY_CONFIGS))
 def test_butterfly_runs_report_at_least_what_they_promise(name):
     """Exactly, with one message per example; with several, other pairs may add distances beyond the promise."""
-    from models.butterfly_reach import ButterflyReachConfig
+    from gates.models.butterfly_reach import ButterflyReachConfig
 
     study = get_study("butterfly_reach")
     for arm in ("butterfly", "root_bottleneck"):
@@ -588,7 +593,7 @@ def test_butterfly_runs_report_at_least_what_they_promise(name):
 
 @pytest.mark.usefixtures("one_thread")
 def test_c05_and_twin_tree_runs_report_every_metric():
-    from models.c05_probe import C05ProbeConfig
+    from gates.models.c05_probe import C05ProbeConfig
 
     c05 = get_study("c05_probe")
     config = C05ProbeConfig(train_trees=60, test_trees=30, val_trees=20)
@@ -604,9 +609,9 @@ def test_c05_and_twin_tree_runs_report_every_metric():
 
 @pytest.mark.usefixtures("one_thread")
 def test_language_model_and_hash_runs_report_exactly_what_they_promise(tmp_path, monkeypatch):
-    from models.bif_lm import BifLMConfig
-    from models.biic_lm import BiicAlgebraConfig, BiicLMConfig
-    from models.spr_hash import SprHashConfig
+    from gates.models.bif_lm import BifLMConfig
+    from gates.models.biic_lm import BiicAlgebraConfig, BiicLMConfig
+    from gates.models.spr_hash import SprHashConfig
     from tests.test_bif_lm import help_like_lines
     from tests.test_biic_lm import TINY
 

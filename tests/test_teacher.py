@@ -11,8 +11,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from models.common import in_train_slice, split_lines
-from models.teacher import TeacherConfig, load_or_train, read_complete, teacher_key
+from gates.models.common import in_train_slice, split_lines
+from gates.models.teacher import TeacherConfig, load_or_train, read_complete, teacher_key
 
 # tiny but real: trains in about a second on one core
 TINY = dict(
@@ -323,7 +323,7 @@ def test_the_key_is_the_one_from_before_devices(corpus):
     import hashlib
 
     from gates.data import source_fingerprint
-    from models.teacher import TEACHER_VERSION
+    from gates.models.teacher import TEACHER_VERSION
 
     config = TeacherConfig(corpus=str(corpus), **TINY)
     identity = {
@@ -383,8 +383,8 @@ def _old_windows(stream, rows, length, generator):
 
 def test_training_equals_the_previous_implementation_bit_for_bit(monkeypatch):
     """Cached teachers stay what this code would train: the same losses and weights, to the bit."""
-    import models.teacher as teacher_module
-    from models.teacher import CausalSelfAttention, TeacherLM, train_teacher
+    import gates.models.teacher as teacher_module
+    from gates.models.teacher import CausalSelfAttention, TeacherLM, train_teacher
 
     config = TeacherConfig(**{**TINY, "steps": 6})
     stream = torch.randint(0, 200, (5000,), generator=torch.Generator().manual_seed(0))

@@ -352,7 +352,7 @@ def test_an_older_store_with_runs_is_upgraded_on_a_copy_and_a_kill_mid_upgrade_c
 
 def test_the_dashboard_never_builds_or_migrates_a_store(half_built, tmp_path):
     """A half-built store shown by the (read-only) dashboard: a note, and the file untouched."""
-    from dashboard.data import Store
+    from gates.dashboard.data import Store
 
     path = tmp_path / "mlflow.db"
     shutil.copy(half_built, path)

@@ -9,8 +9,8 @@ import itertools
 import pytest
 import torch
 
-from models import relation_tree as rt
-from models import tree_read as tr
+from gates.models import relation_tree as rt
+from gates.models import tree_read as tr
 from tests.test_relation_closure import arm, run, teacher_config  # noqa: F401 (a fixture)
 
 

@@ -8,9 +8,15 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from gates.study import Budget, NullReporter
-from models.translation_data import EOS, PAD, Example, collate, load_translation_data, split_of
-from models.treeheap import (
+from gates.models.translation_data import (
+    EOS,
+    PAD,
+    Example,
+    collate,
+    load_translation_data,
+    split_of,
+)
+from gates.models.treeheap import (
     Butterfly,
     Fold,
     NodeAttention,
@@ -20,7 +26,7 @@ from models.treeheap import (
     unfold_levels,
     xor_pairing,
 )
-from models.treeheap_translator import (
+from gates.models.treeheap_translator import (
     DENSE_ARMS,
     Translator,
     TranslatorConfig,
@@ -33,6 +39,7 @@ from models.treeheap_translator import (
     token_nll,
     translate,
 )
+from gates.study import Budget, NullReporter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STUDY = TranslatorStudy()

@@ -249,7 +249,7 @@ def test_a_hopeless_trial_is_pruned_at_the_runs_halt_step(workdir, store):
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
     prov = provenance.current(
-        "models.c05_probe"
+        "gates.models.c05_probe"
     )  # once: studies are named by the code's fingerprint
     record = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov)
     assert (
@@ -359,7 +359,7 @@ def test_resume_keeps_finished_trials_and_redoes_an_interrupted_one(workdir, sto
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
     prov = provenance.current(
-        "models.c05_probe"
+        "gates.models.c05_probe"
     )  # once: studies are named by the code's fingerprint
     first = tuning.run_tuning_trial(
         loaded, "subheap_kernel", storage, uri, prov=prov
@@ -411,7 +411,7 @@ def test_two_workers_on_one_arm_sample_two_places_of_its_budget(workdir, store):
     data = tuned_c05(trials={"subheap_kernel": 2}, id="c05-tuned-places")
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
-    prov = provenance.current("models.c05_probe")
+    prov = provenance.current("gates.models.c05_probe")
     second = tuning.run_tuning_trial(
         loaded, "subheap_kernel", storage, uri, prov=prov, index=1
     )  # first to start

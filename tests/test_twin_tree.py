@@ -7,9 +7,8 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from gates.study import Budget, NullReporter
-from models.spr_hash import merge, right_child, root_hash
-from models.twin_tree import (
+from gates.models.spr_hash import merge, right_child, root_hash
+from gates.models.twin_tree import (
     TOY_PAIRS,
     TwinTree,
     TwinTreeConfig,
@@ -20,6 +19,7 @@ from models.twin_tree import (
     load_split,
     text_fraction,
 )
+from gates.study import Budget, NullReporter
 
 STUDY = TwinTreeStudy()
 
