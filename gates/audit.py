@@ -25,6 +25,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gates import ledger
+from gates.contract import load_contract_cached
+
 OVERHEAD_S = 0.5  # per run beyond its recorded seconds: building the config and the study's setup
 
 
@@ -42,6 +45,14 @@ class Candidate:
     @property
     def cost(self) -> float:
         return self.seconds + OVERHEAD_S
+
+
+def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return abs(a - b) <= abs_tol + rel_tol * abs(b)
 
 
 def commit_seed() -> tuple[int, str]:
@@ -118,7 +129,6 @@ def compare(
 ) -> list[str]:
     """Problems: each recorded metric (machine metrics aside) that the re-run does not reproduce
     within the contract's replay tolerance (see `tolerance`)."""
-    from gates.verify import within_tolerance
 
     tol = tolerance(loaded, default)
     problems = []
@@ -149,8 +159,6 @@ def audit(
     chosen by their recorded seconds; on a slower machine, no run starts once `seconds` have passed
     (the ones left are named). `default_tolerance`: (abs, rel) for contracts without a `replay`
     section (default: `Replay()`'s). Returns the runs re-run."""
-    from gates import ledger
-    from gates.verify import load_contract_cached, raw_evidence
 
     say = log or (lambda line: None)
     by_id = {c.contract_id: c for c in checks}
@@ -160,7 +168,9 @@ def audit(
         if check.status != "ok" or check.contract_id not in contracts:
             continue
         loaded = load_contract_cached(Path(contracts[check.contract_id]))
-        ev = raw_evidence(ledger.evidence_dir(runs_root, check.contract_id) / ledger.EVIDENCE)
+        ev = ledger.raw_evidence(
+            ledger.evidence_dir(runs_root, check.contract_id) / ledger.EVIDENCE
+        )
         if (
             loaded is None
             or ev is None

@@ -1156,3 +1156,20 @@ def _fields_at(model: type[BaseModel], loc: tuple) -> list[str]:
             return []
         current = models[0] if models else args[-1]
     return list(current.model_fields)
+
+
+_LOADED: dict[tuple, LoadedContract | None] = {}  # (path, mtime, size) -> the contract it loaded to
+
+
+def load_contract_cached(path: Path) -> LoadedContract | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
+    if key not in _LOADED:
+        try:
+            _LOADED[key] = load_contract(path)
+        except UserError:
+            _LOADED[key] = None
+    return _LOADED[key]

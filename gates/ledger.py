@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 import gates
 from gates.errors import UserError
 from gates.files import fsync_dir
+from gates.yamlsafe import read_capped
 
 EVIDENCE = "evidence.json"
 REPORT = "verdict.md"
@@ -429,6 +430,15 @@ class Evidence(_Shape):
 
 REQUIRED = tuple(name for name, f in Evidence.model_fields.items() if f.is_required())
 MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
+
+
+def raw_evidence(path: Path) -> dict | None:
+    """The evidence as plain JSON, or None; never blocks on a FIFO or reads past the evidence cap."""
+    try:
+        data = json.loads(read_capped(path, MAX_EVIDENCE_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def read_evidence(path: Path) -> dict:

@@ -523,10 +523,10 @@ def finish(
 
 def _recorded_evidence(runs_root: Path, contract_id: str, evidence: dict) -> dict[str, dict | None]:
     """Every other claim's evidence in runs_root (plain JSON), and this one's as computed now."""
-    from gates.verify import raw_evidence
 
     found = {
-        p.parent.name: raw_evidence(p) for p in sorted(Path(runs_root).glob(f"*/{ledger.EVIDENCE}"))
+        p.parent.name: ledger.raw_evidence(p)
+        for p in sorted(Path(runs_root).glob(f"*/{ledger.EVIDENCE}"))
     }
     return {**found, contract_id: evidence}
 

@@ -21,8 +21,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates import ledger, siblings, verdict
-from gates.contract import LoadedContract, load_contract
+from gates import audit, ledger, siblings, verdict
+from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.errors import UserError
 from gates.provenance import describe_stale
 
@@ -569,20 +569,12 @@ def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
             ):  # speed and memory of whichever machine replays
                 continue
             new = run["metrics"].get(name)
-            if not within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
+            if not audit.within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
                 problems.append(
                     f"{run['arm']}/seed {run['seed']}: {name} replays as {new}, recorded {value} "
                     f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
                 )
     return problems
-
-
-def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return abs(a - b) <= abs_tol + rel_tol * abs(b)
 
 
 def verify(
@@ -650,8 +642,6 @@ def verify(
     _check_history(checks, runs_root, contracts, named=bool(only))
     _annotate(checks, runs_root, contracts_root, strict_code=strict_code)
     if audit_seconds:
-        from gates import audit
-
         audit.audit(
             checks,
             runs_root,
@@ -672,23 +662,10 @@ def _withdrawn(contract_id: str, entry: dict, evidence: Path | None) -> ClaimChe
         withdrawn=True,
         withdrawal=f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})",
     )
-    ev = raw_evidence(evidence) if evidence is not None else None
+    ev = ledger.raw_evidence(evidence) if evidence is not None else None
     if ev is not None:
         check.verdict, check.created_at = ev.get("verdict"), ev.get("created_at")
     return check
-
-
-def raw_evidence(path: Path) -> dict | None:
-    """The evidence as plain JSON, or None; never blocks on a FIFO or reads past the evidence cap."""
-    import json
-
-    from gates.yamlsafe import read_capped
-
-    try:
-        data = json.loads(read_capped(path, ledger.MAX_EVIDENCE_BYTES).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _check_history(
@@ -713,23 +690,6 @@ def _check_history(
         check.problems += found
 
 
-_LOADED: dict[tuple, LoadedContract | None] = {}  # (path, mtime, size) -> the contract it loaded to
-
-
-def load_contract_cached(path: Path) -> LoadedContract | None:
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    key = (str(path.resolve()), st.st_mtime_ns, st.st_size)
-    if key not in _LOADED:
-        try:
-            _LOADED[key] = load_contract(path)
-        except UserError:
-            _LOADED[key] = None
-    return _LOADED[key]
-
-
 def _annotate(
     checks: list[ClaimCheck], runs_root: Path, contracts_root: Path, *, strict_code: bool
 ) -> None:
@@ -744,7 +704,9 @@ def _annotate(
         if contract is not None:
             loaded.setdefault(contract.id, contract)
     evidence = {
-        c.contract_id: raw_evidence(ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE)
+        c.contract_id: ledger.raw_evidence(
+            ledger.evidence_dir(runs_root, c.contract_id) / ledger.EVIDENCE
+        )
         for c in checks
     }
     history.link_supersession(

@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import FIXTURE_CLAIMS, copy_claims
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("torch", "scipy", "mlflow", "optuna", "models", "sklearn", "gates.verdict", "gates.verify")
+HEAVY = ("torch", "scipy", "mlflow", "optuna", "sklearn", "gates.models", "gates.verdict", "gates.verify")
 
 # runs the CLI's main() as the console script does, then reports which heavy modules were imported
 DRIVER = """
@@ -31,7 +31,7 @@ except SystemExit as e:
     code = e.code
 else:
     code = 0
-heavy = sorted({m for m in sys.modules if m.split(".")[0] in HEAVY or m in HEAVY})
+heavy = sorted({m for m in sys.modules if any(m == h or m.startswith(h + ".") for h in HEAVY)})
 sys.stderr.write("IMPORTED " + json.dumps(heavy) + "\\n")
 sys.exit(code or 0)
 """.replace("HEAVY", repr(HEAVY))
@@ -191,9 +191,9 @@ def test_status_names_missing_duplicate_and_unindexed(project):
 def test_studies_lists_from_metadata_and_shows_metrics_on_request():
     done, imported = run_cli(ROOT, "studies")
     assert done.returncode == 0 and imported == []
-    assert "c05_probe: models.c05_probe:C05ProbeStudy (treeheap-gates 0.1.0)" in done.stdout
+    assert "c05_probe: gates.models.c05_probe:C05ProbeStudy (treeheap-gates 0.1.0)" in done.stdout
     detail, imported = run_cli(ROOT, "studies", "c05_probe")
-    assert detail.returncode == 0 and "models" in imported
+    assert detail.returncode == 0 and "gates.models" in imported
     assert "test_acc: higher, test, range [0, 1]" in detail.stdout and "bif_lm" not in detail.stdout
     unknown, _ = run_cli(ROOT, "studies", "c05_prob")
     assert unknown.returncode == 2
