@@ -2,7 +2,7 @@
 
 Per source length N (default 32 ... 1,024 leaves, powers of two; all leaves occupied), batch B
 (default 8), width d = 128, T decoder queries (default 32, a target sentence), two models built
-from the same parts as the translator study (models/treeheap.py, models/treeheap_translator.py):
+from the same parts as the translator study (models/treeheap.py, models/treeheap_translator/model.py):
 
 - TreeHeap: WRITE (embedding of N random piece ids) -> Butterfly (log2 N rounds, F and G MLPs of
   hidden 128) -> lifting FOLD level by level to the root (P, U~ MLPs of hidden 128) -> recursive

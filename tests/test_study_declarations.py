@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = sorted((ROOT / "contracts").glob("*.yaml"))
 EXAMPLE = ROOT / "examples" / "my_study"
 # this repository's studies (a plugin a test registers, e.g. examples/my_study, has its own module)
-OWN = [e.name for e in study_entries() if e.module.startswith("models.")]
+OWN = [e.name for e in study_entries() if e.module.startswith("gates.models.")]
 # fields that say what an arm is (the model, kernel, parent, topology, read, encoder rule): what contracts
 # compare, never something a tuning search may pick
 IDENTITY = {
