@@ -81,9 +81,9 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
     """contracts/, runs/ and mlflow.db under root; (tracking URI, number of runs)."""
     from mlflow.entities import Metric
 
-    from gates import history, ledger, verdict
     from gates.contract import load_contract
-    from gates.tracking import Tracker
+    from gates.inference import judge
+    from gates.record import EVIDENCE_FORMAT, Tracker, record_entry, write_evidence
 
     rng = random.Random(0)
     (root / "contracts").mkdir()
@@ -133,11 +133,11 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
                     }
                 )
                 n_runs += 1
-        result = verdict.judge(loaded.contract, records, loaded.study.metrics).to_dict()
-        written = ledger.write_evidence(
+        result = judge(loaded.contract, records, loaded.study.metrics).to_dict()
+        written = write_evidence(
             root / "runs",
             {
-                "format": ledger.FORMAT,
+                "format": EVIDENCE_FORMAT,
                 "contract_id": loaded.id,
                 "contract_path": f"contracts/{path.name}",
                 "contract_sha256": loaded.sha256,
@@ -172,7 +172,7 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
                 "halts": result["halts"],
             },
         )
-        history.record(root / "runs", written, "recorded")  # indexed, as `gates run` does
+        record_entry(root / "runs", written, "recorded")  # indexed, as `gates run` does
     return uri, n_runs
 
 

@@ -24,8 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gates import distributed  # noqa: E402
-from gates.contract import load_contract  # noqa: E402
+from gates.contract import load_contract
+from gates.execution import grace_seconds, open_storage, run_distributed
 from tests.conftest import small_c05, write_contract  # noqa: E402
 from tests.test_distributed import (
     databases,
@@ -52,7 +52,7 @@ def contract(contract_id: str, seeds: int, steps: int) -> dict:
 def enqueue(folder: Path, data: dict, storage_url: str, uri: str, heartbeat: int):
     path = write_contract(folder / "contracts", data, f"{data['id']}.yaml")
     loaded = load_contract(path)
-    queued = distributed.run_distributed(
+    queued = run_distributed(
         loaded, uri, folder / "runs", storage_url, wait=False, heartbeat=heartbeat
     )
     return queued, time.time()
@@ -64,7 +64,7 @@ def timed_run(
     from optuna.trial import TrialState
 
     procs = [start_worker(storage_url, folder, f"{data['id']}-w{i}")[0] for i in range(n_workers)]
-    storage = distributed.open_storage(storage_url, heartbeat)
+    storage = open_storage(storage_url, heartbeat)
     try:
         time.sleep(3)  # workers up and polling before anything is queued
         queued, enqueued_at = enqueue(folder, data, storage_url, uri, heartbeat)
@@ -96,7 +96,7 @@ def kill_and_reclaim(folder: Path, data: dict, storage_url: str, uri: str, heart
         for i in range(2)
     ]
     procs = {p.pid: p for p, _ in started}
-    storage = distributed.open_storage(storage_url, heartbeat)
+    storage = open_storage(storage_url, heartbeat)
     try:
         time.sleep(3)
         queued, _ = enqueue(folder, data, storage_url, uri, heartbeat)
@@ -198,7 +198,7 @@ def main() -> None:
         print(
             f"SIGKILL mid-job -> failed as stale and re-enqueued: {kill['stale']:.2f} s; -> re-claimed: "
             f"{kill['reclaimed']:.2f} s (heartbeat {args.heartbeat} s, grace "
-            f"{distributed.grace_seconds(args.heartbeat)} s)",
+            f"{grace_seconds(args.heartbeat)} s)",
             flush=True,
         )
 

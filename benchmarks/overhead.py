@@ -17,11 +17,10 @@ import time
 from pathlib import Path
 
 from gates.contract import StopRules
+from gates.execution import PlatformReporter, StopRuleEngine
 from gates.models.c05_probe import C05ProbeStudy
-from gates.reporter import PlatformReporter
-from gates.rules import StopRuleEngine
+from gates.record import MLflowMetricSink, Tracker
 from gates.study import Budget, NullReporter
-from gates.tracking import MLflowMetricSink, Tracker
 
 RULES = StopRules.model_validate(
     {

@@ -94,7 +94,7 @@ def worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dic
 
     torch.set_num_threads(threads)
     try:  # as `gates run` does; the baseline's code predates it and runs without
-        from gates.allocator import retain_freed_memory
+        from gates.execution import retain_freed_memory
 
         retain_freed_memory()
     except ImportError:

@@ -77,7 +77,7 @@ def teacher_config(d: int):
 
 def load_teacher(d: int, required: bool):
     """The teacher for width d, training it first if needed; None (with the reason) if impossible."""
-    from gates.data import check_source
+    from gates.models.corpora import check_source
     from gates.models.teacher import cache_root, load_or_train, read_complete, teacher_key
 
     config = teacher_config(d)

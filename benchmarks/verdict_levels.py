@@ -77,9 +77,9 @@ import numpy as np
 from pydantic import TypeAdapter
 from scipy import integrate, optimize, stats
 
-from gates import verdict as v
 from gates.contract import Control, Decision, Sequential
-from gates.sequential import judge_sequential
+from gates.inference import ENGINE_VERSION, decide, json_safe, judge_sequential
+from gates.inference import _verdict as v
 from gates.study import Metric, positive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -552,7 +552,7 @@ def simulate(cell: Cell, draws: int) -> dict:
                 result = judge_sequential(sim.contract, runs, sim.metrics)
                 looks[len(result.looks)] += 1
             else:
-                result = v.decide(sim.decision, runs, sim.metrics, controls=sim.controls)
+                result = decide(sim.decision, runs, sim.metrics, controls=sim.controls)
             verdicts[result.verdict] += 1
             judged = result.controls[0] if sim.validity else result.conditions[0]
             tests[f"{judged.test} ({judged.scale})"] += 1
@@ -755,7 +755,7 @@ def main(argv: list[str] | None = None) -> dict:
         "workers": args.workers,
         "python": platform.python_version(),
         "numpy": np.__version__,
-        "engine_version": v.ENGINE_VERSION,
+        "engine_version": ENGINE_VERSION,
         "seed": SEED,
         "above": above,
         "cells": list(results.values()),
@@ -765,7 +765,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(v.json_safe(out), indent=2) + "\n")
+        args.json.write_text(json.dumps(json_safe(out), indent=2) + "\n")
     if markdown_path is not None:
         markdown_path.parent.mkdir(parents=True, exist_ok=True)
         markdown_path.write_text(table)

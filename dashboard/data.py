@@ -1,8 +1,9 @@
 """What the dashboard shows, loaded from runs/*/evidence.json, contracts/ and (when reachable) MLflow.
 
-Claim checks come from `gates.verify` (the same checks as `gates verify` and `gates status`); they
-are cached until a file under runs/ or contracts/ changes. Metric histories of finished runs never
-change, so they are cached by run id. Nothing here writes anywhere.
+Claim checks come from `gates.claims` (the files phase `gates status` shows: evidence, contract hash,
+claims history, staleness; `gates verify` adds the re-derivation of every verdict); they are cached
+until a file under runs/ or contracts/ changes. Metric histories of finished runs never change, so
+they are cached by run id. Nothing here writes anywhere.
 """
 
 from __future__ import annotations
@@ -13,28 +14,35 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates import ledger
 from gates.errors import UserError
-from gates.siblings import RegimeLeft
-from gates.verify import ClaimCheck, verify
+from gates.record import EVIDENCE, REPORT, RegimeLeft, evidence_dir, read_evidence
+from gates.verify import (
+    CONTRACT_AMBIGUOUS,
+    CONTRACT_EDITED,
+    CONTRACT_ID_CHANGED,
+    CONTRACT_MISSING,
+    CONTRACT_UNLOADABLE,
+    EVIDENCE_FOREIGN,
+    EVIDENCE_MISSING,
+    EVIDENCE_UNREADABLE,
+    ClaimCheck,
+    claims,
+)
 
 # hash status of a claim: its contract file's sha256 against the sha256 its evidence recorded
 HASH_OK, HASH_EDITED, HASH_NO_EVIDENCE = "ok", "edited after evidence", "evidence missing"
 HASH_WITHDRAWN = "not checked (withdrawn)"
-_STRUCTURAL = (  # gates.verify's early-return problems, which mean the hash was not (or could not be) compared
-    ("edited after its evidence", HASH_EDITED),
-    ("evidence missing", HASH_NO_EVIDENCE),
-    ("is missing (recorded at", "contract missing"),
-    ("no longer loads", "contract does not load"),
-    ("now has id", "contract id changed"),
-    ("records contract", "evidence of another contract"),
-    ("unreadable evidence", "evidence unreadable"),
-    ("malformed evidence", "evidence unreadable"),
-    ("all have id", "contract ambiguous"),
-    ("evidence lacks", "evidence unreadable"),
-    ("evidence is not a JSON", "evidence unreadable"),
-    ("unknown verdict", "evidence unreadable"),
-)
+# why the hash was not compared, by the code of the problem that stopped the check before it
+_NOT_COMPARED = {
+    CONTRACT_EDITED: HASH_EDITED,
+    EVIDENCE_MISSING: HASH_NO_EVIDENCE,
+    CONTRACT_MISSING: "contract missing",
+    CONTRACT_UNLOADABLE: "contract does not load",
+    CONTRACT_ID_CHANGED: "contract id changed",
+    EVIDENCE_FOREIGN: "evidence of another contract",
+    EVIDENCE_UNREADABLE: "evidence unreadable",
+    CONTRACT_AMBIGUOUS: "contract ambiguous",
+}
 
 
 @dataclass
@@ -45,7 +53,7 @@ class Claim:
     claim: str
     verdict: str | None  # None: pending (no evidence)
     created_at: str | None
-    check: str  # gates.verify status: ok | lost | pending | withdrawn
+    check: str  # the check's status: ok | lost | pending | withdrawn
     hash_status: str
     problems: list[str] = field(default_factory=list)
     # the claims history and the code (gates.verify's annotations)
@@ -89,9 +97,9 @@ def hash_status(check: ClaimCheck) -> str:
         return HASH_OK if hash_ok else HASH_EDITED
     if check.status == "ok":
         return HASH_OK
-    for needle, label in _STRUCTURAL:  # verify stopped before the hash check: say why
-        if check.problems and needle in check.problems[0]:
-            return label
+    for code in check.codes:  # the check stopped before the hash: say why
+        if code in _NOT_COMPARED:
+            return _NOT_COMPARED[code]
     return "not compared"
 
 
@@ -132,7 +140,7 @@ class Store:
         with self._lock:
             if self._client is None:
                 try:
-                    from gates.tracking import open_client
+                    from gates.record import open_client
 
                     client = open_client(
                         self.uri, create=False
@@ -185,13 +193,9 @@ class Claims:
         )  # request threads fill _loaded: each contract is parsed once
 
     def _fingerprint(self) -> tuple:
-        files = list(self.runs_dir.glob(f"*/{ledger.EVIDENCE}")) + list(
-            self.contracts_dir.glob("*.y*ml")
-        )
+        files = list(self.runs_dir.glob(f"*/{EVIDENCE}")) + list(self.contracts_dir.glob("*.y*ml"))
         files.append(self.runs_dir / "INDEX.jsonl")  # the claims history: withdrawals, entries
-        files += self.runs_dir.glob(
-            f"*/{ledger.REPORT}"
-        )  # verify checks verdict.md against the evidence
+        files += self.runs_dir.glob(f"*/{REPORT}")  # verify checks verdict.md against the evidence
         files += _code_files()  # staleness: the code the evidence was computed with
         stats = []
         for f in sorted(files):
@@ -207,7 +211,7 @@ class Claims:
             key = self._fingerprint()
             if key != self._key:
                 self._claims = {
-                    c.contract_id: self._claim(c) for c in verify(self.runs_dir, self.contracts_dir)
+                    c.contract_id: self._claim(c) for c in claims(self.runs_dir, self.contracts_dir)
                 }
                 self._key = key
             return self._claims
@@ -243,9 +247,7 @@ class Claims:
 
     def evidence(self, contract_id: str) -> dict | None:
         try:
-            return ledger.read_evidence(
-                ledger.evidence_dir(self.runs_dir, contract_id) / ledger.EVIDENCE
-            )
+            return read_evidence(evidence_dir(self.runs_dir, contract_id) / EVIDENCE)
         except ValueError:
             return None
 
@@ -350,7 +352,7 @@ def _plotted_metrics(contract, ev: dict | None) -> list[str]:
     """The metrics a reviewer needs to see move (as in the MLflow review plots); from the evidence
     alone when the contract file is gone or was edited."""
     if contract is not None:
-        from gates.plots import plotted_metrics
+        from gates.record import plotted_metrics
 
         return plotted_metrics(contract)
     if ev is None:
@@ -379,7 +381,7 @@ def _code_files() -> list[Path]:
     to any file on it is still seen at once (`Claims._fingerprint` stats each one per request); only a
     newly installed study package waits that long."""
     global _code_files_cache
-    from gates.provenance import watched_paths
+    from gates.record import watched_paths
 
     with _code_files_lock:
         now = time.monotonic()

@@ -13,7 +13,7 @@ from urllib.parse import quote
 from gates.dashboard import svg
 from gates.dashboard.data import Claim, ContractView, finite
 from gates.dashboard.svg import e
-from gates.siblings import describe_regime, describe_shared
+from gates.record import describe_regime, describe_shared
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -237,8 +237,10 @@ def index_page(claims: list[Claim], links: Links, footer: str) -> str:
         f"<h1>Claims</h1><p>{len(claims)} contracts: {e(summary) or 'none'}.</p>{lost_note}"
         f'<table class="claims"><thead><tr><th>contract</th><th>claim</th><th>verdict</th><th>recorded</th>'
         f"<th>contract hash</th><th>verify</th></tr></thead><tbody>{rows}</tbody></table>"
-        f'<p class="small">Hash: the contract file\'s sha256 against the one its evidence recorded. Verify: '
-        f"<code>gates verify</code> (the verdict re-derived from the recorded per-seed metrics).</p>"
+        f'<p class="small">Hash: the contract file\'s sha256 against the one its evidence recorded. Check: '
+        f"the evidence, the contract and the claims history, as <code>gates status</code> checks them; "
+        f"<code>gates verify</code> (run in CI) also re-derives every verdict from the recorded "
+        f"per-seed metrics.</p>"
     )
     return page("Claims", body, links, footer)
 
@@ -748,7 +750,7 @@ def _runs(view: ContractView, mlflow_ui: str) -> str:
 
 
 def _provenance(ev: dict, mlflow_ui: str) -> str:
-    from gates.ledger import signature
+    from gates.record import signature
 
     try:
         sig = signature(ev)

@@ -8,7 +8,7 @@ from pathlib import Path
 from gates.dashboard import render
 from gates.dashboard.data import Claims, Store
 from gates.dashboard.svg import e
-from gates.ledger import atomic_write_text
+from gates.record import atomic_write_text
 
 ID = re.compile(r"^[a-z0-9][a-z0-9-]{0,79}$")  # a contract id (gates.contract's slug)
 

@@ -107,8 +107,8 @@ import torch.nn.functional as F
 from pydantic import Field, model_validator
 from torch import nn
 
-from gates.data import cache_root
 from gates.models.common import count_parameters, seed_everything, split_lines, train_loop
+from gates.models.corpora import cache_root
 from gates.models.tokenizer import encode_stream, train_sentencepiece
 from gates.study import DeviceConfig, Metric, Reporter, Study, StudyConfig, resolve_device
 
@@ -181,7 +181,7 @@ def tokenizer_settings(config: BifLMConfig) -> dict:
 
 
 def tokenizer_key(config: BifLMConfig) -> str:
-    from gates.data import source_fingerprint
+    from gates.models.corpora import source_fingerprint
 
     identity = {"source": source_fingerprint(config.corpus), "settings": tokenizer_settings(config)}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
@@ -218,7 +218,7 @@ def _read_cached(folder: Path) -> TokenData | None:
 
 def load_token_data(config: BifLMConfig, log=lambda _msg: None) -> TokenData:
     """The tokenizer and token streams for config's corpus and tokenizer settings (built once, cached)."""
-    from gates.data import load_text, source_fingerprint
+    from gates.models.corpora import load_text, source_fingerprint
 
     key = tokenizer_key(config)
     folder = cache_root() / "tokenizers" / key
@@ -599,7 +599,7 @@ class BifLMStudy(Study):
         return forward_flops(config)
 
     def check_ready(self, config: BifLMConfig) -> str | None:
-        from gates.data import check_source
+        from gates.models.corpora import check_source
 
         return check_source(config.corpus)
 

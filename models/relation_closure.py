@@ -320,7 +320,7 @@ class RelationClosureStudy(Study):
         return None
 
     def check_ready(self, config: RelationClosureConfig) -> str | None:
-        from gates.data import check_source
+        from gates.models.corpora import check_source
 
         return check_source(config.teacher.corpus, kind="text")
 

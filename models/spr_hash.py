@@ -215,7 +215,7 @@ def corpus_embeddings(
     corpus: str, vocab_size: int, window: int, dim: int
 ) -> tuple[tuple[str, ...], np.ndarray, tuple]:
     """(vocab, embeddings, token lists of the corpus' distinct lines); cached: every arm shares them."""
-    from gates.data import load_text
+    from gates.models.corpora import load_text
 
     texts = list(dict.fromkeys(load_text(corpus)))  # distinct lines, corpus order
     token_lists = [tokenize(text) for text in texts]
@@ -286,7 +286,7 @@ class SprHashStudy(Study):
         return (2**config.depth - 1) * config.dim * per_element
 
     def check_ready(self, config: SprHashConfig) -> str | None:
-        from gates.data import check_source
+        from gates.models.corpora import check_source
 
         return check_source(config.corpus, kind="text")
 

@@ -67,8 +67,8 @@ import torch.nn.functional as F
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import nn
 
-from gates.data import cache_root
 from gates.models.common import count_parameters, seed_everything, split_lines
+from gates.models.corpora import cache_root
 from gates.models.tokenizer import encode_stream
 
 try:  # one trainer per cache key; without fcntl (Windows) concurrent callers may both train
@@ -349,7 +349,7 @@ def teacher_key(config: TeacherConfig) -> str:
     carry that into a different network, whose queries and keys (what every relation-closure metric
     is computed from) would move a GPU replay of a CPU-recorded contract by far more than float32
     rounding: beyond replay tolerances. Trained once per cache, it costs about a minute."""
-    from gates.data import source_fingerprint
+    from gates.models.corpora import source_fingerprint
 
     identity = {
         "source_fingerprint": source_fingerprint(config.corpus),
@@ -415,7 +415,7 @@ class Teacher:
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', not {split!r}")
         if split not in self._streams:
-            from gates.data import load_text
+            from gates.models.corpora import load_text
 
             train, heldout = split_lines(load_text(self.config.corpus), self.config.train_fraction)
             self._streams[split] = torch.from_numpy(
@@ -522,7 +522,7 @@ def build_entry(
     last). `caller_device`: the device of the run asking, whose random state is kept."""
     import sentencepiece as spm
 
-    from gates.data import load_text, source_fingerprint
+    from gates.models.corpora import load_text, source_fingerprint
 
     started = time.perf_counter()
     train_lines, heldout_lines = split_lines(load_text(config.corpus), config.train_fraction)

@@ -73,7 +73,7 @@ def directions_of(languages: tuple[str, str]) -> tuple[str, str]:
 def _tokenizer(corpus: str, train_pairs: list[tuple[str, str]], settings: dict, log) -> object:
     import sentencepiece as spm
 
-    from gates.data import cache_root, source_fingerprint
+    from gates.models.corpora import cache_root, source_fingerprint
     from gates.models.tokenizer import train_sentencepiece
 
     key = hashlib.sha256(
@@ -115,7 +115,7 @@ def load_translation_data(
     test_fraction: float,
     log=lambda _msg: None,
 ) -> TranslationData:
-    from gates.data import load_pairs
+    from gates.models.corpora import load_pairs
 
     unique: dict[str, str] = {}
     for source, target in load_pairs(corpus):

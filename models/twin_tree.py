@@ -143,7 +143,7 @@ def load_split(
     if pairs == "toy":
         toy = tuple((tuple(tokenize(s)), tuple(tokenize(t))) for s, t in TOY_PAIRS)
         return toy, toy  # memorisation check: evaluated on what it trained on
-    from gates.data import load_pairs
+    from gates.models.corpora import load_pairs
 
     kept = {}  # tokenised source -> (split key, source tokens, target tokens), first pair only
     for source, target in load_pairs(pairs):
@@ -326,7 +326,7 @@ class TwinTreeStudy(Study):
     def check_ready(self, config: TwinTreeConfig) -> str | None:
         if config.pairs == "toy":
             return None
-        from gates.data import check_source
+        from gates.models.corpora import check_source
 
         return check_source(config.pairs, kind="pairs")
 

@@ -107,9 +107,9 @@ def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path
     copies. rederive=False: the frozen bytes, no index."""
     import shutil
 
-    from gates import history
     from gates.contract import load_contract
-    from gates.runner import rederive as rederive_claim
+    from gates.execution import rederive as rederive_claim
+    from gates.record import backfill_index
 
     root = folder / "project"
     (root / "contracts").mkdir(parents=True)
@@ -120,7 +120,7 @@ def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path
         shutil.copy(contract, root / "contracts")
         shutil.copytree(evidence, root / "runs" / contract_id)
     if rederive:
-        history.backfill(root / "runs")
+        backfill_index(root / "runs")
         for contract_id in ids:
             rederive_claim(
                 load_contract(root / "contracts" / f"{contract_id}.yaml"), root / "runs", REDERIVED

@@ -12,11 +12,10 @@ import sys
 
 import pytest
 
-from gates import history, ledger
-from gates.audit import Candidate, choose, commit_seed
 from gates.contract import load_contract
-from gates.runner import run_contract
-from gates.verify import verify
+from gates.execution import run_contract
+from gates.record import record_entry, render_report
+from gates.verify import Candidate, choose, commit_seed, verify
 from tests.conftest import small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -107,8 +106,8 @@ def tamper(project, arm: str, seed: int, metric: str, delta: float) -> None:
     run = next(r for r in ev["runs"] if r["arm"] == arm and r["seed"] == seed)
     run["metrics"][metric] += delta
     (folder / "evidence.json").write_text(json.dumps(ev, indent=2) + "\n")
-    (folder / "verdict.md").write_text(ledger.render_report(ev))
-    history.record(project / "runs", folder / "evidence.json", "rederived", "a quiet edit")
+    (folder / "verdict.md").write_text(render_report(ev))
+    record_entry(project / "runs", folder / "evidence.json", "rederived", "a quiet edit")
 
 
 def test_a_consistently_edited_value_is_caught_by_the_audit_only(project, monkeypatch):
@@ -168,7 +167,7 @@ def test_machine_metrics_are_not_audited(project, monkeypatch):
 
 
 def test_a_small_budget_chooses_few_runs(project):
-    from gates.audit import OVERHEAD_S
+    from gates.verify import OVERHEAD_S
 
     ev = json.loads((project / "runs" / "c05-small" / "evidence.json").read_text())
     costs = sorted(r["seconds"] + OVERHEAD_S for r in ev["runs"])
@@ -196,8 +195,8 @@ def test_a_run_is_re_run_on_the_thread_count_it_recorded(project, monkeypatch):
     process's count afterwards; a run recorded without a count runs on the current one."""
     import torch
 
-    from gates.audit import rerun
     from gates.study import cpu_threads, recorded_threads
+    from gates.verify import rerun
 
     monkeypatch.chdir(project)
     loaded = load_contract("contracts/c05-small.yaml")

@@ -310,7 +310,7 @@ def test_contract_arms_match_parameters_within_two_percent():
 
 def test_contract_loads_through_the_platform():
     from gates.contract import load_contract
-    from gates.registry import study_names
+    from gates.study import study_names
 
     if "bif_lm" not in study_names():
         pytest.skip("entry point gates.studies:bif_lm is not registered (pyproject.toml)")

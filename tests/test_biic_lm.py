@@ -385,7 +385,7 @@ def test_ablation_contract_arms_differ_only_in_the_arm(name):
     ],
 )
 def test_contracts_load_through_the_platform(name):
-    from gates.registry import study_names
+    from gates.study import study_names
 
     if not {"biic_lm", "biic_algebra"} <= set(study_names()):
         pytest.skip("entry points biic_lm / biic_algebra are not registered (pip install -e .)")
@@ -529,7 +529,7 @@ def shrunk(name: str, contract_id: str, arms: dict, seeds=(0, 1), steps=10, eval
 
 
 def test_tiny_contracts_run_through_gates(corpus, workdir):
-    from gates.runner import run_contract
+    from gates.execution import run_contract
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     algebra_arms = yaml.safe_load((ROOT / "contracts" / "biic-algebra-gates.yaml").read_text())[

@@ -18,7 +18,16 @@ import pytest
 from tests.conftest import FIXTURE_CLAIMS, copy_claims
 
 ROOT = Path(__file__).resolve().parent.parent
-HEAVY = ("torch", "scipy", "mlflow", "optuna", "sklearn", "gates.models", "gates.verdict", "gates.verify")
+HEAVY = (
+    "torch",
+    "scipy",
+    "mlflow",
+    "optuna",
+    "sklearn",
+    "gates.models",
+    "gates.inference",  # the verdict engine
+    "gates.verify._verify",  # the re-derivation phase of a claim's check
+)
 
 # runs the CLI's main() as the console script does, then reports which heavy modules were imported
 DRIVER = """

@@ -8,9 +8,10 @@ import yaml
 
 from gates.cli import check
 from gates.contract import Contract, Decision, load_contract
+from gates.design import require_current_rules, rule_flags
 from gates.errors import UserError
-from gates.ledger import render_report
-from gates.verdict import decide, holm
+from gates.inference import decide, holm
+from gates.record import render_report
 from tests.conftest import C05, c05_current, write_contract
 from tests.test_verdict import runs, thr
 
@@ -216,23 +217,23 @@ def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
         }
     )
     loaded = load_contract(write_contract(tmp_path, data))
-    assert any("controls.2.metric" in f and "train metric" in f for f in loaded.rule_flags)
+    assert any("controls.2.metric" in f and "train metric" in f for f in rule_flags(loaded))
     # on held-out trees of its training depths (val_acc, beyond chance ~0.1): the contract follows every rule
     data["controls"][-1]["metric"] = "val_acc"
     loaded = load_contract(write_contract(tmp_path, data))
-    assert loaded.rule_flags == []
-    loaded.require_current_rules(tmp_path / "runs")
+    assert rule_flags(loaded) == []
+    require_current_rules(loaded, tmp_path / "runs")
     # or the baseline declared blind, failing by construction
     blind = {
         **data,
         "controls": data["controls"][:-1],
         "blind": {**data["blind"], "flat_address": "no node values"},
     }
-    assert load_contract(write_contract(tmp_path, blind)).rule_flags == []
+    assert rule_flags(load_contract(write_contract(tmp_path, blind))) == []
     # recorded contracts that predate the rule keep loading, flagged
     assert any(
         "positive control" in f
-        for f in load_contract(C05.parent / "treeheap-vs-dense.yaml").rule_flags
+        for f in rule_flags(load_contract(C05.parent / "treeheap-vs-dense.yaml"))
     )
 
 

@@ -12,11 +12,10 @@ from mlflow import MlflowClient
 
 from gates.contract import Convergence, load_contract
 from gates.errors import UserError, UserErrors
-from gates.ledger import read_evidence, render_report
-from gates.preflight import preflight
-from gates.rules import convergence, is_converged
-from gates.runner import run_contract
-from gates.verify import _check_convergence, check_claim, find_contracts
+from gates.execution import convergence, is_converged, preflight, run_contract
+from gates.record import read_evidence, render_report
+from gates.verify import check_claim, find_contracts
+from gates.verify._verify import _check_convergence
 from tests.conftest import copy_claims, frozen_evidence, small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from gates.contract import load_contract
-from gates.runner import run_contract
+from gates.execution import run_contract
 from tests.conftest import small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -53,8 +53,8 @@ def h(text) -> str:
 # ---------------------------------------------------------------------------------- the project
 def _edit_contract(root: Path, contract_id: str, change) -> None:
     """Change a copied contract (a new version of it, for the test) and re-point its evidence at it."""
-    from gates import ledger
     from gates.contract import load_contract
+    from gates.record import write_evidence
 
     path = root / "contracts" / f"{contract_id}.yaml"
     data = yaml.safe_load(path.read_text())
@@ -62,15 +62,15 @@ def _edit_contract(root: Path, contract_id: str, change) -> None:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     ev = json.loads((root / "runs" / contract_id / "evidence.json").read_text())
     ev["contract_sha256"] = load_contract(path).sha256
-    ledger.write_evidence(root / "runs", ev)
+    write_evidence(root / "runs", ev)
 
 
 def _edit_runs(root: Path, contract_id: str, change) -> None:
-    from gates import ledger
+    from gates.record import write_evidence
 
     ev = json.loads((root / "runs" / contract_id / "evidence.json").read_text())
     change(ev["runs"])
-    ledger.write_evidence(root / "runs", ev)
+    write_evidence(root / "runs", ev)
 
 
 def _failed(run: dict) -> dict:
@@ -102,10 +102,17 @@ def build_project(folder: Path) -> Path:
     * as frozen: tuning stopped at an edge (-tuned), a log-scale ratio (spr096-topology), a failing
       positive control (c05-baseline-control), runs shared across contracts (-v2, -baseline-control,
       -sequential-early)."""
-    from gates import history, ledger, verdict
-    from gates.attempts import attempt_field, plan_recording
     from gates.contract import load_contract
-    from gates.runner import rederive, skipped_record, verdict_fields
+    from gates.execution import rederive, skipped_record, verdict_fields
+    from gates.inference import judge_claim
+    from gates.record import (
+        attempt_field,
+        backfill_index,
+        plan_recording,
+        read_evidence,
+        record_entry,
+        write_evidence,
+    )
 
     root = copy_claims(folder, rederive=False)
     runs_root = root / "runs"
@@ -138,23 +145,23 @@ def build_project(folder: Path) -> Path:
             r.update(skipped_record("path_only", seed, [arm[0]]))
 
     _edit_runs(root, "c05-structural-probe-hard", crash_then_skip)
-    history.backfill(runs_root)
+    backfill_index(runs_root)
     for contract_id in FIXTURE_CLAIMS:
         rederive(load_contract(root / "contracts" / f"{contract_id}.yaml"), runs_root, REDERIVED)
 
     # attempt 2 of the probe, its crash fixed: recorded with a reason, as `gates run --record --reason` does
     loaded = load_contract(root / "contracts" / "c05-structural-probe.yaml")
     recording = plan_recording(loaded, runs_root, record=True, reason=REASON)
-    current = ledger.read_evidence(runs_root / "c05-structural-probe" / "evidence.json")
+    current = read_evidence(runs_root / "c05-structural-probe" / "evidence.json")
     runs = frozen_evidence("c05-structural-probe")["runs"]
     base = {
         k: v for k, v in current.items() if k not in ("not_run", "beyond_ceiling", "tuning_edges")
     }
-    fresh = verdict_fields(loaded, {**base, "runs": runs}, verdict.judge_claim(loaded, runs))
+    fresh = verdict_fields(loaded, {**base, "runs": runs}, judge_claim(loaded, runs))
     fresh["attempt"] = attempt_field(recording)
     fresh["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    path = ledger.write_evidence(runs_root, fresh)
-    history.record(runs_root, path, "recorded", REASON)
+    path = write_evidence(runs_root, fresh)
+    record_entry(runs_root, path, "recorded", REASON)
     return root
 
 
@@ -267,7 +274,7 @@ def test_the_records_are_what_the_platform_writes(checks, project):
 
 # ---------------------------------------------------------------------------------- 1. attempts
 def test_every_attempt_is_on_the_index_and_the_contract_page(pages, checks, project):
-    from gates.cli import _claim_notes
+    from gates.cli._app import _claim_notes
 
     c = checks["c05-structural-probe"]
     note = f"attempt 2; earlier: {'; '.join(c.earlier)}"
@@ -294,7 +301,7 @@ def test_every_attempt_is_on_the_index_and_the_contract_page(pages, checks, proj
 
 # ---------------------------------------------------------------------------------- 2. design, regime, siblings
 def test_the_declared_design_and_regime_are_beside_the_verdict(pages, project):
-    from gates.siblings import describe_regime
+    from gates.record import describe_regime
 
     design = section(pages["c05-structural-probe"], "Design")
     assert "factor under test: <code>features</code>" in design
@@ -316,7 +323,7 @@ def test_the_declared_design_and_regime_are_beside_the_verdict(pages, project):
 
 
 def test_shared_runs_and_a_left_regime_are_flagged(pages, checks):
-    from gates.siblings import describe_shared
+    from gates.record import describe_shared
 
     for cid in ("c05-structural-probe-v2", "c05-baseline-control"):
         shared = checks[cid].shared_runs

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gates import data
 from gates.errors import UserError
+from gates.models import corpora as data
 
 HEAD = """<!DOCTYPE html>
 <html lang="{lang}" dir="ltr">
@@ -429,7 +429,7 @@ def test_fetch_unknown_corpus_suggests_the_right_name(cache):
 
 
 def test_cli_fetch_and_list(fake_apt):
-    from gates.data_cli import data_app
+    from gates.cli import data_app
 
     runner = CliRunner()
     result = runner.invoke(data_app, ["fetch", "libreoffice-help"])
@@ -551,7 +551,7 @@ def test_corpus_fingerprint_comes_from_the_manifest_and_differs_per_side(built, 
 
 
 def test_gates_data_never_imports_torch():
-    code = "import sys, gates.data, gates.data_cli; print('torch' in sys.modules)"
+    code = "import sys, gates.models.corpora, gates.cli._data; print('torch' in sys.modules)"
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -16,11 +16,11 @@ from typer.testing import CliRunner
 
 from gates.cli import app, check
 from gates.contract import Decision, load_contract
+from gates.design import rule_flags
 from gates.errors import UserError
-from gates.ledger import render_report
-from gates.registry import get_study
-from gates.study import proportion
-from gates.verdict import decide
+from gates.inference import decide
+from gates.record import render_report
+from gates.study import get_study, proportion
 from tests.conftest import c05_current, copy_claims, write_contract
 from tests.test_verdict import runs
 
@@ -103,7 +103,7 @@ def test_a_handicapped_comparator_is_refused(tmp_path):
 
     data = c05_current()
     declared(data)
-    assert load_contract(write_contract(tmp_path, data, "declared.yaml")).rule_flags == []
+    assert rule_flags(load_contract(write_contract(tmp_path, data, "declared.yaml"))) == []
 
 
 def test_two_arms_with_one_config_are_refused(tmp_path):
@@ -311,13 +311,13 @@ def test_a_training_study_needs_a_convergence_rule_or_a_reason(tmp_path):
     data = c05_current()
     data.pop("convergence")
     data["no_convergence"] = "a probe trained full-batch to zero training loss"
-    assert load_contract(write_contract(tmp_path, data, "waived.yaml")).rule_flags == []
+    assert rule_flags(load_contract(write_contract(tmp_path, data, "waived.yaml"))) == []
 
 
 def test_tuning_stopped_at_an_edge_leaves_its_arms_undetermined(tmp_path):
     """The best of the values tried is the lowest: the optimum may lie below, so a decision condition reading
     that arm is undetermined, the verdict says where to widen, and a declared hard limit lifts it."""
-    from gates.tuning import edges
+    from gates.inference import tuning_edges as edges
 
     data = c05_current()
     data["tuning"] = copy.deepcopy(TUNING)
@@ -430,10 +430,10 @@ def test_status_names_shared_runs_and_a_regime_left(tmp_path):
     ev_path = root / "runs" / "c05-structural-probe-hard" / "evidence.json"
     ev = json.loads(ev_path.read_text())
     ev["supersedes"] = "c05-structural-probe"
-    from gates import history, ledger
+    from gates.record import record_entry, write_evidence
 
-    ledger.write_evidence(root / "runs", ev)
-    history.record(root / "runs", ev_path, "rederived", "test: declares what it supersedes")
+    write_evidence(root / "runs", ev)
+    record_entry(root / "runs", ev_path, "rederived", "test: declares what it supersedes")
     rows = {
         r["id"]: r
         for r in json.loads(

@@ -11,7 +11,7 @@ import sys
 import pytest
 import torch
 
-from gates.ledger import devices_of, signature
+from gates.record import devices_of, signature
 from gates.study import DeviceConfig, device_environment, device_unavailable, resolve_device
 from tests.conftest import frozen_evidence, small_c05, write_contract
 
@@ -39,7 +39,7 @@ def repository_studies() -> list[str]:
 def test_every_study_of_this_repository_takes_a_device(name):
     """Each study's arm config is a DeviceConfig (the field above); each study's test file checks that
     `device: cpu` gives the metrics of `auto` bit for bit on this CPU machine."""
-    from gates.registry import get_study
+    from gates.study import get_study
 
     config = get_study(name).Config
     assert issubclass(config, DeviceConfig) and config.model_fields["device"].default == "auto"
@@ -112,7 +112,7 @@ def test_retaining_freed_memory_changes_no_number():
     """The allocator setting `gates run` applies (gates/allocator.py) keeps buffers; results are the same."""
     code = (
         "import json, sys, torch\n"
-        "from gates.allocator import retain_freed_memory\n"
+        "from gates.execution import retain_freed_memory\n"
         "if sys.argv[1] == '1': assert retain_freed_memory()\n"
         "torch.manual_seed(0); w = torch.randn(512, 4000, requires_grad=True)\n"
         "for _ in range(3):\n"

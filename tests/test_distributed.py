@@ -28,9 +28,8 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from gates import distributed
 from gates.contract import load_contract
-from gates.runner import run_contract
+from gates.execution import Worker, grace_seconds, open_storage, run_contract, run_distributed
 from tests.conftest import small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -213,20 +212,20 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
     write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
     storage_url, uri = f"sqlite:///{workdir / 'optuna.db'}", f"sqlite:///{workdir / 'mlflow.db'}"
     loaded = load_contract("contracts/c05-dist.yaml")
-    queued = distributed.run_distributed(
+    queued = run_distributed(
         loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
     )
     assert len(queued.enqueued) == 8 and not queued.present
     judged = [
         t.user_attrs
-        for t in trials(distributed.open_storage(storage_url, HEARTBEAT), queued.study_name)
+        for t in trials(open_storage(storage_url, HEARTBEAT), queued.study_name)
         if t.user_attrs["arm"] == "path_only"
     ]
     assert [a["after"] for a in judged] == [
         [f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel", "path_subheap_kernel")]
         for s in (0, 1)
     ]
-    storage = distributed.open_storage(storage_url, HEARTBEAT)
+    storage = open_storage(storage_url, HEARTBEAT)
     (a, log_a), (b, log_b) = (
         start_worker(storage_url, workdir, "a"),
         start_worker(storage_url, workdir, "b"),
@@ -259,9 +258,7 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
             "the thawed worker to void its result",
         )
         assert storage.get_trial(trial._trial_id).state == TrialState.FAIL
-        outcome = distributed.run_distributed(
-            loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT
-        )
+        outcome = run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
         assert (
             outcome.recorded and outcome.recording.number == 1
         )  # the first attempt, recorded like a single run
@@ -276,7 +273,7 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
     check_queue(storage, queued.study_name, evidence)
     check_mlflow(uri, evidence, trial.user_attrs["mlflow_run_id"])
     # re-attaching enqueues nothing twice
-    again = distributed.run_distributed(
+    again = run_distributed(
         loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
     )
     assert again.study_name == queued.study_name and not again.enqueued and len(again.present) == 8
@@ -286,7 +283,7 @@ def test_worker_skips_study_of_other_code_and_bad_storage_is_user_error(workdir)
     from gates.errors import UserError
 
     with pytest.raises(UserError, match="expected an SQLAlchemy URL"):
-        distributed.open_storage("nonsense://x")
+        open_storage("nonsense://x")
     path = write_contract(workdir / "contracts", dist_contract("c05-other"), "c05-other.yaml")
     r = subprocess.run(
         [sys.executable, "-m", "gates", "run", str(path), "--no-wait"],
@@ -302,7 +299,7 @@ def test_worker_skips_study_of_other_code_and_bad_storage_is_user_error(workdir)
     # a study enqueued by different code is not taken up by this worker
     storage_url = f"sqlite:///{workdir / 'optuna.db'}"
     loaded = load_contract(path)
-    queued = distributed.run_distributed(
+    queued = run_distributed(
         loaded,
         f"sqlite:///{workdir / 'mlflow.db'}",
         workdir / "runs",
@@ -310,11 +307,11 @@ def test_worker_skips_study_of_other_code_and_bad_storage_is_user_error(workdir)
         wait=False,
         heartbeat=HEARTBEAT,
     )
-    storage = distributed.open_storage(storage_url, HEARTBEAT)
+    storage = open_storage(storage_url, HEARTBEAT)
     study_id = storage.get_study_id_from_name(queued.study_name)
     storage.set_study_user_attr(study_id, "gates.code_sha256", "0" * 64)
     lines = []
-    worker = distributed.Worker(storage_url, heartbeat=HEARTBEAT, log=lines.append)
+    worker = Worker(storage_url, heartbeat=HEARTBEAT, log=lines.append)
     try:
         assert worker.run_next() is False
     finally:
@@ -523,7 +520,7 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
         event = json.loads(enq.stdout.splitlines()[0])
         assert event["event"] == "enqueued" and event["enqueued"] == 8
         name = event["study"]
-        storage = distributed.open_storage(storage_url, HEARTBEAT)
+        storage = open_storage(storage_url, HEARTBEAT)
         (a, _), (b, _) = (
             start_worker(storage_url, workdir, "a"),
             start_worker(storage_url, workdir, "b"),
@@ -569,9 +566,9 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
         delay = retry[0].system_attrs["gates.claimed_at"] - killed_at
         print(
             f"\nkill -> failed as stale and re-enqueued: {stale:.2f} s; kill -> re-claimed: {delay:.2f} s "
-            f"(heartbeat {HEARTBEAT} s, grace {distributed.grace_seconds(HEARTBEAT)} s)"
+            f"(heartbeat {HEARTBEAT} s, grace {grace_seconds(HEARTBEAT)} s)"
         )
-        assert distributed.grace_seconds(HEARTBEAT) - HEARTBEAT <= stale <= delay < 60
+        assert grace_seconds(HEARTBEAT) - HEARTBEAT <= stale <= delay < 60
         check_queue(storage, name, evidence)
         check_mlflow(uri, evidence, trial.user_attrs["mlflow_run_id"])
 
@@ -595,7 +592,7 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
     write_contract(workdir / "contracts", data, "c05-tuned-dist.yaml")
     storage_url, uri = f"sqlite:///{workdir / 'optuna.db'}", f"sqlite:///{workdir / 'mlflow.db'}"
     loaded = load_contract("contracts/c05-tuned-dist.yaml")
-    queued = distributed.run_distributed(
+    queued = run_distributed(
         loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
     )
     assert sorted(queued.enqueued) == sorted(
@@ -603,9 +600,7 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
     )
     worker, log = start_worker(storage_url, workdir, "w")
     try:
-        outcome = distributed.run_distributed(
-            loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT
-        )
+        outcome = run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=HEARTBEAT)
         assert (
             outcome.recorded and outcome.recording.number == 1
         )  # the first attempt, recorded like a single run
@@ -616,7 +611,7 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
     best = {a: r["best"] for a, r in evidence["tuning"]["arms"].items()}
     assert best == {a: r["best"] for a, r in single["tuning"]["arms"].items()}
     assert evidence["settings"]["arm_configs"] == single["settings"]["arm_configs"]
-    storage = distributed.open_storage(storage_url, HEARTBEAT)
+    storage = open_storage(storage_url, HEARTBEAT)
     kinds = [
         t.user_attrs["kind"] for t in trials(storage, queued.study_name) if "job" in t.user_attrs
     ]

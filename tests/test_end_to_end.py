@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 
 from gates.contract import load_contract
 from gates.errors import UserError, UserErrors
-from gates.runner import execute, run_contract
+from gates.execution import execute, run_contract
 from gates.verify import verify
 from tests.conftest import small_c05, write_contract
 
@@ -257,8 +257,8 @@ def test_preflight_refuses_capacity_mismatch_and_cost_overrun(workdir):
 def test_capacity_match_of_a_named_part(workdir, monkeypatch):
     """capacity_match.part compares the study's parameter_parts (the parts being compared, not totals):
     a part the study does not have is refused by name, a matched part passes although totals differ."""
+    from gates.execution import preflight
     from gates.models.c05_probe import C05ProbeStudy
-    from gates.preflight import preflight
 
     data = small_c05(id="c05-part")
     data["preflight"]["capacity_match"] = {

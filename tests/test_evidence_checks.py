@@ -16,9 +16,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from gates import ledger, verdict
 from gates.cli import app
 from gates.contract import load_contract
+from gates.inference import decide
+from gates.record import EVIDENCE, REPORT, render_report
 from gates.verify import check_claim, find_contracts
 from tests.conftest import copy_claims
 
@@ -31,7 +32,7 @@ def settle(project: Path, contract_id: str, ev: dict, *, rederive: bool = True) 
     conditions, reasons, ...) and verdict.md rendered from it, as `gates run` would have written it."""
     if rederive:
         loaded = load_contract(project / "contracts" / f"{contract_id}.yaml")
-        again = verdict.decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
+        again = decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
         derived = again.to_dict()
         ev["verdict"] = again.verdict
         ev["settings"]["correction"] = again.correction
@@ -39,12 +40,12 @@ def settle(project: Path, contract_id: str, ev: dict, *, rederive: bool = True) 
             if key in derived:
                 ev[key] = derived[key]
     folder = project / "runs" / contract_id
-    (folder / ledger.EVIDENCE).write_text(json.dumps(ev, indent=2))
-    (folder / ledger.REPORT).write_text(ledger.render_report(ev))
+    (folder / EVIDENCE).write_text(json.dumps(ev, indent=2))
+    (folder / REPORT).write_text(render_report(ev))
 
 
 def evidence(project: Path, contract_id: str = C05) -> dict:
-    return json.loads((project / "runs" / contract_id / ledger.EVIDENCE).read_text())
+    return json.loads((project / "runs" / contract_id / EVIDENCE).read_text())
 
 
 @pytest.fixture
@@ -57,7 +58,7 @@ def project(tmp_path) -> Path:
 def check(project: Path, contract_id: str = C05):
     """gates.verify's check of one claim's evidence (the claims history, runs/INDEX.jsonl, is checked
     apart from it by verify(): here the forger is assumed to have indexed the forged evidence too)."""
-    evidence_path = project / "runs" / contract_id / ledger.EVIDENCE
+    evidence_path = project / "runs" / contract_id / EVIDENCE
     return check_claim(evidence_path, find_contracts(project / "contracts"), replay=False)
 
 
@@ -208,7 +209,7 @@ def test_floats_within_rounding_are_the_same(project):
 
 
 def test_an_edited_verdict_md_is_lost_and_gates_render_rewrites_it(project):
-    report = project / "runs" / C05 / ledger.REPORT
+    report = project / "runs" / C05 / REPORT
     recorded = evidence(project)["verdict"].upper()
     other = "REFUTED" if recorded != "REFUTED" else "SUPPORTED"
     text = report.read_text()
@@ -230,12 +231,12 @@ def test_an_edited_verdict_md_is_lost_and_gates_render_rewrites_it(project):
     assert f"LOST {C05}" in done.output and f"`gates render {C05}` rewrites it" in done.output
     done = runner.invoke(app, ["render", C05, "--runs-dir", str(project / "runs")])
     assert done.exit_code == 0 and "rendered" in done.output
-    assert report.read_text() == ledger.render_report(evidence(project))
+    assert report.read_text() == render_report(evidence(project))
     assert check(project).status == "ok"
 
 
 def test_a_missing_verdict_md_is_lost(project):
-    (project / "runs" / C05 / ledger.REPORT).unlink()
+    (project / "runs" / C05 / REPORT).unlink()
     lost_with(project, "cannot be read")
 
 
@@ -246,7 +247,7 @@ def test_the_dashboard_sees_an_edited_verdict_md(project, tmp_path):
         project / "runs", project / "contracts", Store(f"sqlite:///{tmp_path / 'none.db'}")
     )
     assert all("is not the rendering" not in p for p in claims.all()[C05].problems)
-    report = project / "runs" / C05 / ledger.REPORT
+    report = project / "runs" / C05 / REPORT
     report.write_text(report.read_text() + "\nReviewed: beyond doubt.\n")
     assert any(
         "is not the rendering" in p for p in claims.all()[C05].problems

@@ -13,10 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gates.contract import MAX_CONTRACT_BYTES, Contract
-from gates.new import placeholders
-from gates.registry import get_study
-from gates.yamlsafe import load_yaml
+from gates.contract import MAX_CONTRACT_BYTES, Contract, load_yaml, placeholders
+from gates.study import get_study
 
 ROOT = Path(__file__).resolve().parent.parent
 

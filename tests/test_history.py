@@ -13,9 +13,20 @@ from pathlib import Path
 
 import pytest
 
-from gates import history
 from gates.contract import load_contract
-from gates.runner import run_contract
+from gates.execution import run_contract
+from gates.record import (
+    GENESIS,
+    INDEX,
+    backfill_index,
+    check_history,
+    latest_entries,
+    line_sha256,
+    read_index,
+    record_entry,
+    sha256_file,
+    withdraw_claim,
+)
 from gates.verify import verify
 from tests.conftest import FIXTURE_CLAIMS, FIXTURE_RUNS, small_c05, write_contract
 
@@ -34,7 +45,7 @@ def copy_evidence(tmp_path: Path, ids: list[str] | None = None) -> Path:
 
 
 def lines(runs: Path) -> list[bytes]:
-    return (runs / history.INDEX).read_bytes().splitlines(keepends=True)
+    return (runs / INDEX).read_bytes().splitlines(keepends=True)
 
 
 def ids_of(runs: Path) -> list[str]:
@@ -44,31 +55,31 @@ def ids_of(runs: Path) -> list[str]:
 # ---------------------------------------------------------------------------------- the index alone
 def test_backfill_chains_every_claim_once(tmp_path):
     runs = copy_evidence(tmp_path)
-    added = history.backfill(runs)
+    added = backfill_index(runs)
     n = len(list(runs.glob("*/evidence.json")))
     assert len(added) == n == len(FIXTURE_CLAIMS) >= 7  # the quiet rewrites below need 7
-    assert history.backfill(runs) == []  # idempotent
-    entries = history.read(runs)
+    assert backfill_index(runs) == []  # idempotent
+    entries = read_index(runs)
     assert [e["kind"] for e in entries] == ["backfilled"] * n
-    assert entries[0]["prev"] == history.GENESIS
+    assert entries[0]["prev"] == GENESIS
     raw = lines(runs)
     for before, entry in zip(raw, entries[1:]):
-        assert entry["prev"] == history.line_sha256(before.rstrip(b"\n"))
+        assert entry["prev"] == line_sha256(before.rstrip(b"\n"))
     for entry in entries:
         evidence = runs / entry["contract_id"] / "evidence.json"
-        assert entry["evidence_sha256"] == history.sha256_file(evidence)
+        assert entry["evidence_sha256"] == sha256_file(evidence)
         assert entry["verdict"] == json.loads(evidence.read_text())["verdict"]
         recorded_engine = json.loads(evidence.read_text()).get("engine_version")
         assert entry["engine_version"] == (
             recorded_engine or "1"
         )  # "1": from before engines were numbered
-    assert history.check(runs, {}) == {}
+    assert check_history(runs, {}) == {}
 
 
 def test_every_quiet_rewrite_is_named(tmp_path):
     runs = copy_evidence(tmp_path)
-    history.backfill(runs)
-    index = runs / history.INDEX
+    backfill_index(runs)
+    index = runs / INDEX
     original = index.read_bytes()
     ids = ids_of(runs)
 
@@ -78,7 +89,7 @@ def test_every_quiet_rewrite_is_named(tmp_path):
     edited["verdict"] = "supported" if edited["verdict"] != "supported" else "refuted"
     raw[5] = json.dumps(edited, separators=(", ", ": ")).encode() + b"\n"
     index.write_bytes(b"".join(raw))
-    problems = history.check(runs, {})
+    problems = check_history(runs, {})
     assert any("chain broken at line 7" in p for p in problems[ids[6]])
     assert any("chain broken at line 7" in p for p in problems[ids[5]])
     assert any("the entry was edited" in p for p in problems[ids[5]])
@@ -86,7 +97,7 @@ def test_every_quiet_rewrite_is_named(tmp_path):
     # an entry removed: the chain breaks where it was, and its evidence has no entry any more
     raw = original.splitlines(keepends=True)
     index.write_bytes(b"".join(raw[:2] + raw[3:]))
-    problems = history.check(runs, {})
+    problems = check_history(runs, {})
     assert any("chain broken at line 3" in p for p in problems[ids[3]])
     assert any("has no entry" in p for p in problems[ids[2]])
 
@@ -94,7 +105,7 @@ def test_every_quiet_rewrite_is_named(tmp_path):
     raw = original.splitlines(keepends=True)
     raw[1], raw[2] = raw[2], raw[1]
     index.write_bytes(b"".join(raw))
-    problems = history.check(runs, {})
+    problems = check_history(runs, {})
     assert any("chain broken at line 2" in p for p in problems[ids[2]])
 
     # the last entry edited: no line follows it, but its evidence no longer matches it
@@ -103,52 +114,50 @@ def test_every_quiet_rewrite_is_named(tmp_path):
     last["evidence_sha256"] = "0" * 64
     raw[-1] = json.dumps(last, separators=(", ", ": ")).encode() + b"\n"
     index.write_bytes(b"".join(raw))
-    assert any("changed without an index entry" in p for p in history.check(runs, {})[ids[-1]])
+    assert any("changed without an index entry" in p for p in check_history(runs, {})[ids[-1]])
     index.write_bytes(original)
-    assert history.check(runs, {}) == {}
+    assert check_history(runs, {}) == {}
 
     # evidence changed without an entry, then an entry that says why
     evidence = runs / ids[0] / "evidence.json"
     evidence.write_text(evidence.read_text() + " ")
-    (problem,) = history.check(runs, {})[ids[0]]
+    (problem,) = check_history(runs, {})[ids[0]]
     assert "changed without an index entry" in problem and ids[0] in problem
-    history.record(runs, evidence, "rederived", reason="re-derived by verdict engine 2")
-    assert history.check(runs, {}) == {}
-    assert history.latest(runs)[ids[0]]["reason"] == "re-derived by verdict engine 2"
+    record_entry(runs, evidence, "rederived", reason="re-derived by verdict engine 2")
+    assert check_history(runs, {}) == {}
+    assert latest_entries(runs)[ids[0]]["reason"] == "re-derived by verdict engine 2"
 
     # evidence gone without a withdrawal; then withdrawn: nothing to say
     evidence.unlink()
-    (problem,) = history.check(runs, {})[ids[0]]
+    (problem,) = check_history(runs, {})[ids[0]]
     assert "disappeared without a withdrawal" in problem and "contract is gone too" in problem
-    history.withdraw(runs, ids[0], "the corpus it was measured on was wrong")
-    assert history.check(runs, {}) == {}
-    assert history.latest(runs)[ids[0]]["evidence_sha256"] is None
+    withdraw_claim(runs, ids[0], "the corpus it was measured on was wrong")
+    assert check_history(runs, {}) == {}
+    assert latest_entries(runs)[ids[0]]["evidence_sha256"] is None
 
     # evidence that was never indexed
     (runs / "new-claim").mkdir()
     shutil.copy(runs / ids[1] / "evidence.json", runs / "new-claim" / "evidence.json")
-    assert "has no entry" in history.check(runs, {})["new-claim"][0]
+    assert "has no entry" in check_history(runs, {})["new-claim"][0]
 
 
 def test_torn_append_is_named_and_the_next_append_repairs_it(tmp_path):
     runs = copy_evidence(tmp_path, ["c05-structural-probe", "twin-tree-toy"])
-    history.backfill(runs)
-    with open(runs / history.INDEX, "ab") as f:
+    backfill_index(runs)
+    with open(runs / INDEX, "ab") as f:
         f.write(b'{"kind": "recorded", "contract_id": "c05-str')  # power lost mid-append
-    problems = history.check(runs, {})
+    problems = check_history(runs, {})
     assert all(any("is not a JSON object" in p for p in found) for found in problems.values())
     with pytest.raises(ValueError, match="line 3 is not a JSON object"):
-        history.read(runs)
-    entry = history.record(runs, runs / "twin-tree-toy" / "evidence.json", "rederived", "test")
-    assert len(history.read(runs)) == 3 and entry["prev"] == history.line_sha256(
-        lines(runs)[1].rstrip(b"\n")
-    )
-    assert history.check(runs, {}) == {}
+        read_index(runs)
+    entry = record_entry(runs, runs / "twin-tree-toy" / "evidence.json", "rederived", "test")
+    assert len(read_index(runs)) == 3 and entry["prev"] == line_sha256(lines(runs)[1].rstrip(b"\n"))
+    assert check_history(runs, {}) == {}
 
 
 def _append_many(runs: str, evidence: str, n: int) -> None:
     for i in range(n):
-        history.record(Path(runs), Path(evidence), "rederived", f"writer {os.getpid()} entry {i}")
+        record_entry(Path(runs), Path(evidence), "rederived", f"writer {os.getpid()} entry {i}")
 
 
 def test_concurrent_appends_keep_one_chain(tmp_path):
@@ -163,16 +172,16 @@ def test_concurrent_appends_keep_one_chain(tmp_path):
     for w in writers:
         w.join()
     assert [w.exitcode for w in writers] == [0, 0, 0, 0]
-    assert len(history.read(runs)) == 100
-    assert history.check(runs, {}) == {}
+    assert len(read_index(runs)) == 100
+    assert check_history(runs, {}) == {}
 
 
 def test_record_refuses_unknown_kinds_and_missing_evidence(tmp_path):
     runs = copy_evidence(tmp_path, ["c05-structural-probe"])
     with pytest.raises(ValueError, match="unknown index entry kind"):
-        history.record(runs, runs / "c05-structural-probe" / "evidence.json", "edited")
+        record_entry(runs, runs / "c05-structural-probe" / "evidence.json", "edited")
     with pytest.raises(ValueError, match="only a withdrawal may name missing evidence"):
-        history.record(runs, runs / "nothing" / "evidence.json", "recorded")
+        record_entry(runs, runs / "nothing" / "evidence.json", "recorded")
 
 
 # ---------------------------------------------------------------------------------- with gates run
@@ -216,9 +225,9 @@ def status_json(project: Path) -> dict[str, dict]:
 
 def test_runner_indexes_its_evidence(project):
     root, _ = project
-    (entry,) = history.read(root / "runs")
+    (entry,) = read_index(root / "runs")
     evidence = root / "runs" / "c05-small" / "evidence.json"
-    assert entry["kind"] == "recorded" and entry["evidence_sha256"] == history.sha256_file(evidence)
+    assert entry["kind"] == "recorded" and entry["evidence_sha256"] == sha256_file(evidence)
     ev = json.loads(evidence.read_text())
     assert entry["contract_sha256"] == ev["contract_sha256"] and entry["verdict"] == ev["verdict"]
     assert entry["engine_version"] == ev.get("engine_version", entry["engine_version"])
@@ -240,10 +249,10 @@ def test_verify_fails_on_rewrites_and_passes_a_withdrawn_claim(project):
     assert result.returncode == 1 and "changed without an index entry" in result.stdout
 
     evidence.write_bytes(original)
-    history.record(
+    record_entry(
         root / "runs", evidence, "rederived", "a second entry, so that one follows the first"
     )
-    index = root / "runs" / history.INDEX
+    index = root / "runs" / INDEX
     honest = index.read_bytes()
     index.write_bytes(honest.replace(b'"recorded"', b'"backfilled"', 1))  # history rewritten
     result = gates(root, "verify")
@@ -291,14 +300,14 @@ def test_a_contract_gone_with_its_evidence_is_named(project):
 
 def test_running_again_after_a_withdrawal_records_the_claim_anew(project, monkeypatch):
     root, uri = project
-    history.withdraw(root / "runs", "c05-small", "checking")
+    withdraw_claim(root / "runs", "c05-small", "checking")
     (check,) = verify(root / "runs", root / "contracts")
     assert check.status == "withdrawn"
     monkeypatch.chdir(root)
     run_contract(
         load_contract("contracts/c05-small.yaml"), uri, root / "runs"
     )  # reuses the finished runs
-    assert [e["kind"] for e in history.read(root / "runs")] == ["recorded", "withdrawn", "recorded"]
+    assert [e["kind"] for e in read_index(root / "runs")] == ["recorded", "withdrawn", "recorded"]
     (check,) = verify(root / "runs", root / "contracts")
     assert check.status == "ok" and not check.withdrawn
 
@@ -310,20 +319,20 @@ def test_kill_between_evidence_and_index_is_named_and_the_next_run_repairs_it(pr
     root, uri = project
     killer = (
         "import os, signal, sys\n"
-        "import gates.history\n"
-        "gates.history.record = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
+        "import gates.execution._runner as runner\n"
+        "runner.record_entry = lambda *a, **k: os.kill(os.getpid(), signal.SIGKILL)\n"
         "from gates.cli import main\n"
         f"sys.argv = ['gates', 'run', 'contracts/c05-small.yaml', '--tracking-uri', {uri!r}, '--record',\n"
         "            '--reason', 'a second attempt']\n"
         "main()\n"
     )
-    before = history.sha256_file(root / "runs" / "c05-small" / "evidence.json")
+    before = sha256_file(root / "runs" / "c05-small" / "evidence.json")
     killed = subprocess.run(
         [sys.executable, "-c", killer], cwd=root, capture_output=True, text=True
     )
     assert killed.returncode == -9, killed.stderr
     assert (
-        history.sha256_file(root / "runs" / "c05-small" / "evidence.json") != before
+        sha256_file(root / "runs" / "c05-small" / "evidence.json") != before
     )  # new evidence, unindexed
     assert (
         json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())["attempt"]["number"]
@@ -339,7 +348,7 @@ def test_kill_between_evidence_and_index_is_named_and_the_next_run_repairs_it(pr
     assert rerun.returncode == 0, rerun.stderr
     assert "recorded attempt 2" in rerun.stdout
     assert gates(root, "verify").returncode == 0
-    assert [e["kind"] for e in history.read(root / "runs")] == ["recorded", "recorded"]
+    assert [e["kind"] for e in read_index(root / "runs")] == ["recorded", "recorded"]
     attempt = json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())["attempt"]
     assert attempt["number"] == 2 and [a["number"] for a in attempt["earlier"]] == [1]
 
@@ -387,12 +396,10 @@ def test_status_and_verify_name_stale_files(project):
     )  # as if it had been computed with another c05_probe.py
     ev["code_sha256"] = "1" * 64
     evidence.write_text(json.dumps(ev, indent=2) + "\n")
-    from gates import ledger
+    from gates.record import render_report
 
-    (root / "runs" / "c05-small" / "verdict.md").write_text(ledger.render_report(ev))
-    history.record(
-        root / "runs", evidence, "rederived", "test: code fingerprint of another checkout"
-    )
+    (root / "runs" / "c05-small" / "verdict.md").write_text(render_report(ev))
+    record_entry(root / "runs", evidence, "rederived", "test: code fingerprint of another checkout")
     row = status_json(root)["c05-small"]
     assert row["stale"] is True and row["stale_files"] == ["models/c05_probe.py"]
     table = gates(root, "status")
@@ -424,10 +431,10 @@ def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
     ev["code_files"]["models/c05_probe.py"] = "0" * 64
     ev["code_sha256"] = "1" * 64
     evidence.write_text(json.dumps(ev, indent=2) + "\n")
-    from gates import ledger
+    from gates.record import render_report
 
-    (root / "runs" / "c05-small" / "verdict.md").write_text(ledger.render_report(ev))
-    history.record(root / "runs", evidence, "rederived", "test: another checkout's code")
+    (root / "runs" / "c05-small" / "verdict.md").write_text(render_report(ev))
+    record_entry(root / "runs", evidence, "rederived", "test: another checkout's code")
     site = Site(root / "runs", root / "contracts", uri, "http://127.0.0.1:5000")
     index = site.index()
     old_row = index[index.index('<tr id="row-c05-small">') :]
@@ -442,7 +449,7 @@ def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
     assert "<code>models/c05_probe.py</code>" in page
     assert 'Supersedes <a href="/contract/c05-small">c05-small</a>' in site.contract("c05-small-v2")
 
-    history.withdraw(root / "runs", "c05-small", "a leak <found> in the probe data")
+    withdraw_claim(root / "runs", "c05-small", "a leak <found> in the probe data")
     site = Site(root / "runs", root / "contracts", uri, "http://127.0.0.1:5000")
     index = site.index()
     row = index[index.index('<tr id="row-c05-small">') :]

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import textwrap
 
-from gates.ledger import atomic_write_text, read_evidence
+from gates.record import atomic_write_text, read_evidence
 
 
 def test_atomic_write_replaces_whole_file(tmp_path):
@@ -26,7 +26,7 @@ def test_kill_during_write_keeps_old_evidence(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from gates.ledger import atomic_writer
+        from gates.record import atomic_writer
         with atomic_writer(Path({str(path)!r})) as f:
             f.write('{{"verdict": "new", "runs": [')
             f.flush()
@@ -42,7 +42,7 @@ def test_kill_during_write_keeps_old_evidence(tmp_path):
 
 
 def test_exception_during_write_discards_temporary(tmp_path):
-    from gates.ledger import atomic_writer
+    from gates.record import atomic_writer
 
     path = tmp_path / "evidence.json"
     try:

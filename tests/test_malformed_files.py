@@ -23,10 +23,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from gates import ledger
 from gates.cli import app
 from gates.contract import load_contract
 from gates.errors import UserError
+from gates.record import EVIDENCE, REPORT, read_evidence, render_report, write_evidence
 from gates.verify import check_claim, find_contracts, verify
 from tests.conftest import copy_claims, small_c05, write_contract
 
@@ -59,7 +59,7 @@ def project(tmp_path) -> Path:
 
 
 def evidence_path(project: Path, contract_id: str = BROKEN) -> Path:
-    return project / "runs" / contract_id / ledger.EVIDENCE
+    return project / "runs" / contract_id / EVIDENCE
 
 
 def _set(path: tuple, value):
@@ -221,7 +221,7 @@ def test_a_fifo_as_evidence_is_a_lost_claim_not_a_hang(project):
 
 # ---------------------------------------------------------------------------------- writing
 def _pair(folder: Path) -> tuple[bytes, bytes]:
-    return (folder / ledger.EVIDENCE).read_bytes(), (folder / ledger.REPORT).read_bytes()
+    return (folder / EVIDENCE).read_bytes(), (folder / REPORT).read_bytes()
 
 
 def _strays(folder: Path) -> list[str]:
@@ -245,12 +245,12 @@ def test_a_full_disk_leaves_the_old_pair_and_no_temporaries(project):
     script = textwrap.dedent(f"""
         import json, resource, signal, sys
         from pathlib import Path
-        from gates import ledger
+        from gates.record import write_evidence
         from gates.errors import UserError
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))
         try:
-            ledger.write_evidence(Path({str(project / "runs")!r}),
+            write_evidence(Path({str(project / "runs")!r}),
                                   json.loads(Path({str(project / "new.json")!r}).read_text()))
         except UserError as e:
             print(e.render())
@@ -287,20 +287,20 @@ def test_an_unwritable_runs_folder_is_a_one_line_error_and_the_rerun_writes_it(t
     done = gates_cli("run", "contracts/c05-small.yaml", "--json", cwd=tmp_path, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = tmp_path / "runs" / "c05-small"
-    ev = ledger.read_evidence(folder / ledger.EVIDENCE)
-    assert (folder / ledger.REPORT).read_text() == ledger.render_report(ev)
+    ev = read_evidence(folder / EVIDENCE)
+    assert (folder / REPORT).read_text() == render_report(ev)
 
 
 KILL_AFTER_FIRST_RENAME = """
 import json, os, signal
 from pathlib import Path
-from gates import ledger
+from gates.record import write_evidence
 real = os.replace
 def replace(src, dst):  # a kill right after the first of the two files is in place
     real(src, dst)
     os.kill(os.getpid(), signal.SIGKILL)
 os.replace = replace
-ledger.write_evidence(Path({runs!r}), json.loads(Path({new!r}).read_text()))
+write_evidence(Path({runs!r}), json.loads(Path({new!r}).read_text()))
 """
 
 
@@ -315,21 +315,15 @@ def test_a_kill_between_the_two_files_is_detected_and_the_next_write_repairs_it(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == -signal.SIGKILL, done.stderr
-    written = ledger.read_evidence(folder / ledger.EVIDENCE)  # whole: old or new
-    if (folder / ledger.REPORT).read_text() != ledger.render_report(
-        written
-    ):  # the pair disagrees: detected
-        result = check_claim(
-            folder / ledger.EVIDENCE, find_contracts(project / "contracts"), replay=False
-        )
+    written = read_evidence(folder / EVIDENCE)  # whole: old or new
+    if (folder / REPORT).read_text() != render_report(written):  # the pair disagrees: detected
+        result = check_claim(folder / EVIDENCE, find_contracts(project / "contracts"), replay=False)
         assert result.status == "lost"
         assert any("is not the rendering of its evidence.json" in p for p in result.problems), (
             result.problems
         )
-    ledger.write_evidence(project / "runs", ev)  # the next run
-    assert (folder / ledger.REPORT).read_text() == ledger.render_report(
-        ledger.read_evidence(folder / ledger.EVIDENCE)
-    )
+    write_evidence(project / "runs", ev)  # the next run
+    assert (folder / REPORT).read_text() == render_report(read_evidence(folder / EVIDENCE))
     assert _strays(folder) == []
 
 
@@ -338,8 +332,8 @@ def test_temporaries_of_a_killed_write_are_removed_by_the_next_write(project):
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from gates.ledger import atomic_writer
-        with atomic_writer(Path({str(folder / ledger.EVIDENCE)!r})) as f:
+        from gates.record import atomic_writer
+        with atomic_writer(Path({str(folder / EVIDENCE)!r})) as f:
             f.write('{{"half": ')
             f.flush()
             os.kill(os.getpid(), signal.SIGKILL)
@@ -348,7 +342,7 @@ def test_temporaries_of_a_killed_write_are_removed_by_the_next_write(project):
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert done.returncode == -signal.SIGKILL and _strays(folder), done.stderr
-    ledger.write_evidence(project / "runs", _newer(project))
+    write_evidence(project / "runs", _newer(project))
     assert _strays(folder) == []
     subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=120)
     done = CliRunner().invoke(app, ["render", BROKEN, "--runs-dir", str(project / "runs")])

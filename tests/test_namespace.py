@@ -22,9 +22,10 @@ def test_a_project_with_its_own_models_package_works_beside_ours(tmp_path):
         import models, dashboard
         assert models.OWNER == "the researcher (models)", models.__file__
         assert dashboard.OWNER == "the researcher (dashboard)", dashboard.__file__
-        from gates import provenance, registry
-        study = registry.get_study("c05_probe")  # found through its entry point, in gates.models
-        module = registry.study_module("c05_probe")
+        from gates.record import _provenance as provenance
+        from gates.study import get_study, study_module
+        study = get_study("c05_probe")  # found through its entry point, in gates.models
+        module = study_module("c05_probe")
         assert module == "gates.models.c05_probe", module
         assert type(study).__module__ == module
         # ours is fingerprinted by its import closure in the repository, theirs by their own files

@@ -17,14 +17,14 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from gates import provenance
+from gates.record import PROJECT_ROOT, code_files, study_files
 from tests.test_plugin_study import CONTRACT, EXAMPLE, gates, install_dist
 
 # prints the fingerprint of a study module as the platform computes it, from a process whose sys.path
 # starts with the site folder (PYTHONPATH, as `gates` runs there)
 FINGERPRINT = """
 import json, sys
-from gates import provenance
+from gates.record import _provenance as provenance
 from gates.dashboard.data import _code_files
 
 module = sys.argv[1]
@@ -176,17 +176,16 @@ def test_a_package_called_models_outside_this_repository_is_fingerprinted_by_its
 
     # where `models` is this repository's (this test process), a study keeps its import closure
     closure = [
-        p.relative_to(provenance.PROJECT_ROOT).as_posix()
-        for p in provenance.study_files("gates.models.c05_probe")
+        p.relative_to(PROJECT_ROOT).as_posix() for p in study_files("gates.models.c05_probe")
     ]
-    assert sorted(own(provenance.code_files("gates.models.c05_probe"))) == closure
+    assert sorted(own(code_files("gates.models.c05_probe"))) == closure
 
 
 # evidence recorded before issue #23 for a study from elsewhere: its fingerprint covered gates/ and
 # this repository's models/__init__.py, none of the study package's files
 OLD_EVIDENCE = """
 import hashlib, json
-from gates import provenance
+from gates.record import _provenance as provenance
 
 files = {k: v for k, v in provenance.code_files("my_study.study").items() if k.startswith("gates/")}
 files["models/__init__.py"] = hashlib.sha256((provenance.PROJECT_ROOT / "models/__init__.py").read_bytes()).hexdigest()

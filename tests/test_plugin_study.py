@@ -73,12 +73,12 @@ class CorpusStudy(MyStudy):
     Config = CorpusConfig
 
     def check_ready(self, config):
-        from gates.data import check_source
+        from gates.models.corpora import check_source
 
         return check_source(config.corpus, kind="text")
 
     def run(self, config, seed, reporter):
-        from gates.data import load_text
+        from gates.models.corpora import load_text
 
         assert load_text(config.corpus)
         return super().run(config, seed, reporter)
@@ -88,7 +88,7 @@ class CorpusStudy(MyStudy):
 FAKE_APT = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
-from gates import data
+from gates.models import corpora as data
 from tests.test_data import write_help_tree
 
 
@@ -203,7 +203,7 @@ def test_the_example_study_is_found_listed_and_described(site, tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert "my_study: my_study.study:MyStudy (gates-my-study 0.1.0)" in listed.stdout
     assert (
-        "c05_probe: models.c05_probe:C05ProbeStudy" in listed.stdout
+        "c05_probe: gates.models.c05_probe:C05ProbeStudy" in listed.stdout
     )  # beside this repository's studies
     detail = gates(site, tmp_path, "studies", "my_study")
     assert detail.returncode == 0, detail.stderr
@@ -221,25 +221,21 @@ def test_the_example_study_is_found_listed_and_described(site, tmp_path):
 def test_refresh_finds_a_distribution_installed_in_this_process(site, monkeypatch):
     """The registry caches what it found; `refresh` reads the installed metadata again (a `pip install`
     in a running process, or a test that adds a site folder)."""
-    from gates import registry
+    from gates.study import StudyError, get_study, refresh, study_names
 
-    assert "my_study" not in registry.study_names()
+    assert "my_study" not in study_names()
     monkeypatch.syspath_prepend(str(site))
     try:
-        assert "my_study" not in registry.study_names()  # cached
-        registry.refresh()
-        assert "my_study" in registry.study_names()
-        assert (
-            registry.get_study("my_study").param_count(registry.get_study("my_study").Config()) == 6
-        )
-        with pytest.raises(
-            registry.StudyError, match="study 'no_metrics' .* breaks the study interface"
-        ):
-            registry.get_study("no_metrics")
+        assert "my_study" not in study_names()  # cached
+        refresh()
+        assert "my_study" in study_names()
+        assert get_study("my_study").param_count(get_study("my_study").Config()) == 6
+        with pytest.raises(StudyError, match="study 'no_metrics' .* breaks the study interface"):
+            get_study("no_metrics")
     finally:
         monkeypatch.undo()
-        registry.refresh()
-    assert "my_study" not in registry.study_names()
+        refresh()
+    assert "my_study" not in study_names()
 
 
 def test_the_example_study_is_under_100_lines():

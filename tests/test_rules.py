@@ -7,8 +7,7 @@ import math
 import pytest
 
 from gates.contract import StopRules
-from gates.reporter import PlatformReporter
-from gates.rules import StopRuleEngine
+from gates.execution import PlatformReporter, StopRuleEngine
 from gates.study import Budget, Halt
 
 DIRECTIONS = {"acc": "higher", "loss": "lower"}

@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from gates import ledger
 from gates.contract import load_contract
 from gates.errors import UserError
-from gates.runner import run_contract
-from gates.tracking import open_client
+from gates.execution import run_contract
+from gates.record import EVIDENCE, REPORT, atomic_write_text, open_client
 from tests.conftest import ROOT, small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -119,7 +118,7 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
     assert not (tmp_path / "runs" / ".c05-lock.lock").exists()  # a clean exit removes its lock file
     umask = os.umask(0)
     os.umask(umask)
-    for name in (ledger.EVIDENCE, ledger.REPORT):
+    for name in (EVIDENCE, REPORT):
         assert (
             stat.S_IMODE((tmp_path / "runs" / "c05-lock" / name).stat().st_mode) == 0o666 & ~umask
         )
@@ -171,7 +170,7 @@ def test_runs_left_running_by_a_dead_gates_run_are_closed_under_any_parent(tmp_p
 
 
 def test_the_lock_is_per_contract_and_released_on_exit(tmp_path):
-    from gates.locks import contract_lock
+    from gates.execution import contract_lock
 
     runs = tmp_path / "runs"
     with contract_lock(runs, "a"):
@@ -189,7 +188,7 @@ def test_the_lock_is_per_contract_and_released_on_exit(tmp_path):
 
 
 def test_a_runs_folder_that_cannot_be_made_is_a_one_line_error(tmp_path):
-    from gates.locks import contract_lock
+    from gates.execution import contract_lock
 
     (tmp_path / "runs").write_text("a file where the runs folder belongs")
     with pytest.raises(UserError) as info:
@@ -205,9 +204,9 @@ def test_a_runs_folder_that_cannot_be_made_is_a_one_line_error(tmp_path):
 def test_evidence_files_honour_the_umask(tmp_path, umask):
     before = os.umask(umask)
     try:
-        ledger.atomic_write_text(tmp_path / "runs" / "x" / ledger.EVIDENCE, "{}\n")
+        atomic_write_text(tmp_path / "runs" / "x" / EVIDENCE, "{}\n")
     finally:
         os.umask(before)
-    mode = stat.S_IMODE((tmp_path / "runs" / "x" / ledger.EVIDENCE).stat().st_mode)
+    mode = stat.S_IMODE((tmp_path / "runs" / "x" / EVIDENCE).stat().st_mode)
     assert mode == 0o666 & ~umask  # 0644 under umask 022, never mkstemp's 0600
-    assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == [ledger.EVIDENCE]
+    assert sorted(p.name for p in (tmp_path / "runs" / "x").iterdir()) == [EVIDENCE]

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from scipy.stats import norm
 
-from gates import verdict as v
 from gates.contract import Decision, Sequential, load_contract
-from gates.sequential import judge_sequential, next_look, obrien_fleming, pocock, spent
+from gates.inference import _verdict as v
+from gates.inference import decide, judge_sequential, next_look, obrien_fleming, pocock, spent
 from tests.conftest import small_c05, write_contract
 
 ALPHA = 0.05
@@ -133,7 +133,7 @@ def test_looking_after_every_seed_without_spending_inflates_false_support(no_pow
     naive = spent_ok = 0
     for _ in range(SIMULATED):
         runs = _runs(rng.normal(size=n))
-        naive += any(v.decide(decision, runs[:k]).verdict == "supported" for k in range(2, n + 1))
+        naive += any(decide(decision, runs[:k]).verdict == "supported" for k in range(2, n + 1))
         spent_ok += judge_sequential(spent_contract, runs).verdict == "supported"
     naive_rate, spent_rate = naive / SIMULATED, spent_ok / SIMULATED
     se = math.sqrt(ALPHA * (1 - ALPHA) / SIMULATED)
@@ -258,8 +258,9 @@ def _sequential_c05(id_: str, seeds: int, looks: list[int], spending: str = "poc
 
 @pytest.mark.usefixtures("one_thread")
 def test_stops_early_and_verify_catches_tampered_look(workdir):
-    from gates.runner import run_contract
-    from gates.verify import _check_runs, verify
+    from gates.execution import run_contract
+    from gates.verify import verify
+    from gates.verify._verify import _check_runs
 
     # pocock, alpha 0.1: look 1 (5 of 7 seeds) spends 0.080; 5 seeds below the bar give the sign test's
     # p = 1/32 (engine 3: the supported_if tested at the look's alpha itself, intersection-union)
@@ -300,8 +301,9 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
 def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     """3 seeds can never give p below 1/8: undetermined at every look, inconclusive at the last. The
     first `gates run` is killed in look 2; the next one reuses every finished run and ends the sequence."""
-    from gates.runner import run_contract
-    from gates.verify import _check_runs, verify
+    from gates.execution import run_contract
+    from gates.verify import verify
+    from gates.verify._verify import _check_runs
 
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 3, [2, 3]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
@@ -356,25 +358,21 @@ def test_coordinator_enqueues_one_look_at_a_time(workdir):
     has run them and they decide, the evidence is the single-process one (look 1's runs only)."""
     import threading
 
-    from gates import distributed
+    from gates.execution import Worker, run_distributed
 
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-dist", 7, [5, 7]))
     loaded = load_contract(path)
     uri, storage_url = f"sqlite:///{workdir / 'mlflow.db'}", f"sqlite:///{workdir / 'queue.db'}"
-    queued = distributed.run_distributed(
-        loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=2
-    )
+    queued = run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=2)
     assert sorted(queued.enqueued) == sorted(
         f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel") for s in range(5)
     )
-    worker = distributed.Worker(storage_url, uri, heartbeat=2, poll=0.1)
+    worker = Worker(storage_url, uri, heartbeat=2, poll=0.1)
     thread = threading.Thread(
         target=worker.serve, kwargs={"max_jobs": 10, "idle_exit": 60.0}, daemon=True
     )
     thread.start()
-    outcome = distributed.run_distributed(
-        loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2
-    )
+    outcome = run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2)
     thread.join(timeout=60)
     assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded
     ev = outcome.evidence

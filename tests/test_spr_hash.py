@@ -9,7 +9,7 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from gates.data import is_present
+from gates.models.corpora import is_present
 from gates.models.spr_hash import (
     SprHashConfig,
     SprHashStudy,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gates import provenance
+from gates.record import Staleness, code_files, code_sha256, files_at_commit, git, staleness
 
 STUDY = "gates.models.probe"
 
@@ -45,14 +45,14 @@ def old_evidence(root: Path, commit: str) -> dict:
     """Evidence as recorded before per-file hashes: a fingerprint and a commit."""
     return {
         "study": "probe",
-        "code_sha256": provenance.code_sha256(STUDY, root),
+        "code_sha256": code_sha256(STUDY, root),
         "git_commit": commit,
     }
 
 
 def test_the_fingerprint_covers_the_platform_and_the_study_closure_only(repo):
     root, _ = repo
-    assert sorted(provenance.code_files(STUDY, root)) == [
+    assert sorted(code_files(STUDY, root)) == [
         "gates/__init__.py",
         "gates/verdict.py",
         "models/__init__.py",
@@ -64,14 +64,14 @@ def test_the_fingerprint_covers_the_platform_and_the_study_closure_only(repo):
 def test_old_evidence_names_changed_files_from_its_commit(repo):
     root, commit = repo
     ev = old_evidence(root, commit)
-    assert provenance.staleness(ev, STUDY, root) == provenance.Staleness(False)
+    assert staleness(ev, STUDY, root) == Staleness(False)
 
     (root / "models" / "other.py").write_text("OTHER = 3\n")  # another study's code: not stale
-    assert not provenance.staleness(ev, STUDY, root).stale
+    assert not staleness(ev, STUDY, root).stale
 
     (root / "models" / "common.py").write_text("def layer():\n    return 2\n")  # uncommitted edit
     (root / "gates" / "history.py").write_text("# new, untracked\n")
-    found = provenance.staleness(ev, STUDY, root)
+    found = staleness(ev, STUDY, root)
     # stale is the study's code; the platform file is noted, not counted
     assert found.stale and found.files == ("models/common.py",)
     assert (
@@ -79,7 +79,7 @@ def test_old_evidence_names_changed_files_from_its_commit(repo):
     )
 
     (root / "models" / "probe.py").unlink()  # the study module itself gone
-    assert "models/probe.py" in provenance.staleness(ev, STUDY, root).files
+    assert "models/probe.py" in staleness(ev, STUDY, root).files
 
 
 def test_evidence_whose_commit_does_not_hash_to_it_says_so(repo):
@@ -88,7 +88,7 @@ def test_evidence_whose_commit_does_not_hash_to_it_says_so(repo):
         **old_evidence(root, commit),
         "code_sha256": "0" * 64,
     }  # computed with uncommitted changes
-    found = provenance.staleness(ev, STUDY, root)
+    found = staleness(ev, STUDY, root)
     assert found.stale and found.files == ("unknown files",) and "never committed" in found.note
 
 
@@ -97,7 +97,7 @@ def test_unknown_commit_gives_unknown_files(repo):
     (root / "models" / "common.py").write_text("def layer():\n    return 2\n")
     for missing in ("f" * 40, "unknown"):
         ev = {**old_evidence(root, commit), "code_sha256": "1" * 64, "git_commit": missing}
-        found = provenance.staleness(ev, STUDY, root)
+        found = staleness(ev, STUDY, root)
         assert (
             found.stale
             and found.files == ("unknown files",)
@@ -107,19 +107,19 @@ def test_unknown_commit_gives_unknown_files(repo):
 
 def test_new_evidence_names_files_from_its_own_hashes_without_git(repo):
     root, commit = repo
-    prov_files = provenance.code_files(STUDY, root)
+    prov_files = code_files(STUDY, root)
     ev = {
         "study": "probe",
-        "code_sha256": provenance.code_sha256(STUDY, root),
+        "code_sha256": code_sha256(STUDY, root),
         "code_files": prov_files,
         "git_commit": commit,
     }
     shutil.rmtree(root / ".git")  # per-file hashes need no history
-    assert not provenance.staleness(ev, STUDY, root).stale
+    assert not staleness(ev, STUDY, root).stale
     (root / "gates" / "verdict.py").write_text(
         "ENGINE = 2\n"
     )  # the platform alone: noted, not stale
-    found = provenance.staleness(ev, STUDY, root)
+    found = staleness(ev, STUDY, root)
     assert (
         not found.stale
         and found.files == ()
@@ -128,13 +128,13 @@ def test_new_evidence_names_files_from_its_own_hashes_without_git(repo):
     (root / "models" / "probe.py").write_text(
         (root / "models" / "probe.py").read_text() + "# edited\n"
     )
-    found = provenance.staleness(ev, STUDY, root)
+    found = staleness(ev, STUDY, root)
     assert found.stale and found.files == ("models/probe.py",)
 
 
 def test_unregistered_study_is_stale_with_unknown_files(repo):
     root, commit = repo
-    found = provenance.staleness(old_evidence(root, commit), None, root)
+    found = staleness(old_evidence(root, commit), None, root)
     assert found.stale and found.files == ("unknown files",)
 
 
@@ -144,17 +144,17 @@ def test_the_committed_claims_old_evidence_reproduces_from_its_commits():
     exactly those that changed."""
     import json
 
-    from gates.registry import study_module
+    from gates.study import study_module
     from tests.conftest import FIXTURE_RUNS
 
-    if provenance.git("rev-parse", "HEAD") is None:
+    if git("rev-parse", "HEAD") is None:
         pytest.skip("not a git checkout")
     checked = 0
     for path in sorted(FIXTURE_RUNS.glob("*/evidence.json")):
         ev = json.loads(path.read_text())
         if ev.get("code_files") or ev.get("git_dirty") != "false":
             continue
-        at = provenance.files_at_commit(ev["git_commit"], study_module(ev["study"]))
+        at = files_at_commit(ev["git_commit"], study_module(ev["study"]))
         if at is None:
             pytest.skip(f"commit {ev['git_commit'][:12]} not available (a shallow clone)")
         assert at[0] == ev["code_sha256"], path

@@ -17,8 +17,7 @@ import pytest
 import torch
 import yaml
 
-from gates.registry import get_study, study_entries
-from gates.study import Budget, Ceiling, Metric, NullReporter, Study
+from gates.study import Budget, Ceiling, Metric, NullReporter, Study, get_study, study_entries
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = sorted((ROOT / "contracts").glob("*.yaml"))

@@ -6,8 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from gates.cli import app
-from gates.registry import get_study, study_names
-from gates.study import ROLES, Metric
+from gates.study import ROLES, Metric, get_study, study_names
 
 STUDIES = study_names()
 
@@ -60,7 +59,7 @@ def test_gates_studies_shows_direction_role_and_range():
 def test_a_returned_value_outside_its_range_fails_the_run_but_rounding_at_the_bound_does_not():
     """A run returning nonsense (accuracy 1.7) has failed; BLEU of a perfect match computed as
     100.00000000000004 by sacrebleu is a measurement at the bound, not nonsense (the twin-tree toy)."""
-    from gates.runner import StudyInterfaceError, returned_metrics
+    from gates.execution import StudyInterfaceError, returned_metrics
     from gates.study import Metric
 
     class Scores:

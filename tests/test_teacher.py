@@ -322,7 +322,7 @@ def test_the_key_is_the_one_from_before_devices(corpus):
     stay valid (only recordings made on cuda are kept apart, by file name)."""
     import hashlib
 
-    from gates.data import source_fingerprint
+    from gates.models.corpora import source_fingerprint
     from gates.models.teacher import TEACHER_VERSION
 
     config = TeacherConfig(corpus=str(corpus), **TINY)

@@ -23,8 +23,8 @@ import pytest
 
 from gates.contract import load_contract
 from gates.errors import UserError
-from gates.runner import run_contract
-from gates.tracking import open_client
+from gates.execution import run_contract
+from gates.record import open_client
 from tests.conftest import ROOT, small_c05, write_contract
 
 # SIGKILL this process right after MLflow's batch migration created its temporary table: the moment
@@ -164,7 +164,7 @@ def test_two_first_runs_at_once_both_succeed(tmp_path):
     code = textwrap.dedent("""
         import sys, time
         from pathlib import Path
-        from gates.tracking import open_client
+        from gates.record import open_client
         import mlflow.store.db.utils  # every import done before the start line
         Path("ready-" + sys.argv[1]).touch()
         while not Path("go").exists():
@@ -205,7 +205,7 @@ def test_a_full_disk_while_creating_leaves_no_store_and_one_line(tmp_path):
         resource.setrlimit(resource.RLIMIT_FSIZE, (200_000, 200_000))
 
     proc = python(
-        "from gates.tracking import open_client\nfrom gates.errors import UserError\n"
+        "from gates.record import open_client\nfrom gates.errors import UserError\n"
         "try:\n    open_client('sqlite:///mlflow.db')\nexcept UserError as e:\n    print(e.render())\n"
         "    raise SystemExit(2)\n",
         tmp_path,
@@ -338,7 +338,7 @@ def test_an_older_store_with_runs_is_upgraded_on_a_copy_and_a_kill_mid_upgrade_c
     run_id = _older_store_with_a_run(path)
     before = path.read_bytes()
     killed_mid_migration(
-        "from gates.tracking import open_client\nopen_client('sqlite:///mlflow.db')", tmp_path
+        "from gates.record import open_client\nopen_client('sqlite:///mlflow.db')", tmp_path
     )
     assert (
         path.read_bytes() == before

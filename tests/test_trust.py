@@ -210,16 +210,14 @@ def test_fixing_the_bug_keeps_the_first_attempt_on_the_record(site, buggy, tmp_p
 def test_an_attempt_hidden_from_the_evidence_is_caught(buggy, tmp_path):
     """The evidence's own account of the attempts must agree with the claims history: evidence that calls
     itself attempt 1 while the history holds two attempts of the claim loses it."""
-    from gates import history
+    from gates.record import check_history, record_entry
 
     root = tmp_path / "project"
     shutil.copytree(buggy["root"], root)
     path = root / "runs" / "circle-bug" / "evidence.json"
-    assert history.check(root / "runs", {}).get("circle-bug") is None
-    history.record(
-        root / "runs", path, "recorded", "a second attempt whose evidence hides the first"
-    )
-    problems = " ".join(history.check(root / "runs", {})["circle-bug"])
+    assert check_history(root / "runs", {}).get("circle-bug") is None
+    record_entry(root / "runs", path, "recorded", "a second attempt whose evidence hides the first")
+    problems = " ".join(check_history(root / "runs", {})["circle-bug"])
     assert (
         "the evidence says it is attempt 1, the claims history (INDEX.jsonl) has 2 attempts"
         in problems

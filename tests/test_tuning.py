@@ -13,13 +13,23 @@ import pytest
 from mlflow import MlflowClient
 from optuna.trial import TrialState
 
-from gates import provenance, tuning
 from gates.cli import main as cli_main
 from gates.contract import Contract, FutilityRule, StopRules, load_contract
 from gates.errors import UserError
-from gates.reporter import PlatformReporter
-from gates.rules import StopRuleEngine
-from gates.runner import run_contract
+from gates.execution import (
+    PlatformReporter,
+    StopRuleEngine,
+    StopRulePruner,
+    TrialRules,
+    default_storage,
+    distributions,
+    open_study,
+    run_contract,
+    run_tuning_trial,
+    tune,
+    tuned_config,
+)
+from gates.record import current_provenance
 from gates.study import Budget, Halt
 from gates.verify import check_claim
 from tests.conftest import small_c05, write_contract
@@ -35,7 +45,7 @@ def store(tmp_path_factory):
     seconds; every test uses its own contract id, so its experiment and studies are its own."""
     folder = tmp_path_factory.mktemp("stores")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
-    return uri, tuning.default_storage(uri)
+    return uri, default_storage(uri)
 
 
 def tuned_c05(trials=2, id="c05-tuned-small", **tuning_overrides) -> dict:
@@ -186,13 +196,10 @@ def test_schema_shows_tuning_and_the_hash_covers_it(tmp_path):
 
 
 def test_storage_sits_beside_the_mlflow_store():
-    assert tuning.default_storage("sqlite:///mlflow.db") == "sqlite:///optuna.db"
-    assert (
-        tuning.default_storage("sqlite:////tmp/x/tune-mlflow.db")
-        == "sqlite:////tmp/x/tune-optuna.db"
-    )
-    assert tuning.default_storage("sqlite:////tmp/x/store.db") == "sqlite:////tmp/x/store-optuna.db"
-    assert tuning.default_storage("http://mlflow:5000") == "sqlite:///optuna.db"
+    assert default_storage("sqlite:///mlflow.db") == "sqlite:///optuna.db"
+    assert default_storage("sqlite:////tmp/x/tune-mlflow.db") == "sqlite:////tmp/x/tune-optuna.db"
+    assert default_storage("sqlite:////tmp/x/store.db") == "sqlite:////tmp/x/store-optuna.db"
+    assert default_storage("http://mlflow:5000") == "sqlite:///optuna.db"
 
 
 # ---------------------------------------------------------------------------------- pruner
@@ -215,11 +222,11 @@ def test_pruner_prunes_exactly_where_the_stop_rule_halts():
     with pytest.raises(Halt) as halted:
         reports(plain)
 
-    pruner = tuning.StopRulePruner()
+    pruner = StopRulePruner()
     study = optuna.create_study(direction="maximize", pruner=pruner)
     trial = study.ask()
     pruner.watch(trial.number, StopRuleEngine(rules, "a", directions))
-    reporter = PlatformReporter(Budget(60, 20), tuning.TrialRules(trial, pruner, "val_acc"))
+    reporter = PlatformReporter(Budget(60, 20), TrialRules(trial, pruner, "val_acc"))
     with pytest.raises(Halt) as pruned:
         reports(reporter)
     frozen = study.tell(trial, state=TrialState.PRUNED)
@@ -235,7 +242,7 @@ def test_pruner_prunes_exactly_where_the_stop_rule_halts():
     reports(PlatformReporter(Budget(60, 20), StopRuleEngine(rules, "a", directions)))
     trial = study.ask()
     pruner.watch(trial.number, StopRuleEngine(rules, "a", directions))
-    reports(PlatformReporter(Budget(60, 20), tuning.TrialRules(trial, pruner, "val_acc")))
+    reports(PlatformReporter(Budget(60, 20), TrialRules(trial, pruner, "val_acc")))
     assert not trial.should_prune()
 
 
@@ -248,15 +255,15 @@ def test_a_hopeless_trial_is_pruned_at_the_runs_halt_step(workdir, store):
     }  # learns nothing in 60 steps
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
-    prov = provenance.current(
+    prov = current_provenance(
         "gates.models.c05_probe"
     )  # once: studies are named by the code's fingerprint
-    record = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov)
+    record = run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov)
     assert (
-        tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov) is None
+        run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov) is None
     )  # budget spent
 
-    cfg = tuning.tuned_config(loaded, "subheap_kernel", record["params"])
+    cfg = tuned_config(loaded, "subheap_kernel", record["params"])
     plain = PlatformReporter(
         Budget(60, 20),
         StopRuleEngine(loaded.contract.stop_rules, "subheap_kernel", loaded.study.metrics),
@@ -358,16 +365,16 @@ def test_resume_keeps_finished_trials_and_redoes_an_interrupted_one(workdir, sto
     data = tuned_c05(trials={"subheap_kernel": 3}, id="c05-tuned-resume")
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
-    prov = provenance.current(
+    prov = current_provenance(
         "gates.models.c05_probe"
     )  # once: studies are named by the code's fingerprint
-    first = tuning.run_tuning_trial(
+    first = run_tuning_trial(
         loaded, "subheap_kernel", storage, uri, prov=prov
     )  # a worker's single trial
-    study = tuning.open_study(loaded, "subheap_kernel", storage, prov.code_sha256)
-    study.ask(tuning.distributions(loaded.contract.tuning.space))  # a trial left RUNNING by a kill
+    study = open_study(loaded, "subheap_kernel", storage, prov.code_sha256)
+    study.ask(distributions(loaded.contract.tuning.space))  # a trial left RUNNING by a kill
 
-    record = tuning.tune(loaded, uri, storage_url=storage, prov=prov)
+    record = tune(loaded, uri, storage_url=storage, prov=prov)
     trials = record["arms"]["subheap_kernel"]["trials"]
     assert [t["number"] for t in trials] == [
         0,
@@ -395,12 +402,12 @@ def test_resume_keeps_finished_trials_and_redoes_an_interrupted_one(workdir, sto
     other = load_contract(
         write_contract(workdir / "contracts", {**data, "id": "c05-tuned-resume-b"}, "b.yaml")
     )
-    fresh = tuning.tune(other, uri, storage_url=storage, prov=prov)
+    fresh = tune(other, uri, storage_url=storage, prov=prov)
     assert [t["params"] for t in fresh["arms"]["subheap_kernel"]["trials"]] == [
         t["params"] for t in trials
     ]
     assert (
-        tuning.tune(loaded, uri, storage_url=storage, prov=prov)["arms"] == record["arms"]
+        tune(loaded, uri, storage_url=storage, prov=prov)["arms"] == record["arms"]
     )  # nothing left to do
 
 
@@ -411,23 +418,19 @@ def test_two_workers_on_one_arm_sample_two_places_of_its_budget(workdir, store):
     data = tuned_c05(trials={"subheap_kernel": 2}, id="c05-tuned-places")
     loaded = load_contract(write_contract(workdir / "contracts", data))
     uri, storage = store
-    prov = provenance.current("gates.models.c05_probe")
-    second = tuning.run_tuning_trial(
+    prov = current_provenance("gates.models.c05_probe")
+    second = run_tuning_trial(
         loaded, "subheap_kernel", storage, uri, prov=prov, index=1
     )  # first to start
     assert (
-        tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1) is None
+        run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1) is None
     )  # held
-    first = tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0)
+    first = run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0)
     assert first["params"] != second["params"]
-    assert (
-        tuning.run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0) is None
-    )
+    assert run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0) is None
 
     other = load_contract(
         write_contract(workdir / "contracts", {**data, "id": "c05-tuned-places-b"}, "b.yaml")
     )
-    in_order = tuning.tune(other, uri, storage_url=storage, prov=prov)["arms"]["subheap_kernel"][
-        "trials"
-    ]
+    in_order = tune(other, uri, storage_url=storage, prov=prov)["arms"]["subheap_kernel"]["trials"]
     assert [t["params"] for t in in_order] == [first["params"], second["params"]]

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from gates.contract import Decision
-from gates.verdict import BOOTSTRAP_RESAMPLES, Verdict, decide, holm
+from gates.inference import BOOTSTRAP_RESAMPLES, Verdict, decide, holm
 
 ROOT = Path(__file__).resolve().parents[1]
 NEVER = {"kind": "threshold", "arm": "a", "metric": "acc", "direction": "lower", "value": -1e9}
@@ -456,7 +456,7 @@ def test_signature_names_the_settings():
 
 
 def test_verdict_module_never_imports_torch():
-    code = "import sys, gates.verdict; assert 'torch' not in sys.modules"
+    code = "import sys, gates.inference as i; i.judge_claim, i.decide; assert 'torch' not in sys.modules"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=env
@@ -581,8 +581,8 @@ def test_a_bar_beyond_the_ceiling_makes_the_verdict_invalid():
 
 
 def test_linear_skew_notes_name_unbounded_positive_linear_metrics():
+    from gates.inference import linear_skew_notes
     from gates.study import nonnegative, positive, proportion
-    from gates.verdict import linear_skew_notes
 
     d = decision(
         [

@@ -14,9 +14,10 @@ from typer.testing import CliRunner
 
 from gates.cli import app, check
 from gates.contract import Decision, load_contract
+from gates.design import require_current_rules, rule_flags
 from gates.errors import UserError
+from gates.inference import decide, smallest_p, unreachable
 from gates.study import Metric, proportion
-from gates.verdict import decide, smallest_p, unreachable
 from tests.conftest import C05, c05_current, small_c05, write_contract
 from tests.test_verdict import decision, runs, thr
 
@@ -165,12 +166,12 @@ def test_the_test_contracts_follow_todays_design_rules(tmp_path):
     """c05_with and small_c05 start from contracts a new claim could register (each test changes one thing)."""
     for data in (c05_current(), small_c05()):
         loaded = load_contract(write_contract(tmp_path, data))
-        assert loaded.rule_flags == []
-        loaded.require_current_rules(
-            tmp_path / "runs"
+        assert rule_flags(loaded) == []
+        require_current_rules(
+            loaded, tmp_path / "runs"
         )  # no evidence here: refused if it broke a rule
     assert any(
-        "blind" in f or "positive control" in f for f in load_contract(C05).rule_flags
+        "blind" in f or "positive control" in f for f in rule_flags(load_contract(C05))
     )  # as recorded
 
 
@@ -402,17 +403,17 @@ def test_check_prints_seeds_for_power_and_the_exact_fallback(tmp_path):
 def test_a_recorded_contract_under_older_rules_loads_and_is_flagged(tmp_path):
     """bif-fam's decision reads a validation metric: recorded before the rule, flagged, not refused."""
     loaded = load_contract(C05.parent / "bif-fam.yaml")
-    assert any("validation metric" in f for f in loaded.rule_flags)
-    loaded.require_current_rules(C05.parent.parent / "runs")  # recorded: passes
+    assert any("validation metric" in f for f in rule_flags(loaded))
+    require_current_rules(loaded, C05.parent.parent / "runs")  # recorded: passes
     with pytest.raises(UserError, match="validation metric"):
-        loaded.require_current_rules(
-            tmp_path
+        require_current_rules(
+            loaded, tmp_path
         )  # no evidence here: a new contract must follow the rule
 
 
 def test_gates_3_and_5_are_compared_with_what_was_measured():
     from gates.contract import Contract
-    from gates.verdict import predictions
+    from gates.inference import predictions
 
     data = yaml.safe_load(C05.read_text())
     data["preflight"]["predicted_ablation"]["sd"] = 0.1

@@ -237,7 +237,7 @@ class BiicLMStudy(Study):
         return forward_flops(config)
 
     def check_ready(self, config: BiicLMConfig) -> str | None:
-        from gates.data import check_source
+        from gates.models.corpora import check_source
 
         return check_source(config.corpus)
 

@@ -333,7 +333,7 @@ class TranslatorStudy(Study):
         return forward_flops(config, self.vocab_size(config))
 
     def check_ready(self, config: TranslatorConfig) -> str | None:
-        from gates.data import check_source
+        from gates.models.corpora import check_source
 
         return check_source(config.corpus, "pairs")
 

@@ -1,0 +1,1359 @@
+"""The `gates` command line: new, check, run, worker, verify, status, withdraw, render, rederive,
+dashboard, report, schema, studies, data.
+
+Commands that only list (`--help`, `status`, `studies`) import no study and no verdict engine: they
+answer in a fraction of a second (benchmarks/cli_latency.py).
+
+Exit codes: 0 success; 1 a claim lost its evidence (verify) or a run was interrupted; 2 bad input
+(a one-line error naming file:line: field: what is expected, never a traceback).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from gates.errors import UserError
+from gates.record import describe_stale
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+    help="Falsification-gated experiments: a hypothesis contract fixes, before any training step, what "
+    "result would support or refute a claim; `gates run` trains its arms x seeds into MLflow, halts "
+    "hopeless runs and writes an honest verdict with its evidence to runs/<id>/.",
+)
+out = Console(soft_wrap=True)  # long lines (signatures, paths) stay whole for copy and grep
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+from gates.cli._data import data_app  # noqa: E402  (no heavy imports: stdlib + typer)
+
+app.add_typer(data_app, name="data")
+
+RUNS_DIR = typer.Option(
+    Path("runs"), "--runs-dir", help="Where evidence is written and read (committed)."
+)
+CONTRACTS_DIR = typer.Option(
+    Path("contracts"), "--contracts-dir", help="Where contracts are looked up."
+)
+THREADS = typer.Option(
+    None,
+    "--threads",
+    min=1,
+    help="CPU threads torch computes with (default: torch's own, "
+    "one per core; reproducing a recorded claim: the count its runs recorded). Each run records "
+    "its count; an audit or replay re-runs it on that count, as its sums depend on it.",
+)
+
+
+def _sigterm_as_interrupt(*_):
+    raise KeyboardInterrupt
+
+
+def _load(contract: Path):
+    """Load a contract for check or run: refused while `gates new` placeholders are left (each named), and
+    a study that cannot be used is named at the contract's `study` line."""
+    from gates.contract import load_contract, require_filled
+    from gates.study import StudyError
+
+    require_filled(contract)
+    try:
+        return load_contract(contract)
+    except StudyError as e:
+        from gates.contract import MAX_CONTRACT_BYTES, load_yaml
+
+        _, lines = load_yaml(contract, max_bytes=MAX_CONTRACT_BYTES)
+        raise UserError(
+            e.message, file=str(contract), line=lines.get(("study",)), field="study"
+        ) from None
+
+
+@app.command()
+def new(
+    contract_id: str = typer.Argument(
+        ...,
+        metavar="ID",
+        help="Id of the new contract (lowercase letters, "
+        "digits, '-'); the file is contracts/ID.yaml.",
+    ),
+    study: str = typer.Option(
+        ..., "--study", help="Registered study the contract runs (see `gates studies`)."
+    ),
+    contracts_dir: Path = CONTRACTS_DIR,
+):
+    """Write a contract skeleton contracts/ID.yaml for a study: every required field, two arms with the
+    study's default config, the five preflight gates as prompts, and "TODO: ..." wherever you decide.
+    `gates check` refuses it, naming each placeholder, until every one is replaced. Never overwrites."""
+    from gates.contract import write
+
+    path = write(contracts_dir, contract_id, study)
+    out.print(
+        f'wrote {path}: replace each "TODO: ..." value, then `gates check {path}`',
+        markup=False,
+        highlight=False,
+    )
+
+
+@app.command()
+def check(
+    contract: Path = typer.Argument(..., help="Contract YAML file."), runs_dir: Path = RUNS_DIR
+):
+    """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
+    each condition can reach significance with its seeds), without training anything. A contract with
+    evidence recorded under older rules is shown with the rules it predates instead of refused."""
+    from gates.design import require_current_rules, rule_flags
+    from gates.execution import check_existing_evidence, preflight
+    from gates.inference import exact_test_notes, linear_skew_notes, predictions
+
+    loaded = _load(contract)
+    check_existing_evidence(
+        loaded, runs_dir
+    )  # edited after its evidence: refused here as by run and verify
+    require_current_rules(loaded, runs_dir)
+    c = loaded.contract
+    report = preflight(loaded)
+    out.print(f"[bold]{c.id}[/]  sha256 {loaded.sha256}")
+    out.print(f"claim: {c.claim}", markup=False)
+    out.print(
+        f"study: {c.study}; arms: {', '.join(c.arms)}; seeds: {c.seeds}; "
+        f"budget: {c.budget.steps} steps, eval every {c.budget.eval_every}"
+    )
+    table = Table("arm", "trainable params", "params ratio", "FLOPs/example", "FLOPs ratio")
+    for arm, m in report.arms.items():
+        table.add_row(
+            arm,
+            str(m["params"]),
+            f"{m['params_ratio']:.3g}",
+            str(m["flops"] or "-"),
+            f"{m['flops_ratio']:.3g}" if m["flops_ratio"] is not None else "-",
+        )
+    out.print(table)
+    gates_text = c.preflight
+    out.print(
+        f"gate 1 compute cost: every arm within {gates_text.compute_cost.max_ratio:g}x "
+        f"{gates_text.compute_cost.baseline_arm!r}: {gates_text.compute_cost.rationale}",
+        markup=False,
+    )
+    out.print(f"gate 2 preconditions: {gates_text.preconditions}", markup=False)
+    pa = gates_text.predicted_ablation
+    out.print(
+        f"gate 3 predicted ablation: {pa.arm} {pa.direction} than {pa.versus} on {pa.metric} by "
+        f"{pa.size:g}: {pa.statement}",
+        markup=False,
+    )
+    power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
+    if pa.sd is not None:
+        out.print(
+            f"  with sd {pa.sd:g} per seed: {power or 'more than 1000'} seeds per arm for 80% power at "
+            f"alpha {c.decision.alpha:g} (a supported_if is tested at alpha); the contract has {len(c.seeds)}",
+            markup=False,
+        )
+    out.print(f"gate 4 task fit: {gates_text.task_fit}", markup=False)
+    fp = gates_text.falsifiable_point
+    out.print(
+        f"gate 5 falsifiable point: {fp.arm}.{fp.metric} {'>=' if fp.direction == 'higher' else '<='} "
+        f"{fp.threshold:g} by step {fp.by_step}: {fp.statement}",
+        markup=False,
+    )
+    for note in report.notes:
+        out.print(note, markup=False)
+    if c.tuning is not None:
+        t = c.tuning
+        space = "; ".join(
+            f"{k} {p.type} "
+            + (
+                f"{p.choices}"
+                if p.type == "categorical"
+                else f"[{p.low:g}, {p.high:g}]{' log' if p.log else ''}"
+            )
+            for k, p in t.space.items()
+        )
+        out.print(
+            f"tuning: {t.trials_per_arm} trials for each of {', '.join(t.tuned_arms(c.arms))}; space: {space}; "
+            f"objective {t.objective.metric} ({t.objective.direction}) on tuning seeds {t.seeds}; "
+            f"{t.sampler.kind} sampler, seed {t.sampler.seed}",
+            markup=False,
+        )
+    out.print(
+        f"decision: alpha {c.decision.alpha:g} "
+        f"({'explicit' if 'alpha' in c.decision.model_fields_set else 'default'}), "
+        f"{c.decision.evaluation} evaluation; {len(c.decision.supported_if)} supported_if (all must hold: each "
+        f"tested at alpha), {len(c.decision.refuted_if)} refuted_if (the {len(c.conditions())} ways to refute "
+        f"Holm-corrected at alpha)"
+    )
+    if c.sequential is not None:
+        from gates.inference import spent, supportable
+
+        out.print(
+            f"sequential: {len(c.sequential.looks)} looks, {c.sequential.spending} spending (Lan-DeMets; "
+            f"each look tested at the alpha it spends, union bound over looks)",
+            markup=False,
+        )
+        for k, (n, (cum, here)) in enumerate(
+            zip(
+                c.sequential.looks,
+                spent(c.sequential.spending, c.sequential.looks, c.decision.alpha),
+            )
+        ):
+            t_ok, exact_ok = (supportable(c.decision, n, here, exact) for exact in (False, True))
+            out.print(
+                f"  look {k + 1}: {n} seeds, alpha {here:.4g} here ({cum:.4g} spent in all); could stop "
+                f"supported here: {'yes' if exact_ok else 'only if the t-test applies' if t_ok else 'no'}"
+                f"{'' if exact_ok else ' (values that tie or sit at a bound need the exact test)' if t_ok else ''}",
+                markup=False,
+            )
+    for i, ctl in enumerate(c.controls):
+        out.print(
+            f"control {i} ({ctl.control}): must hold (tested at alpha), else the verdict is invalid",
+            markup=False,
+        )
+    for note in exact_test_notes(
+        c.decision, len(c.seeds), loaded.study.metrics
+    ) + linear_skew_notes(c.decision, loaded.study.metrics):
+        out.print(note, markup=False)
+    for flag in rule_flags(loaded):
+        out.print(f"recorded under older rules: {flag}", markup=False)
+    if report.errors:
+        from gates.errors import UserErrors
+
+        raise UserErrors(report.errors)
+    out.print("[green]ready to run[/]")
+
+
+@app.command()
+def run(
+    contract: Path = typer.Argument(
+        ..., help="Contract YAML file, in the project's contracts folder."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None,
+        "--tracking-uri",
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
+    ),
+    runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
+    fresh: bool = typer.Option(
+        False, "--fresh", help="Redo arm x seeds already finished for this contract and code."
+    ),
+    record: bool = typer.Option(
+        False,
+        "--record",
+        help="For a contract that already has evidence: record this run "
+        "as a new attempt (needs --reason) instead of reproducing and comparing the record.",
+    ),
+    reason: str | None = typer.Option(
+        None,
+        "--reason",
+        help="With --record: why another attempt is recorded "
+        "(kept in the claims history and shown beside the verdict).",
+    ),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print JSON lines (one per run, then what was reused, then the verdict) for machines.",
+    ),
+    optuna_storage: str | None = typer.Option(
+        None,
+        "--optuna-storage",
+        help="Optuna storage URL for contracts "
+        "with `tuning` (default: optuna.db beside an SQLite MLflow store, "
+        "else sqlite:///optuna.db).",
+    ),
+    storage: str | None = typer.Option(
+        None,
+        "--storage",
+        help="Distributed: an Optuna RDB storage URL "
+        "(postgresql://user:pw@host/db, or sqlite:///optuna.db on one machine) "
+        "to enqueue the arm x seed jobs in for `gates worker`s; waits for them, "
+        "then decides the verdict here. Re-running re-attaches.",
+    ),
+    no_wait: bool = typer.Option(
+        False,
+        "--no-wait",
+        help="With --storage: enqueue only; re-run without it to wait and write the evidence.",
+    ),
+    heartbeat: int = typer.Option(
+        10,
+        "--heartbeat",
+        help="With --storage: Optuna heartbeat interval in seconds; "
+        "a job silent for 3x this long is failed and re-enqueued.",
+    ),
+    fetch: bool = typer.Option(
+        False,
+        "--fetch",
+        help="Fetch the registered corpora the arms need and lack "
+        "first, as `gates data fetch NAME` does (printing each license).",
+    ),
+    threads: int | None = THREADS,
+):
+    """Preflight, train every arm x seed into MLflow under the stop rules and decide the verdict. A contract
+    without evidence records it (attempt 1) in runs/<id>/evidence.json, verdict.md and runs/INDEX.jsonl; a
+    contract with evidence is reproduced and compared with its record, writing nothing under runs/, unless
+    --record --reason TEXT records another attempt. Finished runs of the same contract and code are reused
+    (never runs recorded under other code). A contract with `tuning` first searches each tuned arm's config
+    (Optuna trials, same budget per arm); the best config per arm then runs over the seeds."""
+    from gates.design import require_current_rules
+    from gates.execution import check_existing_evidence, execute, retain_freed_memory
+    from gates.record import REPRODUCE, plan_recording, resolve_uri
+    from gates.study import cpu_threads, recorded_threads
+
+    loaded = _load(contract)
+    _require_in_contracts(loaded, contracts_dir)
+    check_existing_evidence(
+        loaded, runs_dir
+    )  # edited after its evidence: said as such, before any rule
+    require_current_rules(loaded, runs_dir)
+    recording = plan_recording(
+        loaded, runs_dir, record=record, reason=reason
+    )  # bad flags: exit 2 before any step
+    if (
+        threads is None and recording.mode == REPRODUCE
+    ):  # the thread count the record's runs were computed on
+        counts = {
+            recorded_threads(r.get("environment")) for r in recording.recorded.get("runs", [])
+        }
+        threads = counts.pop() if len(counts) == 1 else None
+    retain_freed_memory()  # this process trains: keep its large buffers between steps
+    uri = resolve_uri(tracking_uri)
+    if no_wait and storage is None:
+        raise UserError(
+            "--no-wait only applies with --storage URL (a distributed run)", field="--no-wait"
+        )
+    if fetch:
+        _fetch_corpora(loaded, err if as_json else out)  # under --json, stdout stays JSON lines
+    progress = _JsonProgress() if as_json else _RichProgress(loaded)
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        with progress, cpu_threads(threads):
+            if storage is not None:
+                outcome = _run_distributed(
+                    loaded,
+                    uri,
+                    runs_dir,
+                    storage,
+                    fresh,
+                    no_wait,
+                    heartbeat,
+                    progress,
+                    as_json,
+                    optuna_storage,
+                    recording,
+                )
+                if outcome is None:
+                    return
+            else:
+                outcome = execute(
+                    loaded,
+                    uri,
+                    runs_dir,
+                    fresh=fresh,
+                    progress=progress,
+                    optuna_storage=optuna_storage,
+                    record=record,
+                    reason=reason,
+                )
+    except KeyboardInterrupt:
+        err.print(
+            "interrupted: finished runs are kept in MLflow and are reused by the next `gates run`; "
+            "no evidence was written"
+            + ("; queued jobs stay queued for the workers" if storage else "")
+        )
+        raise typer.Exit(130) from None
+    evidence = outcome.evidence
+    if as_json:
+        print(
+            json.dumps({"event": "reuse", **outcome.reuse.as_dict(), "line": outcome.reuse.line()})
+        )
+        print(
+            json.dumps(
+                {
+                    "event": "verdict",
+                    "mode": outcome.recording.mode,
+                    "attempt": outcome.recording.number,
+                    "recorded": outcome.recorded,
+                    **{
+                        k: evidence[k]
+                        for k in (
+                            "contract_id",
+                            "contract_sha256",
+                            "verdict",
+                            "reasons",
+                            "settle",
+                            "conditions",
+                            "git_commit",
+                        )
+                    },
+                    **(
+                        {"reproduction": outcome.reproduction.as_dict()}
+                        if outcome.reproduction
+                        else {}
+                    ),
+                }
+            )
+        )
+    else:
+        _print_verdict(evidence, runs_dir, outcome)
+        out.print(
+            f"MLflow: {uri} (experiment {evidence['contract_id']!r}); "
+            f"open with `mlflow ui --backend-store-uri {uri}`",
+            markup=False,
+            highlight=False,
+        )
+    if outcome.reproduction is not None and not outcome.reproduction.reproduces:
+        raise typer.Exit(1)
+
+
+def _require_in_contracts(loaded, contracts_dir: Path) -> None:
+    """A claim's contract lives in the project's contracts folder, where `gates verify`, `status` and the
+    dashboard find it by its id: a run of a file elsewhere (whose evidence verify would call LOST), or of
+    a second file with an id another contract there has, is refused."""
+    folder = contracts_dir.resolve()
+    path = loaded.path.resolve()
+    if path.parent != folder:
+        raise UserError(
+            f"the contract is outside the project's contracts folder {contracts_dir}/ (where `gates verify` "
+            f"finds a claim's contract by its id); expected contracts/{loaded.id}.yaml: copy it there "
+            f"(cp {loaded.path} {contracts_dir / (loaded.id + '.yaml')}) and run that file, or pass "
+            f"--contracts-dir",
+            file=str(loaded.path),
+            field="id",
+        )
+    from gates.contract import MAX_CONTRACT_BYTES, load_yaml
+
+    others = []
+    for other in sorted(list(folder.glob("*.yaml")) + list(folder.glob("*.yml"))):
+        if other == path:
+            continue
+        try:
+            data, _ = load_yaml(other, max_bytes=MAX_CONTRACT_BYTES)
+        except UserError:
+            continue
+        if isinstance(data, dict) and data.get("id") == loaded.id:
+            others.append(other.name)
+    if others:
+        raise UserError(
+            f"{', '.join(others)} in {contracts_dir}/ also has id {loaded.id!r}; expected exactly one "
+            f"contract per id (a new version needs a new id)",
+            file=str(loaded.path),
+            field="id",
+        )
+
+
+def _fetch_corpora(loaded, console) -> None:
+    """`gates run --fetch`: fetch each registered corpus an arm needs and lacks (gates.data_cli), printing
+    what `gates data fetch` prints, license included; the preflight then checks the arms again."""
+    from gates.cli._data import corpora_to_fetch, fetch_and_describe
+
+    wanted: list[str] = []
+    for cfg in loaded.arm_configs.values():
+        why = loaded.study.check_ready(cfg)
+        if why:
+            wanted += [
+                n for n in corpora_to_fetch(cfg.model_dump(mode="json"), why) if n not in wanted
+            ]
+    for name in wanted:
+        console.print(f"fetching corpus {name} (gates run --fetch)", markup=False, highlight=False)
+        fetch_and_describe(
+            name, say=lambda line: console.print(line, markup=False, highlight=False)
+        )
+
+
+def _run_distributed(
+    loaded,
+    uri,
+    runs_dir,
+    storage,
+    fresh,
+    no_wait,
+    heartbeat,
+    progress,
+    as_json,
+    optuna_storage,
+    recording,
+):
+    from gates.execution import DeadJobs, describe_enqueued, run_distributed
+
+    def announce(enqueued):
+        if as_json:
+            print(
+                json.dumps({"event": "enqueued", **json.loads(describe_enqueued(enqueued))}),
+                flush=True,
+            )
+        else:
+            err.print(
+                f"study {enqueued.study_name!r} on {enqueued.storage}: {len(enqueued.enqueued)} job(s) enqueued, "
+                f"{len(enqueued.reused)} reused from MLflow, {len(enqueued.present)} already queued or done; "
+                f"workers: gates worker --storage URL",
+                markup=False,
+                highlight=False,
+            )
+        if uri.startswith(("sqlite:", "file:")) or "://" not in uri:
+            err.print(
+                f"note: MLflow store {uri} is local to this machine; workers elsewhere need a shared "
+                f"tracking server (--tracking-uri http://HOST:PORT)",
+                markup=False,
+                highlight=False,
+            )
+
+    try:
+        result = run_distributed(
+            loaded,
+            uri,
+            runs_dir,
+            storage,
+            fresh=fresh,
+            wait=not no_wait,
+            progress=progress,
+            heartbeat=heartbeat,
+            on_enqueued=announce,
+            optuna_storage=optuna_storage,
+            recording=recording,
+        )
+    except DeadJobs as e:
+        err.print(f"error: {e}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
+    if no_wait:
+        err.print(
+            f"not waiting: `gates run {loaded.path} --storage URL` re-attaches, waits and writes the evidence",
+            markup=False,
+            highlight=False,
+        )
+        return None
+    return result
+
+
+@app.command()
+def worker(
+    storage: str = typer.Option(
+        ..., "--storage", help="The Optuna RDB storage URL the coordinator enqueued into."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None,
+        "--tracking-uri",
+        help="MLflow tracking URI as seen from this "
+        "machine (default: the one the coordinator used).",
+    ),
+    max_jobs: int | None = typer.Option(
+        None, "--max-jobs", min=1, help="Exit after this many jobs."
+    ),
+    idle_exit: float | None = typer.Option(
+        None,
+        "--idle-exit",
+        min=0,
+        help="Exit after this many seconds without a claimable job (default: serve forever).",
+    ),
+    heartbeat: int = typer.Option(
+        10,
+        "--heartbeat",
+        help="Optuna heartbeat interval in seconds (use the coordinator's value).",
+    ),
+    threads: int | None = THREADS,
+):
+    """Claim arm x seed jobs enqueued by `gates run CONTRACT --storage URL` (any contract in that storage),
+    run them under the same stop rules into the shared MLflow store, and record each result; a job whose
+    worker dies is failed by heartbeat and re-enqueued. Run any number of these, on any machines."""
+    import shutil
+    import time as _time
+
+    from gates.execution import Worker, retain_freed_memory
+    from gates.study import cpu_threads
+
+    retain_freed_memory()  # this process trains: keep its large buffers between steps
+
+    def log(line: str) -> None:
+        print(f"{_time.strftime('%H:%M:%S')} {line}", flush=True)
+
+    signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    w = Worker(storage, tracking_uri, heartbeat=heartbeat, log=log)
+    log(f"worker {w.id} on {storage.split('@')[-1]}")
+    try:
+        with cpu_threads(threads):
+            w.serve(max_jobs=max_jobs, idle_exit=idle_exit)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    finally:
+        shutil.rmtree(w.tmp, ignore_errors=True)
+
+
+@app.command()
+def verify(
+    contracts: list[Path] | None = typer.Argument(
+        None, help="Only these contracts (default: every claim in runs/)."
+    ),
+    replay: bool = typer.Option(
+        False, "--replay", help="Also re-run contracts marked `replay: {ci: true}`."
+    ),
+    runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
+    as_json: bool = typer.Option(False, "--json", help="Print the checks as JSON."),
+    strict_code: bool = typer.Option(
+        False,
+        "--strict-code",
+        help="Also fail on stale claims: the code their "
+        "evidence was computed with (gates/ and the study's models/ modules) changed "
+        "since (without it, stale claims are only reported).",
+    ),
+    audit_seconds: float | None = typer.Option(
+        None,
+        "--audit-seconds",
+        min=0,
+        help="Spot-check audit: re-run "
+        "randomly chosen completed arm x seed runs of the contracts not "
+        "replayed in CI, as many as their recorded seconds fit in this "
+        "budget; a run whose metrics do not reproduce within the contract's "
+        "replay tolerance loses its claim. The choice is seeded from the "
+        "git commit and printed.",
+    ),
+    audit_seed: int | None = typer.Option(
+        None,
+        "--audit-seed",
+        help="Seed of the audit's choice (default: "
+        "from the current git commit), e.g. to repeat a CI run's audit.",
+    ),
+    audit_tolerance: str | None = typer.Option(
+        None,
+        "--audit-tolerance",
+        metavar="ABS,REL",
+        help="Tolerance "
+        "of the audit for contracts without a `replay` section (default: "
+        "replay's defaults, 1e-6,1e-6: the same machine); a declared one "
+        "is always used as declared.",
+    ),
+):
+    """Fail (exit 1) when a claim lost its evidence: contract edited after the fact, evidence missing or
+    malformed, a verdict that no longer reproduces (from its metrics, by replay or by audit), or a claims
+    history (runs/INDEX.jsonl) that was rewritten or does not vouch for the evidence (changed or gone
+    without an entry). Withdrawn claims pass as withdrawn; stale claims are reported (--strict-code: fail)."""
+    from gates.verify import verify as verify_claims
+
+    def log(
+        line: str,
+    ) -> None:  # the audit's plan and results, as they happen (stderr under --json)
+        (err if as_json else out).print(line, markup=False, highlight=False)
+
+    tolerance = None
+    if audit_tolerance is not None:
+        try:
+            tolerance = tuple(float(x) for x in audit_tolerance.split(","))
+        except ValueError:
+            tolerance = ()
+        if len(tolerance) != 2 or not all(0 <= x < float("inf") for x in tolerance):
+            raise UserError(
+                f"{audit_tolerance!r} is not ABS,REL: expected two finite numbers >= 0 "
+                f"(e.g. 0.01,0.01)",
+                field="--audit-tolerance",
+            )
+    if replay or audit_seconds:
+        from gates.execution import retain_freed_memory
+
+        retain_freed_memory()  # this process trains: keep its large buffers between steps
+    checks = verify_claims(
+        runs_dir,
+        contracts_dir,
+        contracts or None,
+        replay=replay,
+        strict_code=strict_code,
+        audit_seconds=audit_seconds,
+        audit_seed=audit_seed,
+        audit_tolerance=tolerance,
+        log=log,
+    )
+    lost = [c for c in checks if c.status == "lost"]
+    withdrawn = [c for c in checks if c.status == "withdrawn"]
+    if as_json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        for c in checks:
+            mark = {
+                "ok": "[green]ok[/]",
+                "lost": "[red]LOST[/]",
+                "pending": "[yellow]pending[/]",
+                "withdrawn": "[magenta]withdrawn[/]",
+            }[c.status]
+            n = len(c.audited)
+            extra = (" (replayed)" if c.replayed else "") + (
+                f" (audited {n} run{'s' * (n != 1)})" if n else ""
+            )
+            out.print(f"{mark} {c.contract_id}: {c.verdict or '-'}{extra}")
+            for p in c.problems:
+                out.print(f"    {p}", markup=False, highlight=False)
+            notes = _claim_notes(c, lambda files: describe_stale(files, shown=3), short=True)
+            for note in (
+                notes if not strict_code else [n for n in notes if not n.startswith("stale")]
+            ):
+                out.print(f"    note: {note}", markup=False, highlight=False)
+        held = len(checks) - len(lost) - len(withdrawn)
+        out.print(
+            f"{held} of {len(checks) - len(withdrawn)} claims hold their evidence"
+            + (f"; {len(withdrawn)} withdrawn" if withdrawn else "")
+            + (f"; lost: {', '.join(c.contract_id for c in lost)}" if lost else "")
+        )
+    if lost:
+        raise typer.Exit(1)
+
+
+def _claim_notes(c, describe_stale, short: bool = False) -> list[str]:
+    """What a reader of a claim should know beyond pass/fail: withdrawal, supersedes chain, stale
+    code, rules the recorded contract predates (`short`: each rule by its name only)."""
+    notes = []
+    if c.attempts > 1:
+        notes.append(f"attempt {c.attempts}; earlier: {'; '.join(c.earlier)}")
+    if c.withdrawn:
+        notes.append(f"withdrawn: {c.withdrawal}")
+    if c.superseded_by:
+        notes.append(f"superseded by {', '.join(c.superseded_by)}")
+    if c.regime_left:
+        notes.append(f"regime left: {c.regime_left.note}")
+    if c.shared_runs:
+        from gates.record import describe_shared
+
+        notes.append(describe_shared(c.shared_runs))
+    if c.supersedes:
+        notes.append(f"supersedes {c.supersedes}")
+    if c.certified:
+        notes.append(f"certified {c.certified}")
+    if c.stale:
+        since = "its certification" if c.certified else "its evidence"
+        notes.append(
+            f"stale: code changed since {since}: {describe_stale(c.stale_files)}"
+            + (f" ({c.stale_note})" if c.stale_note else "")
+        )
+    if c.rule_flags:
+        import re
+
+        flags = (
+            [
+                m.group(1) if (m := re.search(r"\(rule: ([^)]*)\)", f)) else f[:80]
+                for f in c.rule_flags
+            ]
+            if short
+            else c.rule_flags
+        )
+        notes.append(f"recorded under older rules: {'; '.join(dict.fromkeys(flags))}")
+    return notes
+
+
+@app.command()
+def rederive(
+    contracts: list[Path] = typer.Argument(
+        ..., help="Contract YAML files whose evidence to re-derive."
+    ),
+    reason: str = typer.Option(..., "--reason", help="Why (recorded in runs/INDEX.jsonl)."),
+    runs_dir: Path = RUNS_DIR,
+):
+    """Re-derive recorded verdicts with today's verdict engine from their recorded per-seed values (no
+    training), after a correction of the statistics: rewrites evidence.json and verdict.md where anything
+    changed and appends a `rederived` entry with the reason to the claims index."""
+    from gates.contract import load_contract
+    from gates.execution import rederive as rederive_claim
+
+    if not reason.strip():
+        raise UserError("give a reason: it is recorded in the claims index", field="--reason")
+    for path in contracts:
+        loaded = load_contract(path)
+        changed = rederive_claim(loaded, runs_dir, reason.strip())
+        if changed is None:
+            out.print(f"{loaded.id}: unchanged", markup=False)
+        else:
+            old, new = changed
+            moved = [
+                f"{c['list_name']}[{c['index']}] {o['outcome']} -> {c['outcome']}"
+                for o, c in zip(old["conditions"], new["conditions"])
+                if o["outcome"] != c["outcome"]
+            ]
+            out.print(
+                f"{loaded.id}: {old['verdict']} -> {new['verdict']}"
+                + (f" ({'; '.join(moved)})" if moved else ""),
+                markup=False,
+            )
+
+
+@app.command()
+def certify(
+    contracts: list[Path] = typer.Argument(..., help="Contract YAML files of recorded claims."),
+    reason: str = typer.Option(
+        ..., "--reason", help="Why (recorded in runs/INDEX.jsonl), e.g. the refactor it follows."
+    ),
+    sample: int | None = typer.Option(
+        None,
+        "--sample",
+        min=1,
+        help="Re-run this many of each claim's completed runs, chosen at random (seeded by the git "
+        "commit, or --seed), instead of all of them.",
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Seed of the --sample choice."),
+    runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
+):
+    """Check recorded claims against today's code: re-run their completed runs (each bare, on the
+    CPU thread count it recorded) and compare every recorded metric within the contract's replay
+    tolerance. When all reproduce, a `certified` entry with today's code fingerprint and the runs
+    re-run is appended to the claims history, and the claim is no longer stale (stale means: not
+    checked against today's code). Exit 1 when any run does not reproduce; nothing is written then."""
+    from gates.verify import certify as certify_claim
+
+    if not reason.strip():
+        raise UserError("give a reason: it is recorded in the claims index", field="--reason")
+    failed = []
+    for path in contracts:
+        loaded = _load(path)
+        _require_in_contracts(loaded, contracts_dir)
+        done = certify_claim(
+            loaded,
+            runs_dir,
+            reason,
+            sample=sample,
+            seed=seed,
+            log=lambda line: out.print(line, markup=False, highlight=False),
+        )
+        if done.certified:
+            out.print(
+                f"{loaded.id}: certified ({done.entry['reran']} reproduce under code "
+                f"{done.entry['code_sha256'][:12]})",
+                markup=False,
+            )
+        else:
+            failed.append(loaded.id)
+            for problem in done.problems:
+                err.print(f"{loaded.id}: {problem}", markup=False, highlight=False)
+    if failed:
+        err.print(
+            f"not certified: {', '.join(failed)} (runs that do not reproduce under today's code; "
+            f"nothing written)",
+            markup=False,
+        )
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(
+    runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print a JSON list, per claim: id, verdict, status, "
+        "hash_ok, stale, stale_files, withdrawn, superseded_by, supersedes, "
+        "rule_flags, attempts, earlier_attempts, problems and their codes (problem_codes).",
+    ),
+    full: bool = typer.Option(
+        False,
+        "--full",
+        help="Check every claim as `gates verify` does (re-derive "
+        "each verdict, apply today's rules to each contract: imports every study; "
+        "seconds instead of a fraction of one).",
+    ),
+):
+    """A table of every contract: verdict (withdrawn, superseded), date, whether its hash still matches its
+    evidence, whether its code changed since (stale, naming the files), rules it predates, problems.
+    Read from runs/*/evidence.json, the contracts' hashes and the claims history (runs/INDEX.jsonl),
+    without importing any study: rules a contract predates are those its evidence recorded, and the
+    re-derivation of each verdict is `gates verify`'s (or `--full`)."""
+    if full:
+        from gates.verify import verify as verify_claims
+
+        checks = verify_claims(runs_dir, contracts_dir)
+    else:
+        from gates.verify import claims
+
+        checks = claims(runs_dir, contracts_dir)
+    if as_json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "id": c.contract_id,
+                        "verdict": c.verdict,
+                        "status": c.status,
+                        "hash_ok": c.hash_ok,
+                        "stale": c.stale,
+                        "stale_files": c.stale_files,
+                        "stale_note": c.stale_note,
+                        "withdrawn": c.withdrawn,
+                        "withdrawal": c.withdrawal,
+                        "superseded_by": c.superseded_by,
+                        "supersedes": c.supersedes,
+                        "rule_flags": c.rule_flags,
+                        "recorded": c.created_at,
+                        "attempts": c.attempts,
+                        "earlier_attempts": c.earlier,
+                        "shared_runs": c.shared_runs,
+                        "regime_left": c.regime_left.as_dict() if c.regime_left else None,
+                        "problems": c.problems,
+                        "problem_codes": c.codes,
+                        "certified": c.certified,
+                    }
+                    for c in checks
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table("contract", "verdict", "recorded", "hash ok", "code", "notes and problems")
+    for c in checks:
+        hash_ok = {True: "yes", False: "no", None: "-"}[
+            c.hash_ok
+        ]  # None: not compared (no or unreadable evidence)
+        shown = c.verdict or c.status  # evidence that cannot be read is "lost", never "pending"
+        if c.withdrawn:
+            shown = f"withdrawn ({c.verdict or '-'})"
+        elif c.superseded_by:
+            shown = f"{shown} (superseded)"
+        code = (
+            f"stale: {describe_stale(c.stale_files, shown=0)}"
+            if c.stale
+            else ("current" if c.created_at else "-")
+        )
+        notes = [
+            n for n in _claim_notes(c, describe_stale, short=True) if not n.startswith("stale")
+        ]
+        if c.problems:
+            more = f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
+            notes.append(c.problems[0][:100] + ("..." if len(c.problems[0]) > 100 else "") + more)
+        table.add_row(
+            c.contract_id, shown, (c.created_at or "-")[:10], hash_ok, code, "; ".join(notes)
+        )
+    out.print(table)
+    if not full:
+        out.print(
+            "from the evidence, contract hashes and claims history; `gates verify` also re-derives every "
+            "verdict, `gates check` applies today's rules",
+            markup=False,
+            highlight=False,
+            style="dim",
+        )
+
+
+@app.command()
+def withdraw(
+    contract_id: str = typer.Argument(..., help="Id of the recorded claim to withdraw."),
+    reason: str = typer.Option(
+        ..., "--reason", help="Why it is withdrawn (recorded in the index)."
+    ),
+    runs_dir: Path = RUNS_DIR,
+):
+    """Withdraw a recorded claim: append a `withdrawn` entry with the reason to runs/INDEX.jsonl. Its
+    evidence and contract stay (they may be removed afterwards); status, the dashboard and verify show
+    it as withdrawn, never as lost. Running the contract again records it anew."""
+    from gates.record import (
+        EVIDENCE,
+        INDEX,
+        evidence_dir,
+        index_path,
+        is_withdrawn,
+        latest_entries,
+        record_entry,
+    )
+
+    if not reason.strip():
+        raise UserError("--reason is empty; expected why the claim is withdrawn", field="--reason")
+    latest = latest_entries(runs_dir).get(contract_id)
+    evidence = evidence_dir(runs_dir, contract_id) / EVIDENCE
+    if latest is None and not evidence.is_file():
+        raise UserError(
+            f"no recorded claim {contract_id!r} in {runs_dir} (no evidence, no index entry); "
+            f"expected the id of a claim with evidence",
+            field="contract_id",
+        )
+    if is_withdrawn(latest):
+        raise UserError(
+            f"{contract_id} is already withdrawn ({INDEX} line {latest['_line']}, "
+            f"{latest.get('time')}: {latest.get('reason')})",
+            field="contract_id",
+        )
+    try:
+        record_entry(runs_dir, evidence, "withdrawn", reason.strip())
+    except (OSError, ValueError) as e:
+        raise UserError(
+            f"cannot append to {index_path(runs_dir)}: {e}", field="--runs-dir"
+        ) from None
+    out.print(
+        f"withdrawn {contract_id}: {reason.strip()} ({index_path(runs_dir)})",
+        markup=False,
+        highlight=False,
+    )
+
+
+@app.command()
+def render(
+    ids: list[str] | None = typer.Argument(
+        None, help="Contract ids (default: every runs/*/evidence.json)."
+    ),
+    runs_dir: Path = RUNS_DIR,
+):
+    """Rewrite runs/<id>/verdict.md from runs/<id>/evidence.json (after a change of the report renderer;
+    `gates verify` requires verdict.md to be exactly the rendering of the evidence). The evidence is
+    not changed."""
+    import re
+
+    from gates.contract import SLUG
+    from gates.record import EVIDENCE, evidence_dir, write_report
+
+    for i in ids or []:
+        if not re.fullmatch(SLUG.strip("^$"), i):
+            raise UserError(
+                f"{i!r} is not a contract id; expected an id like c05-structural-probe", field="ids"
+            )
+    folders = (
+        [evidence_dir(runs_dir, i) for i in ids]
+        if ids
+        else sorted(p.parent for p in runs_dir.glob(f"*/{EVIDENCE}"))
+    )
+    for folder in folders:
+        try:
+            written = write_report(folder)
+        except ValueError as e:
+            raise UserError(
+                f"{e}; expected valid evidence (restore it from git, or run the contract again)",
+                file=str(folder / EVIDENCE),
+            ) from None
+        out.print(f"rendered {written}", markup=False, highlight=False)
+
+
+TRACKING_URI = typer.Option(
+    None,
+    "--tracking-uri",
+    help="MLflow store for the learning curves (default: "
+    "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db); a missing store only hides the curves.",
+)
+MLFLOW_UI = typer.Option(
+    "http://127.0.0.1:5000", "--mlflow-ui", help="MLflow UI address the run links point to."
+)
+
+
+@app.command()
+def dashboard(
+    runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
+    tracking_uri: str | None = TRACKING_URI,
+    mlflow_ui: str = MLFLOW_UI,
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on (local only by default)."
+    ),
+    port: int = typer.Option(8765, "--port", help="Port to listen on (0: any free port)."),
+):
+    """Serve the claims dashboard (read-only): every contract's verdict and hash check, and per contract its
+    conditions' intervals, learning curves with stop rules and halts, per-seed metrics, provenance."""
+    from gates.dashboard.server import serve
+    from gates.dashboard.site import Site
+    from gates.record import resolve_uri
+
+    serve(Site(runs_dir, contracts_dir, resolve_uri(tracking_uri), mlflow_ui), host, port)
+
+
+@app.command()
+def report(
+    html: Path = typer.Option(
+        ..., "--html", help="Folder to write index.html and contract/<id>.html into."
+    ),
+    runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
+    tracking_uri: str | None = TRACKING_URI,
+    mlflow_ui: str = MLFLOW_UI,
+):
+    """Write the dashboard's pages as static HTML files with relative links (for CI artifacts)."""
+    from gates.dashboard.site import Site
+    from gates.record import resolve_uri
+
+    try:
+        written = Site(runs_dir, contracts_dir, resolve_uri(tracking_uri), mlflow_ui).write_static(
+            html
+        )
+    except OSError as e:  # e.g. a folder that cannot be created or written
+        raise UserError(
+            f"cannot write the report into {html}: {e.strerror or e}; expected a writable folder",
+            field="--html",
+        ) from None
+    out.print(f"wrote {len(written)} pages: {written[0]}", markup=False, highlight=False)
+
+
+@app.command()
+def schema(
+    study: str | None = typer.Option(
+        None, "--study", help="Print this study's arm config schema instead."
+    ),
+):
+    """Print the JSON Schema of a contract (for editors), or of one study's arm configuration."""
+    from gates.contract import Contract
+    from gates.errors import did_you_mean
+    from gates.study import get_study, study_names
+
+    if study is None:
+        print(json.dumps(Contract.model_json_schema(), indent=2))
+        return
+    try:
+        print(json.dumps(get_study(study).Config.model_json_schema(), indent=2))
+    except KeyError:
+        raise UserError(
+            f"unknown study {study!r}{did_you_mean(study, study_names())}; "
+            f"registered: {', '.join(study_names())}",
+            field="--study",
+        ) from None
+
+
+@app.command()
+def studies(
+    names: list[str] | None = typer.Argument(
+        None, help="Show these studies' metrics (imports them)."
+    ),
+    metrics: bool = typer.Option(
+        False, "--metrics", help="Show every study's metrics (imports each study, and so torch)."
+    ),
+):
+    """List the registered studies: name, class and the installed distribution that registers it (from the
+    entry-point metadata, nothing imported). With names or --metrics: each study's metrics (name: better
+    direction, role, range). A decision may read only `test` and `cost` metrics; stop rules may read any role."""
+    from gates.errors import did_you_mean
+    from gates.study import StudyError, get_study, study_entries
+
+    entries = {e.name: e for e in study_entries()}
+    if not names and not metrics:
+        for e in entries.values():
+            out.print(
+                f"{e.name}: {e.value}" + (f" ({e.distribution})" if e.distribution else ""),
+                markup=False,
+                highlight=False,
+            )
+        out.print(
+            "metrics: `gates studies NAME` or `gates studies --metrics`; arm config: `gates schema --study NAME`",
+            markup=False,
+            highlight=False,
+            style="dim",
+        )
+        return
+    for name in names or []:
+        if name not in entries:
+            raise UserError(
+                f"unknown study {name!r}{did_you_mean(name, entries)}; registered: "
+                f"{', '.join(entries) or 'none'}",
+                field="NAME",
+            )
+    broken = []
+    for name in names or list(entries):
+        try:
+            s = get_study(name)
+        except StudyError as e:
+            broken.append(e)
+            continue
+        doc = (s.__doc__ or "").strip().splitlines()
+        out.print(f"[bold]{name}[/]: {doc[0] if doc else ''}", highlight=False)
+        out.print(
+            f"  class: {entries[name].value}"
+            + (f" ({entries[name].distribution})" if entries[name].distribution else ""),
+            markup=False,
+            highlight=False,
+        )
+        out.print("  metrics:", markup=False)
+        for m, metric in s.metrics.items():
+            out.print(f"    {m}: {metric.describe()}", markup=False)
+    if broken:
+        from gates.errors import UserErrors
+
+        raise UserErrors(broken)
+
+
+# ---------------------------------------------------------------------------------- output
+def _print_verdict(ev: dict, runs_dir: Path, outcome=None) -> None:
+    from gates.record import signature
+
+    colour = {
+        "supported": "green",
+        "refuted": "red",
+        "inconclusive": "yellow",
+        "invalid": "magenta",
+    }[ev["verdict"]]
+    out.print(f"\n[bold {colour}]{ev['verdict'].upper()}[/]  {ev['contract_id']}", highlight=False)
+    out.print(ev["claim"], markup=False, highlight=False)
+    for c in ev["conditions"]:
+        mark = {"holds": "green", "fails": "red"}.get(c["outcome"], "yellow")
+        out.print(
+            f"  [{mark}]{c['outcome']:<12}[/] {c['list_name']}[{c['index']}]  {c['description']}",
+            highlight=False,
+        )
+        observed = "; ".join(
+            f"{term} = {', '.join(f'{v:.4g}' for v in values)}"
+            for term, values in c["values"].items()
+        )
+        stats = ""
+        if c.get("estimate") is not None:
+            stats = f"margin {c['estimate']:+.4g}"
+            if c.get("ci_low") is not None:
+                stats += f" [{c['ci_low']:.4g}, {c['ci_high']:.4g}]"
+            if c.get("p_hold_adj") is not None:
+                stats += f", p(holds) {c['p_hold_adj']:.3g}, p(fails) {c['p_fail_adj']:.3g}"
+        out.print(
+            f"               {observed}; {stats} ({c['test']})", markup=False, highlight=False
+        )
+    out.print("why:", highlight=False)
+    for r in ev["reasons"]:
+        out.print(f"  - {r}", markup=False, highlight=False)
+    for s in ev.get("settle", []):
+        out.print(f"  to settle: {s}", markup=False, highlight=False)
+    out.print(signature(ev), markup=False, highlight=False)
+    if outcome is None:
+        return
+    out.print(outcome.reuse.line(), markup=False, highlight=False)
+    path = runs_dir / ev["contract_id"] / "evidence.json"
+    if outcome.recorded:
+        earlier = len(outcome.recording.earlier)
+        out.print(
+            f"recorded attempt {outcome.recording.number}"
+            + (f" (earlier attempts: {earlier}, kept on the record)" if earlier else "")
+            + f": {path} and {runs_dir / 'INDEX.jsonl'}",
+            markup=False,
+            highlight=False,
+        )
+        return
+    for line in outcome.reproduction.lines():
+        out.print(line, markup=False, highlight=False)
+    out.print(
+        f"nothing was written under {runs_dir}/ (the record: {path}); to record this run as attempt "
+        f"{outcome.recording.number + 1}: gates run CONTRACT --record --reason TEXT",
+        markup=False,
+        highlight=False,
+    )
+
+
+class _RichProgress:
+    """One progress bar per arm x seed with the live value of the contract's falsifiable metric."""
+
+    def __init__(self, loaded):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        self.metric = loaded.contract.preflight.falsifiable_point.metric
+        self.bar = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[live]}"),
+            console=out,
+            disable=not out.is_terminal,
+        )
+        self.tasks = {}
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+    def start(self, arm, seed, steps, skipped=None):
+        self.tasks[(arm, seed)] = self.bar.add_task(f"{arm} seed {seed}", total=steps, live="")
+        if skipped:
+            self.bar.update(self.tasks[(arm, seed)], completed=steps, live="reused")
+
+    def update(self, arm, seed, step, metrics):
+        live = f"{self.metric}={metrics[self.metric]:.4g}" if self.metric in metrics else ""
+        self.bar.update(self.tasks[(arm, seed)], completed=step, live=live)
+
+    def end(self, record):
+        value = record["metrics"].get(self.metric)
+        shown = f"{self.metric}={value:.4g}" if isinstance(value, float) else ""
+        halt = f" ({record['halt_reason']})" if record.get("halt_reason") else ""
+        if record["status"] == "failed" and record.get(
+            "halt_detail"
+        ):  # what the study did, by name
+            halt += f": {record['halt_detail'].splitlines()[0][:300]}"
+        line = f"{record['arm']} seed {record['seed']}: {record['status']}{halt} {shown}"
+        if self.bar.disable:
+            out.print(line, markup=False, highlight=False)
+        else:
+            self.bar.update(
+                self.tasks[(record["arm"], record["seed"])],
+                live=f"{record['status']}{halt} {shown}",
+            )
+
+    def tuning_trial(self, record):
+        value = f" {record['value']:.4g}" if record.get("value") is not None else ""
+        halt = f" ({record['halt_reason']})" if record.get("halt_reason") else ""
+        params = ", ".join(
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+            for k, v in record["params"].items()
+        )
+        out.print(
+            f"tuning {record['arm']} trial {record['number']}: {params}: {record['state']}{halt}{value}",
+            markup=False,
+            highlight=False,
+        )
+
+
+class _JsonProgress:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def start(self, arm, seed, steps, skipped=None):
+        pass
+
+    def update(self, arm, seed, step, metrics):
+        pass
+
+    def end(self, record):
+        print(
+            json.dumps(
+                {
+                    "event": "run",
+                    **{
+                        k: record.get(k)
+                        for k in (
+                            "arm",
+                            "seed",
+                            "status",
+                            "halt_reason",
+                            "metrics",
+                            "mlflow_run_id",
+                        )
+                    },
+                }
+            ),
+            flush=True,
+        )
+
+    def tuning_trial(self, record):
+        print(
+            json.dumps(
+                {
+                    "event": "tuning_trial",
+                    **{
+                        k: record.get(k)
+                        for k in (
+                            "arm",
+                            "number",
+                            "params",
+                            "state",
+                            "value",
+                            "halt_reason",
+                            "mlflow_run_id",
+                        )
+                    },
+                }
+            ),
+            flush=True,
+        )
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as e:
+        for line in e.render().splitlines():  # plain writes: one line per error, never wrapped
+            sys.stderr.write(f"error: {line}\n")
+        sys.exit(2)

@@ -1,0 +1,19 @@
+"""Design rules: what a contract must get right before any run for its verdict to mean anything.
+
+`rule_errors(loaded)` applies every rule (each message ends "(rule: name)"); a contract without
+evidence must break none (`require_current_rules`), a recorded one is flagged (`rule_flags`). The
+rules read the contract and ask the verdict engine what its seeds can reach, so they sit above both.
+
+Private module: `_rules`.
+"""
+
+from gates._face import lazy_face
+
+# public name -> (private module, its name there), imported on first use
+_FACE = {
+    "check_rules": ("_rules", "check_rules"),
+    "require_current_rules": ("_rules", "require_current_rules"),
+    "rule_flags": ("_rules", "rule_flags"),
+}
+__all__ = sorted(_FACE)
+__getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -1,0 +1,48 @@
+"""Execution: a contract's plan of jobs run in one process or by workers on a shared queue.
+
+`execute` runs a contract (preflight, tuning, arm x seed runs look by look, the verdict, evidence);
+`run_distributed` and `Worker` do the same through an Optuna storage; the stop rules
+(`StopRuleEngine`) halt hopeless runs as the reporter hears their metrics.
+
+Private modules: `_plan`, `_runner`, `_distributed`, `_tuning`, `_stop_rules`, `_reporter`,
+`_preflight`, `_locks`, `_allocator`.
+"""
+
+from gates._face import lazy_face
+
+# public name -> (private module, its name there), imported on first use
+_FACE = {
+    "DeadJobs": ("_distributed", "DeadJobs"),
+    "PlatformReporter": ("_reporter", "PlatformReporter"),
+    "StopRuleEngine": ("_stop_rules", "StopRuleEngine"),
+    "StopRulePruner": ("_tuning", "StopRulePruner"),
+    "StudyInterfaceError": ("_runner", "StudyInterfaceError"),
+    "TrialRules": ("_tuning", "TrialRules"),
+    "Worker": ("_distributed", "Worker"),
+    "check_existing_evidence": ("_runner", "check_existing_evidence"),
+    "check_tuning_evidence": ("_tuning", "check_evidence"),
+    "contract_lock": ("_locks", "contract_lock"),
+    "convergence": ("_stop_rules", "convergence"),
+    "default_storage": ("_tuning", "default_storage"),
+    "describe_enqueued": ("_distributed", "describe"),
+    "design_of": ("_runner", "design_of"),
+    "distributions": ("_tuning", "distributions"),
+    "execute": ("_runner", "execute"),
+    "grace_seconds": ("_distributed", "grace_seconds"),
+    "is_converged": ("_stop_rules", "is_converged"),
+    "open_storage": ("_distributed", "open_storage"),
+    "open_study": ("_tuning", "open_study"),
+    "preflight": ("_preflight", "preflight"),
+    "rederive": ("_runner", "rederive"),
+    "retain_freed_memory": ("_allocator", "retain_freed_memory"),
+    "returned_metrics": ("_runner", "returned_metrics"),
+    "run_contract": ("_runner", "run_contract"),
+    "run_distributed": ("_distributed", "run_distributed"),
+    "run_tuning_trial": ("_tuning", "run_tuning_trial"),
+    "skipped_record": ("_runner", "skipped_record"),
+    "tune": ("_tuning", "tune"),
+    "tuned_config": ("_tuning", "tuned_config"),
+    "verdict_fields": ("_runner", "verdict_fields"),
+}
+__all__ = sorted(_FACE)
+__getattr__, __dir__ = lazy_face(__name__, _FACE)

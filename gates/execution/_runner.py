@@ -1,0 +1,931 @@
+"""Run a contract: preflight, every arm x seed under the stop rules, then the verdict and evidence.
+
+The order of work is the plan's (gates/plan.py): tuning trials, then the arm x seed jobs look by look
+(one look of all seeds unless the contract is `sequential`), asking the plan between looks whether
+to go on; the distributed coordinator (gates/distributed.py) follows the same plan.
+
+Every arm x seed is one MLflow run nested under the contract's parent run. A finished run
+(completed, or halted by a stop rule) of the same contract hash and code is never redone unless
+`fresh`; a run that crashed or was killed is redone. Evidence is written once, atomically, at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import tempfile
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol
+
+import gates
+from gates.contract import LoadedContract
+from gates.design import rule_flags
+from gates.errors import UserError, UserErrors
+from gates.execution import _plan as plan
+from gates.execution._locks import contract_lock
+from gates.execution._plan import reference_metrics
+from gates.execution._preflight import PreflightReport, preflight
+from gates.execution._reporter import PlatformReporter
+from gates.execution._stop_rules import StopRuleEngine, convergence
+from gates.inference import json_safe, judge_claim, predictions
+from gates.record import (
+    EVIDENCE,
+    EVIDENCE_FORMAT,
+    RECORD,
+    REPORT,
+    MLflowMetricSink,
+    Provenance,
+    Recording,
+    Reproduction,
+    Tracker,
+    atomic_write_text,
+    attempt_field,
+    compare_reproduction,
+    condition_intervals,
+    current_provenance,
+    evidence_dir,
+    flatten_params,
+    learning_curves,
+    plan_recording,
+    plotted_metrics,
+    raw_evidence,
+    read_evidence,
+    record_entry,
+    regime_of,
+    render_report,
+    run_summary,
+    shared_runs,
+    signature,
+    write_evidence,
+)
+from gates.study import Budget, Halt, device_environment
+
+FINISHED = ("completed", "halted")
+
+
+# ---------------------------------------------------------------------------------- progress
+class Progress(Protocol):
+    def start(self, arm: str, seed: int, steps: int, skipped: dict | None = None) -> None: ...
+    def update(self, arm: str, seed: int, step: int, metrics: dict[str, float]) -> None: ...
+    def end(self, record: dict) -> None: ...
+
+
+class SilentProgress:
+    def start(self, arm, seed, steps, skipped=None):
+        pass
+
+    def update(self, arm, seed, step, metrics):
+        pass
+
+    def end(self, record):
+        pass
+
+
+# ---------------------------------------------------------------------------------- the run
+def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
+    path = evidence_dir(runs_root, loaded.id) / EVIDENCE
+    if not path.exists():
+        return
+    try:
+        recorded = read_evidence(path)["contract_sha256"]
+    except ValueError:
+        return  # unreadable evidence is replaced by the new run
+    if recorded != loaded.sha256:
+        raise UserError(
+            f"{path} was recorded for contract sha256 {recorded[:16]}, but this contract hashes "
+            f"to {loaded.sha256[:16]}: it was edited after its evidence; expected an unchanged "
+            f"contract, or a new version under a new id",
+            file=str(loaded.path),
+            line=1,
+            field="id",
+        )
+
+
+@dataclass
+class ParentRun:
+    """A contract's MLflow parent run, prepared for its arm x seed jobs (by `gates run`, or by the
+    coordinator of a distributed run; workers rebuild it from what the coordinator recorded)."""
+
+    loaded: LoadedContract
+    tracking_uri: str
+    tracker: Tracker
+    experiment_id: str
+    parent_id: str
+    base_tags: dict[str, str]
+    prov: Provenance | None = None
+    pre: PreflightReport | None = None
+    tuning: dict | None = (
+        None  # the tuning record (gates/tuning.py) when the contract tunes its arms
+    )
+
+    @property
+    def budget(self) -> Budget:
+        return Budget(self.loaded.contract.budget.steps, self.loaded.contract.budget.eval_every)
+
+
+def prepare_parent(
+    loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False
+) -> ParentRun:
+    """Refuse an edited contract or a failed preflight, then open (or reuse) the parent MLflow run."""
+    c, study = loaded.contract, loaded.study
+    check_existing_evidence(loaded, runs_root)
+    pre = preflight(loaded)
+    if pre.errors:
+        raise UserErrors(pre.errors)
+
+    prov = current_provenance(type(study).__module__)
+    tracker = Tracker(tracking_uri)
+    experiment_id = tracker.experiment_id(c.id)
+    base_tags = {
+        "gates.contract": c.id,
+        "gates.contract_sha256": loaded.sha256,
+        "gates.code_sha256": prov.code_sha256,
+        "gates.git_commit": prov.git_commit,
+        "gates.git_dirty": prov.git_dirty,
+        "gates.study": c.study,
+    }
+    parent_id, _ = tracker.parent_run(
+        experiment_id,
+        {**base_tags, "gates.claim": c.claim[:5000], "mlflow.source.git.commit": prov.git_commit},
+        fresh,
+    )
+    return ParentRun(loaded, tracking_uri, tracker, experiment_id, parent_id, base_tags, prov, pre)
+
+
+def finished_runs(parent: ParentRun, *, kill_running: bool = True) -> dict[tuple[str, int], dict]:
+    """(arm, seed) -> summary of the finished (completed or halted) child runs under the parent. A child
+    left RUNNING by a kill is closed (KILLED) when `kill_running`; it will be redone."""
+    done = {}
+    for run in parent.tracker.child_runs(parent.experiment_id, parent.parent_id):
+        summary = run_summary(run)
+        if summary["status"] in FINISHED and run.info.status == "FINISHED":
+            done[(summary["arm"], summary["seed"])] = summary
+        elif run.info.status == "RUNNING" and kill_running:
+            parent.tracker.kill(run.info.run_id)
+    return done
+
+
+OWNER_TAG = "gates.local_owner"  # "host:pid" of the single-process `gates run` that created or reopened a run
+
+
+def local_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def close_abandoned(parent: ParentRun) -> list[str]:
+    """Close (KILLED) the runs of this contract that a `gates run` on this machine left RUNNING when it was
+    killed, under any parent run: after a code change the next run opens a new parent, and the old one's
+    runs would stay RUNNING for good. Only runs whose owner process is gone; runs without an owner (a
+    distributed worker's) are left to `finished_runs` and the workers. Called under the contract's lock."""
+    host = socket.gethostname()
+    found = parent.tracker.client.search_runs(
+        [parent.experiment_id],
+        filter_string=f"attributes.status = 'RUNNING' and tags.`{OWNER_TAG}` LIKE '{host}:%'",
+        max_results=10000,
+    )
+    closed = []
+    for run in found:
+        owner_host, _, pid = run.data.tags.get(OWNER_TAG, "").rpartition(":")
+        if (
+            run.info.run_id == parent.parent_id
+            or owner_host != host
+            or not pid.isdigit()
+            or _alive(int(pid))
+        ):
+            continue
+        if run.data.tags.get("gates.role") == "contract":
+            parent.tracker.client.set_terminated(run.info.run_id, status="KILLED")
+        else:
+            parent.tracker.kill(run.info.run_id)
+        closed.append(run.info.run_id)
+    return closed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def run_job(
+    parent: ParentRun,
+    arm: str,
+    seed: int,
+    progress: Progress | None = None,
+    others: dict | None = None,
+    on_start=None,
+) -> tuple[dict, dict]:
+    """Train one arm x seed as a nested run of `parent`: (its record, its metric histories). `others`:
+    arm -> metric -> [(step, value)] of the arms already run on this seed (for relative futility)."""
+    return _run_one(
+        parent.loaded,
+        parent.tracker,
+        parent.experiment_id,
+        parent.parent_id,
+        parent.base_tags,
+        arm,
+        parent.loaded.arm_configs[arm],
+        seed,
+        parent.budget,
+        progress or SilentProgress(),
+        others=dict(others or {}),
+        on_start=on_start,
+    )
+
+
+@dataclass
+class Reuse:
+    """What a `gates run` trained and what it took from MLflow, said in one line after the run."""
+
+    total: int = 0  # arm x seed records
+    trained: int = 0
+    reused: int = 0  # finished runs of the same contract hash and code
+    skipped: int = 0  # not run: their arm failed on its last runs (stop_rules.failures)
+    other_code: int = 0  # finished runs of this contract under other code: never reused
+    other_code_sha256: str | None = None
+
+    def line(self) -> str:
+        text = f"reused {self.reused} of {self.total} runs, trained {self.trained}"
+        if self.skipped:
+            text += f", {self.skipped} not run (their arm kept failing)"
+        if self.other_code:
+            text += (
+                f"; {self.other_code} runs recorded under other code ({self.other_code_sha256[:12]}) were not "
+                f"reused: the code changed since"
+            )
+        return text
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+@dataclass
+class Outcome:
+    """What `gates run` did: the evidence these runs give, whether it was recorded as a new attempt or
+    compared with the recorded one (`reproduction`), and what was reused."""
+
+    evidence: dict
+    recording: Recording
+    reuse: Reuse
+    reproduction: Reproduction | None = None
+
+    @property
+    def recorded(self) -> bool:
+        return self.recording.mode == RECORD
+
+
+def run_contract(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    runs_root: Path,
+    *,
+    fresh: bool = False,
+    progress: Progress | None = None,
+    optuna_storage: str | None = None,
+) -> dict:
+    """Run everything the contract asks for and return its evidence (recorded in runs/<id>/ unless the
+    contract already has evidence, which is reproduced and compared instead: see `execute`)."""
+    return execute(
+        loaded,
+        tracking_uri,
+        runs_root,
+        fresh=fresh,
+        progress=progress,
+        optuna_storage=optuna_storage,
+    ).evidence
+
+
+def execute(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    runs_root: Path,
+    *,
+    fresh: bool = False,
+    progress: Progress | None = None,
+    optuna_storage: str | None = None,
+    record: bool = False,
+    reason: str | None = None,
+) -> Outcome:
+    """Run everything the contract asks for. A contract without evidence (or whose evidence was
+    withdrawn) records attempt 1 (N + 1) in runs/<id>/ and the claims history; one with evidence is
+    reproduced and compared with it, writing nothing under runs/, unless `record` (with a `reason`)
+    records another attempt (gates.attempts). One process at a time per contract (runs/.<id>.lock): a
+    second is a UserError naming the first's pid, before it opens the store, so it neither trains the
+    same runs again nor closes the first's running runs as killed. Runs a killed process left RUNNING
+    are closed (KILLED) and redone."""
+    recording = plan_recording(loaded, runs_root, record=record, reason=reason)
+    with contract_lock(runs_root, loaded.id):
+        return _run_contract(
+            loaded,
+            tracking_uri,
+            runs_root,
+            recording,
+            fresh=fresh,
+            progress=progress,
+            optuna_storage=optuna_storage,
+        )
+
+
+def _run_contract(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    runs_root: Path,
+    recording: Recording,
+    *,
+    fresh: bool = False,
+    progress: Progress | None = None,
+    optuna_storage: str | None = None,
+) -> Outcome:
+    progress = progress or SilentProgress()
+    c = loaded.contract
+    parent = prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
+    tracker = parent.tracker
+    owner = local_owner()
+    parent.base_tags = {
+        **parent.base_tags,
+        OWNER_TAG: owner,
+    }  # every run this process creates carries it
+    tracker.client.set_tag(parent.parent_id, OWNER_TAG, owner)
+    close_abandoned(parent)
+    done = finished_runs(parent)
+    reuse = Reuse()
+    reuse.other_code, reuse.other_code_sha256 = runs_under_other_code(parent)
+    if (
+        c.tuning is not None
+    ):  # tune first (gates/tuning.py): the seeds run each tuned arm's best config
+        from gates.execution._tuning import tune_and_apply
+
+        loaded, parent.tuning = tune_and_apply(
+            loaded,
+            tracking_uri,
+            parent_run_id=parent.parent_id,
+            experiment_id=parent.experiment_id,
+            storage_url=optuna_storage,
+            fresh=fresh,
+            progress=progress,
+            prov=parent.prov,
+        )
+        parent.loaded = loaded
+
+    records: list[dict] = []
+    budget = parent.budget
+    reference = reference_metrics(loaded)
+    try:
+        # the plan (gates/plan.py): one look's arm x seed jobs at a time, seed-major, the arms that
+        # relative futility rules judge last in each seed; between looks, the decision point
+        while (seeds := plan.next_seeds(loaded, records)) is not None:
+            if any(r["seed"] in seeds for r in records):
+                raise RuntimeError(
+                    f"the plan asked again for seeds {seeds} that already have records"
+                )
+            seed_histories: dict[
+                int, dict[str, dict]
+            ] = {}  # seed -> arm -> metric -> [(step, value)]
+            for job in plan.run_jobs(loaded, seeds):
+                arm, seed = job.arm, job.seed
+                others = seed_histories.setdefault(seed, {})
+                failing = plan.failing_streak(loaded, records, arm)
+                if (arm, seed) in done:
+                    record = run_record(done[(arm, seed)])
+                    progress.start(arm, seed, budget.steps, skipped=record)
+                    others[arm] = {
+                        m: tracker.history(record["mlflow_run_id"], m) for m in reference
+                    }
+                    reuse.reused += 1
+                elif failing:
+                    record = skipped_record(arm, seed, failing)
+                    progress.start(arm, seed, budget.steps, skipped=record)
+                    reuse.skipped += 1
+                else:
+                    progress.start(arm, seed, budget.steps)
+                    record, history = run_job(parent, arm, seed, progress, others=others)
+                    others[arm] = history
+                    reuse.trained += 1
+                records.append(record)
+                progress.end(record)
+    except KeyboardInterrupt:
+        tracker.client.set_terminated(parent.parent_id, status="KILLED")
+        raise
+    reuse.total = len(records)
+    return finish(parent, records, runs_root, recording, reuse)
+
+
+def runs_under_other_code(parent: ParentRun) -> tuple[int, str | None]:
+    """(finished arm x seed runs of this contract hash recorded under another code fingerprint, the latest
+    such fingerprint): runs a code change keeps `gates run` from reusing."""
+    found = parent.tracker.client.search_runs(
+        [parent.experiment_id],
+        filter_string=(
+            f"tags.`gates.role` = 'run' and tags.`gates.contract_sha256` = '{parent.loaded.sha256}' and "
+            f"tags.`gates.code_sha256` != '{parent.prov.code_sha256}' and attributes.status = 'FINISHED'"
+        ),
+        order_by=["attributes.start_time DESC"],
+        max_results=10000,
+    )
+    return len(found), (found[0].data.tags.get("gates.code_sha256") if found else None)
+
+
+def skipped_record(arm: str, seed: int, failing: list[dict]) -> dict:
+    """The record of an arm x seed not run because its arm failed on its last runs (no MLflow run)."""
+    first = next((r for r in failing if r.get("error")), failing[0])
+    error = first.get("error") or {}
+    where = f"{error.get('where')}: " if error.get("where") else ""
+    what = (
+        f"{error.get('type')}: {error.get('message')}"
+        if error.get("type")
+        else str(first.get("halt_detail"))
+    )
+    detail = (
+        f"not run: arm {arm} failed on its last {len(failing)} runs (seeds "
+        f"{', '.join(str(r['seed']) for r in failing)}); first error: {where}{what}"
+    )
+    return {
+        "arm": arm,
+        "seed": seed,
+        "status": "skipped",
+        "halt_reason": "failures",
+        "halt_detail": detail[:2000],
+        "metrics": {},
+        "seconds": 0.0,
+        "first_signal": None,
+        "mlflow_run_id": None,
+    }
+
+
+def finish(
+    parent: ParentRun,
+    records: list[dict],
+    runs_root: Path,
+    recording: Recording | None = None,
+    reuse: Reuse | None = None,
+) -> Outcome:
+    """The verdict from the records (one per arm x seed, in job order), then either a new attempt
+    (evidence and report written atomically to runs/<id>/ and indexed) or, for a recorded claim, the
+    comparison with its record (nothing written under runs/); and the parent run's outcome tags,
+    metrics, plots and artifacts."""
+    loaded, tracker = parent.loaded, parent.tracker
+    c = loaded.contract
+    recording = recording or plan_recording(loaded, runs_root)
+    result = judge_claim(loaded, records)
+    evidence = _evidence(
+        loaded,
+        parent.prov,
+        records,
+        result,
+        parent.pre,
+        parent.tracking_uri,
+        parent.experiment_id,
+        parent.parent_id,
+    )
+    if parent.tuning is not None:
+        evidence["tuning"] = parent.tuning
+    shared = shared_runs(_recorded_evidence(runs_root, c.id, evidence), only=c.id).get(c.id)
+    if shared:  # runs other recorded contracts ran too: one observation, said beside this verdict
+        evidence["shared_runs"] = shared
+    reproduction = None
+    with tempfile.TemporaryDirectory(prefix="gates-plots-") as tmp:
+        if recording.mode == RECORD:
+            evidence["attempt"] = attempt_field(recording)
+            path = write_evidence(runs_root, evidence)
+            # the claims index vouches for these exact bytes; a kill before this line leaves evidence that
+            # `gates verify` reports as unindexed, and running the contract again writes and indexes it anew
+            record_entry(runs_root, path, "recorded", recording.reason)
+        else:  # a recorded claim, reproduced: compared with its record, written only to the MLflow parent run
+            reproduction = compare_reproduction(
+                recording.recorded, evidence, recording.number, loaded.study.machine_metrics
+            )
+            evidence["attempt"] = (recording.recorded or {}).get("attempt")
+            path = Path(tmp) / "reproduced" / EVIDENCE
+            path.parent.mkdir()
+            atomic_write_text(path, json.dumps(evidence, indent=2, allow_nan=False) + "\n")
+            atomic_write_text(path.parent / REPORT, render_report(evidence))
+        outcome_tags = {
+            f"gates.condition.{r.list_name}.{r.index}": r.outcome
+            for r in result.conditions + result.controls
+        }
+        outcome_metrics = {
+            f"condition.{r.list_name}.{r.index}.{k}": getattr(r, k)
+            for r in result.conditions
+            for k in ("estimate", "p_hold_adj", "p_fail_adj")
+            if isinstance(getattr(r, k), (int, float)) and math.isfinite(getattr(r, k))
+        }
+        histories = {
+            (r["arm"], r["seed"]): {
+                m: tracker.history(r["mlflow_run_id"], m) for m in plotted_metrics(c)
+            }
+            for r in records
+            if r.get("mlflow_run_id")
+        }
+        figures = [
+            learning_curves(c, histories, records, Path(tmp) / "learning_curves.png"),
+            condition_intervals(c.id, evidence["conditions"], Path(tmp) / "conditions.png"),
+        ]
+        tags = {
+            **outcome_tags,
+            "gates.verdict": result.verdict,
+            "gates.signature": signature(evidence),
+            "gates.mode": recording.mode,
+            "gates.attempt": str(recording.number),
+        }
+        if reproduction is not None:
+            tags["gates.reproduces"] = "true" if reproduction.reproduces else "false"
+        tracker.finish_parent(
+            parent.parent_id,
+            tags,
+            outcome_metrics,
+            [str(path), str(path.parent / REPORT), *map(str, figures)],
+        )
+    return Outcome(evidence, recording, reuse or Reuse(total=len(records)), reproduction)
+
+
+def _recorded_evidence(runs_root: Path, contract_id: str, evidence: dict) -> dict[str, dict | None]:
+    """Every other claim's evidence in runs_root (plain JSON), and this one's as computed now."""
+
+    found = {p.parent.name: raw_evidence(p) for p in sorted(Path(runs_root).glob(f"*/{EVIDENCE}"))}
+    return {**found, contract_id: evidence}
+
+
+def run_record(summary: dict) -> dict:
+    """The evidence record of one finished arm x seed (what verify re-derives the verdict from)."""
+    record = {
+        k: summary[k]
+        for k in (
+            "arm",
+            "seed",
+            "status",
+            "halt_reason",
+            "halt_detail",
+            "metrics",
+            "seconds",
+            "first_signal",
+            "mlflow_run_id",
+        )
+    }
+    if (
+        summary.get("converged") is not None
+    ):  # judged for convergence (a completed run under a convergence rule)
+        record.update(converged=summary["converged"], convergence=summary["convergence"])
+    if summary.get("environment"):
+        record["environment"] = summary["environment"]
+    return record
+
+
+def _run_one(
+    loaded,
+    tracker: Tracker,
+    experiment_id,
+    parent_id,
+    base_tags,
+    arm,
+    cfg,
+    seed,
+    budget,
+    progress,
+    others: dict,
+    on_start=None,
+) -> tuple[dict, dict]:
+    """Train one arm x seed as a nested MLflow run; (its record, its metric histories)."""
+    c, study = loaded.contract, loaded.study
+    environment = device_environment(
+        cfg
+    )  # where it runs: recorded with it, and in the verdict's signature
+    params = {
+        **flatten_params(cfg.model_dump(mode="json")),
+        "seed": str(seed),
+        "contract_sha256": loaded.sha256,
+        **{f"env.{k}": v for k, v in environment.items()},
+    }
+    env_tag = {"gates.environment": json.dumps(environment)} if environment else {}
+    run_id = tracker.start_child(
+        experiment_id,
+        parent_id,
+        f"{arm}/seed{seed}",
+        params,
+        {**base_tags, "gates.arm": arm, "gates.seed": str(seed), **env_tag},
+    )
+    if on_start is not None:  # a distributed worker records the child run's id with its job
+        on_start(run_id)
+    sink = MLflowMetricSink(tracker.client, run_id)
+    reporter = PlatformReporter(
+        budget,
+        StopRuleEngine(c.stop_rules, arm, study.metrics, others=others),
+        sink,
+        on_report=lambda step, m: progress.update(arm, seed, step, m),
+    )
+    status, halt_reason, halt_detail, error = "completed", None, None, None
+    started = time.perf_counter()
+    try:
+        final = returned_metrics(c.study, study, study.run(cfg, seed, reporter), cfg)
+    except Halt as halt:
+        status, halt_reason, halt_detail, final = (
+            "halted",
+            halt.reason,
+            str(halt),
+            dict(reporter.last),
+        )
+    except KeyboardInterrupt:
+        sink.flush()
+        tracker.kill(run_id)
+        raise
+    except StudyInterfaceError as e:  # run returned what the study does not declare: failed, named
+        status, halt_reason, halt_detail, final = "failed", "error", str(e), dict(reporter.last)
+        error = {
+            "type": "StudyInterfaceError",
+            "message": str(e),
+            "where": code_location(*_source_of(study.run)),
+        }
+    except Exception as e:  # a study crashed: record it, keep going with the other runs
+        status, halt_reason, final = "failed", "error", dict(reporter.last)
+        frame = traceback.extract_tb(e.__traceback__)[-1]  # where it raised: the innermost frame
+        error = {
+            "type": type(e).__name__,
+            "message": _one_line(e),
+            "where": code_location(frame.filename, frame.lineno),
+        }
+        halt_detail = (
+            f"study {c.study!r} raised {type(e).__name__} at {error['where']} in run(): {e}\n"
+            f"{traceback.format_exc(limit=-8)}"
+        )
+    final = {k: float(v) for k, v in final.items()}
+    seconds = round(time.perf_counter() - started, 3)
+    point = c.preflight.falsifiable_point
+    signal = (
+        first_signal(point, reporter.history.get(point.metric, [])) if arm == point.arm else None
+    )
+    sink.flush()
+    # Convergence: only a completed run is judged (a halted or failed one did not train to its end). The
+    # tags go on before the run is closed, so a finished run read back when resuming always has them.
+    judged = {}
+    if c.convergence is not None and status == "completed":
+        conv = c.convergence
+        judged = convergence(
+            conv, study.metrics[conv.metric].direction, reporter.history.get(conv.metric, [])
+        )
+        tracker.client.set_tag(
+            run_id, "gates.converged", "true" if judged["converged"] else "false"
+        )
+        tracker.client.set_tag(run_id, "gates.convergence", json.dumps(judged["convergence"]))
+    tracker.finish_child(
+        run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds, signal
+    )
+    return {
+        "arm": arm,
+        "seed": seed,
+        "status": status,
+        "halt_reason": halt_reason,
+        "halt_detail": halt_detail,
+        "metrics": final,
+        "seconds": seconds,
+        "first_signal": signal,
+        "mlflow_run_id": run_id,
+        **({"environment": environment} if environment else {}),
+        **({"error": error} if error else {}),
+        **judged,
+    }, reporter.history
+
+
+class StudyInterfaceError(Exception):
+    """A study's run() returned something other than its declared metrics (the run is failed)."""
+
+
+def returned_metrics(name: str, study, returned, config=None) -> dict[str, float]:
+    """What run() returned as {declared metric: float}: only declared metrics, numbers, inside their declared
+    ranges, and (given the arm's `config`) every metric the study says the arm reports; a StudyInterfaceError
+    naming the study otherwise."""
+    if not hasattr(returned, "items"):
+        raise StudyInterfaceError(
+            f"study {name!r}: run() returned {type(returned).__name__}; expected a dict "
+            f"of its final metrics (metric name -> number)"
+        )
+    final = {}
+    for key, value in returned.items():
+        if key not in study.metrics:
+            raise StudyInterfaceError(
+                f"study {name!r}: run() returned metric {key!r}, which the study does not "
+                f"declare; expected only metrics of {type(study).__name__}.metrics "
+                f"({', '.join(study.metrics)})"
+            )
+        try:
+            final[key] = float(value)
+        except (TypeError, ValueError):
+            raise StudyInterfaceError(
+                f"study {name!r}: run() returned {key} = {str(value)[:60]!r}, not a number"
+            ) from None
+        spec = study.metrics[key]
+        if math.isfinite(final[key]) and not spec.contains(
+            final[key]
+        ):  # non-finite: the divergence rule's
+            raise StudyInterfaceError(
+                f"study {name!r}: run() returned {key} = {final[key]:.6g}, outside its declared "
+                f"range ({spec.describe()})"
+            )
+    missing = sorted(study.reported_metrics(config) - set(final)) if config is not None else []
+    if missing:
+        raise StudyInterfaceError(
+            f"study {name!r}: run() did not return {', '.join(missing)}, which the study says "
+            f"this arm reports (reported_metrics); expected every one of them"
+        )
+    return final
+
+
+def code_location(filename: str, line: int | None) -> str:
+    """`path:line` of a source file as a reader finds it: relative to the innermost import root or the
+    current folder that holds it (site-packages/my_study/study.py -> my_study/study.py)."""
+    import sys
+
+    path = Path(filename).resolve()
+    roots = sorted(
+        {Path.cwd().resolve(), *(Path(p).resolve() for p in sys.path if p)},
+        key=lambda r: -len(r.parts),
+    )
+    for root in roots:
+        try:
+            shown = path.relative_to(root).as_posix()
+            break
+        except ValueError:
+            continue
+    else:
+        shown = path.name
+    return f"{shown}:{line}" if line else shown
+
+
+def _source_of(function) -> tuple[str, int | None]:
+    import inspect
+
+    try:
+        return inspect.getsourcefile(function) or "?", inspect.getsourcelines(function)[1]
+    except (OSError, TypeError):
+        return "?", None
+
+
+def _one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return text[:300] or "(no message)"
+
+
+def first_signal(point, series: list[tuple[int, float]]) -> dict:
+    """Gate 5 as measured: the falsifiable metric's last value at or before `by_step`, and whether it
+    had reached the declared threshold by then (informational: the verdict comes from `decision`)."""
+    seen = [(step, value) for step, value in series if step <= point.by_step]
+    if not seen:
+        return {"step": None, "value": None, "met": False}
+    step, value = seen[-1]
+    met = value >= point.threshold if point.direction == "higher" else value <= point.threshold
+    return {"step": step, "value": value if math.isfinite(value) else None, "met": bool(met)}
+
+
+def verdict_fields(loaded, evidence: dict, result) -> dict:
+    """The parts of an evidence record that the verdict engine derives from its runs (written by a run,
+    and rewritten when a corrected engine re-derives a recorded claim)."""
+    v = result.to_dict()
+    return {
+        **evidence,
+        "verdict": result.verdict,
+        "reasons": v["reasons"],
+        "settle": v["settle"],
+        "conditions": v["conditions"],
+        "halts": v["halts"],
+        "lost": v["lost"],
+        **({"controls": v["controls"]} if loaded.contract.controls else {}),
+        **({"looks": v["looks"]} if loaded.contract.sequential is not None else {}),
+        **{k: v[k] for k in ("not_run", "beyond_ceiling", "tuning_edges") if v[k]},
+        "engine_version": v["engine_version"],
+        "settings": {**evidence["settings"], "correction": v["correction"]},
+        "predictions": predictions(
+            loaded.contract, evidence["runs"], evidence["falsifiable_point"]["runs"]
+        ),
+        **{
+            k: v
+            for k, v in (("design", design_of(loaded.contract)), ("regime", regime_of(loaded)))
+            if v
+        },
+        "rule_flags": list(rule_flags(loaded)),
+    }
+
+
+def design_of(contract) -> dict:
+    """What a contract declares about its design that a reader of the verdict must see beside it: the factor
+    under test, other declared differences between compared arms, arms blind by construction, why its runs
+    are not judged for convergence (only what it declares)."""
+    declared = {
+        "factor": contract.factor,
+        "differences": contract.differences,
+        "blind": contract.blind,
+        "no_convergence": contract.no_convergence,
+    }
+    return {k: v for k, v in declared.items() if v}
+
+
+def rederive(loaded: LoadedContract, runs_root: Path, reason: str) -> tuple[dict, dict] | None:
+    """Re-derive a recorded claim's verdict with today's engine from its recorded per-seed values (no
+    training): rewrite evidence.json and verdict.md and index the change with `reason`. Returns (old,
+    new) evidence when anything changed, None when today's engine derives the same record."""
+    from gates.record import record_entry
+
+    path = evidence_dir(runs_root, loaded.id) / EVIDENCE
+    try:
+        old = read_evidence(path)
+    except ValueError as e:
+        raise UserError(f"cannot re-derive from {path}: {e}", file=str(loaded.path)) from None
+    if old["contract_sha256"] != loaded.sha256:
+        raise UserError(
+            f"{path} was recorded for another version of this contract (sha256 "
+            f"{old['contract_sha256'][:16]} != {loaded.sha256[:16]}); re-deriving needs the contract "
+            f"it was recorded under",
+            file=str(loaded.path),
+        )
+    loaded.tuning_record = old.get("tuning")
+    fresh = {
+        k: v
+        for k, v in old.items()
+        if k not in ("not_run", "beyond_ceiling", "tuning_edges", "design", "regime")
+    }
+    new = verdict_fields(loaded, fresh, judge_claim(loaded, old["runs"]))
+    if new == old:
+        return None
+    written = write_evidence(runs_root, new)
+    record_entry(runs_root, written, "rederived", reason)
+    return old, new
+
+
+def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
+    c = loaded.contract
+    try:
+        contract_path = str(loaded.path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        contract_path = str(loaded.path)
+    v = result.to_dict()
+    return verdict_fields(
+        loaded,
+        {
+            "format": EVIDENCE_FORMAT,
+            "contract_id": c.id,
+            "contract_path": contract_path,
+            "contract_sha256": loaded.sha256,
+            "claim": c.claim,
+            "source": c.source,
+            "study": c.study,
+            "supersedes": c.supersedes,
+            "verdict": result.verdict,
+            "reasons": v["reasons"],
+            "settle": v["settle"],
+            "git_commit": prov.git_commit,
+            "git_dirty": prov.git_dirty,
+            "code_sha256": prov.code_sha256,
+            "code_files": prov.code_files,
+            **(
+                {"study_package": prov.study_package}
+                if getattr(prov, "study_package", None)
+                else {}
+            ),
+            "gates_version": gates.__version__,
+            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "settings": {
+                "alpha": c.decision.alpha,
+                "evaluation": c.decision.evaluation,
+                "correction": v["correction"],
+                "seeds": list(c.seeds),
+                "budget": c.budget.model_dump(),
+                "arm_configs": {
+                    a: cfg.model_dump(mode="json") for a, cfg in loaded.arm_configs.items()
+                },
+            },
+            "mlflow": {
+                "tracking_uri": tracking_uri,
+                "experiment_id": experiment_id,
+                "parent_run_id": parent_id,
+            },
+            "preflight": pre.as_dict(),
+            "falsifiable_point": {
+                **c.preflight.falsifiable_point.model_dump(exclude={"statement"}),
+                "runs": [
+                    {"seed": r["seed"], **r["first_signal"]}
+                    for r in records
+                    if r.get("first_signal")
+                ],
+            },
+            "runs": [
+                {
+                    **r,
+                    "metrics": json_safe(r["metrics"]),
+                    "halt_detail": (r.get("halt_detail") or None) and r["halt_detail"][:2000],
+                }
+                for r in records
+            ],
+            "conditions": v["conditions"],
+            "halts": v["halts"],
+        },
+        result,
+    )

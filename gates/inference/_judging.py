@@ -1,0 +1,100 @@
+"""A contract's claim judged: its decision and controls over its seeds, at a fixed number of seeds
+(`gates.verdict.decide`) or look by look (`gates.sequential`), with what the verdict needs beyond the
+runs: each condition's ceiling and the tuned arms whose search stopped at an edge of its range.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from gates.inference._sequential import judge_sequential
+from gates.inference._verdict import Verdict, decide
+from gates.study import Metric
+
+
+def judge(
+    contract,
+    runs: list[dict],
+    metrics: Mapping[str, Metric] | None = None,
+    *,
+    ceilings: Mapping[str, dict] | None = None,
+    edges: Mapping[str, str] | None = None,
+) -> Verdict:
+    """A contract's verdict on its runs: its decision with its controls over its seeds, and for a
+    sequential contract look by look (gates.sequential). `ceilings` (condition label -> a resolved
+    ceiling) and `edges` (tuned arm -> why its search stopped at an edge) come from the contract's study
+    and its tuning record (`judge_claim`)."""
+    if getattr(contract, "sequential", None) is not None:
+        return judge_sequential(contract, runs, metrics, ceilings=ceilings, edges=edges)
+    return decide(
+        contract.decision,
+        runs,
+        metrics,
+        controls=contract.controls,
+        seeds=list(contract.seeds),
+        ceilings=ceilings,
+        edges=edges,
+    )
+
+
+def claim_inputs(loaded) -> dict:
+    """What a verdict needs beyond the runs, from a loaded contract: each condition's ceiling (the contract's
+    or its study's) and the tuned arms whose search stopped at an edge (its tuning record, when it tunes)."""
+    edges = None
+    record = getattr(loaded, "tuning_record", None)
+    if record:
+        edges = tuning_edges(loaded.contract, record)
+    return {"ceilings": loaded.ceilings(), "edges": edges}
+
+
+def judge_claim(loaded, runs: list[dict]) -> Verdict:
+    """The verdict of a loaded contract on its runs, with its study's metrics, its ceilings and its tuning
+    record (`loaded.tuning_record`): what every caller (a run, verify, rederive) goes through."""
+    return judge(loaded.contract, runs, loaded.study.metrics, **claim_inputs(loaded))
+
+
+def tuning_edges(contract, record: dict) -> dict[str, str]:
+    """tuned arm -> why its search may have stopped short of its best config: for a numeric parameter, the
+    best trial's value is the lowest or the highest value any completed trial tried (the optimum may lie
+    beyond it), on a side the contract does not declare a hard limit (`hard: [low]`), or only one value
+    was tried. A decision condition reading such an arm is undetermined (gates.verdict)."""
+    space = contract.tuning.space if contract.tuning is not None else {}
+    out = {}
+    for arm, r in (record.get("arms") or {}).items():
+        best = r.get("best")
+        if not best:
+            continue
+        done = [
+            t
+            for t in r.get("trials", [])
+            if t.get("state") == "completed"
+            and t.get("value") is not None
+            and math.isfinite(t["value"])
+        ]
+        notes = []
+        for key, p in space.items():
+            if p.type == "categorical" or key not in best["params"]:
+                continue
+            tried = sorted({float(t["params"][key]) for t in done if key in t.get("params", {})})
+            value = float(best["params"][key])
+            if len(tried) < 2:
+                notes.append(
+                    f"{key}: only one value was tried ({value:.4g}), so nothing was searched"
+                )
+                continue
+            for side, at_edge, where in (
+                ("low", value <= tried[0], "below"),
+                ("high", value >= tried[-1], "above"),
+            ):
+                if at_edge and side not in p.hard:
+                    notes.append(
+                        f"{key} = {value:.4g} is the {'lowest' if side == 'low' else 'highest'} of the "
+                        f"{len(tried)} values tried; widen the search {where} {value:.4g}"
+                    )
+        if notes:
+            out[arm] = "; ".join(notes)
+    return out
+
+
+# ---------------------------------------------------------------------------------- verify

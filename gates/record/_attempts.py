@@ -1,0 +1,253 @@
+"""Attempts at a claim: whether a `gates run` records a new one or reproduces the recorded one.
+
+Every recording of a contract's evidence is an attempt, and every attempt stays on the record: the
+claims history (runs/INDEX.jsonl) has one `recorded` entry per attempt, and the evidence of attempt N
+carries `attempt: {number: N, reason, earlier: [...]}` with the verdict and the why of each earlier
+attempt, which verdict.md, `gates status` and the dashboard show ("attempt 2; earlier: attempt 1
+invalid ...").
+
+`gates run` on a contract that already has evidence (same contract hash, indexed, not withdrawn)
+does not record by default: it reproduces the recorded attempt (its runs are reused from MLflow or
+trained again) and compares the verdict and the per-seed metrics with the record, writing nothing
+under runs/. Recording another attempt is a deliberate act: `--record --reason TEXT`, and the reason
+is kept in the history. This closes the forking path of re-running a contract until it passes, and
+lets the quickstart run a recorded contract end to end on a fresh clone without changing a tracked
+file.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from gates.errors import UserError
+from gates.record import _evidence as ledger
+from gates.record import _history as history
+
+RECORD, REPRODUCE = "record", "reproduce"
+WHY_SHOWN = 3  # reasons of an earlier attempt kept in the new evidence
+
+
+@dataclass
+class Recording:
+    """What a `gates run` will do with its verdict: record attempt `number`, or reproduce `recorded`."""
+
+    mode: str  # RECORD | REPRODUCE
+    number: int  # the attempt this run records (RECORD), or the attempt it reproduces (REPRODUCE)
+    reason: str = ""
+    recorded: dict | None = None  # the evidence on disk (REPRODUCE: the attempt reproduced)
+    earlier: list[dict] = field(default_factory=list)  # RECORD: summaries of the earlier attempts
+
+
+def plan_recording(
+    loaded, runs_root: Path, *, record: bool = False, reason: str | None = None
+) -> Recording:
+    """Decide before any training whether this run records a new attempt or reproduces the recorded
+    one; UserError (exit 2) for flags that do not fit the claim's state."""
+    reason = (reason or "").strip()
+    if reason and not record:
+        raise UserError(
+            "--reason goes with --record (it says why another attempt is recorded)",
+            field="--reason",
+        )
+    path = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
+    found = history.attempts(runs_root, loaded.id).get(loaded.id, [])
+    latest = history.latest(runs_root).get(loaded.id)
+    current = _readable(path)
+    vouched = (
+        current is not None
+        and latest is not None
+        and not history.is_withdrawn(latest)
+        and latest.get("evidence_sha256") == history.sha256_file(path)
+    )
+    if not vouched:
+        # nothing recorded, withdrawn, unreadable, or written but not indexed (a run killed in between):
+        # this run records; an interrupted attempt is completed under its own number, with its reason
+        interrupted = (current or {}).get("attempt") or {}
+        if (
+            not reason
+            and latest is not None
+            and not history.is_withdrawn(latest)
+            and interrupted.get("number") == len(found) + 1
+        ):
+            reason = str(interrupted.get("reason") or "")
+        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
+    if current.get("contract_sha256") != loaded.sha256:
+        return Recording(
+            RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path)
+        )  # refused by the runner
+    if not record:
+        return Recording(REPRODUCE, len(found), recorded=current)
+    if not reason:
+        raise UserError(
+            f"{loaded.id} already has evidence (attempt {len(found)}, {current.get('verdict')}, recorded "
+            f"{current.get('created_at')}); recording another attempt needs --reason TEXT (kept in the "
+            f"claims history), or a new contract id",
+            file=str(loaded.path),
+            field="--record",
+        )
+    return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
+
+
+def _readable(path: Path) -> dict | None:
+    try:
+        return ledger.read_evidence(path)
+    except (ValueError, OSError):
+        return None
+
+
+def _earlier(found: list[history.Attempt], current: dict | None, path: Path) -> list[dict]:
+    """Summaries of the attempts in the history, each with its why: from the evidence on disk for the
+    latest (when it is that attempt's: its bytes are the ones indexed), and from that evidence's own
+    list for the ones before it."""
+    own = (
+        current is not None
+        and bool(found)
+        and found[-1].evidence_sha256 == history.sha256_file(path)
+    )
+    carried = {}
+    if current is not None:
+        for a in (current.get("attempt") or {}).get("earlier") or []:
+            if isinstance(a, dict) and isinstance(a.get("number"), int):
+                carried[a["number"]] = a.get("why") or []
+    out = []
+    for a in found:
+        why = carried.get(a.number, [])
+        if own and a is found[-1] and not why:
+            why = list(current.get("reasons") or [])[:WHY_SHOWN]
+        out.append(
+            {
+                "number": a.number,
+                "verdict": a.verdict,
+                "recorded": a.time,
+                "reason": a.reason,
+                "contract_sha256": a.contract_sha256,
+                "withdrawn": a.withdrawn,
+                "why": why,
+            }
+        )
+    return out
+
+
+def attempt_field(recording: Recording) -> dict:
+    """evidence.json's `attempt` for the attempt being recorded."""
+    return {"number": recording.number, "reason": recording.reason, "earlier": recording.earlier}
+
+
+def describe(attempt: dict | None) -> list[str]:
+    """verdict.md's lines for an evidence's `attempt` (none for a first attempt without history)."""
+    if (
+        not isinstance(attempt, dict)
+        or attempt.get("number", 1) <= 1
+        and not attempt.get("earlier")
+    ):
+        return []
+    lines = [
+        f"Attempt {attempt['number']} at this claim"
+        + (f", recorded because: {attempt['reason']}" if attempt.get("reason") else "")
+        + "; earlier:",
+        "",
+    ]
+    for a in attempt.get("earlier") or []:
+        head = f"- attempt {a.get('number')}: **{str(a.get('verdict') or '-').upper()}**, recorded {a.get('recorded')}"
+        if a.get("reason"):
+            head += f" (because: {a['reason']})"
+        if a.get("withdrawn"):
+            head += f"; withdrawn: {a['withdrawn']}"
+        lines.append(head)
+        lines += [f"  - {w}" for w in a.get("why") or []]
+    return lines + [""]
+
+
+# ---------------------------------------------------------------------------------- reproducing
+@dataclass
+class Reproduction:
+    """A re-run of a recorded attempt, compared with its record."""
+
+    attempt: int
+    recorded_at: str
+    recorded_verdict: str
+    verdict: str
+    runs_compared: int  # runs completed both in the record and now, whose metrics are compared
+    runs_missing: list[str]  # arm/seed in the record without a counterpart now, or the reverse
+    status_changed: list[str]  # arm/seed whose status differs
+    max_abs_diff: (
+        float | None
+    )  # over every metric of every run both have (machine metrics left out)
+    max_rel_diff: float | None
+    largest: str  # where the largest relative difference is
+
+    @property
+    def reproduces(self) -> bool:
+        return self.verdict == self.recorded_verdict
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "reproduces": self.reproduces}
+
+    def lines(self) -> list[str]:
+        head = (
+            f"reproduced: {self.verdict.upper()}, as recorded (attempt {self.attempt}, recorded {self.recorded_at})"
+            if self.reproduces
+            else f"does NOT reproduce: this run gives {self.verdict.upper()}, the record says "
+            f"{self.recorded_verdict.upper()} (attempt {self.attempt}, recorded {self.recorded_at})"
+        )
+        out = [head]
+        if self.max_rel_diff == 0:
+            out.append(
+                f"per-seed metrics of the {self.runs_compared} runs completed in both: identical to the record"
+            )
+        elif self.max_rel_diff is not None:
+            out.append(
+                f"per-seed metrics of the {self.runs_compared} runs completed in both: largest difference "
+                f"from the record "
+                f"{self.max_rel_diff:.2%} relative, {self.max_abs_diff:.3g} absolute ({self.largest})"
+            )
+        if self.status_changed:
+            out.append(f"status differs from the record: {', '.join(self.status_changed[:6])}")
+        if self.runs_missing:
+            out.append(f"runs not in both: {', '.join(self.runs_missing[:6])}")
+        return out
+
+
+def compare(recorded: dict, fresh: dict, attempt: int, machine_metrics=frozenset()) -> Reproduction:
+    """The fresh evidence of a re-run against the recorded evidence."""
+    old = {(r["arm"], r["seed"]): r for r in recorded.get("runs", [])}
+    new = {(r["arm"], r["seed"]): r for r in fresh.get("runs", [])}
+    missing = [f"{a}/seed {s}" for a, s in sorted(set(old) ^ set(new), key=str)]
+    changed, worst, compared = [], (None, None, ""), 0
+    for key in sorted(set(old) & set(new), key=str):
+        a, b = old[key], new[key]
+        if a.get("status") != b.get("status"):
+            changed.append(f"{key[0]}/seed {key[1]} {a.get('status')} -> {b.get('status')}")
+        if a.get("status") != "completed" or b.get("status") != "completed":
+            continue
+        compared += 1
+        for name, value in (a.get("metrics") or {}).items():
+            now = (b.get("metrics") or {}).get(name)
+            if name in machine_metrics or not _finite(value) or not _finite(now):
+                continue
+            diff = abs(now - value)
+            rel = diff / max(abs(value), 1e-12)
+            if worst[1] is None or rel > worst[1]:
+                worst = (
+                    diff,
+                    rel,
+                    f"{key[0]}/seed {key[1]} {name} {now:.6g} vs recorded {value:.6g}",
+                )
+    return Reproduction(
+        attempt,
+        str(recorded.get("created_at")),
+        recorded["verdict"],
+        fresh["verdict"],
+        compared,
+        missing,
+        changed,
+        worst[0],
+        worst[1],
+        worst[2],
+    )
+
+
+def _finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -1,0 +1,342 @@
+"""Writing a claim's record: evidence.json and verdict.md, the evidence rendered for a reader (what
+`gates run` writes beside evidence.json, what `gates render` rewrites and `gates verify` compares
+byte for byte).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from gates.errors import UserError
+from gates.record._attempts import describe as describe_attempt
+from gates.record._evidence import (
+    EVIDENCE,
+    REPORT,
+    atomic_write_text,
+    atomic_writer,
+    clean_temporaries,
+    evidence_dir,
+    read_evidence,
+    signature,
+)
+from gates.record._siblings import describe_regime, describe_shared
+
+
+def write_evidence(runs_root: Path, evidence: dict) -> Path:
+    """Write evidence.json (the record, the commit point), then verdict.md rendered from it, for one
+    contract. Both are written and synced as temporary files before either replaces anything, so a
+    full disk or a read-only folder changes nothing (a UserError naming the folder); a kill between
+    the two renames leaves new evidence beside an old verdict.md, which `gates verify` reports and
+    `gates render` repairs. Temporary files left by an earlier kill are removed first."""
+    folder = evidence_dir(runs_root, evidence["contract_id"])
+    evidence_text = json.dumps(evidence, indent=2, sort_keys=False, allow_nan=False) + "\n"
+    report_text = render_report(evidence)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        clean_temporaries(folder)
+        with atomic_writer(folder / REPORT) as report:
+            report.write(report_text)
+            report.flush()
+            os.fsync(
+                report.fileno()
+            )  # on disk before the evidence moves: only renames remain after it
+            with atomic_writer(folder / EVIDENCE) as record:
+                record.write(evidence_text)
+            # evidence.json is in place here; verdict.md replaces the old one as this block ends
+    except OSError as e:
+        why = (
+            "it is not a folder"
+            if isinstance(e, (FileExistsError, NotADirectoryError))
+            else (e.strerror or e)
+        )
+        raise UserError(
+            f"cannot write {EVIDENCE} and {REPORT} here: {why}; expected a writable "
+            f"folder with free space (the finished runs stay in MLflow: run `gates run` again once "
+            f"it is fixed and it writes the evidence without training them again)",
+            file=str(folder),
+        ) from None
+    return folder / EVIDENCE
+
+
+def write_report(folder: Path) -> Path:
+    """Rewrite folder/verdict.md from folder/evidence.json (after a change of `render_report`)."""
+    evidence = read_evidence(folder / EVIDENCE)  # ValueError when it is not valid evidence
+    try:
+        clean_temporaries(folder)
+        atomic_write_text(folder / REPORT, render_report(evidence))
+    except OSError as e:
+        raise UserError(
+            f"cannot write {REPORT} here: {e.strerror or e}; expected a writable folder with free space",
+            file=str(folder),
+        ) from None
+    return folder / REPORT
+
+
+def _fmt(x, digits=4) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, float):
+        return f"{x:.{digits}g}"
+    return str(x)
+
+
+def convergence_lines(runs: list[dict]) -> list[str]:
+    """The convergence note above the runs table: the rule's trend, and each run still improving."""
+    shown = next((r["convergence"] for r in runs if r.get("convergence")), None)
+    lines = []
+    if shown:
+        lines.append(
+            f"Convergence: each completed run's `{shown['metric']}` over its last {shown['window']} steps; "
+            f"a run that still improved by more than the contract's bar is not converged, and every "
+            f"decision condition reading its arm is undetermined (halted runs are not judged)."
+        )
+    for r in runs:
+        if r.get("converged") is False:
+            lines.append(
+                f"- still improving: arm {r['arm']} seed {r['seed']} ({_trend(r.get('convergence') or {})})"
+            )
+    return lines
+
+
+def _trend(conv: dict) -> str:
+    rel = conv.get("rel_improvement")
+    if rel is None:
+        return f"no measurable trend of {conv.get('metric', '?')} over the last {conv.get('window', '?')} steps"
+    return (
+        f"{rel:+.2%} over the last {conv['last_step'] - conv['first_step']} steps, "
+        f"{conv['metric']} {_fmt(conv['first_value'])} at step {conv['first_step']} -> "
+        f"{_fmt(conv['last_value'])} at step {conv['last_step']}"
+    )
+
+
+def _converged_cell(r: dict) -> str:
+    if "converged" not in r:
+        return "-"
+    rel = (r.get("convergence") or {}).get("rel_improvement")
+    change = f" ({rel:+.2%})" if rel is not None else ""
+    return ("yes" if r["converged"] else "**no**") + change
+
+
+def _design_lines(ev: dict) -> list[str]:
+    """What the contract declares about its design, its regime and the runs it shares, beside the verdict."""
+
+    design, lines = ev.get("design") or {}, []
+    if design.get("factor"):
+        lines.append(
+            f"- factor under test: {', '.join(design['factor'])} (the arm config fields compared arms differ in)"
+        )
+    lines += [
+        f"- also differs between compared arms: {k}: {why}"
+        for k, why in (design.get("differences") or {}).items()
+    ]
+    lines += [
+        f"- {arm} fails by construction: {why}" for arm, why in (design.get("blind") or {}).items()
+    ]
+    if design.get("no_convergence"):
+        lines.append(f"- runs not judged for convergence: {design['no_convergence']}")
+    if ev.get("regime"):
+        lines.append(f"- regime: {describe_regime(ev['regime'])}")
+    if ev.get("shared_runs"):
+        lines.append(f"- {describe_shared(ev['shared_runs'])} (contracts recorded before this one)")
+    return ["Design:", ""] + lines + [""] if lines else []
+
+
+def _families(ev: dict) -> str:
+    """How the conditions' p-values were compared with alpha (the evidence's correction)."""
+    alpha, n = ev["settings"]["alpha"], len(ev["conditions"])
+    tail = (
+        "t intervals are two-sided at 1 - 2*alpha (their ends are the one-sided bounds at alpha), an exact test "
+        "shows the per-seed range of the effect."
+    )
+    if ev["settings"].get("correction") == "iut+holm":
+        refute = sum(
+            1 for c in ev["conditions"] if c["list_name"] in ("supported_if", "refuted_if")
+        )
+        return (
+            f"Every supported_if condition must hold, so each is tested at alpha {alpha} (an intersection-union "
+            f"test: no correction is needed to keep false support at alpha); the claim is refuted when any "
+            f"refuted_if condition holds or any supported_if fails, and those {refute} ways to refute are "
+            f"Holm-corrected at alpha {alpha}. {tail}"
+        )
+    return f"Holm-corrected across all {n} conditions at alpha {alpha}; {tail}"
+
+
+def render_report(ev: dict) -> str:
+    """verdict.md: the verdict, why, each condition's statistics, per-seed values, signature."""
+
+    package = f" (code: {ev['study_package']})" if ev.get("study_package") else ""
+    lines = [
+        f"# {ev['contract_id']}: **{ev['verdict'].upper()}**",
+        "",
+        f"> {ev.get('claim', '')}",
+        "",
+        f"Source: {ev.get('source', '-')}  ",
+        f"Study: `{ev.get('study', '-')}`{package}, contract `{ev.get('contract_path', '-')}`, "
+        f"recorded {ev['created_at']}",
+        "",
+    ]
+    lines += describe_attempt(ev.get("attempt"))
+    if ev.get("supersedes"):
+        lines += [f"Supersedes `{ev['supersedes']}` (its evidence stays, shown as superseded).", ""]
+    lines += _design_lines(ev)
+    if ev.get("rule_flags"):
+        lines += (
+            [
+                "Recorded under older rules (a new version that follows them is how this claim is brought "
+                "up to date):",
+                "",
+            ]
+            + [f"- {f}" for f in ev["rule_flags"]]
+            + [""]
+        )
+    lines += ["## Why", ""]
+    lines += [f"- {r}" for r in ev.get("reasons", [])]
+    if ev.get("settle"):
+        lines += ["", "What would settle it:", ""] + [f"- {s}" for s in ev["settle"]]
+    if ev.get("tuning_edges"):
+        lines += [
+            "",
+            "Tuning stopped at the edge of its search (every decision condition reading these arms is "
+            "undetermined):",
+            "",
+        ] + [f"- {arm}: {why}" for arm, why in ev["tuning_edges"].items()]
+    lines += [
+        "",
+        "## Conditions",
+        "",
+        _families(ev),
+        "",
+        "| condition | outcome | estimate | interval | p(holds) adj | p(fails) adj | test |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in ev["conditions"]:
+        ci = (
+            f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]"
+            if c.get("ci_low") is not None
+            else "-"
+        )
+        lines.append(
+            f"| {c['list_name']}[{c['index']}]: `{c['description']}` | **{c['outcome']}** | "
+            f"{_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
+            f"{_fmt(c.get('p_fail_adj'), 3)} | {c['test']} |"
+        )
+    estimands = [
+        f"- {c['list_name']}[{c['index']}]: {c['estimand']}"
+        for c in ev["conditions"]
+        if c.get("estimand")
+    ]
+    if estimands:
+        lines += [
+            "",
+            "What each condition estimates (its estimate, interval and test are on this scale; on the log "
+            "scale exp(estimate) is the factor by which the bar is cleared):",
+            "",
+        ] + estimands
+    reasons = [
+        f"- {c['list_name']}[{c['index']}]: {c['test']}: {c['test_reason']}"
+        for c in ev["conditions"]
+        if c.get("test_reason")
+    ]
+    if reasons:
+        lines += ["", "Why each test:", ""] + reasons
+    if ev.get("controls"):
+        lines += [
+            "",
+            "## Controls",
+            "",
+            "Each must hold for the experiment to be interpretable (each tested at "
+            "alpha: all must hold, an intersection-union test); one that fails or cannot be settled makes the "
+            "verdict invalid.",
+            "",
+            "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in ev["controls"]:
+            ci = (
+                f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]"
+                if c.get("ci_low") is not None
+                else "-"
+            )
+            lines.append(
+                f"| controls[{c['index']}]: `{c['description']}` | {c.get('control') or '-'} | "
+                f"**{c['outcome']}** | {_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
+                f"{c['test']} |"
+            )
+    if ev.get("lost"):
+        lines += [
+            "",
+            "## Lost values",
+            "",
+            "Seeds without a finite value of a metric a condition reads; a "
+            "supported_if condition that reads one cannot hold.",
+            "",
+        ]
+        lines += [f"- {x['arm']}.{x['metric']} seed {x['seed']}: {x['why']}" for x in ev["lost"]]
+    judged = any("converged" in r for r in ev["runs"])  # a contract with a convergence rule
+    lines += ["", "## Runs", ""]
+    if judged:
+        lines += convergence_lines(ev["runs"]) + [""]
+    lines += [
+        "| arm | seed | status | halt | " + ("converged | " if judged else "") + "metrics |",
+        "|---|---|---|---|" + ("---|" if judged else "") + "---|",
+    ]
+    for r in ev["runs"]:
+        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["metrics"].items()))
+        conv = f"{_converged_cell(r)} | " if judged else ""
+        lines.append(
+            f"| {r['arm']} | {r['seed']} | {r['status']} | {r.get('halt_reason') or '-'} | {conv}{metrics} |"
+        )
+    point = ev.get("falsifiable_point")
+    if point:
+        sign = ">=" if point["direction"] == "higher" else "<="
+        lines += [
+            "",
+            "## Falsifiable point (gate 5)",
+            "",
+            f"`{point['arm']}.{point['metric']} {sign} {point['threshold']}` by step {point['by_step']}:",
+            "",
+        ]
+        lines += [
+            f"- seed {r['seed']}: {_fmt(r['value'])} at step {r['step']}: {'met' if r['met'] else 'NOT met'}"
+            for r in point["runs"]
+        ]
+    pred = (ev.get("predictions") or {}).get("predicted_ablation")
+    if pred:
+        sign = "above" if pred["direction"] == "higher" else "below"
+        came = {True: "came true", False: "did NOT come true", None: "not measured"}[
+            pred["came_true"]
+        ]
+        lines += [
+            "",
+            "## Predictions (gates 3 and 5)",
+            "",
+            f"- gate 3: `{pred['arm']}.{pred['metric']}` {sign} `{pred['versus']}` by at least "
+            f"{_fmt(pred['predicted_size'])}; measured {_fmt(pred['measured_size'])}: {came}"
+            + (
+                f"; with sd {_fmt(pred['sd'])}, {pred['seeds_for_80pct_power'] or '> 1000'} seeds per arm "
+                f"give 80% power"
+                if pred.get("sd") is not None
+                else ""
+            ),
+        ]
+        fpp = ev["predictions"]["falsifiable_point"]
+        lines.append(
+            f"- gate 5: threshold met by its step on {fpp['met_on']} of {fpp['of']} seeds: "
+            f"{'came true' if fpp['came_true'] else 'did NOT come true'}"
+        )
+    pre = ev.get("preflight", {})
+    if pre:
+        lines += ["", "## Preflight", ""]
+        for arm, p in pre.get("arms", {}).items():
+            lines.append(
+                f"- `{arm}`: {p['params']} trainable parameters, params ratio {p['params_ratio']:.3g}"
+                + (
+                    f", FLOPs ratio {p['flops_ratio']:.3g}"
+                    if p.get("flops_ratio") is not None
+                    else ""
+                )
+            )
+    lines += ["", "---", "", f"`{signature(ev)}`", ""]
+    return "\n".join(lines)

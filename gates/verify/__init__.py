@@ -1,0 +1,39 @@
+"""Verification: does every recorded claim still hold its evidence?
+
+`claims` lists every claim checked as far as the files go (evidence, contract hash, claims history,
+staleness: what `gates status` and the dashboard show); `verify` adds the re-derivation of every
+verdict (`check_claim` for one), re-runs the contracts marked for replay and spot-checks recorded
+runs by re-running them (the audit); `certify` re-runs a claim's runs under today's code.
+
+Private modules: `_claim` (a claim's check and its problems), `_claims` (every claim, the files
+phase), `_verify` (the re-derive phase), `_audit` (spot checks by re-running runs), `_certify`
+(re-running a claim's runs to check it against today's code).
+"""
+
+from gates._face import lazy_face
+
+# public name -> (private module, its name there), imported on first use
+_FACE = {
+    "CONTRACT_AMBIGUOUS": ("_claim", "CONTRACT_AMBIGUOUS"),
+    "CONTRACT_EDITED": ("_claim", "CONTRACT_EDITED"),
+    "CONTRACT_ID_CHANGED": ("_claim", "CONTRACT_ID_CHANGED"),
+    "CONTRACT_MISSING": ("_claim", "CONTRACT_MISSING"),
+    "CONTRACT_UNLOADABLE": ("_claim", "CONTRACT_UNLOADABLE"),
+    "Candidate": ("_audit", "Candidate"),
+    "ClaimCheck": ("_claim", "ClaimCheck"),
+    "EVIDENCE_FOREIGN": ("_claim", "EVIDENCE_FOREIGN"),
+    "EVIDENCE_MISSING": ("_claim", "EVIDENCE_MISSING"),
+    "EVIDENCE_UNREADABLE": ("_claim", "EVIDENCE_UNREADABLE"),
+    "OVERHEAD_S": ("_audit", "OVERHEAD_S"),
+    "Certification": ("_certify", "Certification"),
+    "certify": ("_certify", "certify"),
+    "check_claim": ("_verify", "check_claim"),
+    "choose": ("_audit", "choose"),
+    "claims": ("_claims", "claims"),
+    "commit_seed": ("_audit", "commit_seed"),
+    "find_contracts": ("_claims", "find_contracts"),
+    "rerun": ("_audit", "rerun"),
+    "verify": ("_verify", "verify"),
+}
+__all__ = sorted(_FACE)
+__getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -1,0 +1,114 @@
+"""`gates certify`: check a recorded claim against today's code by re-running its runs.
+
+A claim is stale when the code its evidence was computed with has changed since: a refactor that
+moves files changes no number but makes every claim stale. Certifying re-runs the claim's completed
+runs (all, or a seeded sample) under today's code, each bare and on the CPU thread count it recorded
+(as the audit does), and compares every recorded metric within the contract's replay tolerance. Only
+when every re-run reproduces is a `certified` entry appended to the claims history, with today's code
+fingerprint and which runs were re-run; staleness is then measured from that code. So "stale" means
+"not checked against today's code", never "a file was touched". Nothing is written otherwise.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gates.contract import LoadedContract
+from gates.errors import UserError
+from gates.record import EVIDENCE, current_provenance, evidence_dir, raw_evidence, record_entry
+from gates.study import study_module
+from gates.verify._audit import commit_seed, compare, rerun
+
+
+@dataclass
+class Certification:
+    contract_id: str
+    reran: list[str] = field(default_factory=list)  # "arm/seed N" of each run re-run
+    completed: int = 0  # completed runs the evidence records
+    problems: list[str] = field(default_factory=list)  # what did not reproduce
+    entry: dict | None = None  # the `certified` entry appended (None: nothing written)
+
+    @property
+    def certified(self) -> bool:
+        return self.entry is not None
+
+
+def certify(
+    loaded: LoadedContract,
+    runs_root: Path,
+    reason: str,
+    *,
+    sample: int | None = None,
+    seed: int | None = None,
+    default_tolerance: tuple[float, float] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> Certification:
+    """Re-run the completed runs of `loaded`'s recorded claim (a seeded sample of `sample` of them
+    when given; `seed` fixes it, else the git commit) and append a `certified` entry with today's code
+    fingerprint when every one reproduces its recorded metrics within the contract's replay tolerance
+    (`default_tolerance` (abs, rel) for a contract without a `replay` section, else `Replay()`'s)."""
+    say = log or (lambda line: None)
+    if not reason.strip():
+        raise UserError("give a reason: it is recorded in the claims index", field="--reason")
+    path = evidence_dir(Path(runs_root), loaded.id) / EVIDENCE
+    ev = raw_evidence(path)
+    if ev is None:
+        raise UserError(
+            f"no readable evidence at {path}; expected a recorded claim (run the contract first)",
+            field="contract",
+        )
+    if ev.get("contract_sha256") != loaded.sha256:
+        raise UserError(
+            f"{loaded.path} is not the contract its evidence recorded (sha256 {loaded.sha256[:16]} != "
+            f"{str(ev.get('contract_sha256'))[:16]}); expected the recorded contract",
+            field="contract",
+        )
+    runs = [r for r in ev.get("runs", []) if r.get("status") == "completed"]
+    result = Certification(loaded.id, completed=len(runs))
+    if not runs:
+        raise UserError(
+            f"{loaded.id} records no completed run: nothing to re-run", field="contract"
+        )
+    chosen = sorted(runs, key=lambda r: (r["arm"], r["seed"]))
+    if sample is not None and sample < len(chosen):
+        if seed is None:
+            seed, origin = commit_seed()
+        else:
+            origin = "given"
+        chosen = sorted(
+            random.Random(seed).sample(chosen, sample), key=lambda r: (r["arm"], r["seed"])
+        )
+        say(f"certify {loaded.id}: {sample} of {len(runs)} completed runs, seed {seed} ({origin})")
+    else:
+        say(f"certify {loaded.id}: all {len(runs)} completed runs")
+    for run in chosen:
+        name = f"{run['arm']}/seed {run['seed']}"
+        started = time.perf_counter()
+        try:
+            metrics = rerun(loaded, ev, run["arm"], run["seed"])
+            problems = compare(loaded, run, metrics, default_tolerance)
+        except Exception as e:  # a study that crashes on a re-run does not reproduce its record
+            problems = [f"{name}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"]
+        result.reran.append(name)
+        result.problems += problems
+        outcome = "reproduces" if not problems else "DOES NOT reproduce"
+        say(f"certify {loaded.id}: {name}: {outcome} ({time.perf_counter() - started:.1f} s)")
+    if result.problems:
+        return result
+    prov = current_provenance(study_module(loaded.contract.study))
+    result.entry = record_entry(
+        Path(runs_root),
+        path,
+        "certified",
+        reason.strip(),
+        extra={
+            "code_sha256": prov.code_sha256,
+            "code_files": prov.code_files,
+            "reran": f"{len(chosen)} of {len(runs)} completed runs",
+        },
+    )
+    return result

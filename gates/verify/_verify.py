@@ -1,0 +1,481 @@
+"""`gates verify`: does every claim in runs/ still hold its evidence?
+
+For each `runs/<id>/evidence.json` (`check_claim`): the evidence has the shape its readers rely on;
+the repository's contract with that id (found by scanning the contracts folder, never at a path the
+evidence names) exists, is the only one with that id, and hashes to what the evidence recorded; the
+runs are exactly the contract's arms x seeds, each once; the settings, claim text and gate-5 point
+are the contract's; the verdict, every condition's values, estimate, interval and p-values, the
+reasons and what would settle it equal what today's code derives from the recorded per-seed metrics;
+verdict.md is exactly the rendering of the evidence; with replay, contracts marked
+`replay: {ci: true}` are re-run and must give the same verdict and metrics within their tolerance.
+
+What verify cannot know from the files alone: per-seed values edited consistently with everything
+derived from them, the git commit, code hash, timings and preflight measurements recorded (see the
+README's "Reliability" section).
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from pathlib import Path
+
+from gates.contract import LoadedContract, load_contract, load_contract_cached
+from gates.design import rule_flags
+from gates.errors import UserError
+from gates.inference import Verdict, claim_inputs, judge_claim, predictions
+from gates.verify import _audit as audit
+from gates.verify._claim import (
+    CONTRACT_EDITED,
+    CONTRACT_UNLOADABLE,
+    CONVERGENCE,
+    DERIVED,
+    REPLAY,
+    RUNS,
+    SETTINGS,
+    TUNING,
+    VERDICT,
+    ClaimCheck,
+)
+from gates.verify._claims import ContractIndex, check_files, claims, find_contracts
+
+
+def check_claim(evidence_path: Path, contracts: ContractIndex, *, replay: bool) -> ClaimCheck:
+    """Check one claim: the files phase (`check_files`), then the re-derive phase: the runs (exactly
+    the contract's arms x seeds, each once), the settings and claim text (the contract's), everything
+    derived from the per-seed values (re-derived by today's code), verdict.md (the rendering of the
+    evidence), the tuning record and, with `replay`, a re-run of a contract marked for it. Every
+    problem found is named."""
+    check, ev, loaded = check_files(evidence_path, contracts)
+    if check.status == "lost":
+        return check
+    if loaded is None:
+        try:
+            loaded = load_contract(contracts[check.contract_id])
+        except UserError as e:
+            check.lose(
+                CONTRACT_UNLOADABLE, [f"contract no longer loads: {e.render().splitlines()[0]}"]
+            )
+            return check
+    if loaded.sha256 != ev["contract_sha256"]:  # its study's config makes something else of it
+        check.hash_ok = False
+        check.lose(
+            CONTRACT_EDITED,
+            [
+                f"{loaded.path} loads to sha256 {loaded.sha256[:16]} != recorded "
+                f"{ev['contract_sha256'][:16]} (its study's arm config changed what it makes of it)"
+            ],
+        )
+        return check
+    check.rederived = True
+    loaded.tuning_record = ev.get("tuning")
+    check.lose(RUNS, _check_runs(loaded, ev))
+    check.lose(CONVERGENCE, _check_convergence(loaded, ev))
+    check.lose(SETTINGS, _check_settings(loaded, ev))
+    again = judge_claim(loaded, ev["runs"])
+    check.lose(VERDICT, _rederive(again, ev))
+    check.lose(DERIVED, _check_derived(loaded, ev, again))
+    if loaded.contract.tuning is not None or ev.get("tuning"):
+        from gates.execution import check_tuning_evidence
+
+        check.lose(TUNING, check_tuning_evidence(loaded, ev))
+    if replay and loaded.contract.replay and loaded.contract.replay.ci:
+        check.replayed = True
+        check.lose(REPLAY, _replay(loaded, ev))
+    return check
+
+
+def _rederive(again: Verdict, ev: dict) -> list[str]:
+    """The verdict and each condition's outcome against `again`, re-derived from the recorded runs."""
+    problems = []
+    if again.verdict != ev["verdict"]:
+        problems.append(
+            f"recorded verdict {ev['verdict']!r} does not reproduce from its metrics: "
+            f"today's code says {again.verdict!r}"
+        )
+    recorded = {(c["list_name"], c["index"]): c["outcome"] for c in ev["conditions"]}
+    for c in again.conditions:
+        was = recorded.get((c.list_name, c.index))
+        if was != c.outcome:
+            problems.append(
+                f"{c.list_name}[{c.index}] `{c.description}`: recorded {was!r}, re-derived {c.outcome!r}"
+            )
+    return problems
+
+
+# ---------------------------------------------------------------------------------- record checks
+REL_TOL, ABS_TOL = (
+    1e-9,
+    1e-12,
+)  # recorded vs re-derived floats: the same computation, up to rounding
+SHOWN = 4  # arm x seeds named per problem line
+# condition fields that verdict.md and the dashboard show: a record without one hides it. Other fields
+# that today's code derives may be absent (evidence recorded before the field existed), never different.
+SHOWN_CONDITION_FIELDS = (
+    "description",
+    "outcome",
+    "estimate",
+    "ci_low",
+    "ci_high",
+    "p_hold_adj",
+    "p_fail_adj",
+    "test",
+    "values",
+)
+OPTIONAL_DERIVED = (
+    "not_run",
+    "beyond_ceiling",
+    "tuning_edges",
+)  # engine 3's, written only when not empty
+DERIVED_TOP_LEVEL = (
+    "reasons",
+    "settle",
+    "halts",
+    "lost",
+    "controls",
+    "looks",
+) + OPTIONAL_DERIVED  # the verdict's own fields, where recorded
+
+
+def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
+    """The runs are exactly the contract's arms x seeds, each once; for a sequential contract, the arms x
+    seeds of the looks taken, up to the look the sequence stops at on these runs (re-derived), or of whole
+    later looks: an engine that decided later than today's (re-derived since) ran them, and the verdict
+    is the first deciding look's all the same."""
+    from collections import Counter
+
+    arms, seeds = list(loaded.contract.arms), list(loaded.contract.seeds)
+    if loaded.contract.sequential is not None:
+        from gates.inference import stopping_seeds
+
+        seeds = stopping_seeds(
+            loaded.contract, ev["runs"], loaded.study.metrics, **claim_inputs(loaded)
+        )
+        taken = {r["seed"] for r in ev["runs"]}
+        later = [n for n in loaded.contract.sequential.looks if n > len(seeds)]
+        seeds = next(
+            (
+                list(loaded.contract.seeds)[:n]
+                for n in later
+                if set(loaded.contract.seeds[:n]) == taken
+            ),
+            seeds,
+        )
+    expected = [(a, s) for a in arms for s in seeds]
+    counts = Counter((r["arm"], r["seed"]) for r in ev["runs"])
+    problems = []
+
+    def names(keys):
+        shown = ", ".join(f"{a}/seed {s}" for a, s in keys[:SHOWN])
+        return shown + (f" and {len(keys) - SHOWN} more" if len(keys) > SHOWN else "")
+
+    missing = [k for k in expected if not counts[k]]
+    extra = [k for k in counts if k not in set(expected)]
+    twice = [k for k, n in counts.items() if n > 1 and k in set(expected)]
+    if missing:
+        problems.append(
+            f"runs lack {names(missing)}: the evidence has {len(ev['runs'])} runs, the contract's "
+            f"{len(arms)} arms x {len(seeds)} seeds are {len(expected)} (each arm runs on every seed)"
+        )
+    if extra:
+        listed = (
+            "which the contract does not list"
+            if loaded.contract.sequential is None
+            else (
+                "beyond the look at which the sequence stops on these runs (or not the contract's)"
+            )
+        )
+        problems.append(
+            f"runs include {names(extra)}, {listed} (arms {', '.join(arms)}; seeds {seeds})"
+        )
+    if twice:
+        problems.append(f"runs list {names(twice)} more than once; expected each arm x seed once")
+    return problems
+
+
+def _check_convergence(loaded: LoadedContract, ev: dict) -> list[str]:
+    """Under a convergence rule every completed run records `converged` and the trend it was judged on
+    (the rule's metric and window), and the flag is what the rule says of that trend; halted and failed
+    runs, and every run of a contract without the rule, record none."""
+    from gates.execution import is_converged
+
+    rule = loaded.contract.convergence
+    problems = []
+    for r in ev["runs"]:
+        name = f"run {r['arm']}/seed {r['seed']}"
+        if rule is None or r.get("status") != "completed":
+            if "converged" in r or "convergence" in r:
+                why = (
+                    "the contract has no convergence rule"
+                    if rule is None
+                    else f"it is {r.get('status')}"
+                )
+                problems.append(f"{name} records convergence, but {why}; expected none")
+            continue
+        conv = r.get("convergence")
+        if not isinstance(r.get("converged"), bool) or not isinstance(conv, dict):
+            problems.append(
+                f"{name} completed without a convergence record; expected converged and convergence "
+                f"under the contract's convergence rule"
+            )
+            continue
+        if conv.get("metric") != rule.metric or conv.get("window") != rule.window:
+            problems.append(
+                f"{name} was judged on {conv.get('metric')!r} over {conv.get('window')} steps; the "
+                f"contract's rule is {rule.metric!r} over {rule.window}"
+            )
+        elif r["converged"] != is_converged(rule, conv):
+            problems.append(
+                f"{name} records converged={str(r['converged']).lower()}, but its trend "
+                f"({conv.get('rel_improvement')} relative over the window, bar "
+                f"{rule.max_rel_improvement:g}) gives converged={str(not r['converged']).lower()}"
+            )
+    return problems
+
+
+def _check_settings(loaded: LoadedContract, ev: dict) -> list[str]:
+    """The settings, claim and gate-5 point recorded are the contract's (a tuned arm's config is checked
+    by gates.tuning against the declared one with the best trial's params)."""
+    c = loaded.contract
+    s = ev["settings"]
+    problems = []
+    for key, want in (("claim", c.claim), ("source", c.source), ("study", c.study)):
+        if ev.get(key) != want:
+            problems.append(
+                f"the recorded {key} is not the contract's: {_short(ev.get(key))} != {_short(want)}"
+            )
+    for key, got, want in (
+        ("alpha", s["alpha"], c.decision.alpha),
+        ("evaluation", s["evaluation"], c.decision.evaluation),
+        ("seeds", s["seeds"], list(c.seeds)),
+    ):
+        if not _same(got, want):
+            problems.append(f"settings.{key} {_short(got)} is not the contract's {_short(want)}")
+    problems += _stated_problems("settings.budget", s["budget"], c.budget, "the contract's budget")
+    recorded = s["arm_configs"]
+    if sorted(recorded) != sorted(loaded.arm_configs):
+        problems.append(
+            f"settings.arm_configs covers arms {sorted(recorded)}, the contract has {sorted(loaded.arm_configs)}"
+        )
+    tuned = set(c.tuning.tuned_arms(c.arms)) if c.tuning is not None else set()
+    for arm, cfg in loaded.arm_configs.items():
+        if arm in recorded and arm not in tuned:
+            problems += _stated_problems(
+                f"settings.arm_configs.{arm}", recorded[arm], cfg, "the study's config"
+            )
+    from gates.execution import design_of
+    from gates.record import regime_of
+
+    for key, want in (("design", design_of(c)), ("regime", regime_of(loaded))):
+        if not _same(ev.get(key) or None, want or None):
+            problems.append(
+                f"the recorded {key} {_short(ev.get(key))} is not the contract's {_short(want)}"
+            )
+    point = ev.get("falsifiable_point")
+    if point is not None:
+        want = c.preflight.falsifiable_point.model_dump(exclude={"statement"})
+        for key, value in want.items():
+            if not _same(point.get(key), value):
+                problems.append(
+                    f"falsifiable_point.{key} {_short(point.get(key))} is not the contract's {_short(value)}"
+                )
+        signals = [
+            {"seed": r["seed"], **r["first_signal"]}
+            for r in ev["runs"]
+            if isinstance(r.get("first_signal"), dict)
+        ]
+        if not _same(point.get("runs", []), signals):
+            problems.append("falsifiable_point.runs is not what the runs' first signals record")
+    return problems
+
+
+def _stated_problems(where: str, recorded: dict, model, what: str) -> list[str]:
+    """A recorded config (arm config, budget) against the contract's (validated, defaults filled in).
+    A field that the model gained since (absent from the record, not set by the contract) is no
+    difference; any other field must be recorded with the contract's value."""
+    want = model.model_dump(mode="json")
+    stated = model.model_dump(mode="json", exclude_unset=True)
+    problems = []
+    for key in sorted(set(want) | set(recorded)):
+        if key not in recorded and key not in stated:
+            continue
+        if key not in want:
+            problems.append(f"{where}.{key} is recorded but is no field of {what}")
+        elif key not in recorded or not _same(recorded[key], want[key]):
+            problems.append(
+                f"{where}.{key} {_short(recorded.get(key, '(absent)'))} is not the contract's "
+                f"{_short(want[key])}"
+            )
+    return problems
+
+
+def _check_derived(loaded: LoadedContract, ev: dict, again: Verdict) -> list[str]:
+    """Everything the verdict engine derives from the per-seed values (each condition's values, n,
+    estimate, interval and p-values; the reasons, what would settle it, the halts; the correction)
+    equals what today's code derives from the recorded runs, floats within a relative 1e-9. Verdict
+    and outcomes are `_rederive`'s. Gates 3 and 5 as measured (`predictions`) likewise, where recorded."""
+    problems = []
+    if ev["settings"]["correction"] != again.correction:
+        problems.append(
+            f"settings.correction {ev['settings']['correction']!r} is not today's {again.correction!r}"
+        )
+    derived = again.to_dict()
+    if "predictions" in ev:
+        derived["predictions"] = predictions(
+            loaded.contract, ev["runs"], (ev.get("falsifiable_point") or {}).get("runs", [])
+        )
+    for key in OPTIONAL_DERIVED:  # recorded only when not empty: absent and empty are the same
+        ev = {**ev, key: ev.get(key) or type(derived[key])()}
+    for key in DERIVED_TOP_LEVEL + ("predictions",):
+        if key in ev and key in derived and not _same(ev[key], derived[key]):
+            problems.append(
+                f"the recorded {key} are not what the runs give: {_diff(ev[key], derived[key])}"
+            )
+    recorded = {}
+    for c in ev["conditions"]:
+        label = f"{c['list_name']}[{c['index']}]"
+        if label in recorded:
+            problems.append(f"conditions list {label} twice")
+        recorded[label] = c
+    fresh = {f"{c.list_name}[{c.index}]": c.to_dict() for c in again.conditions}
+    for label in recorded.keys() - fresh.keys():
+        problems.append(f"conditions include {label}, which the contract's decision does not have")
+    for label, want in fresh.items():
+        got = recorded.get(label)
+        if got is None:
+            continue  # `_rederive` names a missing condition
+        for key, value in want.items():
+            if key == "outcome":
+                continue  # `_rederive` compares outcomes
+            if key not in got:
+                if key in SHOWN_CONDITION_FIELDS:
+                    problems.append(
+                        f"{label}: the record lacks {key} (the runs give {_short(value)})"
+                    )
+                continue
+            if not _same(got[key], value):
+                problems.append(
+                    f"{label} `{want['description']}`: recorded {key} {_short(got[key])}, the recorded "
+                    f"runs give {_short(value)}"
+                )
+    return problems
+
+
+def _same(a, b) -> bool:
+    """Equal as JSON data, floats within REL_TOL (ints and floats compare as numbers, bools do not)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        if math.isnan(a) or math.isnan(b):
+            return math.isnan(a) and math.isnan(b)
+        return a == b or math.isclose(a, b, rel_tol=REL_TOL, abs_tol=ABS_TOL)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return type(a) is type(b) and a == b
+
+
+def _diff(got, want) -> str:
+    if isinstance(got, list) and isinstance(want, list):
+        for i, (x, y) in enumerate(zip(got, want)):
+            if not _same(x, y):
+                return f"item {i}: recorded {_short(x)}, the runs give {_short(y)}"
+        return f"{len(got)} recorded, the runs give {len(want)}"
+    return f"recorded {_short(got)}, the runs give {_short(want)}"
+
+
+def _short(x, limit: int = 100) -> str:
+    text = repr(x)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
+    """Re-run the contract into a throwaway store and compare with the evidence, on the CPU thread count
+    its runs recorded (when they all recorded the same one)."""
+    from gates.execution import run_contract
+    from gates.study import cpu_threads, recorded_threads
+
+    tol = loaded.contract.replay
+    counts = {recorded_threads(r.get("environment")) for r in ev.get("runs", [])}
+    with (
+        tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp,
+        cpu_threads(counts.pop() if len(counts) == 1 else None),
+    ):
+        fresh = run_contract(
+            loaded, f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs", fresh=True
+        )
+    problems = []
+    if fresh["verdict"] != ev["verdict"]:
+        problems.append(
+            f"replay gives verdict {fresh['verdict']!r}, evidence says {ev['verdict']!r}"
+        )
+    recorded = {(r["arm"], r["seed"]): r for r in ev["runs"]}
+    for run in fresh["runs"]:
+        old = recorded.get((run["arm"], run["seed"]))
+        if old is None:
+            problems.append(f"replay ran {run['arm']}/seed {run['seed']}, which the evidence lacks")
+            continue
+        if run["status"] != old["status"]:
+            problems.append(
+                f"{run['arm']}/seed {run['seed']}: replay status {run['status']}, recorded {old['status']}"
+            )
+        for name, value in old["metrics"].items():
+            if (
+                name in loaded.study.machine_metrics
+            ):  # speed and memory of whichever machine replays
+                continue
+            new = run["metrics"].get(name)
+            if not audit.within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
+                problems.append(
+                    f"{run['arm']}/seed {run['seed']}: {name} replays as {new}, recorded {value} "
+                    f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
+                )
+    return problems
+
+
+def verify(
+    runs_root: Path,
+    contracts_root: Path,
+    only: list[Path] | None = None,
+    *,
+    replay: bool = False,
+    strict_code: bool = False,
+    audit_seconds: float | None = None,
+    audit_seed: int | None = None,
+    audit_tolerance: tuple[float, float] | None = None,
+    log=None,
+) -> list[ClaimCheck]:
+    """`gates verify`: every claim checked whole (`claims` with `check_claim`), then, with `audit_seconds`,
+    randomly chosen completed runs of the contracts not replayed in CI re-run within about that many
+    seconds (gates.audit; `audit_seed` fixes the choice, else it comes from the git commit;
+    `audit_tolerance` (abs, rel) for contracts without a `replay` section, else `Replay()`'s); `log`
+    receives the audit's plan and results line by line."""
+    checks = claims(
+        runs_root,
+        contracts_root,
+        only,
+        deep=lambda evidence, contracts: check_claim(evidence, contracts, replay=replay),
+        today_rules=today_rule_flags,
+        strict_code=strict_code,
+    )
+    if audit_seconds:
+        contracts = find_contracts(Path(contracts_root))
+        for path in only or []:
+            contracts[load_contract(path).id] = Path(path)
+        audit.audit(
+            checks,
+            Path(runs_root),
+            contracts,
+            audit_seconds,
+            seed=audit_seed,
+            log=log,
+            default_tolerance=audit_tolerance,
+        )
+    return checks
+
+
+def today_rule_flags(path: Path) -> list[str] | None:
+    """The design rules a contract breaks by today's rules (None when it does not load)."""
+    loaded = load_contract_cached(path)
+    return rule_flags(loaded) if loaded is not None else None

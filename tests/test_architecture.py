@@ -1,0 +1,155 @@
+"""The architecture as the guide draws it, checked on the source: packages in layers with a small
+public face each, no import cycle (imports inside functions counted), gates/ free of torch at module
+level, models/ free of MLflow."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+# lowest first: a package may import from its own layer and the layers before it, never after
+LAYERS = [
+    "errors",
+    "study",
+    "contract",
+    "inference",
+    "design",
+    "record",
+    "execution",
+    "verify",
+    "cli",
+]
+PACKAGES = [p for p in LAYERS if (ROOT / "gates" / p / "__init__.py").is_file()]
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT / "gates").with_suffix("")
+    parts = [p for p in rel.parts if p != "__init__"]
+    return ".".join(["gates", *parts])
+
+
+def _imports(path: Path, top_level_only: bool = False) -> list[tuple[int, str]]:
+    """(line, imported module) of every import in the file (`from a import b` gives a.b and a)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if top_level_only else ast.walk(tree)
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module))
+            found += [(node.lineno, f"{node.module}.{a.name}") for a in node.names]
+    return found
+
+
+def _platform_files() -> list[Path]:
+    return sorted(p for p in (ROOT / "gates").rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _package_of(module: str) -> str | None:
+    parts = module.split(".")
+    if len(parts) >= 2 and parts[0] == "gates":
+        return parts[1] if parts[1] in LAYERS else None
+    return None
+
+
+def test_no_import_cycle_between_platform_modules():
+    modules = {_module_name(p): p for p in _platform_files()}
+    graph = {
+        name: {
+            m
+            for _, imported in _imports(path)
+            for m in (imported, imported.rpartition(".")[0])
+            if m in modules and m != name
+        }
+        for name, path in modules.items()
+    }
+    # a package's __init__ only names its private modules (imported lazily, by name): not an edge
+    for name in graph:
+        if (
+            ROOT / "gates" / name.removeprefix("gates.").replace(".", "/") / "__init__.py"
+        ).is_file():
+            graph[name] = set()
+    state, cycles = {}, []
+
+    def visit(node, stack):
+        state[node] = "open"
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(stack[stack.index(nxt) :] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, cycles
+
+
+def test_packages_import_only_lower_layers():
+    wrong = []
+    for path in _platform_files():
+        mine = _package_of(_module_name(path))
+        if mine is None:
+            continue
+        for line, imported in _imports(path):
+            theirs = _package_of(imported)
+            if theirs and LAYERS.index(theirs) > LAYERS.index(mine):
+                wrong.append(f"{path.relative_to(ROOT)}:{line}: {mine} imports {imported}")
+    assert not wrong, wrong
+
+
+def test_other_code_uses_a_package_s_public_face_only():
+    """Outside a package (another package, the dashboard, the studies, the examples), only the names
+    its face exports are imported: never `gates.<package>._<module>`. (Tests and benchmarks may reach
+    inside: a benchmark of the verdict engine's levels switches off its seeds-needed search.)"""
+    wrong = []
+    for folder in ("gates", "models", "dashboard", "examples"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            mine = _package_of(_module_name(path)) if folder == "gates" else None
+            for line, imported in _imports(path):
+                parts = imported.split(".")
+                if (
+                    len(parts) >= 3
+                    and parts[0] == "gates"
+                    and parts[1] in PACKAGES
+                    and parts[2].startswith("_")
+                    and parts[1] != mine
+                ):
+                    wrong.append(f"{path.relative_to(ROOT)}:{line}: {imported}")
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_public_name_resolves(package):
+    module = importlib.import_module(f"gates.{package}")
+    assert module.__all__, package
+    for name in module.__all__:
+        assert getattr(module, name) is not None, f"gates.{package}.{name}"
+
+
+def test_gates_never_imports_torch_at_module_level():
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in _platform_files()
+        for line, imported in _imports(path, top_level_only=True)
+        if imported.split(".")[0] == "torch"
+    ]
+    assert not wrong, wrong
+
+
+def test_models_never_import_mlflow():
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sorted((ROOT / "models").rglob("*.py"))
+        for line, imported in _imports(path)
+        if imported.split(".")[0] == "mlflow"
+    ]
+    assert not wrong, wrong
