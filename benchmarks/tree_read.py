@@ -104,23 +104,22 @@ def load_teacher(d: int, required: bool):
 def draw_teacher(teacher, n: int, fit_queries: int, eval_queries: int, seed: int):
     """keys (1, N, d), fit queries, evaluation queries: the study's memory-bank draw (draw_data).
 
-    draw_data reads only these fields of the study's config; passing them directly lets N go past
-    the study's own cap (2^16 leaves). The bank pools up to 4 N keys of 128-token training windows,
+    The config is built without validation, which lets N go past the study's own cap (2^16
+    leaves). The bank pools up to 4 N keys of 128-token training windows,
     all the training stream has (730,771 keys for the default corpus), so N <= 2^19 here."""
-    from gates.models.relation_closure import draw_data
+    from gates.models.relation_closure import RelationClosureConfig, draw_data
 
-    @dataclass
-    class BankDraw:
-        leaves: int
-        fit_queries: int
-        eval_queries: int
-        leaf_set: str = "bank"
-        query_set: str = "heldout_windows"
-        trees: int = 1
-
-    return draw_data(
-        teacher, BankDraw(n, fit_queries, eval_queries), torch.Generator().manual_seed(seed)
-    )[:3]
+    # the study's own config, every other field at its default (so a field added to the study, such
+    # as teacher_layer, comes along), built without validation to pass the study's cap on leaves
+    config = RelationClosureConfig.model_construct(
+        leaves=n,
+        fit_queries=fit_queries,
+        eval_queries=eval_queries,
+        leaf_set="bank",
+        query_set="heldout_windows",
+        trees=1,
+    )
+    return draw_data(teacher, config, torch.Generator().manual_seed(seed))[:3]
 
 
 def draw_random(n: int, d: int, fit_queries: int, eval_queries: int, seed: int):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gates.errors import UserError
-from gates.record import EVIDENCE, REPORT, RegimeLeft, evidence_dir, read_evidence
+from gates.record import EVIDENCE, REPORT, Evidence, RegimeLeft, evidence_dir, read_evidence
 from gates.verify import (
     CONTRACT_AMBIGUOUS,
     CONTRACT_EDITED,
@@ -106,7 +106,7 @@ def hash_status(check: ClaimCheck) -> str:
 @dataclass
 class ContractView:
     claim: Claim
-    evidence: dict | None
+    evidence: Evidence | None
     contract: object | None  # gates.contract.Contract, when its file still hashes to the evidence
     metrics: list[str]  # the metrics whose learning curves are drawn
     histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]]
@@ -218,7 +218,7 @@ class Claims:
 
     def _claim(self, check: ClaimCheck) -> Claim:
         ev = self.evidence(check.contract_id)
-        text = ev.get("claim", "") if ev else ""
+        text = ev.claim if ev is not None else ""
         if not text:
             loaded = self.contract(check.contract_id)
             text = loaded.contract.claim if loaded else ""
@@ -245,13 +245,13 @@ class Claims:
             **_design_flags(ev),
         )
 
-    def evidence(self, contract_id: str) -> dict | None:
+    def evidence(self, contract_id: str) -> Evidence | None:
         try:
             return read_evidence(evidence_dir(self.runs_dir, contract_id) / EVIDENCE)
         except ValueError:
             return None
 
-    def contract(self, contract_id: str, evidence: dict | None = None):
+    def contract(self, contract_id: str, evidence: Evidence | None = None):
         """The LoadedContract with this id in contracts_dir (never at a path the evidence names), or None."""
         from gates.contract import load_contract
 
@@ -285,7 +285,7 @@ class Claims:
         loaded = self.contract(contract_id, ev)
         contract = (
             loaded.contract
-            if loaded and (ev is None or loaded.sha256 == ev["contract_sha256"])
+            if loaded and (ev is None or loaded.sha256 == ev.contract_sha256)
             else None
         )
         metrics = _plotted_metrics(contract, ev)
@@ -294,16 +294,14 @@ class Claims:
             histories, note = self._histories(ev, metrics)
         return ContractView(claim, ev, contract, metrics, histories, note)
 
-    def _histories(self, ev: dict, metrics: list[str]):
+    def _histories(self, ev: Evidence, metrics: list[str]):
         client, why = self.store.client()
         if client is None:
             return {}, why
         histories, missing = {}, []
-        never = [
-            r for r in ev["runs"] if not r.get("mlflow_run_id")
-        ]  # skipped after its arm kept failing
-        for r in ev["runs"]:
-            run_id = r.get("mlflow_run_id")
+        never = [r for r in ev.runs if not r.mlflow_run_id]  # skipped after its arm kept failing
+        for r in ev.runs:
+            run_id = r.mlflow_run_id
             if not run_id:
                 continue
             try:
@@ -314,41 +312,38 @@ class Claims:
                     f"MLflow store {self.store.uri} failed reading run {run_id}: {type(e).__name__}: {e}",
                 )
             if any(series.values()):
-                histories[(r["arm"], r["seed"])] = series
+                histories[(r.arm, r.seed)] = series
             else:
-                missing.append(f"{r['arm']}/seed {r['seed']}")
+                missing.append(f"{r.arm}/seed {r.seed}")
         notes = []
         if missing:
-            recorded = (ev.get("mlflow") or {}).get("tracking_uri", "?")
+            recorded = ev.mlflow.written("tracking_uri", "?") if ev.mlflow is not None else "?"
             notes.append(
-                f"{len(missing)} of {len(ev['runs'])} runs have no metric history in {self.store.uri} "
+                f"{len(missing)} of {len(ev.runs)} runs have no metric history in {self.store.uri} "
                 f"(the evidence was recorded into {recorded}): {', '.join(missing[:6])}"
                 + (" ..." if len(missing) > 6 else "")
             )
         if never:
-            shown = ", ".join(f"{r['arm']}/seed {r['seed']} ({r.get('status')})" for r in never[:6])
+            shown = ", ".join(f"{r.arm}/seed {r.seed} ({r.status})" for r in never[:6])
             notes.append(
-                f"{len(never)} of {len(ev['runs'])} runs have no MLflow run (never started: "
+                f"{len(never)} of {len(ev.runs)} runs have no MLflow run (never started: "
                 f"{shown}{' ...' if len(never) > 6 else ''})"
             )
         return histories, "; ".join(notes) or None
 
 
-def _design_flags(ev: dict | None) -> dict:
+def _design_flags(ev: Evidence | None) -> dict:
     """The evidence's verdict-level fields that say the experiment did not run as designed, in brief."""
-    if not ev:
+    if ev is None:
         return {}
-
-    def dicts(value):  # fields the evidence schema does not check: another shape shows as nothing
-        return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
-
-    not_run = [str(x.get("arm")) for x in dicts(ev.get("not_run"))]
-    beyond = [str(x.get("condition")) for x in dicts(ev.get("beyond_ceiling"))]
-    edges = ev.get("tuning_edges") if isinstance(ev.get("tuning_edges"), dict) else {}
-    return {"not_run": not_run, "beyond_ceiling": beyond, "tuning_edges": [str(a) for a in edges]}
+    return {
+        "not_run": [x.arm for x in ev.not_run],
+        "beyond_ceiling": [x.condition for x in ev.beyond_ceiling],
+        "tuning_edges": list(ev.tuning_edges),
+    }
 
 
-def _plotted_metrics(contract, ev: dict | None) -> list[str]:
+def _plotted_metrics(contract, ev: Evidence | None) -> list[str]:
     """The metrics a reviewer needs to see move (as in the MLflow review plots); from the evidence
     alone when the contract file is gone or was edited."""
     if contract is not None:
@@ -357,10 +352,10 @@ def _plotted_metrics(contract, ev: dict | None) -> list[str]:
         return plotted_metrics(contract)
     if ev is None:
         return []
-    names = [ev["falsifiable_point"]["metric"]] if ev.get("falsifiable_point") else []
-    arms = sorted(ev.get("settings", {}).get("arm_configs", {}), key=len, reverse=True)
-    for c in ev["conditions"]:
-        for term in c.get("values", {}):
+    names = [ev.falsifiable_point.metric] if ev.falsifiable_point is not None else []
+    arms = sorted(ev.settings.arm_configs, key=len, reverse=True)
+    for c in ev.conditions:
+        for term in c.values:
             arm = next((a for a in arms if term.startswith(a + ".")), None)
             names.append(term[len(arm) + 1 :] if arm else term.split(".", 1)[-1])
     return list(dict.fromkeys(names))

@@ -13,7 +13,7 @@ from urllib.parse import quote
 from gates.dashboard import svg
 from gates.dashboard.data import Claim, ContractView, finite
 from gates.dashboard.svg import e
-from gates.record import describe_regime, describe_shared
+from gates.record import ConditionRecord, Evidence, RunRecord, describe_regime, describe_shared
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
@@ -278,8 +278,8 @@ def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str)
             )
         return page(c.contract_id, "".join(parts), links, footer)
     parts.append(
-        f'<p class="small">Source: {e(ev.get("source", "-"))}<br>Study <code>{e(ev.get("study", "-"))}</code>, '
-        f"recorded {e(ev['created_at'])}</p>"
+        f'<p class="small">Source: {e(ev.written("source", "-"))}<br>Study '
+        f"<code>{e(ev.written('study', '-'))}</code>, recorded {e(ev.created_at)}</p>"
     )
     parts += [
         _attempt(ev),
@@ -298,70 +298,54 @@ def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str)
     return page(c.contract_id, "".join(parts), links, footer)
 
 
-def _dicts(value) -> list[dict]:
-    """The dicts of a list from the evidence (fields the evidence schema does not check: any other shape
-    shows as nothing rather than breaking the page)."""
-    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
-
-
-def _strings(value) -> list[str]:
-    return [str(x) for x in value] if isinstance(value, list) else ([str(value)] if value else [])
-
-
-def _mapping(value) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def _attempt(ev: dict) -> str:
+def _attempt(ev: Evidence) -> str:
     """The evidence's own attempt record, as verdict.md has it (gates.attempts.describe): its number, why
     it was recorded, and each earlier attempt with its verdict and why (none for a lone first attempt)."""
-    attempt = ev.get("attempt")
-    if not isinstance(attempt, dict):
+    attempt = ev.attempt
+    if attempt is None or attempt.number <= 1 and not attempt.earlier:
         return ""
-    number = attempt.get("number")
-    if not (isinstance(number, int) and number > 1) and not _dicts(attempt.get("earlier")):
-        return ""
-    because = f", recorded because: {e(attempt['reason'])}" if attempt.get("reason") else ""
+    because = f", recorded because: {e(attempt.reason)}" if attempt.reason else ""
     items = []
-    for a in _dicts(attempt.get("earlier")):
+    for a in attempt.earlier:
         head = (
-            f"attempt {e(a.get('number'))}: {verdict_badge(a.get('verdict') or 'pending')}, recorded "
-            f"{e(a.get('recorded') or '?')}"
+            f"attempt {e(a.number)}: {verdict_badge(a.verdict or 'pending')}, recorded "
+            f"{e(a.recorded or '?')}"
         )
-        if a.get("reason"):
-            head += f" (because: {e(a['reason'])})"
-        if a.get("withdrawn"):
-            head += f"; withdrawn: {e(a['withdrawn'])}"
-        why = "".join(f"<li>{e(w)}</li>" for w in _strings(a.get("why")))
+        if a.reason:
+            head += f" (because: {e(a.reason)})"
+        if a.withdrawn:
+            head += f"; withdrawn: {e(a.withdrawn)}"
+        why = "".join(f"<li>{e(w)}</li>" for w in a.why)
         items.append(f"<li>{head}" + (f'<ul class="small">{why}</ul>' if why else "") + "</li>")
     return (
-        f'<h2>Attempts</h2><p class="attempt">Attempt {e(attempt.get("number"))} at this claim{because}; '
+        f'<h2>Attempts</h2><p class="attempt">Attempt {e(attempt.number)} at this claim{because}; '
         f'earlier:</p><ul class="attempts">{"".join(items)}</ul>'
     )
 
 
-def _design(ev: dict, c: Claim, links: Links) -> str:
+def _design(ev: Evidence, c: Claim, links: Links) -> str:
     """What the contract declares about its design, its regime and the runs it shares, beside the verdict
     (verdict.md's "Design"); shared runs as `gates status` finds them now (every recorded claim)."""
-    design = _mapping(ev.get("design"))
     items = []
-    if design.get("factor"):
-        items.append(
-            f"factor under test: <code>{e(', '.join(_strings(design['factor'])))}</code> (the arm config "
-            f"fields compared arms differ in)"
-        )
-    items += [
-        f"also differs between compared arms: <code>{e(k)}</code>: {e(why)}"
-        for k, why in _mapping(design.get("differences")).items()
-    ]
-    items += [
-        f'<span class="blind"><code>{e(arm)}</code> fails by construction: {e(why)}</span>'
-        for arm, why in _mapping(design.get("blind")).items()
-    ]
-    if design.get("no_convergence"):
-        items.append(f"runs not judged for convergence: {e(design['no_convergence'])}")
-    if isinstance(ev.get("regime"), dict) and ev["regime"]:
-        items.append(f'<span class="regime">regime: {e(describe_regime(ev["regime"]))}</span>')
+    if ev.design is not None:
+        design = ev.design
+        if design.factor:
+            items.append(
+                f"factor under test: <code>{e(', '.join(design.factor))}</code> (the arm config "
+                f"fields compared arms differ in)"
+            )
+        items += [
+            f"also differs between compared arms: <code>{e(k)}</code>: {e(why)}"
+            for k, why in design.differences.items()
+        ]
+        items += [
+            f'<span class="blind"><code>{e(arm)}</code> fails by construction: {e(why)}</span>'
+            for arm, why in design.blind.items()
+        ]
+        if design.no_convergence:
+            items.append(f"runs not judged for convergence: {e(design.no_convergence)}")
+    if ev.regime:
+        items.append(f'<span class="regime">regime: {e(describe_regime(ev.regime))}</span>')
     if c.shared_runs:
         pages = ", ".join(
             f'<a href="{e(links.contract(x))}">{e(x)}</a>' for x in sorted(c.shared_runs)
@@ -372,16 +356,16 @@ def _design(ev: dict, c: Claim, links: Links) -> str:
     return '<h2>Design</h2><ul class="design">' + "".join(f"<li>{x}</li>" for x in items) + "</ul>"
 
 
-def _reasons(ev: dict) -> str:
-    out = "<h2>Why</h2><ul>" + "".join(f"<li>{e(r)}</li>" for r in ev.get("reasons", [])) + "</ul>"
-    if ev.get("settle"):
+def _reasons(ev: Evidence) -> str:
+    out = "<h2>Why</h2><ul>" + "".join(f"<li>{e(r)}</li>" for r in ev.reasons) + "</ul>"
+    if ev.settle:
         out += (
             "<p>What would settle it:</p><ul>"
-            + "".join(f"<li>{e(s)}</li>" for s in ev["settle"])
+            + "".join(f"<li>{e(s)}</li>" for s in ev.settle)
             + "</ul>"
         )
-    edges = ev.get("tuning_edges")
-    if isinstance(edges, dict) and edges:
+    edges = ev.tuning_edges
+    if edges:
         out += (
             '<div class="note tuning-edges">Tuning stopped at the edge of its search (every decision condition '
             "reading these arms is undetermined):<ul>"
@@ -391,25 +375,20 @@ def _reasons(ev: dict) -> str:
     return out
 
 
-def _not_run(ev: dict) -> str:
+def _not_run(ev: Evidence) -> str:
     """Arms the decision or a control reads without a completed run: the verdict is invalid."""
-    rows = _dicts(ev.get("not_run"))
-    if not rows:
+    if not ev.not_run:
         return ""
     items = []
-    for x in rows:
-        what = str(
-            x.get("text") or f"{x.get('completed', 0)} of {x.get('runs', '?')} runs completed"
-        )
+    for x in ev.not_run:
+        what = x.text or f"{x.completed} of {x.runs} runs completed"
         error = (
-            f'<br>first error: <code class="mono">{e(x["first_error"])}</code>'
-            if x.get("first_error") and str(x["first_error"]) not in what
+            f'<br>first error: <code class="mono">{e(x.first_error)}</code>'
+            if x.first_error and x.first_error not in what
             else ""
         )
-        settle = (
-            f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else ""
-        )
-        items.append(f"<li><code>{e(x.get('arm'))}</code>: {e(what)}{error}{settle}</li>")
+        settle = f'<br><span class="small">to settle: {e(x.settle)}</span>' if x.settle else ""
+        items.append(f"<li><code>{e(x.arm)}</code>: {e(what)}{error}{settle}</li>")
     return (
         '<h2>Did not run as designed</h2><div class="lost not-run">Invalid: an arm the decision or a control '
         "reads has no completed run, so the claim is neither supported nor refuted (failed runs are never "
@@ -417,23 +396,18 @@ def _not_run(ev: dict) -> str:
     )
 
 
-def _beyond_ceiling(ev: dict) -> str:
+def _beyond_ceiling(ev: Evidence) -> str:
     """Conditions whose bar the best possible arm does not reach: they test nothing; invalid."""
-    rows = _dicts(ev.get("beyond_ceiling"))
-    if not rows:
+    if not ev.beyond_ceiling:
         return ""
     items = "".join(
-        f"<li>{e(x.get('condition'))} <code>{e(x.get('description', ''))}</code>: the best possible arm reaches "
-        f"{_num(x.get('ceiling'))}"
-        + (
-            f" ({_num(x.get('min'))} to {_num(x.get('max'))})"
-            if finite(x.get("min")) and x.get("min") != x.get("max")
-            else ""
-        )
-        + f" ({e(x.get('source', '-'))}: {e(x.get('why', ''))}), which does not clear the bar"
-        + (f'<br><span class="small">to settle: {e(x["settle"])}</span>' if x.get("settle") else "")
+        f"<li>{e(x.condition)} <code>{e(x.description)}</code>: the best possible arm reaches "
+        f"{_num(x.ceiling)}"
+        + (f" ({_num(x.min)} to {_num(x.max)})" if finite(x.min) and x.min != x.max else "")
+        + f" ({e(x.written('source', '-'))}: {e(x.why)}), which does not clear the bar"
+        + (f'<br><span class="small">to settle: {e(x.settle)}</span>' if x.settle else "")
         + "</li>"
-        for x in rows
+        for x in ev.beyond_ceiling
     )
     return (
         '<h2>Bars beyond the ceiling</h2><div class="lost beyond-ceiling">Invalid: a bar beyond what the best '
@@ -441,39 +415,29 @@ def _beyond_ceiling(ev: dict) -> str:
     )
 
 
-def _condition_row(cond: dict) -> str:
+def _condition_row(cond: ConditionRecord) -> str:
     values = "<br>".join(
-        f"{e(term)}: {', '.join(_num(v) for v in vals)}"
-        for term, vals in cond.get("values", {}).items()
+        f"{e(term)}: {', '.join(_num(v) for v in vals)}" for term, vals in cond.values.items()
     )
-    interval = (
-        f"[{_num(cond.get('ci_low'))}, {_num(cond.get('ci_high'))}]"
-        if cond.get("ci_low") is not None
-        else "-"
-    )
-    log = '<br><span class="small scale">log scale</span>' if cond.get("scale") == "log" else ""
-    control = (
-        f' <span class="small">({e(cond["control"])} control)</span>' if cond.get("control") else ""
-    )
+    interval = f"[{_num(cond.ci_low)}, {_num(cond.ci_high)}]" if cond.ci_low is not None else "-"
+    log = '<br><span class="small scale">log scale</span>' if cond.scale == "log" else ""
+    control = f' <span class="small">({e(cond.control)} control)</span>' if cond.control else ""
     estimand = (
-        f'<br><span class="small estimand">estimates: {e(cond["estimand"])}</span>'
-        if cond.get("estimand")
+        f'<br><span class="small estimand">estimates: {e(cond.estimand)}</span>'
+        if cond.estimand
         else ""
     )
-    note = f'<br><span class="small">{e(cond["note"])}</span>' if cond.get("note") else ""
-    reason = (
-        f'<br><span class="small">{e(cond["test_reason"])}</span>'
-        if cond.get("test_reason")
-        else ""
-    )
+    note = f'<br><span class="small">{e(cond.note)}</span>' if cond.note else ""
+    reason = f'<br><span class="small">{e(cond.test_reason)}</span>' if cond.test_reason else ""
+    interval_svg = svg.condition_interval(cond.as_dict())  # svg draws from plain JSON
     return (
-        f"<tr><td>{e(cond['list_name'])}[{e(cond['index'])}]: <code>{e(cond['description'])}</code>{control}"
+        f"<tr><td>{e(cond.list_name)}[{e(cond.index)}]: <code>{e(cond.description)}</code>{control}"
         f"{estimand}{note}</td>"
-        f'<td class="o-{e(cond["outcome"])}">{e(cond["outcome"])}</td><td>{svg.condition_interval(cond)}</td>'
-        f'<td class="num">{_num(cond.get("estimate"))}{log}</td><td class="num">{interval}{log}</td>'
-        f'<td class="num">{_num(cond.get("p_hold_adj"))}</td><td class="num">{_num(cond.get("p_fail_adj"))}</td>'
-        f'<td class="small adjustment">{e(cond.get("adjustment") or "-")}</td>'
-        f'<td>{e(cond.get("test", "-"))}{reason}</td><td class="small">{values}</td></tr>'
+        f'<td class="o-{e(cond.outcome)}">{e(cond.outcome)}</td><td>{interval_svg}</td>'
+        f'<td class="num">{_num(cond.estimate)}{log}</td><td class="num">{interval}{log}</td>'
+        f'<td class="num">{_num(cond.p_hold_adj)}</td><td class="num">{_num(cond.p_fail_adj)}</td>'
+        f'<td class="small adjustment">{e(cond.adjustment or "-")}</td>'
+        f'<td>{e(cond.test)}{reason}</td><td class="small">{values}</td></tr>'
     )
 
 
@@ -484,36 +448,29 @@ CONDITION_HEAD = (
 )
 
 
-def families(ev: dict) -> str:
+def families(ev: Evidence) -> str:
     """How the conditions' p-values were compared with alpha, by the evidence's correction (verdict.md's
     wording, gates.ledger._families)."""
-    s = ev.get("settings", {})
-    alpha, correction = _num(s.get("alpha")), s.get("correction")
+    alpha, correction = _num(ev.settings.alpha), ev.settings.correction
     if correction == "iut+holm":
-        refute = sum(
-            1 for c in ev["conditions"] if c.get("list_name") in ("supported_if", "refuted_if")
-        )
+        refute = sum(1 for c in ev.conditions if c.list_name in ("supported_if", "refuted_if"))
         return (
             f"Every supported_if condition must hold, so each is tested at &alpha; = {alpha} with no correction "
             f"(an intersection-union test: p(holds) is unadjusted); the claim is refuted when any refuted_if "
             f"condition holds or any supported_if fails, and those {refute} ways to refute are Holm-corrected "
             f"at &alpha; = {alpha}."
-            + (
-                " Controls are intersection-union tests at &alpha; too."
-                if ev.get("controls")
-                else ""
-            )
+            + (" Controls are intersection-union tests at &alpha; too." if ev.controls else "")
         )
     if correction == "holm":
-        return f"Holm-corrected p-values across all {len(ev['conditions'])} conditions (&alpha; = {alpha})."
+        return f"Holm-corrected p-values across all {len(ev.conditions)} conditions (&alpha; = {alpha})."
     if correction == "none":
         return "Exact evaluation: each condition holds or fails on every seed (no p-values)."
     return f"p-values adjusted by {e(correction)} (&alpha; = {alpha})."
 
 
-def _conditions(ev: dict) -> str:
-    rows = "".join(_condition_row(cond) for cond in ev["conditions"])
-    log = any(c.get("scale") == "log" for c in ev["conditions"] + (ev.get("controls") or []))
+def _conditions(ev: Evidence) -> str:
+    rows = "".join(_condition_row(cond) for cond in ev.conditions)
+    log = any(c.scale == "log" for c in ev.conditions + ev.controls)
     scale = (
         " A log-scale condition's estimate and interval are on the log scale: exp(estimate) is the factor by "
         "which the bar is cleared."
@@ -529,8 +486,8 @@ def _conditions(ev: dict) -> str:
     )
 
 
-def _controls(ev: dict) -> str:
-    controls = _dicts(ev.get("controls"))
+def _controls(ev: Evidence) -> str:
+    controls = ev.controls
     if not controls:
         return ""
     return (
@@ -548,10 +505,8 @@ def _curves(view: ContractView) -> str:
         out.append(f'<p class="note">{e(view.store_note)}</p>')
     if not view.histories:
         return "".join(out)
-    arms = list(ev.get("settings", {}).get("arm_configs", {})) or sorted(
-        {a for a, _ in view.histories}
-    )
-    halts = [(r["arm"], r["seed"]) for r in ev["runs"] if r["status"] == "halted"]
+    arms = list(ev.settings.arm_configs) or sorted({a for a, _ in view.histories})
+    halts = [(r.arm, r.seed) for r in ev.runs if r.status == "halted"]
     if contract is None:
         out.append(
             '<p class="note">The contract file is missing or was edited after the evidence: decision '
@@ -574,9 +529,7 @@ def _curves(view: ContractView) -> str:
         notes = [_rule_text(r) for r in futility] + [f"{e(a)} seed {e(s)} halted" for a, s in halts]
         conv = contract.convergence if contract is not None else None
         if conv is not None and conv.metric == metric:
-            still = [
-                f"{r['arm']} seed {r['seed']}" for r in ev["runs"] if r.get("converged") is False
-            ]
+            still = [f"{r.arm} seed {r.seed}" for r in ev.runs if r.converged is False]
             notes.append(
                 e(
                     f"convergence: over the last {conv.window} steps an improvement above "
@@ -603,44 +556,41 @@ def _rule_text(r: dict) -> str:
     )
 
 
-def _gate5(ev: dict) -> str:
-    fp = ev.get("falsifiable_point")
-    if not fp:
+def _gate5(ev: Evidence) -> str:
+    fp = ev.falsifiable_point
+    if fp is None:
         return ""
-    op = ">=" if fp.get("direction") == "higher" else "<="
+    op = ">=" if fp.direction == "higher" else "<="
     items = "".join(
-        f"<li>seed {e(r['seed'])}: {_num(r.get('value'))} at step {e(r.get('step'))}: "
-        f"{'met' if r.get('met') else 'not met'}</li>"
-        for r in fp.get("runs", [])
+        f"<li>seed {e(r.seed)}: {_num(r.value)} at step {e(r.step)}: "
+        f"{'met' if r.met else 'not met'}</li>"
+        for r in fp.runs
     )
     return (
-        f"<h2>Falsifiable point (gate 5)</h2><p><code>{e(fp['arm'])}.{e(fp['metric'])} {op} "
-        f"{_num(fp['threshold'])}</code> by step {e(fp['by_step'])}</p><ul>{items}</ul>{_predictions(ev)}"
+        f"<h2>Falsifiable point (gate 5)</h2><p><code>{e(fp.arm)}.{e(fp.metric)} {op} "
+        f"{_num(fp.threshold)}</code> by step {e(fp.by_step)}</p><ul>{items}</ul>{_predictions(ev)}"
     )
 
 
-def _predictions(ev: dict) -> str:
+def _predictions(ev: Evidence) -> str:
     """Gate 3's predicted ablation against what was measured (recorded since verdict engine 2)."""
-    pred = (ev.get("predictions") or {}).get("predicted_ablation")
-    if not pred:
+    pred = ev.predictions.predicted_ablation if ev.predictions is not None else None
+    if pred is None:
         return ""
-    came = {True: "came true", False: "did not come true", None: "not measured"}[
-        pred.get("came_true")
-    ]
-    side = "above" if pred.get("direction") == "higher" else "below"
+    came = {True: "came true", False: "did not come true", None: "not measured"}[pred.came_true]
+    side = "above" if pred.direction == "higher" else "below"
     return (
-        f"<h2>Predicted ablation (gate 3)</h2><p><code>{e(pred['arm'])}.{e(pred['metric'])}</code> {side} "
-        f"<code>{e(pred['versus'])}</code> by at least {_num(pred.get('predicted_size'))}; measured "
-        f"{_num(pred.get('measured_size'))}: <strong>{came}</strong></p>"
+        f"<h2>Predicted ablation (gate 3)</h2><p><code>{e(pred.arm)}.{e(pred.metric)}</code> {side} "
+        f"<code>{e(pred.versus)}</code> by at least {_num(pred.predicted_size)}; measured "
+        f"{_num(pred.measured_size)}: <strong>{came}</strong></p>"
     )
 
 
-def _lost(ev: dict) -> str:
-    lost = ev.get("lost") or []
-    if not lost:
+def _lost(ev: Evidence) -> str:
+    if not ev.lost:
         return ""
     items = "".join(
-        f"<li>{e(x['arm'])}.{e(x['metric'])} seed {e(x['seed'])}: {e(x['why'])}</li>" for x in lost
+        f"<li>{e(x.arm)}.{e(x.metric)} seed {e(x.seed)}: {e(x.why)}</li>" for x in ev.lost
     )
     return (
         f'<h2>Lost values</h2><p class="small">Seeds without a finite value of a metric a condition reads (a run '
@@ -649,14 +599,14 @@ def _lost(ev: dict) -> str:
     )
 
 
-def _converged_cell(r: dict) -> str:
+def _converged_cell(r: RunRecord) -> str:
     """A run's convergence: "-" when not judged (halted, failed), else yes/no with the window's change."""
-    if "converged" not in r:
+    if not r.has("converged"):
         return '<td class="small">-</td>'
-    conv = r.get("convergence") or {}
-    rel = conv.get("rel_improvement")
-    change = f" ({rel:+.2%} over the last {e(conv.get('window'))} steps)" if rel is not None else ""
-    if r["converged"]:
+    conv = r.convergence
+    rel = conv.rel_improvement if conv is not None else None
+    change = f" ({rel:+.2%} over the last {e(conv.window)} steps)" if rel is not None else ""
+    if r.converged:
         return f'<td class="small">yes{change}</td>'
     return (
         f'<td class="o-undetermined" title="still improving at the end of training: every decision condition '
@@ -672,17 +622,17 @@ STATUS_WORDS = {
 DETAIL_SHOWN = 200  # characters of a run's halt detail shown in the table (the rest folded away)
 
 
-def _run_detail(r: dict) -> str:
+def _run_detail(r: RunRecord) -> str:
     """Why a run did not complete: its error (where: Type: message) and its halt detail (first line shown,
     the whole text folded away)."""
     parts = []
-    error = r.get("error")
-    if isinstance(error, dict) and error.get("type"):
-        where = f"{error['where']}: " if error.get("where") else ""
+    error = r.error
+    if error is not None and error.type:
+        where = f"{error.where}: " if error.where else ""
         parts.append(
-            f'<code class="mono error">{e(where)}{e(error["type"])}: {e(error.get("message", ""))}</code>'
+            f'<code class="mono error">{e(where)}{e(error.type)}: {e(error.message)}</code>'
         )
-    detail = str(r.get("halt_detail") or "")
+    detail = r.halt_detail or ""
     if detail:
         first = detail.splitlines()[0] if detail.strip() else detail
         if len(first) > DETAIL_SHOWN:
@@ -698,25 +648,25 @@ def _run_detail(r: dict) -> str:
 
 def _runs(view: ContractView, mlflow_ui: str) -> str:
     ev = view.evidence
-    exp = (ev.get("mlflow") or {}).get("experiment_id")
-    shown = [m for m in view.metrics if any(m in r["metrics"] for r in ev["runs"])]
+    exp = ev.mlflow.experiment_id if ev.mlflow is not None else None
+    shown = [m for m in view.metrics if any(m in r.metrics for r in ev.runs)]
     head = "".join(f"<th>{e(m)}</th>" for m in shown)
-    judged = any("converged" in r for r in ev["runs"])  # the contract has a convergence rule
+    judged = any(r.has("converged") for r in ev.runs)  # the contract has a convergence rule
     if judged:
         head = "<th>converged</th>" + head
     rows, full = [], []
-    for r in ev["runs"]:
-        if r.get("mlflow_run_id") and exp is not None:
+    for r in ev.runs:
+        if r.mlflow_run_id and exp is not None:
             link = (
-                f'<a href="{e(mlflow_run_url(mlflow_ui, exp, r["mlflow_run_id"]))}">'
-                f"{e(r['mlflow_run_id'][:8])}</a>"
+                f'<a href="{e(mlflow_run_url(mlflow_ui, exp, r.mlflow_run_id))}">'
+                f"{e(r.mlflow_run_id[:8])}</a>"
             )
         else:  # a run skipped after its arm kept failing was never started: there is no MLflow run
-            link = '<span class="small">none</span>' if not r.get("mlflow_run_id") else "-"
+            link = '<span class="small">none</span>' if not r.mlflow_run_id else "-"
         cells = (_converged_cell(r) if judged else "") + "".join(
-            f'<td class="num">{_num(r["metrics"].get(m))}</td>' for m in shown
+            f'<td class="num">{_num(r.metrics.get(m))}</td>' for m in shown
         )
-        status = r.get("status")
+        status = r.status
         words = STATUS_WORDS.get(status)
         status_cell = (
             f'<td class="s-{e(status)}" title="{e(words)}">{e(status)}</td>'
@@ -724,16 +674,16 @@ def _runs(view: ContractView, mlflow_ui: str) -> str:
             else f"<td>{e(status)}</td>"
         )
         rows.append(
-            f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td>{status_cell}'
-            f"<td>{e(r.get('halt_reason') or '-')}</td>"
+            f'<tr><td>{e(r.arm)}</td><td class="num">{e(r.seed)}</td>{status_cell}'
+            f"<td>{e(r.halt_reason or '-')}</td>"
             f'<td class="detail">{_run_detail(r) if status != "completed" else "-"}</td>{cells}'
-            f'<td class="num">{_num(r.get("seconds"))}</td><td class="mono">{link}</td></tr>'
+            f'<td class="num">{_num(r.seconds)}</td><td class="mono">{link}</td></tr>'
         )
-        metrics = ", ".join(f"{e(k)}={_num(v)}" for k, v in sorted(r["metrics"].items()))
+        metrics = ", ".join(f"{e(k)}={_num(v)}" for k, v in sorted(r.metrics.items()))
         full.append(
-            f'<tr><td>{e(r["arm"])}</td><td class="num">{e(r["seed"])}</td><td class="small">{metrics or "-"}</td></tr>'
+            f'<tr><td>{e(r.arm)}</td><td class="num">{e(r.seed)}</td><td class="small">{metrics or "-"}</td></tr>'
         )
-    skipped = sum(r.get("status") == "skipped" for r in ev["runs"])
+    skipped = sum(r.status == "skipped" for r in ev.runs)
     note = (
         f'<p class="small">{skipped} run{"s were" if skipped != 1 else " was"} skipped: not run after its arm '
         f"kept failing (stop_rules.failures), so there is no MLflow run to open.</p>"
@@ -749,40 +699,44 @@ def _runs(view: ContractView, mlflow_ui: str) -> str:
     )
 
 
-def _provenance(ev: dict, mlflow_ui: str) -> str:
+def _provenance(ev: Evidence, mlflow_ui: str) -> str:
     from gates.record import signature
 
     try:
         sig = signature(ev)
-    except (KeyError, TypeError):
+    except (KeyError, TypeError):  # a `looks` entry of another shape (the schema does not check it)
         sig = "-"
-    ml = ev.get("mlflow") or {}
+    ml = ev.mlflow
     parent = (
-        f'<a href="{e(mlflow_run_url(mlflow_ui, ml["experiment_id"], ml["parent_run_id"]))}">'
-        f"{e(ml['parent_run_id'])}</a>"
-        if ml.get("parent_run_id") and ml.get("experiment_id") is not None
+        f'<a href="{e(mlflow_run_url(mlflow_ui, ml.experiment_id, ml.parent_run_id))}">'
+        f"{e(ml.parent_run_id)}</a>"
+        if ml is not None and ml.parent_run_id and ml.experiment_id is not None
         else "-"
     )
-    s = ev.get("settings", {})
+    tracking, experiment = (
+        (ml.written("tracking_uri", "-"), ml.written("experiment_id", "-"))
+        if ml is not None
+        else ("-", "-")
+    )
+    s = ev.settings
     rows = [
-        ("contract", f"<code>{e(ev.get('contract_path', '-'))}</code>"),
-        ("contract sha256", f'<code class="mono">{e(ev["contract_sha256"])}</code>'),
+        ("contract", f"<code>{e(ev.written('contract_path', '-'))}</code>"),
+        ("contract sha256", f'<code class="mono">{e(ev.contract_sha256)}</code>'),
         (
             "git commit",
-            f"<code>{e(ev['git_commit'])}</code>"
-            + (" (dirty)" if ev.get("git_dirty") == "true" else ""),
+            f"<code>{e(ev.git_commit)}</code>" + (" (dirty)" if ev.git_dirty == "true" else ""),
         ),
-        ("code sha256", f"<code>{e(ev.get('code_sha256', '-'))}</code>"),
+        ("code sha256", f"<code>{e(ev.code_sha256)}</code>"),
         (
             "settings",
             e(
-                f"alpha {s.get('alpha')}, {s.get('evaluation')} evaluation, {s.get('correction')} "
-                f"correction, seeds {s.get('seeds')}, budget {s.get('budget')}"
+                f"alpha {s.alpha}, {s.evaluation} evaluation, {s.correction} "
+                f"correction, seeds {s.seeds}, budget {s.budget.as_dict()}"
             ),
         ),
         (
             "MLflow",
-            f"{e(ml.get('tracking_uri', '-'))}, experiment {e(ml.get('experiment_id', '-'))}, parent run {parent}",
+            f"{e(tracking)}, experiment {e(experiment)}, parent run {parent}",
         ),
         ("signature", f'<code class="mono">{e(sig)}</code>'),
     ]

@@ -546,9 +546,9 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
     evidence = run_contract(
         load_contract(workdir / "contracts" / "biic-algebra-tiny.yaml"), uri, workdir / "runs"
     )
-    assert evidence["verdict"] in ("supported", "refuted", "inconclusive", "invalid")
-    assert len(evidence["runs"]) == 6 and all(r["status"] == "completed" for r in evidence["runs"])
-    assert evidence["preflight"]["arms"]["sandwich"]["flops_ratio"] == 64
+    assert evidence.verdict in ("supported", "refuted", "inconclusive", "invalid")
+    assert len(evidence.runs) == 6 and all(r.status == "completed" for r in evidence.runs)
+    assert evidence.preflight.arms["sandwich"].flops_ratio == 64
 
     arms = {arm: {**TINY, "arm": arm, "corpus": str(corpus)} for arm in ("biic", "scalar_wide")}
     data = shrunk("biic-equivariance-null", "biic-null-tiny", arms)
@@ -563,7 +563,7 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
     evidence = run_contract(
         load_contract(workdir / "contracts" / "biic-null-tiny.yaml"), uri, workdir / "runs"
     )
-    assert len(evidence["runs"]) == 4 and all(r["status"] == "completed" for r in evidence["runs"])
+    assert len(evidence.runs) == 4 and all(r.status == "completed" for r in evidence.runs)
     assert (workdir / "runs" / "biic-null-tiny" / "evidence.json").exists()
 
 

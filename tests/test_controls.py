@@ -165,9 +165,11 @@ def test_verdict_md_shows_the_controls():
             "evaluation": "interval",
             "correction": "iut+holm",
             "seeds": [0],
+            "budget": {"steps": 10, "eval_every": 5},
+            "arm_configs": {},
         },
     }
-    text = render_report(ev)
+    text = render_report(ev)  # JSON data of evidence: checked into an Evidence first
     assert "**INVALID**" in text and "## Controls" in text and "| positive | **fails** |" in text
 
 

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from gates.contract import Convergence, load_contract
 from gates.errors import UserError, UserErrors
 from gates.execution import convergence, is_converged, preflight, run_contract
-from gates.record import read_evidence, render_report
+from gates.record import Evidence, read_evidence, render_report
 from gates.verify import check_claim, find_contracts
 from gates.verify._verify import _check_convergence
 from tests.conftest import copy_claims, frozen_evidence, small_c05, write_contract
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 RULE = {"metric": "train_loss", "window": 20, "max_rel_improvement": 0.01}
 
 
-def _run(root: Path, data: dict) -> dict:
+def _run(root: Path, data: dict) -> Evidence:
     (root / "contracts").mkdir(exist_ok=True)
     write_contract(root / "contracts", data, f"{data['id']}.yaml")
     cwd = os.getcwd()
@@ -81,25 +81,20 @@ def test_a_trend_that_cannot_be_measured_is_not_converged():
 def test_a_run_still_improving_is_marked_not_converged_and_the_verdict_says_so(still_improving):
     root, ev = still_improving
     assert all(
-        isinstance(r["converged"], bool) and r["convergence"]["metric"] == "train_loss"
-        for r in ev["runs"]
+        isinstance(r.converged, bool) and r.convergence.metric == "train_loss" for r in ev.runs
     )
-    subheap = [r for r in ev["runs"] if r["arm"] == "subheap_kernel"]
-    assert all(
-        r["converged"] is False and r["convergence"]["rel_improvement"] > 0.01 for r in subheap
-    )
-    assert ev["verdict"] == "inconclusive"
-    assert any("still improving at the end of training: subheap_kernel" in r for r in ev["reasons"])
-    assert any("more steps for arm subheap_kernel" in s for s in ev["settle"])
+    subheap = [r for r in ev.runs if r.arm == "subheap_kernel"]
+    assert all(r.converged is False and r.convergence.rel_improvement > 0.01 for r in subheap)
+    assert ev.verdict == "inconclusive"
+    assert any("still improving at the end of training: subheap_kernel" in r for r in ev.reasons)
+    assert any("more steps for arm subheap_kernel" in s for s in ev.settle)
     report = (root / "runs" / "c05-conv" / "verdict.md").read_text()
     assert "| converged |" in report and "still improving: arm subheap_kernel seed 0 (+" in report
     tags = (
-        MlflowClient(f"sqlite:///{root / 'mlflow.db'}")
-        .get_run(subheap[0]["mlflow_run_id"])
-        .data.tags
+        MlflowClient(f"sqlite:///{root / 'mlflow.db'}").get_run(subheap[0].mlflow_run_id).data.tags
     )
     assert tags["gates.converged"] == "false"
-    assert json.loads(tags["gates.convergence"]) == subheap[0]["convergence"]
+    assert json.loads(tags["gates.convergence"]) == subheap[0].convergence.as_dict()
 
 
 def test_resuming_reads_convergence_back_from_mlflow(still_improving):
@@ -107,11 +102,11 @@ def test_resuming_reads_convergence_back_from_mlflow(still_improving):
     again = _run(
         root, small_c05(id="c05-conv", convergence=RULE)
     )  # every run finished: none is redone
-    assert [r["mlflow_run_id"] for r in again["runs"]] == [r["mlflow_run_id"] for r in ev["runs"]]
-    assert [(r["converged"], r["convergence"]) for r in again["runs"]] == [
-        (r["converged"], r["convergence"]) for r in ev["runs"]
+    assert [r.mlflow_run_id for r in again.runs] == [r.mlflow_run_id for r in ev.runs]
+    assert [(r.converged, r.convergence) for r in again.runs] == [
+        (r.converged, r.convergence) for r in ev.runs
     ]
-    assert again["verdict"] == ev["verdict"] and again["settle"] == ev["settle"]
+    assert again.verdict == ev.verdict and again.settle == ev.settle
 
 
 def test_verify_passes_and_catches_a_flipped_converged_flag(still_improving):
@@ -142,17 +137,17 @@ def test_a_converged_run_is_marked_converged_and_a_halted_run_is_not_judged(work
         }
     ]
     ev = _run(workdir, data)
-    halted = [r for r in ev["runs"] if r["status"] == "halted"]
-    completed = [r for r in ev["runs"] if r["status"] == "completed"]
-    assert halted and all("converged" not in r and "convergence" not in r for r in halted)
-    assert completed and all(r["converged"] is True for r in completed)
+    halted = [r for r in ev.runs if r.status == "halted"]
+    completed = [r for r in ev.runs if r.status == "completed"]
+    assert halted and not any(r.has("converged") or r.has("convergence") for r in halted)
+    assert completed and all(r.converged is True for r in completed)
     tags = (
         MlflowClient(f"sqlite:///{workdir / 'mlflow.db'}")
-        .get_run(halted[0]["mlflow_run_id"])
+        .get_run(halted[0].mlflow_run_id)
         .data.tags
     )
     assert "gates.converged" not in tags
-    assert not any("still improving" in r for r in ev["reasons"])
+    assert not any("still improving" in r for r in ev.reasons)
 
 
 # ------------------------------------------------------------------------------ recorded claims
@@ -165,7 +160,7 @@ def test_evidence_without_convergence_is_unchanged(tmp_path):
     ev = read_evidence(folder / "evidence.json")
     loaded = load_contract(project / "contracts" / "c05-structural-probe-v2.yaml")
     assert loaded.contract.convergence is None
-    assert not any("converged" in r or "convergence" in r for r in ev["runs"])
+    assert not any(r.has("converged") or r.has("convergence") for r in ev.runs)
     assert not any(
         "converged" in r or "convergence" in r
         for r in frozen_evidence("c05-structural-probe-v2")["runs"]
@@ -179,7 +174,10 @@ def test_evidence_without_convergence_is_unchanged(tmp_path):
         ).status
         == "ok"
     )
-    forged = {**ev, "runs": [{**ev["runs"][0], "converged": False}] + ev["runs"][1:]}
+    stored = ev.as_dict()
+    forged = Evidence.of(
+        {**stored, "runs": [{**stored["runs"][0], "converged": False}] + stored["runs"][1:]}
+    )
     assert "the contract has no convergence rule" in _check_convergence(loaded, forged)[0]
 
 
@@ -190,11 +188,11 @@ def test_the_committed_example_is_inconclusive_for_want_of_steps(tmp_path):
     assert any(r["arm"] == "subheap_kernel" and r["converged"] is False for r in recorded["runs"])
     project = copy_claims(tmp_path, "c05-not-converged")  # under today's engine
     ev = read_evidence(project / "runs" / "c05-not-converged" / "evidence.json")
-    assert ev["verdict"] == "inconclusive"
-    assert [r["converged"] for r in ev["runs"] if "converged" in r] == [
+    assert ev.verdict == "inconclusive"
+    assert [r.converged for r in ev.runs if r.has("converged")] == [
         r["converged"] for r in recorded["runs"] if "converged" in r
     ]
-    assert any("more steps for arm subheap_kernel" in s for s in ev["settle"])
+    assert any("more steps for arm subheap_kernel" in s for s in ev.settle)
 
 
 # ------------------------------------------------------------------------------ the window

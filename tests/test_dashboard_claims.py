@@ -152,7 +152,7 @@ def build_project(folder: Path) -> Path:
     # attempt 2 of the probe, its crash fixed: recorded with a reason, as `gates run --record --reason` does
     loaded = load_contract(root / "contracts" / "c05-structural-probe.yaml")
     recording = plan_recording(loaded, runs_root, record=True, reason=REASON)
-    current = read_evidence(runs_root / "c05-structural-probe" / "evidence.json")
+    current = read_evidence(runs_root / "c05-structural-probe" / "evidence.json").as_dict()
     runs = frozen_evidence("c05-structural-probe")["runs"]
     base = {
         k: v for k, v in current.items() if k not in ("not_run", "beyond_ceiling", "tuning_edges")
@@ -389,19 +389,23 @@ def test_holm_evidence_keeps_the_old_wording(project):
     """Evidence recorded under "holm" (engine 2) still reads "Holm across all conditions"."""
     from gates.dashboard import render
     from gates.dashboard.site import Site
+    from gates.record import Evidence
 
     site = Site(
         project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x"
     )
     view = site.claims.view("c05-structural-probe")
-    view.evidence = {
-        **view.evidence,
-        "settings": {**view.evidence["settings"], "correction": "holm"},
-    }
-    view.evidence["conditions"] = [
-        {k: v for k, v in c.items() if k not in ("estimand", "scale", "adjustment")}
-        for c in view.evidence["conditions"]
-    ]
+    stored = view.evidence.as_dict()
+    view.evidence = Evidence.of(
+        {
+            **stored,
+            "settings": {**stored["settings"], "correction": "holm"},
+            "conditions": [
+                {k: v for k, v in c.items() if k not in ("estimand", "scale", "adjustment")}
+                for c in stored["conditions"]
+            ],
+        }
+    )
     html = render.contract_page(view, render.SERVER, "http://x", "")
     assert (
         "Holm-corrected p-values across all 8 conditions" in html
@@ -515,40 +519,38 @@ def test_runs_never_started_are_not_looked_up_in_mlflow(project):
     assert "10 of 12 runs have no metric history" in html
 
 
-def test_fields_of_an_unexpected_shape_show_as_nothing(project):
-    """attempt, design, regime, not_run, beyond_ceiling, tuning_edges and a run's error are not checked by
-    the evidence schema: another shape leaves them out of the page instead of breaking it."""
+def test_fields_of_an_unexpected_shape_never_reach_the_page(project):
+    """attempt, design, regime, not_run, beyond_ceiling, tuning_edges and a run's error are typed by the
+    evidence records: another shape makes the evidence unreadable (one lost claim, its page without
+    evidence), so the page renders only records of the shapes it reads."""
     from gates.dashboard import render
     from gates.dashboard.data import _design_flags
     from gates.dashboard.site import Site
+    from gates.record import Evidence
 
     site = Site(
         project / "runs", project / "contracts", f"sqlite:///{project / 'mlflow.db'}", "http://x"
     )
     view = site.claims.view("c05-structural-probe-hard")
-    odd = [5, "text", None, ["a"], {"x": 1}]
-    for value in odd:
-        ev = {
-            **view.evidence,
-            "attempt": {"number": value, "earlier": value},
-            "design": value,
-            "regime": value,
-            "not_run": value,
-            "beyond_ceiling": value,
-            "tuning_edges": value,
+    stored = view.evidence.as_dict()
+    with pytest.raises(ValueError, match="malformed evidence: tuning_edges.x"):
+        Evidence.of({**stored, "tuning_edges": {"x": 1}})
+    for value in (5, "text", ["a"]):
+        for key in ("attempt", "design", "regime", "not_run", "beyond_ceiling", "tuning_edges"):
+            with pytest.raises(ValueError, match=f"malformed evidence: {key}"):
+                Evidence.of({**stored, key: value})
+        runs = [{**r, "error": value} for r in stored["runs"]]
+        with pytest.raises(ValueError, match="malformed evidence: runs.0.error"):
+            Evidence.of({**stored, "runs": runs})
+    view.evidence = Evidence.of(
+        {
+            **stored,
+            "attempt": {
+                "number": 2,
+                "earlier": [{"number": 1, "verdict": "refuted", "why": ["one"]}],
+            },
         }
-        ev["runs"] = [{**r, "error": value, "halt_detail": value} for r in ev["runs"]]
-        view.evidence = ev
-        html = render.contract_page(view, render.SERVER, "http://x", "")
-        assert "<h2>Runs: final metrics per arm and seed</h2>" in html, value
-        assert _design_flags(ev) == {
-            "not_run": [],
-            "beyond_ceiling": [],
-            "tuning_edges": ["x"] if isinstance(value, dict) else [],
-        }
-    ev = {
-        **view.evidence,
-        "attempt": {"number": 2, "earlier": [{"number": 1, "verdict": "refuted", "why": "one"}]},
-    }
-    view.evidence = ev
-    assert "<li>one</li>" in render.contract_page(view, render.SERVER, "http://x", "")
+    )
+    html = render.contract_page(view, render.SERVER, "http://x", "")
+    assert "<li>one</li>" in html and "<h2>Runs: final metrics per arm and seed</h2>" in html
+    assert _design_flags(view.evidence)["not_run"] == ["path_only"]

@@ -84,7 +84,7 @@ def reference(tmp_path_factory):
     try:
         evidence = run_contract(
             load_contract(path), f"sqlite:///{root / 'mlflow.db'}", root / "runs"
-        )
+        ).as_dict()  # as evidence.json holds it: compared with what the workers' runs write
     finally:
         os.chdir(cwd)
     halted = {(r["arm"], r["seed"]) for r in evidence["runs"] if r["status"] == "halted"}
@@ -262,7 +262,7 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
         assert (
             outcome.recorded and outcome.recording.number == 1
         )  # the first attempt, recorded like a single run
-        evidence = outcome.evidence
+        evidence = outcome.evidence.as_dict()
     finally:
         stop_all(procs.values())
     assert comparable(evidence) == comparable(reference)
@@ -587,7 +587,7 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
         load_contract(write_contract(single_root, data, "c.yaml")),
         f"sqlite:///{single_root / 'mlflow.db'}",
         single_root / "runs",
-    )
+    ).as_dict()
 
     write_contract(workdir / "contracts", data, "c05-tuned-dist.yaml")
     storage_url, uri = f"sqlite:///{workdir / 'optuna.db'}", f"sqlite:///{workdir / 'mlflow.db'}"
@@ -604,7 +604,7 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
         assert (
             outcome.recorded and outcome.recording.number == 1
         )  # the first attempt, recorded like a single run
-        evidence = outcome.evidence
+        evidence = outcome.evidence.as_dict()
     finally:
         stop_all([worker])
     assert comparable(evidence) == comparable(single)

@@ -14,7 +14,7 @@ from mlflow import MlflowClient
 from gates.contract import load_contract
 from gates.errors import UserError, UserErrors
 from gates.execution import execute, run_contract
-from gates.verify import verify
+from gates.verify import CONTRACT_EDITED, HISTORY, VERDICT, verify
 from tests.conftest import small_c05, write_contract
 
 
@@ -41,7 +41,7 @@ def test_evidence_has_every_run_and_condition(finished):
     on_disk = json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())
     # test_acc 1.0 / 0.0 on both seeds sits at its bound: the exact sign test, p 1/4 at best; the positive
     # controls (the subheap arms' val_loss, log scale) hold, so the verdict is inconclusive, not invalid
-    assert on_disk["verdict"] == evidence["verdict"] == "inconclusive"
+    assert on_disk["verdict"] == evidence.verdict == "inconclusive"
     assert {(r["arm"], r["seed"]) for r in on_disk["runs"]} == {
         (a, s)
         for a in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel")
@@ -59,7 +59,7 @@ def test_evidence_has_every_run_and_condition(finished):
     )
     assert on_disk["attempt"] == {"number": 1, "reason": "", "earlier": []}
     assert "sign (exact)" in report and "Why each test" in report
-    assert "INCONCLUSIVE" in report and f"sha256:{evidence['contract_sha256'][:16]}" in report
+    assert "INCONCLUSIVE" in report and f"sha256:{evidence.contract_sha256[:16]}" in report
 
 
 def test_mlflow_holds_nested_runs_with_tags_params_and_histories(finished):
@@ -87,7 +87,7 @@ def test_mlflow_holds_nested_runs_with_tags_params_and_histories(finished):
             "path_subheap_kernel",
         )
         assert params["seed"] == tags["gates.seed"]
-        assert params["contract_sha256"] == evidence["contract_sha256"]
+        assert params["contract_sha256"] == evidence.contract_sha256
         assert params["features"] == tags["gates.arm"] and params["train_trees"] == "120"
         assert "gates.git_commit" in tags and "gates.git_dirty" in tags
         # where it ran: params and the tag a resumed run reads back (tests run on the CPU)
@@ -111,18 +111,12 @@ def test_rerun_reuses_finished_runs_and_fresh_redoes_them(finished, monkeypatch)
     )
     assert (outcome.reuse.reused, outcome.reuse.trained) == (8, 0)
     again = outcome.evidence
-    assert [r["mlflow_run_id"] for r in again["runs"]] == [
-        r["mlflow_run_id"] for r in evidence["runs"]
-    ]
-    assert [r["environment"] for r in again["runs"]] == [r["environment"] for r in evidence["runs"]]
-    assert [r["metrics"] for r in again["runs"]] == [
-        r["metrics"] for r in evidence["runs"]
-    ]  # deterministic
+    assert [r.mlflow_run_id for r in again.runs] == [r.mlflow_run_id for r in evidence.runs]
+    assert [r.environment for r in again.runs] == [r.environment for r in evidence.runs]
+    assert [r.metrics for r in again.runs] == [r.metrics for r in evidence.runs]  # deterministic
     fresh = run_contract(loaded, uri, root / "runs", fresh=True)
-    assert not {r["mlflow_run_id"] for r in fresh["runs"]} & {
-        r["mlflow_run_id"] for r in evidence["runs"]
-    }
-    assert [r["metrics"] for r in fresh["runs"]] == [r["metrics"] for r in evidence["runs"]]
+    assert not {r.mlflow_run_id for r in fresh.runs} & {r.mlflow_run_id for r in evidence.runs}
+    assert [r.metrics for r in fresh.runs] == [r.metrics for r in evidence.runs]
     assert {p: p.read_bytes() for p in (root / "runs").rglob("*") if p.is_file()} == recorded
 
 
@@ -155,14 +149,16 @@ def test_verify_accepts_comment_edit_and_catches_threshold_edit_and_forgery(fini
     data["decision"]["supported_if"][0]["value"] = 0.5
     write_contract(contract.parent, data, contract.name)
     result = check()
-    assert result.status == "lost" and "edited after its evidence" in result.problems[0]
+    assert result.status == "lost" and result.codes[0] == CONTRACT_EDITED
+    assert "edited after its evidence" in result.problems[0]
     contract.write_text(original)
 
     forged = json.loads(evidence_path.read_text())
     forged["verdict"] = "refuted"
     evidence_path.write_text(json.dumps(forged))
     result = check()
-    assert result.status == "lost" and "does not reproduce" in result.problems[0]
+    assert result.status == "lost" and VERDICT in result.codes
+    assert any("does not reproduce" in p for p in result.problems)
 
     forged["verdict"] = "supported"
     for r in forged["runs"]:
@@ -175,7 +171,8 @@ def test_verify_accepts_comment_edit_and_catches_threshold_edit_and_forgery(fini
 
     evidence_path.unlink()  # indexed evidence gone without a withdrawal (runs/INDEX.jsonl) is lost, not pending
     result = check()
-    assert result.status == "lost" and "disappeared without a withdrawal" in result.problems[0]
+    assert result.status == "lost" and result.codes == [HISTORY]
+    assert "disappeared without a withdrawal" in result.problems[0]
 
 
 def test_verify_cli_exit_codes(finished, tmp_path):
@@ -224,11 +221,11 @@ def test_futility_halt_is_recorded_and_refutes(workdir):
     path = write_contract(workdir / "contracts", data)
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     evidence = run_contract(load_contract(path), uri, workdir / "runs")
-    halted = [r for r in evidence["runs"] if r["status"] == "halted"]
-    assert {(r["arm"], r["halt_reason"]) for r in halted} == {("path_only", "futility")}
-    assert evidence["verdict"] == "refuted"
+    halted = [r for r in evidence.runs if r.status == "halted"]
+    assert {(r.arm, r.halt_reason) for r in halted} == {("path_only", "futility")}
+    assert evidence.verdict == "refuted"
     client = MlflowClient(uri)
-    run = client.get_run(halted[0]["mlflow_run_id"])
+    run = client.get_run(halted[0].mlflow_run_id)
     assert (
         run.data.tags["gates.status"] == "halted"
         and run.data.tags["gates.halt_reason"] == "futility"
@@ -317,9 +314,9 @@ def test_kill_mid_run_loses_no_finished_run(workdir):
     proc.wait()
     assert not (workdir / "runs" / "c05-kill" / "evidence.json").exists()
     evidence = run_contract(load_contract(path), uri, workdir / "runs")
-    reused = [r["mlflow_run_id"] for r in evidence["runs"]][:2]
+    reused = [r.mlflow_run_id for r in evidence.runs][:2]
     assert reused == finished_ids
-    assert evidence["verdict"] == "inconclusive" and len(evidence["runs"]) == 8
+    assert evidence.verdict == "inconclusive" and len(evidence.runs) == 8
 
 
 def test_replay_compares_model_metrics_but_not_machine_metrics(tmp_path, monkeypatch):

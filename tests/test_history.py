@@ -368,7 +368,7 @@ def test_supersedes_chain_in_evidence_report_and_status(project, monkeypatch):
     )
     monkeypatch.chdir(root)
     evidence = run_contract(load_contract("contracts/c05-small-v2.yaml"), uri, root / "runs")
-    assert evidence["supersedes"] == "c05-small"
+    assert evidence.supersedes == "c05-small"
     assert "Supersedes `c05-small`" in (root / "runs" / "c05-small-v2" / "verdict.md").read_text()
     assert (
         "superseded" not in (root / "runs" / "c05-small" / "verdict.md").read_text()

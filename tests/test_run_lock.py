@@ -111,9 +111,9 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
     for run_id in left_running:
         run = client.get_run(run_id)
         assert run.info.status == "KILLED" and run.data.tags["gates.status"] == "killed"
-    assert not {r["mlflow_run_id"] for r in evidence["runs"]} & left_running  # redone, not reused
-    assert len(evidence["runs"]) == 8
-    parent = client.get_run(evidence["mlflow"]["parent_run_id"])
+    assert not {r.mlflow_run_id for r in evidence.runs} & left_running  # redone, not reused
+    assert len(evidence.runs) == 8
+    parent = client.get_run(evidence.mlflow.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert not (tmp_path / "runs" / ".c05-lock.lock").exists()  # a clean exit removes its lock file
     umask = os.umask(0)
@@ -139,7 +139,7 @@ def test_runs_left_running_by_a_dead_gates_run_are_closed_under_any_parent(tmp_p
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     evidence = run_contract(load_contract(path.name), uri, Path("runs"))
     client = open_client(uri)
-    experiment = evidence["mlflow"]["experiment_id"]
+    experiment = evidence.mlflow.experiment_id
     dead = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
     )

@@ -20,6 +20,7 @@ from scipy.stats import norm
 from gates.contract import Decision, Sequential, load_contract
 from gates.inference import _verdict as v
 from gates.inference import decide, judge_sequential, next_look, obrien_fleming, pocock, spent
+from gates.record import Evidence
 from tests.conftest import small_c05, write_contract
 
 ALPHA = 0.05
@@ -267,19 +268,20 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-early", 7, [5, 7]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     loaded = load_contract(path)
-    ev = run_contract(loaded, uri, workdir / "runs")
-    assert ev["verdict"] == "supported", ev["reasons"]
-    assert sorted({r["seed"] for r in ev["runs"]}) == [0, 1, 2, 3, 4] and len(ev["runs"]) == 10
-    assert len(ev["looks"]) == 1 and ev["looks"][0]["alpha_look"] == pytest.approx(
+    recorded = run_contract(loaded, uri, workdir / "runs")
+    assert recorded.verdict == "supported", recorded.reasons
+    assert sorted({r.seed for r in recorded.runs}) == [0, 1, 2, 3, 4] and len(recorded.runs) == 10
+    assert len(recorded.looks) == 1 and recorded.looks[0]["alpha_look"] == pytest.approx(
         pocock(5 / 7, 0.1)
     )
     assert verify(workdir / "runs", workdir / "contracts")[0].status == "ok"
-    assert _check_runs(loaded, ev) == []
+    assert _check_runs(loaded, recorded) == []
 
     # tamper with look 1: a doctored value that no longer lets it stop; the sequence would continue
+    ev = recorded.as_dict()  # as evidence.json holds it, to forge
     forged = json.loads(json.dumps(ev))
     forged["runs"][0]["metrics"]["test_acc"] = 0.9
-    problems = _check_runs(loaded, forged)
+    problems = _check_runs(loaded, Evidence.of(forged))
     assert problems == []  # still the runs of look 1 ... but the verdict no longer reproduces:
     (workdir / "runs" / "c05-seq-early" / "evidence.json").write_text(json.dumps(forged))
     check = verify(workdir / "runs", workdir / "contracts")[0]
@@ -287,14 +289,16 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
     # runs beyond the stopping look are not the evidence of this sequence
     extra = json.loads(json.dumps(ev))
     extra["runs"].append({**ev["runs"][-1], "seed": 5})
-    assert any("beyond the look" in p for p in _check_runs(loaded, extra))
+    assert any("beyond the look" in p for p in _check_runs(loaded, Evidence.of(extra)))
     # a whole later look is accepted: an older engine that decided later ran it (the verdict is look 1's)
     whole = json.loads(json.dumps(ev))
     whole["runs"] += [{**r, "seed": seed} for seed in (5, 6) for r in ev["runs"] if r["seed"] == 4]
-    assert _check_runs(loaded, whole) == []
+    assert _check_runs(loaded, Evidence.of(whole)) == []
     missing = json.loads(json.dumps(ev))
     missing["runs"] = [r for r in ev["runs"] if not (r["seed"] == 4 and r["arm"] == "flat_address")]
-    assert any("runs lack flat_address/seed 4" in p for p in _check_runs(loaded, missing))
+    assert any(
+        "runs lack flat_address/seed 4" in p for p in _check_runs(loaded, Evidence.of(missing))
+    )
 
 
 @pytest.mark.usefixtures("one_thread")
@@ -327,24 +331,24 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
 
     loaded = load_contract(path)
     ev = run_contract(loaded, uri, workdir / "runs")
-    ids = {(r["arm"], r["seed"]): r["mlflow_run_id"] for r in ev["runs"]}
+    ids = {(r.arm, r.seed): r.mlflow_run_id for r in ev.runs}
     assert all(ids[(a, s)] == run_id for a, s, run_id in finished)  # reused, not redone
-    assert len(ev["runs"]) == 6 and ev["verdict"] == "inconclusive"
-    assert [x["look"] for x in ev["looks"]] == [1, 2] and ev["looks"][-1][
-        "alpha_spent"
-    ] == pytest.approx(0.1)
-    assert ev["settle"][0].startswith("a sequential version with more seeds")
+    assert len(ev.runs) == 6 and ev.verdict == "inconclusive"
+    assert [x["look"] for x in ev.looks] == [1, 2] and ev.looks[-1]["alpha_spent"] == pytest.approx(
+        0.1
+    )
+    assert ev.settle[0].startswith("a sequential version with more seeds")
     assert verify(workdir / "runs", workdir / "contracts")[0].status == "ok"
 
     # drop look 2's runs: re-derived, the sequence stops at look 1 ("continue"), not what was recorded
-    cut = json.loads(json.dumps(ev))
-    cut["runs"] = [r for r in ev["runs"] if r["seed"] != 2]
+    cut = ev.as_dict()  # as evidence.json holds it, to forge
+    cut["runs"] = [r for r in cut["runs"] if r["seed"] != 2]
     (workdir / "runs" / "c05-seq-last" / "evidence.json").write_text(json.dumps(cut))
     check = verify(workdir / "runs", workdir / "contracts")[0]
     assert check.status == "lost" and any("looks" in p or "settle" in p for p in check.problems), (
         check.problems
     )
-    assert _check_runs(loaded, cut) == []  # the runs are those of look 1 ...
+    assert _check_runs(loaded, Evidence.of(cut)) == []  # the runs are those of look 1 ...
     assert (
         judge_sequential(loaded.contract, cut["runs"], loaded.study.metrics)
         .settle[0]
@@ -376,5 +380,5 @@ def test_coordinator_enqueues_one_look_at_a_time(workdir):
     thread.join(timeout=60)
     assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded
     ev = outcome.evidence
-    assert ev["verdict"] == "supported" and len(ev["looks"]) == 1
-    assert sorted({r["seed"] for r in ev["runs"]}) == [0, 1, 2, 3, 4]
+    assert ev.verdict == "supported" and len(ev.looks) == 1
+    assert sorted({r.seed for r in ev.runs}) == [0, 1, 2, 3, 4]

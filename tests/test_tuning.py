@@ -289,7 +289,7 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
     uri, storage = store
     ev = run_contract(loaded, uri, workdir / "runs")
 
-    rec = ev["tuning"]
+    rec = ev.tuning.as_dict()  # the tuning record as evidence.json holds it
     assert (
         rec["storage"] == storage and storage.endswith("/optuna.db") and rec["trials_per_arm"] == 2
     )
@@ -300,18 +300,16 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
         )
         best = max(trials, key=lambda t: (t["value"], -t["number"]))
         assert rec["arms"][arm]["best"] == {k: best[k] for k in ("number", "params", "value")}
-        assert (
-            ev["settings"]["arm_configs"][arm]["lr"] == best["params"]["lr"]
-        )  # the best ran over the seeds
+        assert ev.settings.arm_configs[arm]["lr"] == best["params"]["lr"]  # the best ran the seeds
     # trial n of every arm sampled the same candidate (random sampler, seed (0, n))
     assert len({json.dumps([t["params"] for t in rec["arms"][arm]["trials"]]) for arm in ARMS}) == 1
-    assert {(r["arm"], r["seed"]) for r in ev["runs"]} == {(a, s) for a in ARMS for s in (0, 1)}
+    assert {(r.arm, r.seed) for r in ev.runs} == {(a, s) for a in ARMS for s in (0, 1)}
 
     # MLflow: one nested run per trial with its params and objective; the seed runs use the best lr
     client = MlflowClient(uri)
-    parent = ev["mlflow"]["parent_run_id"]
+    parent = ev.mlflow.parent_run_id
     trial_runs = client.search_runs(
-        [ev["mlflow"]["experiment_id"]],
+        [ev.mlflow.experiment_id],
         f"tags.mlflow.parentRunId = '{parent}' and tags.`gates.role` = 'tuning_trial'",
     )
     assert len(trial_runs) == 8
@@ -324,11 +322,8 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
             )
             assert float(run.data.params["lr"]) == t["params"]["lr"]
             assert math.isclose(run.data.metrics["objective"], t["value"])
-    seed_run = client.get_run(ev["runs"][0]["mlflow_run_id"])
-    assert (
-        float(seed_run.data.params["lr"])
-        == ev["settings"]["arm_configs"][ev["runs"][0]["arm"]]["lr"]
-    )
+    seed_run = client.get_run(ev.runs[0].mlflow_run_id)
+    assert float(seed_run.data.params["lr"]) == ev.settings.arm_configs[ev.runs[0].arm]["lr"]
 
     # Optuna: one study per arm in the storage, 2 finished trials each
     names = {
@@ -355,7 +350,7 @@ def test_tuned_contract_end_to_end_and_resume(workdir, store):
 
     # resume: nothing is redone, the same trials and the same verdict
     again = run_contract(loaded, uri, workdir / "runs")
-    assert again["tuning"]["arms"] == rec["arms"] and again["runs"] == ev["runs"]
+    assert again.tuning.as_dict()["arms"] == rec["arms"] and again.runs == ev.runs
     assert all(
         s.n_trials == 2 for s in optuna.get_all_study_summaries(storage) if s.study_name in names
     )

@@ -14,6 +14,7 @@ import json
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -21,6 +22,9 @@ from rich.table import Table
 
 from gates.errors import UserError
 from gates.record import describe_stale
+
+if TYPE_CHECKING:
+    from gates.record import Evidence
 
 app = typer.Typer(
     add_completion=False,
@@ -317,9 +321,7 @@ def run(
     if (
         threads is None and recording.mode == REPRODUCE
     ):  # the thread count the record's runs were computed on
-        counts = {
-            recorded_threads(r.get("environment")) for r in recording.recorded.get("runs", [])
-        }
+        counts = {recorded_threads(r.environment) for r in recording.recorded.runs}
         threads = counts.pop() if len(counts) == 1 else None
     retain_freed_memory()  # this process trains: keep its large buffers between steps
     uri = resolve_uri(tracking_uri)
@@ -379,18 +381,13 @@ def run(
                     "mode": outcome.recording.mode,
                     "attempt": outcome.recording.number,
                     "recorded": outcome.recorded,
-                    **{
-                        k: evidence[k]
-                        for k in (
-                            "contract_id",
-                            "contract_sha256",
-                            "verdict",
-                            "reasons",
-                            "settle",
-                            "conditions",
-                            "git_commit",
-                        )
-                    },
+                    "contract_id": evidence.contract_id,
+                    "contract_sha256": evidence.contract_sha256,
+                    "verdict": evidence.verdict,
+                    "reasons": evidence.reasons,
+                    "settle": evidence.settle,
+                    "conditions": [c.as_dict() for c in evidence.conditions],  # as recorded
+                    "git_commit": evidence.git_commit,
                     **(
                         {"reproduction": outcome.reproduction.as_dict()}
                         if outcome.reproduction
@@ -402,7 +399,7 @@ def run(
     else:
         _print_verdict(evidence, runs_dir, outcome)
         out.print(
-            f"MLflow: {uri} (experiment {evidence['contract_id']!r}); "
+            f"MLflow: {uri} (experiment {evidence.contract_id!r}); "
             f"open with `mlflow ui --backend-store-uri {uri}`",
             markup=False,
             highlight=False,
@@ -639,18 +636,7 @@ def verify(
     ) -> None:  # the audit's plan and results, as they happen (stderr under --json)
         (err if as_json else out).print(line, markup=False, highlight=False)
 
-    tolerance = None
-    if audit_tolerance is not None:
-        try:
-            tolerance = tuple(float(x) for x in audit_tolerance.split(","))
-        except ValueError:
-            tolerance = ()
-        if len(tolerance) != 2 or not all(0 <= x < float("inf") for x in tolerance):
-            raise UserError(
-                f"{audit_tolerance!r} is not ABS,REL: expected two finite numbers >= 0 "
-                f"(e.g. 0.01,0.01)",
-                field="--audit-tolerance",
-            )
+    tolerance = _tolerance(audit_tolerance, "--audit-tolerance")
     if replay or audit_seconds:
         from gates.execution import retain_freed_memory
 
@@ -698,6 +684,22 @@ def verify(
         )
     if lost:
         raise typer.Exit(1)
+
+
+def _tolerance(text: str | None, option: str) -> tuple[float, float] | None:
+    """ABS,REL of a tolerance option (None when not given)."""
+    if text is None:
+        return None
+    try:
+        tolerance = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        tolerance = ()
+    if len(tolerance) != 2 or not all(0 <= x < float("inf") for x in tolerance):
+        raise UserError(
+            f"{text!r} is not ABS,REL: expected two finite numbers >= 0 (e.g. 0.01,0.01)",
+            field=option,
+        )
+    return tolerance
 
 
 def _claim_notes(c, describe_stale, short: bool = False) -> list[str]:
@@ -765,12 +767,12 @@ def rederive(
         else:
             old, new = changed
             moved = [
-                f"{c['list_name']}[{c['index']}] {o['outcome']} -> {c['outcome']}"
-                for o, c in zip(old["conditions"], new["conditions"])
-                if o["outcome"] != c["outcome"]
+                f"{c.list_name}[{c.index}] {o.outcome} -> {c.outcome}"
+                for o, c in zip(old.conditions, new.conditions)
+                if o.outcome != c.outcome
             ]
             out.print(
-                f"{loaded.id}: {old['verdict']} -> {new['verdict']}"
+                f"{loaded.id}: {old.verdict} -> {new.verdict}"
                 + (f" ({'; '.join(moved)})" if moved else ""),
                 markup=False,
             )
@@ -790,6 +792,14 @@ def certify(
         "commit, or --seed), instead of all of them.",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed of the --sample choice."),
+    tolerance: str | None = typer.Option(
+        None,
+        "--tolerance",
+        metavar="ABS,REL",
+        help="Tolerance for contracts without a `replay` section (default: replay's defaults, "
+        "1e-6,1e-6: the same machine; CI's audit uses 0.01,0.01 across machines); a declared one "
+        "is always used as declared. Recorded in the certified entry.",
+    ),
     runs_dir: Path = RUNS_DIR,
     contracts_dir: Path = CONTRACTS_DIR,
 ):
@@ -802,6 +812,7 @@ def certify(
 
     if not reason.strip():
         raise UserError("give a reason: it is recorded in the claims index", field="--reason")
+    default_tolerance = _tolerance(tolerance, "--tolerance")
     failed = []
     for path in contracts:
         loaded = _load(path)
@@ -812,6 +823,7 @@ def certify(
             reason,
             sample=sample,
             seed=seed,
+            default_tolerance=default_tolerance,
             log=lambda line: out.print(line, markup=False, highlight=False),
         )
         if done.certified:
@@ -1161,7 +1173,7 @@ def studies(
 
 
 # ---------------------------------------------------------------------------------- output
-def _print_verdict(ev: dict, runs_dir: Path, outcome=None) -> None:
+def _print_verdict(ev: Evidence, runs_dir: Path, outcome=None) -> None:
     from gates.record import signature
 
     colour = {
@@ -1169,39 +1181,36 @@ def _print_verdict(ev: dict, runs_dir: Path, outcome=None) -> None:
         "refuted": "red",
         "inconclusive": "yellow",
         "invalid": "magenta",
-    }[ev["verdict"]]
-    out.print(f"\n[bold {colour}]{ev['verdict'].upper()}[/]  {ev['contract_id']}", highlight=False)
-    out.print(ev["claim"], markup=False, highlight=False)
-    for c in ev["conditions"]:
-        mark = {"holds": "green", "fails": "red"}.get(c["outcome"], "yellow")
+    }[ev.verdict]
+    out.print(f"\n[bold {colour}]{ev.verdict.upper()}[/]  {ev.contract_id}", highlight=False)
+    out.print(ev.claim, markup=False, highlight=False)
+    for c in ev.conditions:
+        mark = {"holds": "green", "fails": "red"}.get(c.outcome, "yellow")
         out.print(
-            f"  [{mark}]{c['outcome']:<12}[/] {c['list_name']}[{c['index']}]  {c['description']}",
+            f"  [{mark}]{c.outcome:<12}[/] {c.list_name}[{c.index}]  {c.description}",
             highlight=False,
         )
         observed = "; ".join(
-            f"{term} = {', '.join(f'{v:.4g}' for v in values)}"
-            for term, values in c["values"].items()
+            f"{term} = {', '.join(f'{v:.4g}' for v in values)}" for term, values in c.values.items()
         )
         stats = ""
-        if c.get("estimate") is not None:
-            stats = f"margin {c['estimate']:+.4g}"
-            if c.get("ci_low") is not None:
-                stats += f" [{c['ci_low']:.4g}, {c['ci_high']:.4g}]"
-            if c.get("p_hold_adj") is not None:
-                stats += f", p(holds) {c['p_hold_adj']:.3g}, p(fails) {c['p_fail_adj']:.3g}"
-        out.print(
-            f"               {observed}; {stats} ({c['test']})", markup=False, highlight=False
-        )
+        if c.estimate is not None:
+            stats = f"margin {c.estimate:+.4g}"
+            if c.ci_low is not None:
+                stats += f" [{c.ci_low:.4g}, {c.ci_high:.4g}]"
+            if c.p_hold_adj is not None:
+                stats += f", p(holds) {c.p_hold_adj:.3g}, p(fails) {c.p_fail_adj:.3g}"
+        out.print(f"               {observed}; {stats} ({c.test})", markup=False, highlight=False)
     out.print("why:", highlight=False)
-    for r in ev["reasons"]:
+    for r in ev.reasons:
         out.print(f"  - {r}", markup=False, highlight=False)
-    for s in ev.get("settle", []):
+    for s in ev.settle:
         out.print(f"  to settle: {s}", markup=False, highlight=False)
     out.print(signature(ev), markup=False, highlight=False)
     if outcome is None:
         return
     out.print(outcome.reuse.line(), markup=False, highlight=False)
-    path = runs_dir / ev["contract_id"] / "evidence.json"
+    path = runs_dir / ev.contract_id / "evidence.json"
     if outcome.recorded:
         earlier = len(outcome.recording.earlier)
         out.print(

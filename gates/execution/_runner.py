@@ -39,6 +39,7 @@ from gates.record import (
     EVIDENCE_FORMAT,
     RECORD,
     REPORT,
+    Evidence,
     MLflowMetricSink,
     Provenance,
     Recording,
@@ -93,7 +94,7 @@ def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
     if not path.exists():
         return
     try:
-        recorded = read_evidence(path)["contract_sha256"]
+        recorded = read_evidence(path).contract_sha256
     except ValueError:
         return  # unreadable evidence is replaced by the new run
     if recorded != loaded.sha256:
@@ -276,7 +277,7 @@ class Outcome:
     """What `gates run` did: the evidence these runs give, whether it was recorded as a new attempt or
     compared with the recorded one (`reproduction`), and what was reused."""
 
-    evidence: dict
+    evidence: Evidence
     recording: Recording
     reuse: Reuse
     reproduction: Reproduction | None = None
@@ -294,7 +295,7 @@ def run_contract(
     fresh: bool = False,
     progress: Progress | None = None,
     optuna_storage: str | None = None,
-) -> dict:
+) -> Evidence:
     """Run everything the contract asks for and return its evidence (recorded in runs/<id>/ unless the
     contract already has evidence, which is reproduced and compared instead: see `execute`)."""
     return execute(
@@ -479,7 +480,7 @@ def finish(
     c = loaded.contract
     recording = recording or plan_recording(loaded, runs_root)
     result = judge_claim(loaded, records)
-    evidence = _evidence(
+    data = _evidence(
         loaded,
         parent.prov,
         records,
@@ -490,14 +491,19 @@ def finish(
         parent.parent_id,
     )
     if parent.tuning is not None:
-        evidence["tuning"] = parent.tuning
-    shared = shared_runs(_recorded_evidence(runs_root, c.id, evidence), only=c.id).get(c.id)
+        data["tuning"] = parent.tuning
+    shared = shared_runs(_recorded_evidence(runs_root, c.id, data), only=c.id).get(c.id)
     if shared:  # runs other recorded contracts ran too: one observation, said beside this verdict
-        evidence["shared_runs"] = shared
+        data["shared_runs"] = shared
+    if recording.mode == RECORD:
+        data["attempt"] = attempt_field(recording)
+    else:  # reproduced: the recorded attempt's field, as recorded
+        attempt = recording.recorded.attempt if recording.recorded is not None else None
+        data["attempt"] = attempt.as_dict() if attempt is not None else None
+    evidence = Evidence.of(data)  # checked as `read_evidence` checks evidence.json
     reproduction = None
     with tempfile.TemporaryDirectory(prefix="gates-plots-") as tmp:
         if recording.mode == RECORD:
-            evidence["attempt"] = attempt_field(recording)
             path = write_evidence(runs_root, evidence)
             # the claims index vouches for these exact bytes; a kill before this line leaves evidence that
             # `gates verify` reports as unindexed, and running the contract again writes and indexes it anew
@@ -506,10 +512,11 @@ def finish(
             reproduction = compare_reproduction(
                 recording.recorded, evidence, recording.number, loaded.study.machine_metrics
             )
-            evidence["attempt"] = (recording.recorded or {}).get("attempt")
             path = Path(tmp) / "reproduced" / EVIDENCE
             path.parent.mkdir()
-            atomic_write_text(path, json.dumps(evidence, indent=2, allow_nan=False) + "\n")
+            atomic_write_text(
+                path, json.dumps(evidence.as_dict(), indent=2, allow_nan=False) + "\n"
+            )
             atomic_write_text(path.parent / REPORT, render_report(evidence))
         outcome_tags = {
             f"gates.condition.{r.list_name}.{r.index}": r.outcome
@@ -530,7 +537,7 @@ def finish(
         }
         figures = [
             learning_curves(c, histories, records, Path(tmp) / "learning_curves.png"),
-            condition_intervals(c.id, evidence["conditions"], Path(tmp) / "conditions.png"),
+            condition_intervals(c.id, data["conditions"], Path(tmp) / "conditions.png"),
         ]
         tags = {
             **outcome_tags,
@@ -788,7 +795,8 @@ def first_signal(point, series: list[tuple[int, float]]) -> dict:
 
 def verdict_fields(loaded, evidence: dict, result) -> dict:
     """The parts of an evidence record that the verdict engine derives from its runs (written by a run,
-    and rewritten when a corrected engine re-derives a recorded claim)."""
+    and rewritten when a corrected engine re-derives a recorded claim): `evidence`'s data (as stored:
+    plain JSON) with them set, keys kept in place and new ones last; `Evidence.of` makes the record."""
     v = result.to_dict()
     return {
         **evidence,
@@ -828,7 +836,9 @@ def design_of(contract) -> dict:
     return {k: v for k, v in declared.items() if v}
 
 
-def rederive(loaded: LoadedContract, runs_root: Path, reason: str) -> tuple[dict, dict] | None:
+def rederive(
+    loaded: LoadedContract, runs_root: Path, reason: str
+) -> tuple[Evidence, Evidence] | None:
     """Re-derive a recorded claim's verdict with today's engine from its recorded per-seed values (no
     training): rewrite evidence.json and verdict.md and index the change with `reason`. Returns (old,
     new) evidence when anything changed, None when today's engine derives the same record."""
@@ -839,28 +849,33 @@ def rederive(loaded: LoadedContract, runs_root: Path, reason: str) -> tuple[dict
         old = read_evidence(path)
     except ValueError as e:
         raise UserError(f"cannot re-derive from {path}: {e}", file=str(loaded.path)) from None
-    if old["contract_sha256"] != loaded.sha256:
+    if old.contract_sha256 != loaded.sha256:
         raise UserError(
             f"{path} was recorded for another version of this contract (sha256 "
-            f"{old['contract_sha256'][:16]} != {loaded.sha256[:16]}); re-deriving needs the contract "
+            f"{old.contract_sha256[:16]} != {loaded.sha256[:16]}); re-deriving needs the contract "
             f"it was recorded under",
             file=str(loaded.path),
         )
-    loaded.tuning_record = old.get("tuning")
+    stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
+    loaded.tuning_record = stored.get("tuning")
     fresh = {
         k: v
-        for k, v in old.items()
+        for k, v in stored.items()
         if k not in ("not_run", "beyond_ceiling", "tuning_edges", "design", "regime")
     }
-    new = verdict_fields(loaded, fresh, judge_claim(loaded, old["runs"]))
-    if new == old:
+    new = verdict_fields(loaded, fresh, judge_claim(loaded, stored["runs"]))
+    if new == stored:
         return None
+    new = Evidence.of(new)
     written = write_evidence(runs_root, new)
     record_entry(runs_root, written, "rederived", reason)
     return old, new
 
 
 def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
+    """The data of a run's evidence, in the order evidence.json lists it: what the run recorded and
+    the verdict's fields; `finish` adds the tuning, shared runs and attempt, then makes it an
+    Evidence (`Evidence.of`, checked)."""
     c = loaded.contract
     try:
         contract_path = str(loaded.path.resolve().relative_to(Path.cwd().resolve()))

@@ -1,10 +1,12 @@
 """The record: MLflow tracking, evidence, the claims history and provenance.
 
 What a run leaves behind and how it is read back: the MLflow store (`Tracker`, `open_client`),
-`runs/<id>/evidence.json` and verdict.md (`write_evidence`, `read_evidence`, `render_report`), the
-hash-chained claims history `runs/INDEX.jsonl` (`record_entry`, `check_history`, `claim_attempts`),
-the code fingerprint and staleness (`current_provenance`, `staleness`), attempts at a claim and
-claims that share runs or a regime (`compare_reproduction`, `annotate_siblings`).
+`runs/<id>/evidence.json` and verdict.md (`write_evidence`, `read_evidence`, `render_report`),
+evidence read as a frozen record (`Evidence`, with its `RunRecord`s and `ConditionRecord`s, in
+format `EVIDENCE_FORMAT`) or as plain JSON (`raw_evidence`), the hash-chained claims history
+`runs/INDEX.jsonl` (`record_entry`, `check_history`, `claim_attempts`), the code fingerprint and
+staleness (`current_provenance`, `staleness`), attempts at a claim and claims that share runs or a
+regime (`compare_reproduction`, `annotate_siblings`).
 
 Private modules: `_tracking`, `_store`, `_evidence`, `_report`, `_history`, `_provenance`,
 `_attempts`, `_siblings`, `_plots`, `_files`.
@@ -14,8 +16,11 @@ from gates._face import lazy_face
 
 # public name -> (private module, its name there), imported on first use
 _FACE = {
+    "AttemptRecord": ("_evidence", "AttemptRecord"),
+    "ConditionRecord": ("_evidence", "ConditionRecord"),
     "EVIDENCE": ("_evidence", "EVIDENCE"),
     "EVIDENCE_FORMAT": ("_evidence", "FORMAT"),
+    "Evidence": ("_evidence", "Evidence"),
     "GENESIS": ("_history", "GENESIS"),
     "INDEX": ("_history", "INDEX"),
     "MLflowMetricSink": ("_tracking", "MLflowMetricSink"),
@@ -27,9 +32,12 @@ _FACE = {
     "Recording": ("_attempts", "Recording"),
     "RegimeLeft": ("_siblings", "RegimeLeft"),
     "Reproduction": ("_attempts", "Reproduction"),
+    "RunRecord": ("_evidence", "RunRecord"),
+    "SettingsRecord": ("_evidence", "SettingsRecord"),
     "Staleness": ("_provenance", "Staleness"),
     "Tracker": ("_tracking", "Tracker"),
     "annotate_siblings": ("_siblings", "annotate"),
+    "as_evidence": ("_evidence", "as_evidence"),
     "atomic_write_text": ("_evidence", "atomic_write_text"),
     "atomic_writer": ("_evidence", "atomic_writer"),
     "attempt_field": ("_attempts", "attempt_field"),

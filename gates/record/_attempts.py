@@ -36,7 +36,9 @@ class Recording:
     mode: str  # RECORD | REPRODUCE
     number: int  # the attempt this run records (RECORD), or the attempt it reproduces (REPRODUCE)
     reason: str = ""
-    recorded: dict | None = None  # the evidence on disk (REPRODUCE: the attempt reproduced)
+    recorded: ledger.Evidence | None = (
+        None  # the evidence on disk (REPRODUCE: the attempt reproduced)
+    )
     earlier: list[dict] = field(default_factory=list)  # RECORD: summaries of the earlier attempts
 
 
@@ -64,16 +66,17 @@ def plan_recording(
     if not vouched:
         # nothing recorded, withdrawn, unreadable, or written but not indexed (a run killed in between):
         # this run records; an interrupted attempt is completed under its own number, with its reason
-        interrupted = (current or {}).get("attempt") or {}
+        interrupted = current.attempt if current is not None else None
         if (
             not reason
             and latest is not None
             and not history.is_withdrawn(latest)
-            and interrupted.get("number") == len(found) + 1
+            and interrupted is not None
+            and interrupted.number == len(found) + 1
         ):
-            reason = str(interrupted.get("reason") or "")
+            reason = str(interrupted.reason or "")
         return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
-    if current.get("contract_sha256") != loaded.sha256:
+    if current.contract_sha256 != loaded.sha256:
         return Recording(
             RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path)
         )  # refused by the runner
@@ -81,8 +84,8 @@ def plan_recording(
         return Recording(REPRODUCE, len(found), recorded=current)
     if not reason:
         raise UserError(
-            f"{loaded.id} already has evidence (attempt {len(found)}, {current.get('verdict')}, recorded "
-            f"{current.get('created_at')}); recording another attempt needs --reason TEXT (kept in the "
+            f"{loaded.id} already has evidence (attempt {len(found)}, {current.verdict}, recorded "
+            f"{current.created_at}); recording another attempt needs --reason TEXT (kept in the "
             f"claims history), or a new contract id",
             file=str(loaded.path),
             field="--record",
@@ -90,14 +93,16 @@ def plan_recording(
     return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
 
 
-def _readable(path: Path) -> dict | None:
+def _readable(path: Path) -> ledger.Evidence | None:
     try:
         return ledger.read_evidence(path)
     except (ValueError, OSError):
         return None
 
 
-def _earlier(found: list[history.Attempt], current: dict | None, path: Path) -> list[dict]:
+def _earlier(
+    found: list[history.Attempt], current: ledger.Evidence | None, path: Path
+) -> list[dict]:
     """Summaries of the attempts in the history, each with its why: from the evidence on disk for the
     latest (when it is that attempt's: its bytes are the ones indexed), and from that evidence's own
     list for the ones before it."""
@@ -107,15 +112,14 @@ def _earlier(found: list[history.Attempt], current: dict | None, path: Path) -> 
         and found[-1].evidence_sha256 == history.sha256_file(path)
     )
     carried = {}
-    if current is not None:
-        for a in (current.get("attempt") or {}).get("earlier") or []:
-            if isinstance(a, dict) and isinstance(a.get("number"), int):
-                carried[a["number"]] = a.get("why") or []
+    if current is not None and current.attempt is not None:
+        for a in current.attempt.earlier:
+            carried[a.number] = list(a.why)
     out = []
     for a in found:
         why = carried.get(a.number, [])
         if own and a is found[-1] and not why:
-            why = list(current.get("reasons") or [])[:WHY_SHOWN]
+            why = list(current.reasons)[:WHY_SHOWN]
         out.append(
             {
                 "number": a.number,
@@ -135,28 +139,24 @@ def attempt_field(recording: Recording) -> dict:
     return {"number": recording.number, "reason": recording.reason, "earlier": recording.earlier}
 
 
-def describe(attempt: dict | None) -> list[str]:
+def describe(attempt: ledger.AttemptRecord | None) -> list[str]:
     """verdict.md's lines for an evidence's `attempt` (none for a first attempt without history)."""
-    if (
-        not isinstance(attempt, dict)
-        or attempt.get("number", 1) <= 1
-        and not attempt.get("earlier")
-    ):
+    if attempt is None or attempt.number <= 1 and not attempt.earlier:
         return []
     lines = [
-        f"Attempt {attempt['number']} at this claim"
-        + (f", recorded because: {attempt['reason']}" if attempt.get("reason") else "")
+        f"Attempt {attempt.number} at this claim"
+        + (f", recorded because: {attempt.reason}" if attempt.reason else "")
         + "; earlier:",
         "",
     ]
-    for a in attempt.get("earlier") or []:
-        head = f"- attempt {a.get('number')}: **{str(a.get('verdict') or '-').upper()}**, recorded {a.get('recorded')}"
-        if a.get("reason"):
-            head += f" (because: {a['reason']})"
-        if a.get("withdrawn"):
-            head += f"; withdrawn: {a['withdrawn']}"
+    for a in attempt.earlier:
+        head = f"- attempt {a.number}: **{str(a.verdict or '-').upper()}**, recorded {a.recorded}"
+        if a.reason:
+            head += f" (because: {a.reason})"
+        if a.withdrawn:
+            head += f"; withdrawn: {a.withdrawn}"
         lines.append(head)
-        lines += [f"  - {w}" for w in a.get("why") or []]
+        lines += [f"  - {w}" for w in a.why]
     return lines + [""]
 
 
@@ -210,21 +210,23 @@ class Reproduction:
         return out
 
 
-def compare(recorded: dict, fresh: dict, attempt: int, machine_metrics=frozenset()) -> Reproduction:
+def compare(
+    recorded: ledger.Evidence, fresh: ledger.Evidence, attempt: int, machine_metrics=frozenset()
+) -> Reproduction:
     """The fresh evidence of a re-run against the recorded evidence."""
-    old = {(r["arm"], r["seed"]): r for r in recorded.get("runs", [])}
-    new = {(r["arm"], r["seed"]): r for r in fresh.get("runs", [])}
+    old = {(r.arm, r.seed): r for r in recorded.runs}
+    new = {(r.arm, r.seed): r for r in fresh.runs}
     missing = [f"{a}/seed {s}" for a, s in sorted(set(old) ^ set(new), key=str)]
     changed, worst, compared = [], (None, None, ""), 0
     for key in sorted(set(old) & set(new), key=str):
         a, b = old[key], new[key]
-        if a.get("status") != b.get("status"):
-            changed.append(f"{key[0]}/seed {key[1]} {a.get('status')} -> {b.get('status')}")
-        if a.get("status") != "completed" or b.get("status") != "completed":
+        if a.status != b.status:
+            changed.append(f"{key[0]}/seed {key[1]} {a.status} -> {b.status}")
+        if a.status != "completed" or b.status != "completed":
             continue
         compared += 1
-        for name, value in (a.get("metrics") or {}).items():
-            now = (b.get("metrics") or {}).get(name)
+        for name, value in a.metrics.items():
+            now = b.metrics.get(name)
             if name in machine_metrics or not _finite(value) or not _finite(now):
                 continue
             diff = abs(now - value)
@@ -237,9 +239,9 @@ def compare(recorded: dict, fresh: dict, attempt: int, machine_metrics=frozenset
                 )
     return Reproduction(
         attempt,
-        str(recorded.get("created_at")),
-        recorded["verdict"],
-        fresh["verdict"],
+        recorded.created_at,
+        recorded.verdict,
+        fresh.verdict,
         compared,
         missing,
         changed,

@@ -4,8 +4,9 @@ Files are written atomically (temporary file in the same folder, fsync, rename),
 kill leaves either the old evidence or the new one, never a half-written file. evidence.json is the
 record and is written first; verdict.md is derived from it (`render_report`) and written second, so
 a kill between the two leaves new evidence beside an old verdict.md, which `gates verify` detects
-and `gates render` (or the next `gates run`) repairs. Evidence is read through a schema (`Evidence`)
-that checks the shapes every reader relies on.
+and `gates render` (or the next `gates run`) repairs. Evidence is read as records (`Evidence`, frozen
+pydantic models) that check the shapes every reader relies on, after bringing an older format up to
+the current one (`FORMAT`, `_migrate`); `raw_evidence` reads the plain JSON.
 """
 
 from __future__ import annotations
@@ -14,9 +15,18 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    PlainSerializer,
+    PrivateAttr,
+    ValidationError,
+    WrapValidator,
+    model_serializer,
+    model_validator,
+)
 
 import gates
 from gates.contract import read_capped
@@ -62,27 +72,27 @@ def atomic_write_text(path: Path, text: str) -> None:
         f.write(text)
 
 
-def signature(evidence: dict) -> str:
+def signature(evidence: Evidence | dict) -> str:
     """A sacrebleu-style signature: everything needed to know how the verdict was computed."""
-    s = evidence["settings"]
-    tests = ",".join(sorted({c["test"] for c in evidence["conditions"]}))
+    ev = as_evidence(evidence)
+    s = ev.settings
+    tests = ",".join(sorted({c.test for c in ev.conditions}))
     parts = [
-        f"contract:{evidence['contract_id']}",
-        f"sha256:{evidence['contract_sha256'][:16]}",
-        f"commit:{evidence['git_commit'][:12]}{'+dirty' if evidence['git_dirty'] == 'true' else ''}",
-        f"code:{evidence['code_sha256'][:12]}",
-        f"eval:{s['evaluation']}",
+        f"contract:{ev.contract_id}",
+        f"sha256:{ev.contract_sha256[:16]}",
+        f"commit:{ev.git_commit[:12]}{'+dirty' if ev.git_dirty == 'true' else ''}",
+        f"code:{ev.code_sha256[:12]}",
+        f"eval:{s.evaluation}",
         f"test:{tests}",
-        f"correction:{s['correction']}",
-        f"alpha:{s['alpha']}",
-        f"engine:{evidence.get('engine_version', '1')}",
-        f"seeds:{','.join(str(x) for x in s['seeds'])}",
-        f"gates:{evidence.get('gates_version', gates.__version__)}",
+        f"correction:{s.correction}",
+        f"alpha:{s.alpha}",
+        f"engine:{ev.engine_version}",
+        f"seeds:{','.join(str(x) for x in s.seeds)}",
+        f"gates:{ev.gates_version if ev.has('gates_version') else gates.__version__}",
     ]
-    looks = evidence.get("looks")
-    if looks:  # a sequential design: the seeds judged at the look that stopped it
-        parts.insert(-1, f"looks:{len(looks)}@{len(looks[-1]['seeds'])}seeds")
-    devices = devices_of(evidence)
+    if ev.looks:  # a sequential design: the seeds judged at the look that stopped it
+        parts.insert(-1, f"looks:{len(ev.looks)}@{len(ev.looks[-1]['seeds'])}seeds")
+    devices = devices_of(ev)
     if (
         devices
     ):  # where the runs were computed (evidence from before devices were recorded has none)
@@ -90,11 +100,11 @@ def signature(evidence: dict) -> str:
     return "|".join(parts)
 
 
-def devices_of(evidence: dict) -> list[str]:
+def devices_of(evidence: Evidence | dict) -> list[str]:
     """The devices the runs were computed on, e.g. ["cpu"] or ["cuda:NVIDIA H200"], sorted."""
     found = set()
-    for run in evidence.get("runs", []):
-        env = run.get("environment") or {}
+    for run in as_evidence(evidence).runs:
+        env = run.environment or {}  # a str -> str mapping, as recorded
         if env.get("device"):
             found.add(f"{env['device']}:{env['gpu']}" if env.get("gpu") else env["device"])
     return sorted(found)
@@ -117,24 +127,69 @@ def clean_temporaries(folder: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------- the schema
-# The shapes that `gates verify`, `gates status`, `render_report`, the dashboard and `gates report`
-# rely on. Extra keys are allowed everywhere (the verdict engine adds fields: a condition's
-# `test_reason`, the evidence's `lost_runs`, `predictions`, ...); types are strict (a metric is a
-# JSON number or null, never "0.9" or true; a seed is an integer, never 1.0).
-class _Shape(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True)
+# The records that `gates verify`, `gates status`, `render_report`, the dashboard and `gates report`
+# read: frozen pydantic models, handed out at the store boundary (`read_evidence`), as MLflow hands
+# out its entities. Extra keys are allowed everywhere and kept (the verdict engine adds fields; a
+# newer or older writer's keys survive a read and a write); types are strict (a metric is a JSON
+# number or null, never "0.9" or true; a seed is an integer, never 1.0). A record remembers the
+# order of the keys it was read from and which keys it had (`has`): `as_dict()` gives back that
+# JSON, key for key and in that order, so evidence read and written again is the same bytes.
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+    _keys: tuple[str, ...] = PrivateAttr(default=())  # the keys as written, in their order
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_keys(cls, data, handler):
+        record = handler(data)
+        if isinstance(data, dict) and record is not data:
+            record._keys = tuple(data)
+        return record
+
+    @model_serializer(mode="wrap")
+    def _in_written_order(self, handler):
+        out = handler(self)
+        if not isinstance(out, dict) or not self._keys:
+            return out
+        first = {k: out[k] for k in self._keys if k in out}
+        return first | {k: v for k, v in out.items() if k not in first}
+
+    def has(self, name: str) -> bool:
+        """Whether the record has this key (written, even as null), as against a default."""
+        return name in self.model_fields_set or name in (self.__pydantic_extra__ or {})
+
+    def written(self, name: str, absent=None):
+        """A field as its writer wrote it (null included), or `absent` where the record lacks the key
+        (for a reader that shows a missing field otherwise than its default)."""
+        return getattr(self, name) if self.has(name) else absent
+
+    def as_dict(self) -> dict:
+        """The record as JSON data: the keys it was read or built from, in their order."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+    def __eq__(self, other) -> bool:  # the same fields (defaults included), whatever the key order
+        return type(other) is type(self) and self.model_dump() == other.model_dump()
+
+    __hash__ = None  # records hold lists and dicts
 
 
-Number = float | None  # a JSON number (an int is fine); null for a value that was not finite
+def _int_stays_int(value, handler):
+    checked = handler(value)  # as a float: a JSON number (an int is fine), never a bool or a string
+    return value if type(value) is int else checked
 
 
-class FirstSignalShape(_Shape):
+# a JSON number; an int stays an int (1 is read and written back as 1, never 1.0)
+Real = Annotated[float, WrapValidator(_int_stays_int), PlainSerializer(lambda x: x)]
+Number = Real | None  # null for a value that was not finite
+
+
+class FirstSignalRecord(_Record):
     step: int | None = None
     value: Number = None
     met: bool
 
 
-class ConvergenceShape(_Shape):
+class ConvergenceRecord(_Record):
     """The trend a completed run was judged on under the contract's convergence rule."""
 
     metric: str
@@ -146,7 +201,7 @@ class ConvergenceShape(_Shape):
     rel_improvement: Number = None
 
 
-class RunErrorShape(_Shape):
+class RunErrorRecord(_Record):
     """What a failed run raised or returned: its type, message and where (the innermost frame, file:line)."""
 
     type: str
@@ -154,7 +209,9 @@ class RunErrorShape(_Shape):
     where: str | None = None
 
 
-class RunShape(_Shape):
+class RunRecord(_Record):
+    """One arm x seed run: its status, final metrics and where it ran."""
+
     arm: str
     seed: int
     status: str
@@ -162,17 +219,19 @@ class RunShape(_Shape):
     halt_detail: str | None = None
     metrics: dict[str, Number]
     seconds: Number = None
-    first_signal: FirstSignalShape | None = None
+    first_signal: FirstSignalRecord | None = None
     mlflow_run_id: str | None = None
     converged: bool | None = None  # only on completed runs of a contract with a convergence rule
-    convergence: ConvergenceShape | None = None
+    convergence: ConvergenceRecord | None = None
     environment: dict[str, str] | None = (
         None  # device, torch, cuda, gpu, threads (studies with a device)
     )
-    error: RunErrorShape | None = None  # a failed run's error
+    error: RunErrorRecord | None = None  # a failed run's error
 
 
-class ConditionShape(_Shape):
+class ConditionRecord(_Record):
+    """A decision condition or a control as judged: its statistics and outcome."""
+
     list_name: Literal["supported_if", "refuted_if", "controls"]
     index: int
     kind: str | None = None
@@ -192,81 +251,85 @@ class ConditionShape(_Shape):
     note: str | None = None
     seeds_needed: int | None = None
     test_reason: str | None = None
+    control: str | None = None  # a control's kind: positive or negative
+    estimand: str | None = None  # what the estimate estimates, on which scale (engine 3)
+    scale: str | None = None
+    adjustment: str | None = None
 
 
-class BudgetShape(_Shape):
+class BudgetRecord(_Record):
     steps: int
     eval_every: int
 
 
-class SettingsShape(_Shape):
-    alpha: float
+class SettingsRecord(_Record):
+    alpha: Real
     evaluation: str
     correction: str
     seeds: list[int]
-    budget: BudgetShape
+    budget: BudgetRecord
     arm_configs: dict[str, dict]
 
 
-class SignalShape(FirstSignalShape):
+class SignalRecord(FirstSignalRecord):
     seed: int
 
 
-class FalsifiablePointShape(_Shape):
+class FalsifiablePointRecord(_Record):
     metric: str
     arm: str
     direction: str
-    threshold: float
+    threshold: Real
     by_step: int
-    runs: list[SignalShape] = []
+    runs: list[SignalRecord] = []
 
 
-class PreflightArmShape(_Shape):
-    params: float
-    params_ratio: float
+class PreflightArmRecord(_Record):
+    params: Real
+    params_ratio: Real
     flops_ratio: Number = None
 
 
-class PreflightShape(_Shape):
-    arms: dict[str, PreflightArmShape] = {}
+class PreflightRecord(_Record):
+    arms: dict[str, PreflightArmRecord] = {}
     notes: list[str] = []
 
 
-class MlflowShape(_Shape):
+class MlflowRecord(_Record):
     tracking_uri: str | None = None
     experiment_id: str | None = None
     parent_run_id: str | None = None
 
 
-class TrialShape(_Shape):
+class TrialRecord(_Record):
     number: int
     params: dict
     state: str
     value: Number = None
 
 
-class BestTrialShape(_Shape):
+class BestTrialRecord(_Record):
     number: int
     params: dict
 
 
-class TunedArmShape(_Shape):
-    trials: list[TrialShape]
-    best: BestTrialShape | None = None
+class TunedArmRecord(_Record):
+    trials: list[TrialRecord]
+    best: BestTrialRecord | None = None
 
 
-class TuningShape(_Shape):
-    arms: dict[str, TunedArmShape] = {}
+class TuningRecord(_Record):
+    arms: dict[str, TunedArmRecord] = {}
 
 
-class LostValueShape(_Shape):
+class LostValueRecord(_Record):
     arm: str
     metric: str
     seed: int
     why: str
 
 
-class PredictedAblationShape(_Shape):
+class PredictedAblationRecord(_Record):
     arm: str
     metric: str
     versus: str
@@ -278,18 +341,18 @@ class PredictedAblationShape(_Shape):
     seeds_for_80pct_power: int | None = None
 
 
-class PredictedPointShape(_Shape):
+class PredictedPointRecord(_Record):
     met_on: int
     of: int
     came_true: bool | None = None
 
 
-class PredictionsShape(_Shape):
-    predicted_ablation: PredictedAblationShape | None = None
-    falsifiable_point: PredictedPointShape | None = None
+class PredictionsRecord(_Record):
+    predicted_ablation: PredictedAblationRecord | None = None
+    falsifiable_point: PredictedPointRecord | None = None
 
 
-class EarlierAttemptShape(_Shape):
+class EarlierAttemptRecord(_Record):
     number: int
     verdict: str | None = None
     recorded: str | None = None
@@ -298,22 +361,22 @@ class EarlierAttemptShape(_Shape):
     why: list[str] = []
 
 
-class AttemptShape(_Shape):
+class AttemptRecord(_Record):
     """Which attempt at the claim this evidence is, why it was recorded, and the attempts before it."""
 
     number: int
     reason: str = ""
-    earlier: list[EarlierAttemptShape] = []
+    earlier: list[EarlierAttemptRecord] = []
 
 
-class DesignShape(_Shape):
+class DesignRecord(_Record):
     factor: list[str] = []
     differences: dict[str, str] = {}
     blind: dict[str, str] = {}
     no_convergence: str | None = None
 
 
-class NotRunShape(_Shape):
+class NotRunRecord(_Record):
     arm: str
     runs: int
     completed: int
@@ -323,22 +386,24 @@ class NotRunShape(_Shape):
     settle: str = ""
 
 
-class BeyondCeilingShape(_Shape):
+class BeyondCeilingRecord(_Record):
     condition: str
     description: str = ""
-    ceiling: float
-    min: float
-    max: float
+    ceiling: Real
+    min: Real
+    max: Real
     source: str = ""
     why: str = ""
     text: str
     settle: str = ""
 
 
-class Evidence(_Shape):
-    """runs/<id>/evidence.json, as far as its readers rely on it."""
+class Evidence(_Record):
+    """runs/<id>/evidence.json: what a run of a contract recorded and the verdict derived from it.
+    Read with `read_evidence` (checked, brought up to the current format), built by the runner with
+    `Evidence.of`; `as_dict()` is the JSON that evidence.json holds."""
 
-    format: int | None = None
+    format: int = FORMAT
     contract_id: str
     contract_path: str | None = None
     contract_sha256: str
@@ -351,34 +416,94 @@ class Evidence(_Shape):
     git_commit: str
     git_dirty: str
     code_sha256: str
+    code_files: dict[str, str] | None = None  # per-file hashes (absent in older evidence)
     gates_version: str | None = None
+    engine_version: str | None = "1"  # absent: recorded before engines were numbered (engine 1)
     created_at: str
-    settings: SettingsShape
-    mlflow: MlflowShape | None = None
-    preflight: PreflightShape | None = None
-    falsifiable_point: FalsifiablePointShape | None = None
-    runs: list[RunShape]
-    conditions: list[ConditionShape]
+    settings: SettingsRecord
+    mlflow: MlflowRecord | None = None
+    preflight: PreflightRecord | None = None
+    falsifiable_point: FalsifiablePointRecord | None = None
+    runs: list[RunRecord]
+    conditions: list[ConditionRecord]
     halts: list[dict] = []
-    tuning: TuningShape | None = None
-    lost: list[LostValueShape] = []
-    controls: list[ConditionShape] = []
+    tuning: TuningRecord | None = None
+    lost: list[LostValueRecord] = []
+    controls: list[ConditionRecord] = []
     looks: list[dict] = []
-    predictions: PredictionsShape | None = None
+    predictions: PredictionsRecord | None = None
     rule_flags: list[str] = []
     supersedes: str | None = None
-    attempt: AttemptShape | None = None  # absent in evidence from before attempts were recorded
-    design: DesignShape | None = None
+    attempt: AttemptRecord | None = None  # absent in evidence from before attempts were recorded
+    design: DesignRecord | None = None
     regime: dict | None = None
     study_package: str | None = None
-    not_run: list[NotRunShape] = []
-    beyond_ceiling: list[BeyondCeilingShape] = []
+    not_run: list[NotRunRecord] = []
+    beyond_ceiling: list[BeyondCeilingRecord] = []
     tuning_edges: dict[str, str] = {}
     shared_runs: dict[str, list[str]] = {}
+
+    @classmethod
+    def of(cls, data: dict) -> Evidence:
+        """Evidence from its data as the runner builds it (any JSON-serialisable values): checked as
+        `read_evidence` checks a file, after the JSON round trip evidence.json makes (tuples become
+        lists, keys strings); ValueError saying what is wrong."""
+        try:
+            data = json.loads(json.dumps(data, allow_nan=False))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"evidence is not JSON data: {_one_line(e)}") from None
+        return _checked(data)
+
+
+def as_evidence(evidence: Evidence | dict) -> Evidence:
+    """An Evidence as it is, or JSON data of one checked into one (ValueError when malformed)."""
+    return evidence if isinstance(evidence, Evidence) else Evidence.of(evidence)
 
 
 REQUIRED = tuple(name for name, f in Evidence.model_fields.items() if f.is_required())
 MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
+
+
+# ---------------------------------------------------------------------------------- formats
+# evidence.json's `format` says how to read it; FORMAT is the one written today. A reader brings an
+# older format up to FORMAT on read (`_migrate`, one step per format) and refuses a newer one, which
+# it could misread. Fields added within a format (evidence of older writers lacks them) are read with
+# the record's defaults; within format 1 that is every field added since the first commit:
+# `first_signal`, `falsifiable_point`, `lost`, `predictions`, `rule_flags`, `controls`, `attempt`,
+# `code_files`, `design`, `regime`, `study_package`, `shared_runs`, a run's `environment`,
+# `converged`, `convergence` and `error`, the verdict engine 3's `not_run`, `beyond_ceiling` and
+# `tuning_edges` (absent: none), and `engine_version` (absent: "1", before engines were numbered).
+#
+# Formats:
+#   0  no `format` key (or null): never written by gates (every writer wrote 1), read as format 1
+#      with the key set, first;
+#   1  the current format.
+def _from_0(data: dict) -> dict:
+    return {"format": 1, **{k: v for k, v in data.items() if k != "format"}}
+
+
+_UPGRADES = {0: _from_0}  # format N -> its data in format N + 1
+
+
+def _migrate(data: dict) -> dict:
+    """Evidence data of any known format brought up to FORMAT (the data itself when it is in
+    FORMAT already); ValueError for a newer or unknown format. A `format` that is no integer is left
+    for the schema to name."""
+    version = data.get("format")
+    if version is None:
+        version = 0
+    if not isinstance(version, int) or isinstance(version, bool):
+        return data
+    if version > FORMAT:
+        raise ValueError(
+            f"evidence has format {version}, newer than this gates reads ({FORMAT}); expected format "
+            f"{FORMAT} or older: upgrade gates (gates {gates.__version__})"
+        )
+    if version < 0:
+        raise ValueError(f"evidence has an unknown format {version}; expected 0 to {FORMAT}")
+    while version < FORMAT:
+        data, version = _UPGRADES[version](data), version + 1
+    return data
 
 
 def raw_evidence(path: Path) -> dict | None:
@@ -390,27 +515,30 @@ def raw_evidence(path: Path) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def read_evidence(path: Path) -> dict:
-    """Parse and check an evidence file: its data (a dict, extra keys kept), or ValueError saying in
-    one line what is wrong (unreadable, not JSON, or the wrong shape, naming the first bad fields)."""
-    from gates.contract import read_capped
-
+def read_evidence(path: Path) -> Evidence:
+    """Parse and check an evidence file, brought up to the current format: its Evidence (extra keys
+    kept), or ValueError saying in one line what is wrong (unreadable, not JSON, a newer format, or the
+    wrong shape, naming the first bad fields)."""
     try:
         data = json.loads(read_capped(Path(path), MAX_EVIDENCE_BYTES).decode("utf-8"))
     except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
         raise ValueError(f"unreadable evidence: {_one_line(e)}") from None
+    return _checked(data)
+
+
+def _checked(data) -> Evidence:
     if not isinstance(data, dict):
         raise ValueError("evidence is not a JSON object")
+    data = _migrate(data)
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise ValueError(f"evidence lacks {', '.join(missing)}")
     if data["verdict"] not in ("supported", "refuted", "inconclusive", "invalid"):
         raise ValueError(f"evidence has an unknown verdict {data['verdict']!r}")
     try:
-        Evidence.model_validate(data)
+        return Evidence.model_validate(data)
     except ValidationError as e:
         raise ValueError(f"malformed evidence: {_shape_errors(e)}") from None
-    return data
 
 
 def _shape_errors(e: ValidationError, shown: int = 3) -> str:

@@ -52,7 +52,12 @@ FIELDS = (
     "reason",
     "prev",
 )
-CERTIFIED_FIELDS = ("code_sha256", "code_files", "reran")  # what a `certified` entry adds
+CERTIFIED_FIELDS = (
+    "code_sha256",
+    "code_files",
+    "reran",
+    "tolerance",
+)  # what a `certified` entry adds
 EVIDENCE = (
     "evidence.json"  # = gates.ledger.EVIDENCE (not imported: ledger pulls in pydantic models)
 )

@@ -230,8 +230,16 @@ def study_files(module: str, root: Path | None = None) -> list[Path]:
 def _study_closure(module: str, read: Callable[[str], str | None]) -> list[str]:
     """Relative paths of the study module's files (see `study_files`), read through `read`."""
     name = module.strip().removeprefix("gates.").removeprefix("models").lstrip(".")
+    parts = name.split(".") if name else []
+    # a module that is not in this tree (read at an older commit: models/x.py before it became the
+    # package models/x/ with x/study.py) is looked for as the module above it, where its code was
+    while parts and not any(
+        read(rel) is not None
+        for rel in (f"models/{'/'.join(parts)}.py", f"models/{'/'.join(parts)}/__init__.py")
+    ):
+        parts = parts[:-1]
     seen: dict[str, None] = {}
-    todo = _module_candidates(name.split(".") if name else [])
+    todo = _module_candidates(parts)
     while todo:
         rel = todo.pop()
         if rel in seen:

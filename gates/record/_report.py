@@ -14,6 +14,11 @@ from gates.record._attempts import describe as describe_attempt
 from gates.record._evidence import (
     EVIDENCE,
     REPORT,
+    ConvergenceRecord,
+    DesignRecord,
+    Evidence,
+    RunRecord,
+    as_evidence,
     atomic_write_text,
     atomic_writer,
     clean_temporaries,
@@ -24,15 +29,18 @@ from gates.record._evidence import (
 from gates.record._siblings import describe_regime, describe_shared
 
 
-def write_evidence(runs_root: Path, evidence: dict) -> Path:
+def write_evidence(runs_root: Path, evidence: Evidence | dict) -> Path:
     """Write evidence.json (the record, the commit point), then verdict.md rendered from it, for one
     contract. Both are written and synced as temporary files before either replaces anything, so a
     full disk or a read-only folder changes nothing (a UserError naming the folder); a kill between
     the two renames leaves new evidence beside an old verdict.md, which `gates verify` reports and
-    `gates render` repairs. Temporary files left by an earlier kill are removed first."""
-    folder = evidence_dir(runs_root, evidence["contract_id"])
-    evidence_text = json.dumps(evidence, indent=2, sort_keys=False, allow_nan=False) + "\n"
-    report_text = render_report(evidence)
+    `gates render` repairs. Temporary files left by an earlier kill are removed first. `evidence`: an
+    Evidence, or its JSON data (checked: ValueError when malformed); evidence.json is its `as_dict()`,
+    key for key in the order it was built."""
+    ev = as_evidence(evidence)
+    folder = evidence_dir(runs_root, ev.contract_id)
+    evidence_text = json.dumps(ev.as_dict(), indent=2, sort_keys=False, allow_nan=False) + "\n"
+    report_text = render_report(ev)
     try:
         folder.mkdir(parents=True, exist_ok=True)
         clean_temporaries(folder)
@@ -82,78 +90,72 @@ def _fmt(x, digits=4) -> str:
     return str(x)
 
 
-def convergence_lines(runs: list[dict]) -> list[str]:
+def convergence_lines(runs: list[RunRecord]) -> list[str]:
     """The convergence note above the runs table: the rule's trend, and each run still improving."""
-    shown = next((r["convergence"] for r in runs if r.get("convergence")), None)
+    shown = next((r.convergence for r in runs if r.convergence), None)
     lines = []
     if shown:
         lines.append(
-            f"Convergence: each completed run's `{shown['metric']}` over its last {shown['window']} steps; "
+            f"Convergence: each completed run's `{shown.metric}` over its last {shown.window} steps; "
             f"a run that still improved by more than the contract's bar is not converged, and every "
             f"decision condition reading its arm is undetermined (halted runs are not judged)."
         )
     for r in runs:
-        if r.get("converged") is False:
-            lines.append(
-                f"- still improving: arm {r['arm']} seed {r['seed']} ({_trend(r.get('convergence') or {})})"
-            )
+        if r.converged is False:
+            lines.append(f"- still improving: arm {r.arm} seed {r.seed} ({_trend(r.convergence)})")
     return lines
 
 
-def _trend(conv: dict) -> str:
-    rel = conv.get("rel_improvement")
+def _trend(conv: ConvergenceRecord | None) -> str:
+    rel = conv.rel_improvement if conv is not None else None
     if rel is None:
-        return f"no measurable trend of {conv.get('metric', '?')} over the last {conv.get('window', '?')} steps"
+        metric, window = (conv.metric, conv.window) if conv is not None else ("?", "?")
+        return f"no measurable trend of {metric} over the last {window} steps"
     return (
-        f"{rel:+.2%} over the last {conv['last_step'] - conv['first_step']} steps, "
-        f"{conv['metric']} {_fmt(conv['first_value'])} at step {conv['first_step']} -> "
-        f"{_fmt(conv['last_value'])} at step {conv['last_step']}"
+        f"{rel:+.2%} over the last {conv.last_step - conv.first_step} steps, "
+        f"{conv.metric} {_fmt(conv.first_value)} at step {conv.first_step} -> "
+        f"{_fmt(conv.last_value)} at step {conv.last_step}"
     )
 
 
-def _converged_cell(r: dict) -> str:
-    if "converged" not in r:
+def _converged_cell(r: RunRecord) -> str:
+    if not r.has("converged"):
         return "-"
-    rel = (r.get("convergence") or {}).get("rel_improvement")
+    rel = r.convergence.rel_improvement if r.convergence else None
     change = f" ({rel:+.2%})" if rel is not None else ""
-    return ("yes" if r["converged"] else "**no**") + change
+    return ("yes" if r.converged else "**no**") + change
 
 
-def _design_lines(ev: dict) -> list[str]:
+def _design_lines(ev: Evidence) -> list[str]:
     """What the contract declares about its design, its regime and the runs it shares, beside the verdict."""
 
-    design, lines = ev.get("design") or {}, []
-    if design.get("factor"):
+    design, lines = ev.design or DesignRecord(), []
+    if design.factor:
         lines.append(
-            f"- factor under test: {', '.join(design['factor'])} (the arm config fields compared arms differ in)"
+            f"- factor under test: {', '.join(design.factor)} (the arm config fields compared arms differ in)"
         )
     lines += [
-        f"- also differs between compared arms: {k}: {why}"
-        for k, why in (design.get("differences") or {}).items()
+        f"- also differs between compared arms: {k}: {why}" for k, why in design.differences.items()
     ]
-    lines += [
-        f"- {arm} fails by construction: {why}" for arm, why in (design.get("blind") or {}).items()
-    ]
-    if design.get("no_convergence"):
-        lines.append(f"- runs not judged for convergence: {design['no_convergence']}")
-    if ev.get("regime"):
-        lines.append(f"- regime: {describe_regime(ev['regime'])}")
-    if ev.get("shared_runs"):
-        lines.append(f"- {describe_shared(ev['shared_runs'])} (contracts recorded before this one)")
+    lines += [f"- {arm} fails by construction: {why}" for arm, why in design.blind.items()]
+    if design.no_convergence:
+        lines.append(f"- runs not judged for convergence: {design.no_convergence}")
+    if ev.regime:
+        lines.append(f"- regime: {describe_regime(ev.regime)}")
+    if ev.shared_runs:
+        lines.append(f"- {describe_shared(ev.shared_runs)} (contracts recorded before this one)")
     return ["Design:", ""] + lines + [""] if lines else []
 
 
-def _families(ev: dict) -> str:
+def _families(ev: Evidence) -> str:
     """How the conditions' p-values were compared with alpha (the evidence's correction)."""
-    alpha, n = ev["settings"]["alpha"], len(ev["conditions"])
+    alpha, n = ev.settings.alpha, len(ev.conditions)
     tail = (
         "t intervals are two-sided at 1 - 2*alpha (their ends are the one-sided bounds at alpha), an exact test "
         "shows the per-seed range of the effect."
     )
-    if ev["settings"].get("correction") == "iut+holm":
-        refute = sum(
-            1 for c in ev["conditions"] if c["list_name"] in ("supported_if", "refuted_if")
-        )
+    if ev.settings.correction == "iut+holm":
+        refute = sum(1 for c in ev.conditions if c.list_name in ("supported_if", "refuted_if"))
         return (
             f"Every supported_if condition must hold, so each is tested at alpha {alpha} (an intersection-union "
             f"test: no correction is needed to keep false support at alpha); the claim is refuted when any "
@@ -163,45 +165,47 @@ def _families(ev: dict) -> str:
     return f"Holm-corrected across all {n} conditions at alpha {alpha}; {tail}"
 
 
-def render_report(ev: dict) -> str:
-    """verdict.md: the verdict, why, each condition's statistics, per-seed values, signature."""
+def render_report(evidence: Evidence | dict) -> str:
+    """verdict.md: the verdict, why, each condition's statistics, per-seed values, signature.
+    `evidence`: an Evidence, or its JSON data (checked: ValueError when malformed)."""
 
-    package = f" (code: {ev['study_package']})" if ev.get("study_package") else ""
+    ev = as_evidence(evidence)
+    package = f" (code: {ev.study_package})" if ev.study_package else ""
     lines = [
-        f"# {ev['contract_id']}: **{ev['verdict'].upper()}**",
+        f"# {ev.contract_id}: **{ev.verdict.upper()}**",
         "",
-        f"> {ev.get('claim', '')}",
+        f"> {ev.written('claim', '')}",
         "",
-        f"Source: {ev.get('source', '-')}  ",
-        f"Study: `{ev.get('study', '-')}`{package}, contract `{ev.get('contract_path', '-')}`, "
-        f"recorded {ev['created_at']}",
+        f"Source: {ev.written('source', '-')}  ",
+        f"Study: `{ev.written('study', '-')}`{package}, contract "
+        f"`{ev.written('contract_path', '-')}`, recorded {ev.created_at}",
         "",
     ]
-    lines += describe_attempt(ev.get("attempt"))
-    if ev.get("supersedes"):
-        lines += [f"Supersedes `{ev['supersedes']}` (its evidence stays, shown as superseded).", ""]
+    lines += describe_attempt(ev.attempt)
+    if ev.supersedes:
+        lines += [f"Supersedes `{ev.supersedes}` (its evidence stays, shown as superseded).", ""]
     lines += _design_lines(ev)
-    if ev.get("rule_flags"):
+    if ev.rule_flags:
         lines += (
             [
                 "Recorded under older rules (a new version that follows them is how this claim is brought "
                 "up to date):",
                 "",
             ]
-            + [f"- {f}" for f in ev["rule_flags"]]
+            + [f"- {f}" for f in ev.rule_flags]
             + [""]
         )
     lines += ["## Why", ""]
-    lines += [f"- {r}" for r in ev.get("reasons", [])]
-    if ev.get("settle"):
-        lines += ["", "What would settle it:", ""] + [f"- {s}" for s in ev["settle"]]
-    if ev.get("tuning_edges"):
+    lines += [f"- {r}" for r in ev.reasons]
+    if ev.settle:
+        lines += ["", "What would settle it:", ""] + [f"- {s}" for s in ev.settle]
+    if ev.tuning_edges:
         lines += [
             "",
             "Tuning stopped at the edge of its search (every decision condition reading these arms is "
             "undetermined):",
             "",
-        ] + [f"- {arm}: {why}" for arm, why in ev["tuning_edges"].items()]
+        ] + [f"- {arm}: {why}" for arm, why in ev.tuning_edges.items()]
     lines += [
         "",
         "## Conditions",
@@ -211,22 +215,14 @@ def render_report(ev: dict) -> str:
         "| condition | outcome | estimate | interval | p(holds) adj | p(fails) adj | test |",
         "|---|---|---|---|---|---|---|",
     ]
-    for c in ev["conditions"]:
-        ci = (
-            f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]"
-            if c.get("ci_low") is not None
-            else "-"
-        )
+    for c in ev.conditions:
+        ci = f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]" if c.ci_low is not None else "-"
         lines.append(
-            f"| {c['list_name']}[{c['index']}]: `{c['description']}` | **{c['outcome']}** | "
-            f"{_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
-            f"{_fmt(c.get('p_fail_adj'), 3)} | {c['test']} |"
+            f"| {c.list_name}[{c.index}]: `{c.description}` | **{c.outcome}** | "
+            f"{_fmt(c.estimate)} | {ci} | {_fmt(c.p_hold_adj, 3)} | "
+            f"{_fmt(c.p_fail_adj, 3)} | {c.test} |"
         )
-    estimands = [
-        f"- {c['list_name']}[{c['index']}]: {c['estimand']}"
-        for c in ev["conditions"]
-        if c.get("estimand")
-    ]
+    estimands = [f"- {c.list_name}[{c.index}]: {c.estimand}" for c in ev.conditions if c.estimand]
     if estimands:
         lines += [
             "",
@@ -235,13 +231,13 @@ def render_report(ev: dict) -> str:
             "",
         ] + estimands
     reasons = [
-        f"- {c['list_name']}[{c['index']}]: {c['test']}: {c['test_reason']}"
-        for c in ev["conditions"]
-        if c.get("test_reason")
+        f"- {c.list_name}[{c.index}]: {c.test}: {c.test_reason}"
+        for c in ev.conditions
+        if c.test_reason
     ]
     if reasons:
         lines += ["", "Why each test:", ""] + reasons
-    if ev.get("controls"):
+    if ev.controls:
         lines += [
             "",
             "## Controls",
@@ -253,18 +249,14 @@ def render_report(ev: dict) -> str:
             "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
             "|---|---|---|---|---|---|---|",
         ]
-        for c in ev["controls"]:
-            ci = (
-                f"[{_fmt(c.get('ci_low'))}, {_fmt(c.get('ci_high'))}]"
-                if c.get("ci_low") is not None
-                else "-"
-            )
+        for c in ev.controls:
+            ci = f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]" if c.ci_low is not None else "-"
             lines.append(
-                f"| controls[{c['index']}]: `{c['description']}` | {c.get('control') or '-'} | "
-                f"**{c['outcome']}** | {_fmt(c.get('estimate'))} | {ci} | {_fmt(c.get('p_hold_adj'), 3)} | "
-                f"{c['test']} |"
+                f"| controls[{c.index}]: `{c.description}` | {c.control or '-'} | "
+                f"**{c.outcome}** | {_fmt(c.estimate)} | {ci} | {_fmt(c.p_hold_adj, 3)} | "
+                f"{c.test} |"
             )
-    if ev.get("lost"):
+    if ev.lost:
         lines += [
             "",
             "## Lost values",
@@ -273,70 +265,65 @@ def render_report(ev: dict) -> str:
             "supported_if condition that reads one cannot hold.",
             "",
         ]
-        lines += [f"- {x['arm']}.{x['metric']} seed {x['seed']}: {x['why']}" for x in ev["lost"]]
-    judged = any("converged" in r for r in ev["runs"])  # a contract with a convergence rule
+        lines += [f"- {x.arm}.{x.metric} seed {x.seed}: {x.why}" for x in ev.lost]
+    judged = any(r.has("converged") for r in ev.runs)  # a contract with a convergence rule
     lines += ["", "## Runs", ""]
     if judged:
-        lines += convergence_lines(ev["runs"]) + [""]
+        lines += convergence_lines(ev.runs) + [""]
     lines += [
         "| arm | seed | status | halt | " + ("converged | " if judged else "") + "metrics |",
         "|---|---|---|---|" + ("---|" if judged else "") + "---|",
     ]
-    for r in ev["runs"]:
-        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r["metrics"].items()))
+    for r in ev.runs:
+        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r.metrics.items()))
         conv = f"{_converged_cell(r)} | " if judged else ""
         lines.append(
-            f"| {r['arm']} | {r['seed']} | {r['status']} | {r.get('halt_reason') or '-'} | {conv}{metrics} |"
+            f"| {r.arm} | {r.seed} | {r.status} | {r.halt_reason or '-'} | {conv}{metrics} |"
         )
-    point = ev.get("falsifiable_point")
+    point = ev.falsifiable_point
     if point:
-        sign = ">=" if point["direction"] == "higher" else "<="
+        sign = ">=" if point.direction == "higher" else "<="
         lines += [
             "",
             "## Falsifiable point (gate 5)",
             "",
-            f"`{point['arm']}.{point['metric']} {sign} {point['threshold']}` by step {point['by_step']}:",
+            f"`{point.arm}.{point.metric} {sign} {point.threshold}` by step {point.by_step}:",
             "",
         ]
         lines += [
-            f"- seed {r['seed']}: {_fmt(r['value'])} at step {r['step']}: {'met' if r['met'] else 'NOT met'}"
-            for r in point["runs"]
+            f"- seed {r.seed}: {_fmt(r.value)} at step {r.step}: {'met' if r.met else 'NOT met'}"
+            for r in point.runs
         ]
-    pred = (ev.get("predictions") or {}).get("predicted_ablation")
+    pred = ev.predictions.predicted_ablation if ev.predictions else None
     if pred:
-        sign = "above" if pred["direction"] == "higher" else "below"
-        came = {True: "came true", False: "did NOT come true", None: "not measured"}[
-            pred["came_true"]
-        ]
+        sign = "above" if pred.direction == "higher" else "below"
+        came = {True: "came true", False: "did NOT come true", None: "not measured"}[pred.came_true]
         lines += [
             "",
             "## Predictions (gates 3 and 5)",
             "",
-            f"- gate 3: `{pred['arm']}.{pred['metric']}` {sign} `{pred['versus']}` by at least "
-            f"{_fmt(pred['predicted_size'])}; measured {_fmt(pred['measured_size'])}: {came}"
+            f"- gate 3: `{pred.arm}.{pred.metric}` {sign} `{pred.versus}` by at least "
+            f"{_fmt(pred.predicted_size)}; measured {_fmt(pred.measured_size)}: {came}"
             + (
-                f"; with sd {_fmt(pred['sd'])}, {pred['seeds_for_80pct_power'] or '> 1000'} seeds per arm "
+                f"; with sd {_fmt(pred.sd)}, {pred.seeds_for_80pct_power or '> 1000'} seeds per arm "
                 f"give 80% power"
-                if pred.get("sd") is not None
+                if pred.sd is not None
                 else ""
             ),
         ]
-        fpp = ev["predictions"]["falsifiable_point"]
-        lines.append(
-            f"- gate 5: threshold met by its step on {fpp['met_on']} of {fpp['of']} seeds: "
-            f"{'came true' if fpp['came_true'] else 'did NOT come true'}"
-        )
-    pre = ev.get("preflight", {})
-    if pre:
-        lines += ["", "## Preflight", ""]
-        for arm, p in pre.get("arms", {}).items():
+        fpp = ev.predictions.falsifiable_point
+        if fpp is not None:
             lines.append(
-                f"- `{arm}`: {p['params']} trainable parameters, params ratio {p['params_ratio']:.3g}"
-                + (
-                    f", FLOPs ratio {p['flops_ratio']:.3g}"
-                    if p.get("flops_ratio") is not None
-                    else ""
-                )
+                f"- gate 5: threshold met by its step on {fpp.met_on} of {fpp.of} seeds: "
+                f"{'came true' if fpp.came_true else 'did NOT come true'}"
+            )
+    pre = ev.preflight
+    if pre is not None and pre.model_fields_set:  # as JSON: a non-empty object
+        lines += ["", "## Preflight", ""]
+        for arm, p in pre.arms.items():
+            lines.append(
+                f"- `{arm}`: {p.params} trainable parameters, params ratio {p.params_ratio:.3g}"
+                + (f", FLOPs ratio {p.flops_ratio:.3g}" if p.flops_ratio is not None else "")
             )
     lines += ["", "---", "", f"`{signature(ev)}`", ""]
     return "\n".join(lines)

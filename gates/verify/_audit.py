@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gates.contract import load_contract_cached
-from gates.record import EVIDENCE, evidence_dir, raw_evidence
+from gates.record import EVIDENCE, Evidence, RunRecord, as_evidence, evidence_dir, read_evidence
 from gates.verify._claim import AUDIT
 
 OVERHEAD_S = 0.5  # per run beyond its recorded seconds: building the config and the study's setup
@@ -79,12 +79,13 @@ def choose(candidates: list[Candidate], seconds: float, seed: int) -> list[Candi
     return chosen
 
 
-def rerun(loaded, evidence: dict, arm: str, seed: int) -> dict[str, float | None]:
+def rerun(loaded, evidence: Evidence | dict, arm: str, seed: int) -> dict[str, float | None]:
     """Train one arm x seed bare (no MLflow, no stop rules) with the config that ran: the contract's,
     or for a tuned arm the one the evidence records (checked against the tuning by `gates verify`), on
-    the CPU thread count the run recorded."""
+    the CPU thread count the run recorded. `evidence`: an Evidence, or its JSON data (checked)."""
     from gates.study import Budget, NullReporter, cpu_threads
 
+    evidence = as_evidence(evidence)
     config = _config(loaded, evidence, arm)
     budget = Budget(loaded.contract.budget.steps, loaded.contract.budget.eval_every)
     with cpu_threads(run_threads(evidence, arm, seed)):
@@ -96,20 +97,18 @@ def rerun(loaded, evidence: dict, arm: str, seed: int) -> dict[str, float | None
     return out
 
 
-def run_threads(evidence: dict, arm: str, seed: int) -> int | None:
+def run_threads(evidence: Evidence, arm: str, seed: int) -> int | None:
     """The CPU thread count the evidence records for one arm x seed run (None: not recorded)."""
     from gates.study import recorded_threads
 
-    run = next(
-        (r for r in evidence.get("runs", []) if r.get("arm") == arm and r.get("seed") == seed), {}
-    )
-    return recorded_threads(run.get("environment"))
+    run = next((r for r in evidence.runs if r.arm == arm and r.seed == seed), None)
+    return recorded_threads(run.environment if run is not None else None)
 
 
-def _config(loaded, evidence: dict, arm: str):
+def _config(loaded, evidence: Evidence, arm: str):
     tuning = loaded.contract.tuning
     if tuning is not None and arm in tuning.tuned_arms(loaded.contract.arms):
-        return loaded.study.Config.model_validate(evidence["settings"]["arm_configs"][arm])
+        return loaded.study.Config.model_validate(evidence.settings.arm_configs[arm])
     return loaded.arm_configs[arm]
 
 
@@ -126,20 +125,20 @@ def tolerance(loaded, default: tuple[float, float] | None = None):
 
 
 def compare(
-    loaded, recorded: dict, metrics: dict, default: tuple[float, float] | None = None
+    loaded, recorded: RunRecord, metrics: dict, default: tuple[float, float] | None = None
 ) -> list[str]:
     """Problems: each recorded metric (machine metrics aside) that the re-run does not reproduce
     within the contract's replay tolerance (see `tolerance`)."""
 
     tol = tolerance(loaded, default)
     problems = []
-    for name, value in recorded["metrics"].items():
+    for name, value in recorded.metrics.items():
         if name in loaded.study.machine_metrics:
             continue
         new = metrics.get(name)
         if not within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
             problems.append(
-                f"{recorded['arm']}/seed {recorded['seed']} does not reproduce: {name} re-runs as "
+                f"{recorded.arm}/seed {recorded.seed} does not reproduce: {name} re-runs as "
                 f"{new}, recorded {value} (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
             )
     return problems
@@ -169,7 +168,10 @@ def audit(
         if check.status != "ok" or check.contract_id not in contracts:
             continue
         loaded = load_contract_cached(Path(contracts[check.contract_id]))
-        ev = raw_evidence(evidence_dir(runs_root, check.contract_id) / EVIDENCE)
+        try:  # an ok claim's evidence reads; one changed since is left out
+            ev = read_evidence(evidence_dir(runs_root, check.contract_id) / EVIDENCE)
+        except ValueError:
+            ev = None
         if (
             loaded is None
             or ev is None
@@ -177,16 +179,14 @@ def audit(
         ):
             continue
         sources[check.contract_id] = (loaded, ev)
-        for run in ev.get("runs", []):
-            if run.get("status") != "completed" or not isinstance(run.get("seconds"), (int, float)):
+        for run in ev.runs:
+            if run.status != "completed" or run.seconds is None:
                 continue
-            why = _not_ready(loaded, ev, run["arm"])
+            why = not_ready(loaded, ev, run.arm)
             if why:
                 cannot.setdefault(why, set()).add(check.contract_id)
                 continue
-            found.append(
-                Candidate(check.contract_id, run["arm"], run["seed"], float(run["seconds"]))
-            )
+            found.append(Candidate(check.contract_id, run.arm, run.seed, float(run.seconds)))
     if seed is None:
         seed, origin = commit_seed()
     else:
@@ -215,7 +215,7 @@ def audit(
             break
         done.append(c)
         loaded, ev = sources[c.contract_id]
-        recorded = next(r for r in ev["runs"] if r["arm"] == c.arm and r["seed"] == c.seed)
+        recorded = next(r for r in ev.runs if r.arm == c.arm and r.seed == c.seed)
         t0 = time.perf_counter()
         try:
             metrics = rerun(loaded, ev, c.arm, c.seed)
@@ -250,7 +250,7 @@ def audit(
     return done
 
 
-def _not_ready(loaded, ev: dict, arm: str) -> str | None:
+def not_ready(loaded, ev: Evidence, arm: str) -> str | None:
     try:
         config = _config(loaded, ev, arm)
         return loaded.study.why_not_ready(config) or loaded.study.setup_missing(config)

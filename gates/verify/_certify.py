@@ -19,9 +19,9 @@ from pathlib import Path
 
 from gates.contract import LoadedContract
 from gates.errors import UserError
-from gates.record import EVIDENCE, current_provenance, evidence_dir, raw_evidence, record_entry
+from gates.record import EVIDENCE, current_provenance, evidence_dir, read_evidence, record_entry
 from gates.study import study_module
-from gates.verify._audit import commit_seed, compare, rerun
+from gates.verify._audit import commit_seed, compare, not_ready, rerun, tolerance
 
 
 @dataclass
@@ -55,41 +55,47 @@ def certify(
     if not reason.strip():
         raise UserError("give a reason: it is recorded in the claims index", field="--reason")
     path = evidence_dir(Path(runs_root), loaded.id) / EVIDENCE
-    ev = raw_evidence(path)
-    if ev is None:
+    try:
+        ev = read_evidence(path)
+    except ValueError as e:
         raise UserError(
-            f"no readable evidence at {path}; expected a recorded claim (run the contract first)",
+            f"no readable evidence at {path} ({e}); expected a recorded claim (run the contract "
+            f"first)",
             field="contract",
-        )
-    if ev.get("contract_sha256") != loaded.sha256:
+        ) from None
+    if ev.contract_sha256 != loaded.sha256:
         raise UserError(
             f"{loaded.path} is not the contract its evidence recorded (sha256 {loaded.sha256[:16]} != "
-            f"{str(ev.get('contract_sha256'))[:16]}); expected the recorded contract",
+            f"{ev.contract_sha256[:16]}); expected the recorded contract",
             field="contract",
         )
-    runs = [r for r in ev.get("runs", []) if r.get("status") == "completed"]
+    runs = [r for r in ev.runs if r.status == "completed"]
     result = Certification(loaded.id, completed=len(runs))
     if not runs:
         raise UserError(
             f"{loaded.id} records no completed run: nothing to re-run", field="contract"
         )
-    chosen = sorted(runs, key=lambda r: (r["arm"], r["seed"]))
+    chosen = sorted(runs, key=lambda r: (r.arm, r.seed))
     if sample is not None and sample < len(chosen):
         if seed is None:
             seed, origin = commit_seed()
         else:
             origin = "given"
-        chosen = sorted(
-            random.Random(seed).sample(chosen, sample), key=lambda r: (r["arm"], r["seed"])
-        )
+        chosen = sorted(random.Random(seed).sample(chosen, sample), key=lambda r: (r.arm, r.seed))
         say(f"certify {loaded.id}: {sample} of {len(runs)} completed runs, seed {seed} ({origin})")
     else:
         say(f"certify {loaded.id}: all {len(runs)} completed runs")
+    unready = {arm: why for arm in {r.arm for r in chosen} if (why := not_ready(loaded, ev, arm))}
+    if unready:  # e.g. a teacher to train first: minutes to hours that the recorded seconds omit
+        result.problems += [
+            f"{arm}: cannot run here: {why}" for arm, why in sorted(unready.items())
+        ]
+        return result
     for run in chosen:
-        name = f"{run['arm']}/seed {run['seed']}"
+        name = f"{run.arm}/seed {run.seed}"
         started = time.perf_counter()
         try:
-            metrics = rerun(loaded, ev, run["arm"], run["seed"])
+            metrics = rerun(loaded, ev, run.arm, run.seed)
             problems = compare(loaded, run, metrics, default_tolerance)
         except Exception as e:  # a study that crashes on a re-run does not reproduce its record
             problems = [f"{name}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"]
@@ -100,6 +106,7 @@ def certify(
     if result.problems:
         return result
     prov = current_provenance(study_module(loaded.contract.study))
+    used = tolerance(loaded, default_tolerance)
     result.entry = record_entry(
         Path(runs_root),
         path,
@@ -109,6 +116,7 @@ def certify(
             "code_sha256": prov.code_sha256,
             "code_files": prov.code_files,
             "reran": f"{len(chosen)} of {len(runs)} completed runs",
+            "tolerance": {"abs": used.abs_tolerance, "rel": used.rel_tolerance},
         },
     )
     return result

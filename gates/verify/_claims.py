@@ -28,6 +28,7 @@ from gates.errors import UserError
 from gates.record import (
     EVIDENCE,
     REPORT,
+    Evidence,
     annotate_siblings,
     certifications,
     check_history,
@@ -96,7 +97,7 @@ def find_contracts(contracts_root: Path) -> ContractIndex:
 
 def check_files(
     evidence_path: Path, contracts: dict[str, Path]
-) -> tuple[ClaimCheck, dict | None, LoadedContract | None]:
+) -> tuple[ClaimCheck, Evidence | None, LoadedContract | None]:
     """The files phase of a claim's check: the evidence's shape, the repository's contract for its
     id (exactly one file: `contracts` is a ContractIndex, or a plain id -> path mapping) and its
     sha256 against the recorded one. Imports no study and no statistics:
@@ -117,11 +118,11 @@ def check_files(
             ],
         )
         return check, None, None
-    check.verdict, check.created_at = ev["verdict"], ev["created_at"]
-    if ev["contract_id"] != contract_id:
+    check.verdict, check.created_at = ev.verdict, ev.created_at
+    if ev.contract_id != contract_id:
         check.lose(
             EVIDENCE_FOREIGN,
-            [f"{evidence_path} records contract {ev['contract_id']!r}, not {contract_id!r}"],
+            [f"{evidence_path} records contract {ev.contract_id!r}, not {contract_id!r}"],
         )
         return check, ev, None
     duplicates = getattr(contracts, "duplicates", {}).get(contract_id)
@@ -144,13 +145,13 @@ def check_files(
             check.lose(
                 CONTRACT_MISSING,
                 [
-                    f"contract {contract_id!r} is missing (recorded at {ev.get('contract_path')}); "
+                    f"contract {contract_id!r} is missing (recorded at {ev.contract_path}); "
                     f"no contract file in the contracts folder has this id"
                 ],
             )
         return check, ev, None
     loaded, sha = None, sha_as_written(getattr(contracts, "raw", {}).get(contract_id))
-    if sha != ev["contract_sha256"]:  # edited, or written otherwise than its study makes of it
+    if sha != ev.contract_sha256:  # edited, or written otherwise than its study makes of it
         try:
             loaded = load_contract(path)
         except UserError as e:
@@ -161,9 +162,9 @@ def check_files(
             check.lose(CONTRACT_ID_CHANGED, [f"{path} now has id {loaded.id!r}"])
             return check, ev, None
         sha = loaded.sha256
-    check.hash_ok = sha == ev["contract_sha256"]
+    check.hash_ok = sha == ev.contract_sha256
     if not check.hash_ok:
-        named = ev.get("contract_path")
+        named = ev.contract_path
         elsewhere = (
             f"; the evidence names {named}, but the contract with id {contract_id!r} is {path}"
             if named and not _same_file(named, path)
@@ -173,7 +174,7 @@ def check_files(
             CONTRACT_EDITED,
             [
                 f"{path} was edited after its evidence: sha256 {sha[:16]} != recorded "
-                f"{ev['contract_sha256'][:16]} (a new version needs a new id){elsewhere}"
+                f"{ev.contract_sha256[:16]} (a new version needs a new id){elsewhere}"
             ],
         )
     check.lose(VERDICT_MD, check_report(evidence_path.parent, ev))
@@ -357,6 +358,7 @@ def _annotate(
             check.certified = (
                 f"{str(cert.get('time'))[:10]}: {cert.get('reran')} re-run under code "
                 f"{str(cert.get('code_sha256'))[:12]} reproduced the evidence"
+                + _within(cert.get("tolerance"))
                 + (f" ({cert['reason']})" if cert.get("reason") else "")
             )
         found = staleness(ev, study_module(ev["study"]), today=today, certified=cert)
@@ -379,7 +381,7 @@ def _annotate(
 MAX_REPORT_BYTES = 16 * 1024 * 1024
 
 
-def check_report(folder: Path, ev: dict) -> list[str]:
+def check_report(folder: Path, ev: Evidence) -> list[str]:
     """verdict.md is exactly the rendering of evidence.json."""
     path = folder / REPORT
     fix = f"`gates render {folder.name}` rewrites it from the evidence"
@@ -406,3 +408,9 @@ def check_report(folder: Path, ev: dict) -> list[str]:
             f"older renderer); {fix}"
         ]
     return []
+
+
+def _within(tolerance) -> str:
+    if not isinstance(tolerance, dict):
+        return ""
+    return f" within abs {tolerance.get('abs'):g}, rel {tolerance.get('rel'):g}"

@@ -1,13 +1,12 @@
-"""`gates verify`: does every claim in runs/ still hold its evidence?
+"""The re-derive phase of a claim's check, and `gates verify`.
 
-For each `runs/<id>/evidence.json` (`check_claim`): the evidence has the shape its readers rely on;
-the repository's contract with that id (found by scanning the contracts folder, never at a path the
-evidence names) exists, is the only one with that id, and hashes to what the evidence recorded; the
-runs are exactly the contract's arms x seeds, each once; the settings, claim text and gate-5 point
-are the contract's; the verdict, every condition's values, estimate, interval and p-values, the
-reasons and what would settle it equal what today's code derives from the recorded per-seed metrics;
-verdict.md is exactly the rendering of the evidence; with replay, contracts marked
-`replay: {ci: true}` are re-run and must give the same verdict and metrics within their tolerance.
+`check_claim` starts with the files phase (`check_files`: the evidence's shape, the repository's
+contract for its id and its hash, verdict.md) and then checks what the files alone cannot: the runs
+are exactly the contract's arms x seeds, each once; the settings, claim text and gate-5 point are the
+contract's; the verdict, every condition's values, estimate, interval and p-values, the reasons and
+what would settle it equal what today's code derives from the recorded per-seed metrics; the tuning
+record; with replay, contracts marked `replay: {ci: true}` are re-run and must give the same verdict
+and metrics within their tolerance. `verify` runs it on every claim (`claims`), then the audit.
 
 What verify cannot know from the files alone: per-seed values edited consistently with everything
 derived from them, the git commit, code hash, timings and preflight measurements recorded (see the
@@ -24,8 +23,10 @@ from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.design import rule_flags
 from gates.errors import UserError
 from gates.inference import Verdict, claim_inputs, judge_claim, predictions
+from gates.record import Evidence
 from gates.verify import _audit as audit
 from gates.verify._claim import (
+    BEFORE_HASH,
     CONTRACT_EDITED,
     CONTRACT_UNLOADABLE,
     CONVERGENCE,
@@ -47,8 +48,8 @@ def check_claim(evidence_path: Path, contracts: ContractIndex, *, replay: bool) 
     evidence), the tuning record and, with `replay`, a re-run of a contract marked for it. Every
     problem found is named."""
     check, ev, loaded = check_files(evidence_path, contracts)
-    if check.status == "lost":
-        return check
+    if any(code in BEFORE_HASH or code == CONTRACT_EDITED for code in check.codes):
+        return check  # no usable contract (or evidence) to re-derive with
     if loaded is None:
         try:
             loaded = load_contract(contracts[check.contract_id])
@@ -57,43 +58,46 @@ def check_claim(evidence_path: Path, contracts: ContractIndex, *, replay: bool) 
                 CONTRACT_UNLOADABLE, [f"contract no longer loads: {e.render().splitlines()[0]}"]
             )
             return check
-    if loaded.sha256 != ev["contract_sha256"]:  # its study's config makes something else of it
+    if loaded.sha256 != ev.contract_sha256:  # its study's config makes something else of it
         check.hash_ok = False
         check.lose(
             CONTRACT_EDITED,
             [
                 f"{loaded.path} loads to sha256 {loaded.sha256[:16]} != recorded "
-                f"{ev['contract_sha256'][:16]} (its study's arm config changed what it makes of it)"
+                f"{ev.contract_sha256[:16]} (its study's arm config changed what it makes of it)"
             ],
         )
         return check
     check.rederived = True
-    loaded.tuning_record = ev.get("tuning")
+    # the verdict engine reads runs as stored in evidence.json, and what is compared with re-derived
+    # values is the record as stored: plain JSON
+    stored = ev.as_dict()
+    loaded.tuning_record = stored.get("tuning")
     check.lose(RUNS, _check_runs(loaded, ev))
     check.lose(CONVERGENCE, _check_convergence(loaded, ev))
     check.lose(SETTINGS, _check_settings(loaded, ev))
-    again = judge_claim(loaded, ev["runs"])
+    again = judge_claim(loaded, stored["runs"])
     check.lose(VERDICT, _rederive(again, ev))
-    check.lose(DERIVED, _check_derived(loaded, ev, again))
-    if loaded.contract.tuning is not None or ev.get("tuning"):
+    check.lose(DERIVED, _check_derived(loaded, stored, again))
+    if loaded.contract.tuning is not None or stored.get("tuning"):
         from gates.execution import check_tuning_evidence
 
-        check.lose(TUNING, check_tuning_evidence(loaded, ev))
+        check.lose(TUNING, check_tuning_evidence(loaded, stored))
     if replay and loaded.contract.replay and loaded.contract.replay.ci:
         check.replayed = True
         check.lose(REPLAY, _replay(loaded, ev))
     return check
 
 
-def _rederive(again: Verdict, ev: dict) -> list[str]:
+def _rederive(again: Verdict, ev: Evidence) -> list[str]:
     """The verdict and each condition's outcome against `again`, re-derived from the recorded runs."""
     problems = []
-    if again.verdict != ev["verdict"]:
+    if again.verdict != ev.verdict:
         problems.append(
-            f"recorded verdict {ev['verdict']!r} does not reproduce from its metrics: "
+            f"recorded verdict {ev.verdict!r} does not reproduce from its metrics: "
             f"today's code says {again.verdict!r}"
         )
-    recorded = {(c["list_name"], c["index"]): c["outcome"] for c in ev["conditions"]}
+    recorded = {(c.list_name, c.index): c.outcome for c in ev.conditions}
     for c in again.conditions:
         was = recorded.get((c.list_name, c.index))
         if was != c.outcome:
@@ -137,7 +141,7 @@ DERIVED_TOP_LEVEL = (
 ) + OPTIONAL_DERIVED  # the verdict's own fields, where recorded
 
 
-def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
+def _check_runs(loaded: LoadedContract, ev: Evidence) -> list[str]:
     """The runs are exactly the contract's arms x seeds, each once; for a sequential contract, the arms x
     seeds of the looks taken, up to the look the sequence stops at on these runs (re-derived), or of whole
     later looks: an engine that decided later than today's (re-derived since) ran them, and the verdict
@@ -149,9 +153,12 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
         from gates.inference import stopping_seeds
 
         seeds = stopping_seeds(
-            loaded.contract, ev["runs"], loaded.study.metrics, **claim_inputs(loaded)
+            loaded.contract,
+            [r.as_dict() for r in ev.runs],  # as stored, for the verdict engine
+            loaded.study.metrics,
+            **claim_inputs(loaded),
         )
-        taken = {r["seed"] for r in ev["runs"]}
+        taken = {r.seed for r in ev.runs}
         later = [n for n in loaded.contract.sequential.looks if n > len(seeds)]
         seeds = next(
             (
@@ -162,7 +169,7 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
             seeds,
         )
     expected = [(a, s) for a in arms for s in seeds]
-    counts = Counter((r["arm"], r["seed"]) for r in ev["runs"])
+    counts = Counter((r.arm, r.seed) for r in ev.runs)
     problems = []
 
     def names(keys):
@@ -174,7 +181,7 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
     twice = [k for k, n in counts.items() if n > 1 and k in set(expected)]
     if missing:
         problems.append(
-            f"runs lack {names(missing)}: the evidence has {len(ev['runs'])} runs, the contract's "
+            f"runs lack {names(missing)}: the evidence has {len(ev.runs)} runs, the contract's "
             f"{len(arms)} arms x {len(seeds)} seeds are {len(expected)} (each arm runs on every seed)"
         )
     if extra:
@@ -193,7 +200,7 @@ def _check_runs(loaded: LoadedContract, ev: dict) -> list[str]:
     return problems
 
 
-def _check_convergence(loaded: LoadedContract, ev: dict) -> list[str]:
+def _check_convergence(loaded: LoadedContract, ev: Evidence) -> list[str]:
     """Under a convergence rule every completed run records `converged` and the trend it was judged on
     (the rule's metric and window), and the flag is what the rule says of that trend; halted and failed
     runs, and every run of a contract without the rule, record none."""
@@ -201,58 +208,62 @@ def _check_convergence(loaded: LoadedContract, ev: dict) -> list[str]:
 
     rule = loaded.contract.convergence
     problems = []
-    for r in ev["runs"]:
-        name = f"run {r['arm']}/seed {r['seed']}"
-        if rule is None or r.get("status") != "completed":
-            if "converged" in r or "convergence" in r:
+    for r in ev.runs:
+        name = f"run {r.arm}/seed {r.seed}"
+        if rule is None or r.status != "completed":
+            if r.has("converged") or r.has("convergence"):
                 why = (
-                    "the contract has no convergence rule"
-                    if rule is None
-                    else f"it is {r.get('status')}"
+                    "the contract has no convergence rule" if rule is None else f"it is {r.status}"
                 )
                 problems.append(f"{name} records convergence, but {why}; expected none")
             continue
-        conv = r.get("convergence")
-        if not isinstance(r.get("converged"), bool) or not isinstance(conv, dict):
+        conv = r.convergence
+        if not isinstance(r.converged, bool) or conv is None:
             problems.append(
                 f"{name} completed without a convergence record; expected converged and convergence "
                 f"under the contract's convergence rule"
             )
             continue
-        if conv.get("metric") != rule.metric or conv.get("window") != rule.window:
+        if conv.metric != rule.metric or conv.window != rule.window:
             problems.append(
-                f"{name} was judged on {conv.get('metric')!r} over {conv.get('window')} steps; the "
+                f"{name} was judged on {conv.metric!r} over {conv.window} steps; the "
                 f"contract's rule is {rule.metric!r} over {rule.window}"
             )
-        elif r["converged"] != is_converged(rule, conv):
+        elif r.converged != is_converged(rule, conv.as_dict()):
             problems.append(
-                f"{name} records converged={str(r['converged']).lower()}, but its trend "
-                f"({conv.get('rel_improvement')} relative over the window, bar "
-                f"{rule.max_rel_improvement:g}) gives converged={str(not r['converged']).lower()}"
+                f"{name} records converged={str(r.converged).lower()}, but its trend "
+                f"({conv.rel_improvement} relative over the window, bar "
+                f"{rule.max_rel_improvement:g}) gives converged={str(not r.converged).lower()}"
             )
     return problems
 
 
-def _check_settings(loaded: LoadedContract, ev: dict) -> list[str]:
+def _check_settings(loaded: LoadedContract, ev: Evidence) -> list[str]:
     """The settings, claim and gate-5 point recorded are the contract's (a tuned arm's config is checked
     by gates.tuning against the declared one with the best trial's params)."""
     c = loaded.contract
-    s = ev["settings"]
+    s = ev.settings
     problems = []
-    for key, want in (("claim", c.claim), ("source", c.source), ("study", c.study)):
-        if ev.get(key) != want:
+    for key, got, want in (
+        ("claim", ev.claim, c.claim),
+        ("source", ev.source, c.source),
+        ("study", ev.study, c.study),
+    ):
+        if got != want:
             problems.append(
-                f"the recorded {key} is not the contract's: {_short(ev.get(key))} != {_short(want)}"
+                f"the recorded {key} is not the contract's: {_short(got)} != {_short(want)}"
             )
     for key, got, want in (
-        ("alpha", s["alpha"], c.decision.alpha),
-        ("evaluation", s["evaluation"], c.decision.evaluation),
-        ("seeds", s["seeds"], list(c.seeds)),
+        ("alpha", s.alpha, c.decision.alpha),
+        ("evaluation", s.evaluation, c.decision.evaluation),
+        ("seeds", s.seeds, list(c.seeds)),
     ):
         if not _same(got, want):
             problems.append(f"settings.{key} {_short(got)} is not the contract's {_short(want)}")
-    problems += _stated_problems("settings.budget", s["budget"], c.budget, "the contract's budget")
-    recorded = s["arm_configs"]
+    problems += _stated_problems(
+        "settings.budget", s.budget.as_dict(), c.budget, "the contract's budget"
+    )
+    recorded = s.arm_configs
     if sorted(recorded) != sorted(loaded.arm_configs):
         problems.append(
             f"settings.arm_configs covers arms {sorted(recorded)}, the contract has {sorted(loaded.arm_configs)}"
@@ -266,13 +277,17 @@ def _check_settings(loaded: LoadedContract, ev: dict) -> list[str]:
     from gates.execution import design_of
     from gates.record import regime_of
 
-    for key, want in (("design", design_of(c)), ("regime", regime_of(loaded))):
-        if not _same(ev.get(key) or None, want or None):
+    design = ev.design.as_dict() if ev.design is not None else None
+    for key, got, want in (
+        ("design", design, design_of(c)),
+        ("regime", ev.regime, regime_of(loaded)),
+    ):
+        if not _same(got or None, want or None):
             problems.append(
-                f"the recorded {key} {_short(ev.get(key))} is not the contract's {_short(want)}"
+                f"the recorded {key} {_short(got)} is not the contract's {_short(want)}"
             )
-    point = ev.get("falsifiable_point")
-    if point is not None:
+    if ev.falsifiable_point is not None:  # compared with the contract's as plain JSON
+        point = ev.falsifiable_point.as_dict()
         want = c.preflight.falsifiable_point.model_dump(exclude={"statement"})
         for key, value in want.items():
             if not _same(point.get(key), value):
@@ -280,9 +295,9 @@ def _check_settings(loaded: LoadedContract, ev: dict) -> list[str]:
                     f"falsifiable_point.{key} {_short(point.get(key))} is not the contract's {_short(value)}"
                 )
         signals = [
-            {"seed": r["seed"], **r["first_signal"]}
-            for r in ev["runs"]
-            if isinstance(r.get("first_signal"), dict)
+            {"seed": r.seed, **r.first_signal.as_dict()}
+            for r in ev.runs
+            if r.first_signal is not None
         ]
         if not _same(point.get("runs", []), signals):
             problems.append("falsifiable_point.runs is not what the runs' first signals record")
@@ -313,7 +328,9 @@ def _check_derived(loaded: LoadedContract, ev: dict, again: Verdict) -> list[str
     """Everything the verdict engine derives from the per-seed values (each condition's values, n,
     estimate, interval and p-values; the reasons, what would settle it, the halts; the correction)
     equals what today's code derives from the recorded runs, floats within a relative 1e-9. Verdict
-    and outcomes are `_rederive`'s. Gates 3 and 5 as measured (`predictions`) likewise, where recorded."""
+    and outcomes are `_rederive`'s. Gates 3 and 5 as measured (`predictions`) likewise, where recorded.
+    `ev`: the evidence as stored (plain JSON: `Evidence.as_dict()`), compared key by key with the
+    re-derived `Verdict.to_dict()`."""
     problems = []
     if ev["settings"]["correction"] != again.correction:
         problems.append(
@@ -390,14 +407,14 @@ def _short(x, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
+def _replay(loaded: LoadedContract, ev: Evidence) -> list[str]:
     """Re-run the contract into a throwaway store and compare with the evidence, on the CPU thread count
     its runs recorded (when they all recorded the same one)."""
     from gates.execution import run_contract
     from gates.study import cpu_threads, recorded_threads
 
     tol = loaded.contract.replay
-    counts = {recorded_threads(r.get("environment")) for r in ev.get("runs", [])}
+    counts = {recorded_threads(r.environment) for r in ev.runs}
     with (
         tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp,
         cpu_threads(counts.pop() if len(counts) == 1 else None),
@@ -406,29 +423,27 @@ def _replay(loaded: LoadedContract, ev: dict) -> list[str]:
             loaded, f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs", fresh=True
         )
     problems = []
-    if fresh["verdict"] != ev["verdict"]:
-        problems.append(
-            f"replay gives verdict {fresh['verdict']!r}, evidence says {ev['verdict']!r}"
-        )
-    recorded = {(r["arm"], r["seed"]): r for r in ev["runs"]}
-    for run in fresh["runs"]:
-        old = recorded.get((run["arm"], run["seed"]))
+    if fresh.verdict != ev.verdict:
+        problems.append(f"replay gives verdict {fresh.verdict!r}, evidence says {ev.verdict!r}")
+    recorded = {(r.arm, r.seed): r for r in ev.runs}
+    for run in fresh.runs:
+        old = recorded.get((run.arm, run.seed))
         if old is None:
-            problems.append(f"replay ran {run['arm']}/seed {run['seed']}, which the evidence lacks")
+            problems.append(f"replay ran {run.arm}/seed {run.seed}, which the evidence lacks")
             continue
-        if run["status"] != old["status"]:
+        if run.status != old.status:
             problems.append(
-                f"{run['arm']}/seed {run['seed']}: replay status {run['status']}, recorded {old['status']}"
+                f"{run.arm}/seed {run.seed}: replay status {run.status}, recorded {old.status}"
             )
-        for name, value in old["metrics"].items():
+        for name, value in old.metrics.items():
             if (
                 name in loaded.study.machine_metrics
             ):  # speed and memory of whichever machine replays
                 continue
-            new = run["metrics"].get(name)
+            new = run.metrics.get(name)
             if not audit.within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
                 problems.append(
-                    f"{run['arm']}/seed {run['seed']}: {name} replays as {new}, recorded {value} "
+                    f"{run.arm}/seed {run.seed}: {name} replays as {new}, recorded {value} "
                     f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
                 )
     return problems
