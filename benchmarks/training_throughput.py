@@ -34,15 +34,34 @@ ROOT = HERE.parent
 DEFAULT_BASELINE = "6e708ad"  # the code before the throughput issue (#12)
 
 
+def studies(module: str):
+    """A module of the studies as the code measured names them: `gates.models.<module>` since the
+    studies were installed under the platform's namespace, `models.<module>` in a baseline from before
+    (whose own models/ is on PYTHONPATH: `gates.models` would resolve to this checkout's studies)."""
+    import importlib
+
+    import gates
+
+    root = Path(gates.__file__).resolve().parent.parent
+    try:
+        import gates.models
+
+        if Path(gates.models.__file__).resolve().parent.parent == root:
+            return importlib.import_module(f"gates.models.{module}")
+    except ImportError:
+        pass
+    return importlib.import_module(f"models.{module}")
+
+
 # ---------------------------------------------------------------------------------- step builders
 def build_translator_step(arm: str, device: str = "cpu"):
     """One training step of the translator at the translator contracts' settings (d 128, N 32, vocab
     4,000, batch 64, zh<->en): (step, target tokens of the last step, "tokens")."""
     import torch
 
-    import gates.models.treeheap_translator as tt
-    from gates.models.common import seed_everything
-    from gates.models.translation_data import collate
+    tt = studies("treeheap_translator")
+    seed_everything = studies("common").seed_everything
+    collate = studies("translation_data").collate
 
     packed_api = hasattr(
         tt, "Decoded"

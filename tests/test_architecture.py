@@ -153,3 +153,34 @@ def test_models_never_import_mlflow():
         if imported.split(".")[0] == "mlflow"
     ]
     assert not wrong, wrong
+
+
+def test_every_import_of_a_platform_name_resolves():
+    """Imports inside functions run only when the function does: each `from gates... import name`
+    anywhere in the code, the benchmarks and the examples names something that exists."""
+    wrong = []
+    for folder in ("gates", "models", "dashboard", "benchmarks", "examples", "tests"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module):
+                    continue
+                if node.module.split(".")[0] != "gates":
+                    continue
+                try:
+                    module = importlib.import_module(node.module)
+                except ImportError as e:
+                    wrong.append(f"{path.relative_to(ROOT)}:{node.lineno}: {e}")
+                    continue
+                for alias in node.names:
+                    if alias.name == "*" or hasattr(module, alias.name):
+                        continue
+                    try:  # a submodule
+                        importlib.import_module(f"{node.module}.{alias.name}")
+                    except ImportError:
+                        wrong.append(
+                            f"{path.relative_to(ROOT)}:{node.lineno}: {node.module} has no {alias.name}"
+                        )
+    assert not wrong, wrong
