@@ -128,6 +128,37 @@ def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path
     return root
 
 
+def run_project(root: Path, *contracts: dict) -> Path:
+    """A project at `root` with these contracts in contracts/<id>.yaml, each run (recorded) into
+    root/runs and the MLflow store root/mlflow.db, as `gates run` in that folder would."""
+    import os
+
+    from gates.contract import load_contract
+    from gates.execution import run_contract
+
+    (root / "contracts").mkdir()
+    for data in contracts:
+        write_contract(root / "contracts", data, f"{data['id']}.yaml")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        for data in contracts:
+            path = f"contracts/{data['id']}.yaml"
+            run_contract(load_contract(path), f"sqlite:///{root / 'mlflow.db'}", root / "runs")
+    finally:
+        os.chdir(cwd)
+    return root
+
+
+def regenerate_history(runs_root: Path) -> None:
+    """Throw the claims history away and enter the evidence as it now is (`backfilled`): what a forger
+    can do where the history is not in git (`gates verify` compares it across commits otherwise)."""
+    from gates.record import backfill_index, index_path
+
+    index_path(runs_root).unlink()
+    backfill_index(runs_root)
+
+
 def write_contract(folder: Path, data: dict, name: str = "contract.yaml") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -440,7 +440,7 @@ def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
     old_row = index[index.index('<tr id="row-c05-small">') :]
     old_row = old_row[: old_row.index("</tr>")]
     assert 'superseded by <a href="/contract/c05-small-v2">c05-small-v2</a>' in old_row
-    assert "stale: models/c05_probe.py" in old_row
+    assert '<span class="stale" title="models/c05_probe.py">stale (1 file)</span>' in old_row
     page = site.contract("c05-small")
     assert (
         "Superseded by" in page

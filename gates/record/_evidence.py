@@ -29,8 +29,8 @@ from pydantic import (
 )
 
 import gates
-from gates.contract import read_capped
-from gates.record._files import fsync_dir
+from gates.errors import storage_error
+from gates.record._files import MAX_EVIDENCE_BYTES, fsync_dir, read_json, read_json_object
 
 EVIDENCE = "evidence.json"
 REPORT = "verdict.md"
@@ -41,19 +41,25 @@ FORMAT = 1
 def atomic_writer(path: Path):
     """Yield a text file; on a clean exit it replaces `path` in one rename, else it is discarded.
     The file gets ordinary permissions (0666 less the umask: 0644 under umask 022), as `open` would
-    give; mkstemp's 0600 would hide committed evidence from the other users of a shared checkout."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    for _ in range(100):
-        tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
-        try:
-            fd = os.open(
-                tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666
-            )
-            break
-        except FileExistsError:
-            continue
-    else:
-        raise FileExistsError(f"no free temporary name for {path}")
+    give; mkstemp's 0600 would hide committed evidence from the other users of a shared checkout.
+    A full disk or an unwritable folder is a StorageError naming `path` (the old file is kept, the
+    temporary file removed)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        for _ in range(100):
+            tmp = str(path.parent / f".{path.name}.{os.urandom(6).hex()}.tmp")
+            try:
+                fd = os.open(
+                    tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666
+                )
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise FileExistsError(f"no free temporary name for {path}")
+    except OSError as e:
+        _unwritable(e, path)
+        raise
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
@@ -61,10 +67,20 @@ def atomic_writer(path: Path):
             os.fsync(f.fileno())
         os.replace(tmp, path)
         fsync_dir(path.parent)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
+    except BaseException as e:
+        # OSError: a folder gone read-only keeps it, and the error that matters is `e`
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
+        _unwritable(e, path)
         raise
+
+
+def _unwritable(e: BaseException, path: Path) -> None:
+    """Raise a StorageError naming `path` (not the temporary file) when `e`, an OSError, is a full
+    disk or an unwritable folder; else nothing (the caller re-raises `e`)."""
+    found = storage_error(e, path) if isinstance(e, OSError) else None
+    if found is not None:
+        raise found from e
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -461,7 +477,6 @@ def as_evidence(evidence: Evidence | dict) -> Evidence:
 
 
 REQUIRED = tuple(name for name, f in Evidence.model_fields.items() if f.is_required())
-MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------- formats
@@ -508,11 +523,7 @@ def _migrate(data: dict) -> dict:
 
 def raw_evidence(path: Path) -> dict | None:
     """The evidence as plain JSON, or None; never blocks on a FIFO or reads past the evidence cap."""
-    try:
-        data = json.loads(read_capped(path, MAX_EVIDENCE_BYTES).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+    return read_json_object(path, MAX_EVIDENCE_BYTES)
 
 
 def read_evidence(path: Path) -> Evidence:
@@ -520,8 +531,8 @@ def read_evidence(path: Path) -> Evidence:
     kept), or ValueError saying in one line what is wrong (unreadable, not JSON, a newer format, or the
     wrong shape, naming the first bad fields)."""
     try:
-        data = json.loads(read_capped(Path(path), MAX_EVIDENCE_BYTES).decode("utf-8"))
-    except (ValueError, UnicodeDecodeError) as e:  # json.JSONDecodeError is a ValueError
+        data = read_json(Path(path), MAX_EVIDENCE_BYTES)
+    except ValueError as e:
         raise ValueError(f"unreadable evidence: {_one_line(e)}") from None
     return _checked(data)
 

@@ -11,31 +11,48 @@ One JSON object per line, appended and never rewritten:
   that existed before the index, entered once as it was) or `certified` (`gates certify`: re-runs of
   the recorded runs under today's code reproduced them; the entry adds that code's `code_sha256` and
   per-file `code_files`, and `reran`, which runs: staleness is then measured from that code).
-- `evidence_sha256`: sha256 of the evidence.json bytes the entry vouches for.
+- `evidence_sha256`: sha256 of the evidence.json bytes the entry vouches for; `values_sha256` (every
+  kind but `withdrawn`, since issue #28): sha256 of what the runs recorded (`values_sha256()`), which
+  a `rederived` or `certified` entry never changes; a `rederived` entry adds `rederived_from`, the
+  engine and design-rule flags the evidence was derived under before.
 - `prev`: sha256 of the previous line's bytes (without its newline); the first line has 64 zeros.
 
-`check()` (run by `gates verify`) finds: a broken chain (a line edited, removed or moved: the next
+`check()` (run by `gates verify`, whose `_lineage` adds that the file only grew across git commits)
+finds: entries that vouch for other per-seed values than their attempt recorded, a second contract
+under one id (`contract_change`), a broken chain (a line edited, removed or moved: the next
 line's `prev` no longer matches), evidence whose bytes differ from the latest entry for its id
 (changed without an entry that says so, or a `gates run` killed between writing the evidence and
 indexing it: re-running it repairs that), and evidence or a contract that has entries but is gone
-without a withdrawal. The chain cannot show the last lines cut off together with the evidence they
-vouch for put back: that is what the committed file's git history shows.
+without a withdrawal. The chain cannot show a history re-chained or regenerated whole: that is what
+the committed file's git history shows (docs/verify.md, the threat model).
 
 Appends take an exclusive lock on the index file (flock) and are synced (fsync) before returning.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import hashlib
 import json
 import os
+import stat
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
 import gates
-from gates.record._files import fsync_dir
+from gates.contract import read_capped
+from gates.errors import storage_error
+from gates.record._files import (
+    MAX_EVIDENCE_BYTES,
+    MAX_INDEX_BYTES,
+    fsync_dir,
+    parse_json,
+    read_json,
+    read_json_object,
+)
 
 INDEX = "INDEX.jsonl"
 GENESIS = "0" * 64
@@ -58,21 +75,37 @@ CERTIFIED_FIELDS = (
     "reran",
     "tolerance",
 )  # what a `certified` entry adds
-EVIDENCE = (
-    "evidence.json"  # = gates.ledger.EVIDENCE (not imported: ledger pulls in pydantic models)
-)
+# what later entries add: the recorded values' hash (every kind but `withdrawn`) and, on a `rederived`
+# entry, the engine and rules the evidence had before (what changed, so re-deriving was due)
+ADDED_FIELDS = ("values_sha256", "rederived_from")
+VALUES = (
+    "runs",
+    "tuning",
+    "falsifiable_point",
+)  # what a run records; the verdict is derived from it
+EVIDENCE = "evidence.json"  # = gates.record._evidence.EVIDENCE (which pulls in pydantic)
 
 
 def index_path(runs_root: Path) -> Path:
     return Path(runs_root) / INDEX
 
 
-def sha256_file(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def sha256_file(path: Path, max_bytes: int = MAX_EVIDENCE_BYTES) -> str:
+    """sha256 of a regular file's bytes (read_capped: ValueError for a folder, FIFO or huge file)."""
+    return hashlib.sha256(read_capped(Path(path), max_bytes)).hexdigest()
 
 
 def line_sha256(line: bytes) -> str:
     return hashlib.sha256(line).hexdigest()
+
+
+def values_sha256(evidence: dict) -> str:
+    """sha256 of what a run recorded (its per-seed runs, the tuning, the first signals), in canonical
+    JSON: everything the verdict is derived from. Re-deriving never changes it, so an entry that
+    carries it pins the values its attempt was recorded with."""
+    values = {k: evidence.get(k) for k in VALUES}
+    canonical = json.dumps(values, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def engine_version() -> str:
@@ -97,12 +130,12 @@ def record(
     contract_id = evidence_path.parent.name
     evidence = None
     if evidence_path.is_file():
-        data = evidence_path.read_bytes()
         try:
-            evidence = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            data = read_capped(evidence_path, MAX_EVIDENCE_BYTES)
+            evidence = parse_json(data)
+        except ValueError as e:
             raise ValueError(
-                f"{evidence_path} is not valid JSON ({e}); an index entry vouches for evidence"
+                f"{evidence_path}: {e}; an index entry vouches for readable evidence"
             ) from None
         if not isinstance(evidence, dict):
             raise ValueError(f"{evidence_path} is not a JSON object")
@@ -127,6 +160,7 @@ def record(
         ),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "reason": reason,
+        **({"values_sha256": values_sha256(evidence)} if evidence and kind != "withdrawn" else {}),
         **(extra or {}),
         "prev": None,
     }
@@ -148,9 +182,9 @@ def backfill(runs_root: Path) -> list[dict]:
         if evidence.parent.name in indexed:
             continue
         try:
-            ev = json.loads(evidence.read_text(encoding="utf-8"))
+            ev = read_json(evidence, MAX_EVIDENCE_BYTES)
             when = f"recorded {ev.get('created_at', '?')} at commit {str(ev.get('git_commit', '?'))[:12]}"
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        except (AttributeError, ValueError):
             when = "unreadable"
         added.append(
             record(
@@ -165,10 +199,16 @@ def backfill(runs_root: Path) -> list[dict]:
 
 def _append(runs_root: Path, entry: dict) -> dict:
     path = index_path(runs_root)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    created = not path.exists()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        created = not path.exists()
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    except OSError as e:
+        _unwritable(e, path)
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # reading a FIFO's "history" would block
+            raise ValueError(f"{path} is not a regular file; expected the claims history")
         fcntl.flock(
             fd, fcntl.LOCK_EX
         )  # one writer at a time: `prev` must name the line really before
@@ -178,23 +218,39 @@ def _append(runs_root: Path, entry: dict) -> dict:
         last = data.rstrip(b"\n").rsplit(b"\n", 1)[-1] if data.strip() else None
         entry = {
             **{k: entry.get(k) for k in FIELDS if k != "prev"},
-            **{k: entry[k] for k in CERTIFIED_FIELDS if k in entry},
+            **{k: entry[k] for k in (*ADDED_FIELDS, *CERTIFIED_FIELDS) if k in entry},
         }
         entry["prev"] = line_sha256(last) if last is not None else GENESIS
         line = (
             json.dumps(entry, ensure_ascii=False, allow_nan=False, separators=(", ", ": ")).encode()
             + b"\n"
         )
-        written = os.write(fd, line)  # O_APPEND: one write lands at the end, whole
-        if written != len(line):  # pragma: no cover - a full disk
-            os.ftruncate(fd, len(data))
-            raise OSError(f"short write to {path}")
-        os.fsync(fd)
+        try:
+            written = os.write(fd, line)  # O_APPEND: one write lands at the end, whole
+            if written != len(line):  # on a regular file: the disk (or quota) filled up mid-line
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            os.fsync(fd)
+        except OSError:
+            # the index as it was: no torn line, nor one whose sync failed (a re-run appends it anew)
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, len(data))
+            raise
+    except OSError as e:
+        _unwritable(e, path)
+        raise
     finally:
         os.close(fd)  # releases the lock
     if created:
         fsync_dir(path.parent)
     return entry
+
+
+def _unwritable(e: OSError, path: Path) -> None:
+    """Raise a StorageError naming the index when `e` is a full disk or a read-only file or folder
+    (one line, exit 1); else nothing (the caller re-raises `e`)."""
+    found = storage_error(e, path)
+    if found is not None:
+        raise found from e
 
 
 def _read_all(fd: int) -> bytes:
@@ -210,8 +266,8 @@ def _repair_tail(fd: int, data: bytes) -> bytes:
     JSON object gets its newline; a torn fragment, which no reader ever accepted, is cut off."""
     head, _, tail = data.rpartition(b"\n")
     try:
-        complete = isinstance(json.loads(tail), dict)
-    except (UnicodeDecodeError, json.JSONDecodeError):
+        complete = isinstance(parse_json(tail), dict)
+    except ValueError:
         complete = False
     if complete:
         os.write(fd, b"\n")
@@ -232,15 +288,28 @@ def read(runs_root: Path) -> list[dict]:
     return [{k: v for k, v in e.items() if k != "_line"} for e in entries]
 
 
+def require_index_file(runs_root: Path) -> None:
+    """ValueError (one line) unless the claims history is absent or a readable regular file within
+    its cap: what a command that will append to it checks first (a run, before any training)."""
+    path = index_path(Path(runs_root))
+    if os.path.lexists(path):
+        try:
+            read_capped(path, MAX_INDEX_BYTES)
+        except ValueError as e:
+            raise ValueError(f"{path}: {e}") from None
+
+
 def _entries(runs_root: Path) -> tuple[list[dict], list[tuple[int, str | None, str]]]:
     """(entries with their line number under `_line`, problems as (line number, contract id or None,
     text)), chain breaks included."""
     path = index_path(runs_root)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return [], []
     where = f"runs/{INDEX}" if path.parent.name == "runs" else str(path)
+    if not os.path.lexists(path):
+        return [], []
+    try:  # capped and type-checked as evidence is: a folder or FIFO here must not hang or crash a reader
+        data = read_capped(path, MAX_INDEX_BYTES)
+    except ValueError as e:
+        return [], [(0, None, f"{where}: {e}")]
     entries, problems = [], []
     prev_line: bytes | None = None
     prev_id: str | None = None
@@ -250,10 +319,10 @@ def _entries(runs_root: Path) -> tuple[list[dict], list[tuple[int, str | None, s
         raw_lines = raw_lines[:-1]
     for number, raw in enumerate(raw_lines, start=1):
         try:
-            entry = json.loads(raw)
+            entry = parse_json(raw)
             if not isinstance(entry, dict):
                 raise ValueError("not a JSON object")
-        except (UnicodeDecodeError, ValueError) as e:
+        except ValueError as e:
             problems.append(
                 (
                     number,
@@ -352,6 +421,10 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
         for neighbour in around or _evidence_ids(runs_root) or ["(index)"]:
             add(neighbour, text)
 
+    for cid, text in _values_problems(entries):
+        add(cid, text)
+    for cid, text in _contract_problems(entries, runs_root):
+        add(cid, text)
     last = latest(runs_root)
     tried = attempts(runs_root)
     where = f"runs/{INDEX}" if runs_root.name == "runs" else str(index_path(runs_root))
@@ -378,9 +451,8 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
                 f"interrupted one repairs this) or with a `rederived` entry that says why",
             )
             continue
-        try:
-            ev = json.loads(evidence.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        ev = read_json_object(evidence, MAX_EVIDENCE_BYTES)
+        if ev is None:
             continue  # the byte hash matched: the evidence is what was indexed; check_claim says what is wrong
         for key in ("verdict", "contract_sha256"):
             if isinstance(ev, dict) and ev.get(key) != entry.get(key):
@@ -400,6 +472,108 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
                 f"{evidence} has no entry in {where}: evidence is indexed when `gates run` writes it "
                 f"(a run killed between the two is repaired by running it again)",
             )
+    return out
+
+
+def _values_problems(entries: list[dict]) -> list[tuple[str, str]]:
+    """(contract id, problem) for each `rederived` or `certified` entry whose values hash differs from
+    the one its attempt was recorded with: those entries vouch for new evidence bytes but never for
+    new per-seed values (entries from before values were hashed pin nothing until one does)."""
+    pinned: dict[str, tuple[str, int]] = {}
+    out = []
+    for e in entries:
+        cid, kind, values = e.get("contract_id"), e.get("kind"), e.get("values_sha256")
+        if not isinstance(cid, str):
+            continue
+        if kind in ATTEMPT_KINDS:
+            pinned.pop(cid, None)
+            if isinstance(values, str):
+                pinned[cid] = (values, e["_line"])
+        elif kind in ("rederived", "certified"):
+            if cid not in pinned:
+                if isinstance(values, str):
+                    pinned[cid] = (values, e["_line"])
+                continue
+            want, line = pinned[cid]
+            if values != want:
+                out.append(
+                    (
+                        cid,
+                        f"{INDEX} line {e['_line']} ({kind}) vouches for per-seed values (sha256 "
+                        f"{str(values)[:16]}) other than those its attempt recorded (line {line}: "
+                        f"{want[:16]}): re-deriving or certifying never changes what the runs recorded",
+                    )
+                )
+    return out
+
+
+def contract_change(
+    runs_root: Path, contract_id: str, sha256: str, supersedes: str | None
+) -> str | None:
+    """Why an attempt at `contract_id` under contract `sha256` may not be recorded in this claims
+    history, or None. One id, one contract: an id whose evidence was recorded under one contract
+    takes another only once that claim was withdrawn, and the new contract must declare what it
+    supersedes (its own id included), so that the change of goalpost is on the record."""
+    state = None
+    for e in _entries(Path(runs_root))[0]:
+        if e.get("contract_id") == contract_id:
+            state = _standing(state, e)
+    return _change_problem(contract_id, state, sha256, supersedes)
+
+
+def _standing(state: tuple | None, entry: dict) -> tuple | None:
+    """(contract sha256, its line, withdrawn since) of an id's latest attempt, after `entry`."""
+    if entry.get("kind") in ATTEMPT_KINDS:
+        return entry.get("contract_sha256"), entry.get("_line"), False
+    if entry.get("kind") == "withdrawn" and state is not None:
+        return state[0], state[1], True
+    return state
+
+
+def _change_problem(
+    cid: str, state: tuple | None, sha256: str, supersedes: str | None
+) -> str | None:
+    if state is None or state[0] is None or state[0] == sha256:
+        return None
+    standing, line, withdrawn = state
+    said = f"{INDEX} line {line} recorded {cid} under contract sha256 {str(standing)[:16]}"
+    if not withdrawn:
+        return (
+            f"{said}, and this contract hashes to {sha256[:16]}: one id, one contract (a changed "
+            f"contract is a new version under a new id with `supersedes: {cid}`, or the recorded "
+            f"claim is withdrawn first)"
+        )
+    if not supersedes:
+        return (
+            f"{said}, withdrawn since; a new contract under the same id declares what it supersedes "
+            f"(`supersedes: {cid}`)"
+        )
+    return None
+
+
+def _contract_problems(entries: list[dict], runs_root: Path) -> list[tuple[str, str]]:
+    """(contract id, problem) for each attempt recorded under another contract than the attempt before
+    it (`contract_change`); the latest attempt's `supersedes` is read from its evidence (an older
+    attempt's evidence is gone: only its withdrawal is checked)."""
+    last_attempt = {
+        e["contract_id"]: e["_line"]
+        for e in entries
+        if e.get("kind") in ATTEMPT_KINDS and isinstance(e.get("contract_id"), str)
+    }
+    out, states = [], {}
+    for e in entries:
+        cid = e.get("contract_id")
+        if not isinstance(cid, str):
+            continue
+        if e.get("kind") in ATTEMPT_KINDS:
+            supersedes = "(not checked)"
+            if e["_line"] == last_attempt[cid]:
+                ev = read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES)
+                supersedes = ev.get("supersedes") if ev else None
+            why = _change_problem(cid, states.get(cid), str(e.get("contract_sha256")), supersedes)
+            if why:
+                out.append((cid, f"line {e['_line']}: {why}"))
+        states[cid] = _standing(states.get(cid), e)
     return out
 
 

@@ -2,17 +2,27 @@
 
 Re-deriving a verdict from the recorded per-seed values cannot see those values edited consistently
 with everything derived from them. An audit re-runs randomly chosen completed (arm, seed) runs of
-the claims that CI does not replay (contracts without `replay: {ci: true}`), each bare: the study's
-`run(config, seed, reporter)` with a reporter that records nothing and applies no stop rule (a run
-recorded as completed met none), no MLflow. Every recorded metric except the study's machine
+the claims that this verify does not replay (with `--replay`, contracts marked `replay: {ci: true}`
+are re-run whole instead; without it, their runs are candidates like any other), each bare: the
+study's `run(config, seed, reporter)` with a reporter that records nothing and applies no stop rule
+(a run recorded as completed met none), no MLflow. Every recorded metric except the study's machine
 metrics must come out within the contract's replay tolerance (`Replay()`'s defaults when it has
 none), compared as `gates verify --replay` compares.
 
-Which runs: all candidates in a fixed order, shuffled by an RNG seeded from the current git commit
-(so successive commits' CI runs cover different runs; `seed` fixes it), then taken in that order
-while their recorded seconds (plus a small overhead) fit in the budget. Runs that cannot run here
-(a corpus not fetched) or would first need a long setup their recorded seconds do not include
-(`Study.setup_missing`: a teacher not yet trained on this machine) are left out and named.
+Which runs: the audit exists to catch a forged record, so its choice must not depend on anything a
+forger can write. Choosing by the recorded seconds did: a forged run recorded as taking a million
+seconds was never chosen. So every completed run is a candidate, in a fixed order shuffled by an RNG
+seeded from the current git commit (successive commits' CI covers different runs; `seed` fixes it),
+never filtered or weighted by what it records. The audit walks that order against the clock: each
+run is re-run with a deadline, and its reporter stops it at a report once the time is spent or once
+its projection (elapsed / step x the contract's steps) exceeds the time it had left, so an honestly
+expensive run costs about one evaluation interval before it is stopped. A stopped run is named
+UNAUDITED with what it would need (no failure, unless `gates verify --audit-strict`), and the walk
+goes on while at least MIN_LEFT_S are left; the runs never reached are counted (successive commits
+reach them). Recorded seconds are printed as information only. Runs that cannot run here (a corpus
+not fetched) or would first need a long setup before their first report, where no deadline can stop
+them (`Study.setup_missing`: a teacher not yet trained on this machine), are left out and named:
+that depends on the machine, not on the evidence.
 """
 
 from __future__ import annotations
@@ -27,9 +37,12 @@ from pathlib import Path
 
 from gates.contract import load_contract_cached
 from gates.record import EVIDENCE, Evidence, RunRecord, as_evidence, evidence_dir, read_evidence
-from gates.verify._claim import AUDIT
+from gates.study import NullReporter
+from gates.verify._claim import AUDIT, UNAUDITED
 
-OVERHEAD_S = 0.5  # per run beyond its recorded seconds: building the config and the study's setup
+# no run starts with less time left: building its config and the study's setup before its first
+# report take about this long, and a run stopped at its first report audits nothing
+MIN_LEFT_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -37,15 +50,43 @@ class Candidate:
     contract_id: str
     arm: str
     seed: int
-    seconds: float  # as recorded
+    seconds: float | None  # as recorded: printed, never used to choose (the evidence controls it)
 
     @property
     def name(self) -> str:
         return f"{self.contract_id} {self.arm}/seed {self.seed}"
 
-    @property
-    def cost(self) -> float:
-        return self.seconds + OVERHEAD_S
+
+class _OutOfTime(Exception):
+    """Raised from a deadline reporter's `report` to stop a re-run that the audit's time cannot
+    finish; it goes up through the study's loop as a stop rule's `Halt` does, and the audit catches
+    it."""
+
+    def __init__(self, step: int, steps: int, need: float, left: float):
+        super().__init__(f"stopped at step {step} of {steps}")
+        self.step, self.steps = step, steps
+        self.need = need  # the whole run's projected seconds
+        self.left = left  # the seconds left when it started
+
+
+class _Deadline(NullReporter):
+    """A bare reporter that checks the clock at every report: it stops the run once `deadline`
+    (time.perf_counter) has passed, or once the run's projection (elapsed / step x the budget's
+    steps) exceeds the time it had left when it started. A study reports at its evaluation steps
+    only, so a stopped run has cost about one evaluation interval beyond what the check allows."""
+
+    def __init__(self, budget, deadline: float):
+        super().__init__(budget)
+        self.deadline = deadline
+        self.started = time.perf_counter()
+        self.left = deadline - self.started
+
+    def report(self, step: int, metrics: dict[str, float]) -> None:
+        # nothing recorded: the audit compares only the final metrics
+        now = time.perf_counter()
+        need = (now - self.started) / max(step, 1) * self.budget.steps
+        if now >= self.deadline or need > self.left:
+            raise _OutOfTime(step, self.budget.steps, need, self.left)
 
 
 def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
@@ -66,30 +107,30 @@ def commit_seed() -> tuple[int, str]:
     return int.from_bytes(os.urandom(8), "big"), "random: not a git checkout"
 
 
-def choose(candidates: list[Candidate], seconds: float, seed: int) -> list[Candidate]:
-    """Shuffle the candidates (in a fixed order first) with `seed`, then take each one whose cost
-    still fits in the remaining budget."""
+def choose(candidates: list[Candidate], seed: int) -> list[Candidate]:
+    """Every candidate, in the order the audit walks them: a fixed order (by claim, arm, seed)
+    shuffled with `seed`. Nothing a run records (its seconds least of all) filters or weights it."""
     order = sorted(candidates, key=lambda c: (c.contract_id, c.arm, c.seed))
     random.Random(seed).shuffle(order)
-    chosen, left = [], float(seconds)
-    for c in order:
-        if c.cost <= left:
-            chosen.append(c)
-            left -= c.cost
-    return chosen
+    return order
 
 
-def rerun(loaded, evidence: Evidence | dict, arm: str, seed: int) -> dict[str, float | None]:
+def rerun(
+    loaded, evidence: Evidence | dict, arm: str, seed: int, *, deadline: float | None = None
+) -> dict[str, float | None]:
     """Train one arm x seed bare (no MLflow, no stop rules) with the config that ran: the contract's,
     or for a tuned arm the one the evidence records (checked against the tuning by `gates verify`), on
-    the CPU thread count the run recorded. `evidence`: an Evidence, or its JSON data (checked)."""
-    from gates.study import Budget, NullReporter, cpu_threads
+    the CPU thread count the run recorded. `evidence`: an Evidence, or its JSON data (checked).
+    `deadline` (time.perf_counter): the run is stopped at a report (`_OutOfTime`) once it has passed
+    or the run's projection overshoots it."""
+    from gates.study import Budget, cpu_threads
 
     evidence = as_evidence(evidence)
     config = _config(loaded, evidence, arm)
     budget = Budget(loaded.contract.budget.steps, loaded.contract.budget.eval_every)
+    reporter = NullReporter(budget) if deadline is None else _Deadline(budget, deadline)
     with cpu_threads(run_threads(evidence, arm, seed)):
-        final = loaded.study.run(config, seed, NullReporter(budget))
+        final = loaded.study.run(config, seed, reporter)
     out = {}
     for name, value in dict(final).items():
         value = float(value)
@@ -154,86 +195,96 @@ def audit(
     log: Callable[[str], None] | None = None,
     default_tolerance: tuple[float, float] | None = None,
 ) -> list[Candidate]:
-    """Choose and re-run runs of the claims in `checks` (gates.verify.ClaimCheck) that hold their
-    evidence and are not replayed in CI; a run that does not reproduce loses its claim. Runs are
-    chosen by their recorded seconds; on a slower machine, no run starts once `seconds` have passed
-    (the ones left are named). `default_tolerance`: (abs, rel) for contracts without a `replay`
-    section (default: `Replay()`'s). Returns the runs re-run."""
+    """Re-run runs of the claims in `checks` (gates.verify.ClaimCheck) that hold their evidence and
+    were not replayed by this verify (`check.replayed`), in the seeded order of `choose`, within
+    `seconds`: a run that does not reproduce loses its claim; a run its time cannot finish is stopped
+    and named under UNAUDITED (no failure); no run starts with less than MIN_LEFT_S left, and the runs
+    not reached are counted. `default_tolerance`: (abs, rel) for contracts without a `replay`
+    section (default: `Replay()`'s). Returns the runs compared with their record."""
 
     say = log or (lambda line: None)
     by_id = {c.contract_id: c for c in checks}
     found, cannot = [], {}
     sources = {}
     for check in checks:
-        if check.status != "ok" or check.contract_id not in contracts:
+        # a replayed claim was just re-run whole; a contract marked for CI replay is audited like
+        # any other when this verify does not replay it (a mark alone checks nothing)
+        if check.status != "ok" or check.replayed or check.contract_id not in contracts:
             continue
         loaded = load_contract_cached(Path(contracts[check.contract_id]))
         try:  # an ok claim's evidence reads; one changed since is left out
             ev = read_evidence(evidence_dir(runs_root, check.contract_id) / EVIDENCE)
         except ValueError:
             ev = None
-        if (
-            loaded is None
-            or ev is None
-            or (loaded.contract.replay is not None and loaded.contract.replay.ci)
-        ):
+        if loaded is None or ev is None:
             continue
         sources[check.contract_id] = (loaded, ev)
         for run in ev.runs:
-            if run.status != "completed" or run.seconds is None:
+            if run.status != "completed":
                 continue
             why = not_ready(loaded, ev, run.arm)
             if why:
                 cannot.setdefault(why, set()).add(check.contract_id)
                 continue
-            found.append(Candidate(check.contract_id, run.arm, run.seed, float(run.seconds)))
+            recorded = float(run.seconds) if run.seconds is not None else None
+            found.append(Candidate(check.contract_id, run.arm, run.seed, recorded))
     if seed is None:
         seed, origin = commit_seed()
     else:
         origin = "given"
-    chosen = choose(found, seconds, seed)
+    order = choose(found, seed)
+    total = sum(c.seconds or 0.0 for c in found)
     say(
-        f"audit: seed {seed} ({origin}), budget {seconds:g} s: {len(chosen)} of {len(found)} completed runs of "
-        f"{len({c.contract_id for c in found})} claims not replayed in CI, recorded "
-        f"{sum(c.seconds for c in chosen):.1f} s"
+        f"audit: seed {seed} ({origin}), budget {seconds:g} s: {len(found)} completed runs of "
+        f"{len({c.contract_id for c in found})} claims in a seeded order, each re-run against the "
+        f"clock (recorded {total:.1f} s in all: information, not used to choose)"
     )
+    replayed = sorted(c.contract_id for c in checks if c.replayed)
+    if replayed:
+        say(f"audit: left to the replay: {', '.join(replayed)}")
     for why, ids in sorted(cannot.items()):
         say(f"audit: cannot run here ({why}): runs of {', '.join(sorted(ids))} left out")
-    for c in chosen:
-        threads = run_threads(sources[c.contract_id][1], c.arm, c.seed)
-        on = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
-        say(f"audit: chose {c.name} (recorded {c.seconds:.1f} s{on})")
     started = time.perf_counter()
-    done = []
-    for i, c in enumerate(chosen):
-        if time.perf_counter() - started >= seconds:
-            left = chosen[i:]
-            say(
-                f"audit: budget spent ({time.perf_counter() - started:.1f} s, this machine runs slower than the "
-                f"recording one): {len(left)} chosen runs not started: {', '.join(x.name for x in left)}"
-            )
+    deadline = started + seconds
+    done, stopped, reached = [], 0, 0
+    for c in order:
+        left = deadline - time.perf_counter()
+        if left < MIN_LEFT_S:
             break
-        done.append(c)
+        reached += 1
         loaded, ev = sources[c.contract_id]
-        recorded = next(r for r in ev.runs if r.arm == c.arm and r.seed == c.seed)
+        threads = run_threads(ev, c.arm, c.seed)
+        on = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
+        was = f"recorded {c.seconds:.1f} s" if c.seconds is not None else "no recorded seconds"
+        say(f"audit: re-running {c.name} ({was}{on}; {left:.1f} s left)")
+        recorded_run = next(r for r in ev.runs if r.arm == c.arm and r.seed == c.seed)
+        check = by_id[c.contract_id]
         t0 = time.perf_counter()
         try:
-            metrics = rerun(loaded, ev, c.arm, c.seed)
+            metrics = rerun(loaded, ev, c.arm, c.seed, deadline=deadline)
             problems = [
-                f"audit: {p}" for p in compare(loaded, recorded, metrics, default_tolerance)
+                f"audit: {p}" for p in compare(loaded, recorded_run, metrics, default_tolerance)
             ]
-        except (
-            Exception
-        ) as e:  # a study that crashes on re-run does not reproduce its record either
+        except _OutOfTime as stop:
+            # not a failure of the record: this budget cannot tell; named so that no started run
+            # passes silently
+            stopped += 1
+            why = (
+                f"stopped at step {stop.step} of {stop.steps} after "
+                f"{time.perf_counter() - t0:.1f} s: would need about {stop.need:.1f} s, "
+                f"{stop.left:.1f} s left"
+            )
+            check.add(UNAUDITED, f"audit: {c.arm}/seed {c.seed} unaudited: {why}")
+            say(f"audit: {c.name}: UNAUDITED ({why})")
+            continue
+        except Exception as e:  # a study that crashes on re-run does not reproduce its record
             problems = [
                 f"audit: {c.arm}/seed {c.seed}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"
             ]
         took = time.perf_counter() - t0
-        check = by_id[c.contract_id]
+        done.append(c)
         outcome = "reproduces" if not problems else "DOES NOT reproduce"
-        check.audited.append(
-            f"{c.arm}/seed {c.seed}: {outcome} ({took:.1f} s, recorded {c.seconds:.1f} s)"
-        )
+        check.audited.append(f"{c.arm}/seed {c.seed}: {outcome} ({took:.1f} s, {was})")
         say(f"audit: {c.name}: {outcome} ({took:.1f} s)")
         check.lose(AUDIT, problems)
     for check in checks:
@@ -246,7 +297,12 @@ def audit(
                 f"({describe_stale(check.stale_files, shown=3)}): a difference may come from "
                 f"the code rather than the record",
             )
-    say(f"audit: {len(done)} runs re-run in {time.perf_counter() - started:.1f} s")
+    unreached = len(order) - reached
+    say(
+        f"audit: {reached} runs started in {time.perf_counter() - started:.1f} s: {len(done)} "
+        f"compared, {stopped} unaudited"
+        + (f"; {unreached} runs not reached; successive commits cover others" if unreached else "")
+    )
     return done
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gates.contract import LoadedContract
-from gates.errors import UserError
+from gates.errors import UserError, storage_error
 from gates.record import EVIDENCE, current_provenance, evidence_dir, read_evidence, record_entry
 from gates.study import study_module
 from gates.verify._audit import commit_seed, compare, not_ready, rerun, tolerance
@@ -98,6 +98,8 @@ def certify(
             metrics = rerun(loaded, ev, run.arm, run.seed)
             problems = compare(loaded, run, metrics, default_tolerance)
         except Exception as e:  # a study that crashes on a re-run does not reproduce its record
+            if storage_error(e) is not None:  # but a full disk says nothing of the record: stop
+                raise
             problems = [f"{name}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"]
         result.reran.append(name)
         result.problems += problems

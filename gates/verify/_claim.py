@@ -49,6 +49,12 @@ REPLAY = "replay"  # a replayed contract does not reproduce
 HISTORY = "history"  # runs/INDEX.jsonl does not vouch for the evidence
 STALE = "stale"  # the code changed since the evidence (a problem only with --strict-code)
 AUDIT = "audit"  # a re-run of a recorded run did not reproduce it
+# an audited run stopped before its end: the audit's time could not finish it (a failure only
+# with `gates verify --audit-strict`)
+UNAUDITED = "unaudited"
+# a claim on the study of a withdrawn one, saying nearly the same, that does not declare it supersedes
+# it (withdraw, then re-register an easier version unlinked): reported, not lost, until it declares
+UNLINKED_SUCCESSOR = "unlinked_successor"
 # codes that stop the files phase before the contract's hash is compared
 BEFORE_HASH = {
     EVIDENCE_UNREADABLE,

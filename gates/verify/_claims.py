@@ -11,6 +11,7 @@ passes its re-derivation), with pending and withdrawn contracts, the claims hist
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -56,6 +57,7 @@ from gates.verify._claim import (
     HISTORY,
     NOT_RUN,
     STALE,
+    UNLINKED_SUCCESSOR,
     VERDICT_MD,
     ClaimCheck,
 )
@@ -307,8 +309,14 @@ def _check_history(
 ) -> None:
     """Lose the claims whose history (runs/INDEX.jsonl) is broken or does not vouch for their
     evidence."""
+    lose_history(checks, check_history(runs_root, contracts), named=named)
+
+
+def lose_history(checks: list[ClaimCheck], problems: dict[str, list[str]], *, named: bool) -> None:
+    """Lose the claims with history problems (contract id -> problems); an id with no claim in
+    `checks` becomes a lost one, unless only the claims `named` on the command line are checked."""
     by_id = {c.contract_id: c for c in checks}
-    for contract_id, found in check_history(runs_root, contracts).items():
+    for contract_id, found in problems.items():
         check = by_id.get(contract_id)
         if check is None:
             if named:
@@ -341,6 +349,7 @@ def _annotate(
         evidence,
     )
     annotate_siblings(checks, evidence)
+    _flag_unlinked_successors(checks, contracts, evidence)
     attempts, certified, today = claim_attempts(runs_root), certifications(runs_root), {}
     for check in checks:
         cid = check.contract_id
@@ -376,6 +385,48 @@ def _annotate(
                     + (f" ({found.note})" if found.note else "")
                 ],
             )
+
+
+SAME_CLAIM = (
+    0.6  # word-sequence similarity (difflib ratio) above which two claims say nearly the same
+)
+
+
+def _flag_unlinked_successors(
+    checks: list[ClaimCheck], contracts: ContractIndex, evidence: dict[str, dict | None]
+) -> None:
+    """Flag each standing claim on the study of a withdrawn one whose claim text nearly matches it
+    and whose supersedes chain does not reach it: a withdrawal followed by an easier claim registered
+    unlinked would otherwise read as a first attempt."""
+
+    def said(cid: str) -> tuple[str, str] | None:
+        for source in (evidence.get(cid), contracts.raw.get(cid)):
+            if isinstance(source, dict) and isinstance(source.get("claim"), str):
+                return str(source.get("study")), source["claim"]
+        return None
+
+    by_id = {c.contract_id: c for c in checks}
+    withdrawn = [(c.contract_id, said(c.contract_id)) for c in checks if c.withdrawn]
+    withdrawn = [(cid, s) for cid, s in withdrawn if s is not None]
+    for check in checks:
+        mine = said(check.contract_id) if not check.withdrawn else None
+        if mine is None or not withdrawn:
+            continue
+        chain, at = set(), check
+        while at is not None and at.supersedes and at.supersedes not in chain:
+            chain.add(at.supersedes)
+            at = by_id.get(at.supersedes)
+        for cid, (study, claim) in withdrawn:
+            if cid == check.contract_id or cid in chain or study != mine[0]:
+                continue
+            ratio = difflib.SequenceMatcher(None, claim.lower().split(), mine[1].lower().split())
+            if ratio.ratio() >= SAME_CLAIM:
+                check.add(
+                    UNLINKED_SUCCESSOR,
+                    f"says nearly what withdrawn {cid} claimed on the same study ({study}) "
+                    f"(similarity {ratio.ratio():.2f}) without declaring it supersedes it: "
+                    f"declare `supersedes: {cid}` if it is a new version, else reword the claim",
+                )
 
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024

@@ -38,7 +38,14 @@ from gates.verify._claim import (
     VERDICT,
     ClaimCheck,
 )
-from gates.verify._claims import ContractIndex, check_files, claims, find_contracts
+from gates.verify._claims import (
+    ContractIndex,
+    check_files,
+    claims,
+    find_contracts,
+    lose_history,
+)
+from gates.verify._lineage import check_lineage
 
 
 def check_claim(evidence_path: Path, contracts: ContractIndex, *, replay: bool) -> ClaimCheck:
@@ -462,8 +469,9 @@ def verify(
     log=None,
 ) -> list[ClaimCheck]:
     """`gates verify`: every claim checked whole (`claims` with `check_claim`), then, with `audit_seconds`,
-    randomly chosen completed runs of the contracts not replayed in CI re-run within about that many
-    seconds (gates.audit; `audit_seed` fixes the choice, else it comes from the git commit;
+    completed runs of the claims not replayed here (with `replay`, the ones marked for CI replay are)
+    re-run in a seeded order within that many seconds (gates.verify._audit; `audit_seed` fixes the
+    order, else it comes from the git commit;
     `audit_tolerance` (abs, rel) for contracts without a `replay` section, else `Replay()`'s); `log`
     receives the audit's plan and results line by line."""
     checks = claims(
@@ -474,6 +482,10 @@ def verify(
         today_rules=today_rule_flags,
         strict_code=strict_code,
     )
+    lineage = check_lineage(Path(runs_root))  # the history only grew across the git commits
+    lose_history(checks, lineage.problems, named=bool(only))
+    for note in lineage.notes if log is not None else ():
+        log(f"history: {note}")
     if audit_seconds:
         contracts = find_contracts(Path(contracts_root))
         for path in only or []:

@@ -1,0 +1,169 @@
+"""Audits that cannot be steered (issue #28 items 2 and 10): which runs an audit re-runs depends on the
+seed alone, never on anything the evidence records. A forged run recorded as taking a million seconds
+is still re-run and caught; a run whose real cost exceeds the time left is stopped at a report by its
+projection and named unaudited (a failure only with --audit-strict); a contract marked for CI replay
+is audited when verify does not replay it. Real re-runs of the small C05 claims of tests/test_audit.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from gates.cli import app
+from gates.record import render_report
+from gates.verify import AUDIT, REPLAY, Candidate, choose, verify
+from tests.conftest import regenerate_history
+from tests.test_audit import project, recorded  # noqa: F401  (fixtures)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+FORGED = ("c05-small", "subheap_kernel", 1)
+
+
+def forge(project, claim: str, arm: str, seed: int, seconds: float | None = None) -> None:
+    """Edit one run's train_loss (read by no condition: re-deriving cannot see it), and its recorded
+    seconds, then everything that would give it away without a re-run: verdict.md re-rendered and the
+    claims history written anew over the edited bytes (as tests/test_audit.py's `tamper`)."""
+    runs = project / "runs"
+    ev = json.loads((runs / claim / "evidence.json").read_text())
+    run = next(r for r in ev["runs"] if r["arm"] == arm and r["seed"] == seed)
+    run["metrics"]["train_loss"] += 0.004
+    if seconds is not None:
+        run["seconds"] = seconds
+    (runs / claim / "evidence.json").write_text(json.dumps(ev, indent=2) + "\n")
+    (runs / claim / "verdict.md").write_text(render_report(ev))
+    regenerate_history(runs)
+
+
+def gates_verify(*args: str):
+    return CliRunner().invoke(app, ["verify", *args])
+
+
+def by_id(checks) -> dict:
+    return {c.contract_id: c for c in checks}
+
+
+def test_a_forged_run_recorded_as_slow_is_still_re_run_and_caught(project, monkeypatch):
+    monkeypatch.chdir(project)
+    forge(project, *FORGED, seconds=1e6)
+    assert all(c.status == "ok" for c in verify(project / "runs", project / "contracts"))
+
+    # a budget that covers every run's real cost, never the forged run's recorded million seconds
+    result = gates_verify("--audit-seconds", "60", "--audit-seed", "5")
+    assert result.exit_code == 1, result.output
+    assert "LOST c05-small" in result.output
+    assert (
+        "audit: subheap_kernel/seed 1 does not reproduce: train_loss re-runs as " in result.output
+    )
+    assert (
+        "audit: re-running c05-small subheap_kernel/seed 1 (recorded 1000000.0 s" in result.output
+    )
+
+    # and a seed that walks to it first finds it within a budget of one run
+    from gates.verify import MIN_LEFT_S
+
+    found = [
+        Candidate(cid, r["arm"], r["seed"], r["seconds"])
+        for cid in ("c05-small", "c05-ci")
+        for r in json.loads((project / "runs" / cid / "evidence.json").read_text())["runs"]
+    ]
+    seed = next(
+        s for s in range(1000) if choose(found, s)[0].name == "c05-small subheap_kernel/seed 1"
+    )
+    small = by_id(
+        verify(
+            project / "runs", project / "contracts", audit_seconds=MIN_LEFT_S + 2, audit_seed=seed
+        )
+    )["c05-small"]
+    assert small.status == "lost" and AUDIT in small.codes
+    assert small.audited[0].startswith("subheap_kernel/seed 1: DOES NOT reproduce")
+
+
+SLEEP_S = 0.4  # per evaluation interval: a run of 3 intervals costs at least 1.2 s
+
+
+class _Slow:
+    """Wraps the audit's reporter: each report comes SLEEP_S later, as in a study whose steps cost
+    that much."""
+
+    def __init__(self, inner):
+        self.inner, self.budget = inner, inner.budget
+
+    def report(self, step, metrics):
+        time.sleep(SLEEP_S)
+        self.inner.report(step, metrics)
+
+    def attach(self, name, text):
+        self.inner.attach(name, text)
+
+
+def test_a_run_too_costly_for_the_time_left_is_stopped_early_and_named_unaudited(
+    project, monkeypatch
+):
+    from gates.models.c05_probe import C05ProbeStudy
+    from gates.verify import MIN_LEFT_S, UNAUDITED
+
+    monkeypatch.chdir(project)
+    run = C05ProbeStudy.run
+    monkeypatch.setattr(
+        C05ProbeStudy,
+        "run",
+        lambda self, config, seed, reporter: run(self, config, seed, _Slow(reporter)),
+    )
+    budget = MIN_LEFT_S + 0.3  # enough to start one run, never to finish one (>= 1.2 s)
+    lines = []
+    checks = verify(
+        project / "runs",
+        project / "contracts",
+        audit_seconds=budget,
+        audit_seed=5,
+        log=lines.append,
+    )
+    (stopped,) = [line for line in lines if ": UNAUDITED (" in line]
+    # stopped at its first report, by the projection (>= 3 x 0.4 s against 0.8 s), not at the end
+    assert "(stopped at step 20 of 60 after " in stopped and "would need about " in stopped
+    (claim,) = [c for c in checks if UNAUDITED in c.codes]
+    assert claim.status == "ok" and claim.audited == [] and all(c.status == "ok" for c in checks)
+    summary = [line for line in lines if line.startswith("audit: ")][-1]
+    assert summary.startswith("audit: 1 runs started in ")
+    assert summary.endswith(
+        ": 0 compared, 1 unaudited; 15 runs not reached; successive commits cover others"
+    )
+
+    args = ("--audit-seconds", str(budget), "--audit-seed", "5")
+    result = gates_verify(*args)
+    assert result.exit_code == 0, result.output
+    assert " unaudited: stopped at step 20 of 60 after " in result.output
+    result = gates_verify(*args, "--audit-strict")
+    assert result.exit_code == 1, result.output
+
+
+def test_a_contract_marked_for_ci_replay_is_audited_when_verify_does_not_replay_it(
+    project, monkeypatch
+):
+    monkeypatch.chdir(project)
+    forge(project, "c05-ci", "flat_address", 0)
+    checks = by_id(verify(project / "runs", project / "contracts", audit_seconds=60, audit_seed=5))
+    ci = checks["c05-ci"]
+    assert ci.status == "lost" and AUDIT in ci.codes and not ci.replayed and len(ci.audited) == 8
+    assert checks["c05-small"].status == "ok" and len(checks["c05-small"].audited) == 8
+
+    # with --replay, the replay re-runs it whole (and catches the edit); the audit leaves it alone
+    lines = []
+    checks = by_id(
+        verify(
+            project / "runs",
+            project / "contracts",
+            replay=True,
+            audit_seconds=60,
+            audit_seed=5,
+            log=lines.append,
+        )
+    )
+    ci = checks["c05-ci"]
+    assert ci.replayed and ci.audited == [] and REPLAY in ci.codes and AUDIT not in ci.codes
+    assert len(checks["c05-small"].audited) == 8 and "audit: left to the replay: c05-ci" in lines
