@@ -37,6 +37,26 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
+# ---------------------------------------------------------------------------------- bounds
+# Every number and list a contract declares is bounded by what one machine can honour, so that
+# validation (a pydantic error: the loader names file, line and field) refuses it before anything
+# sizes a loop, a list or a run by it: an unbounded `budget.steps: 2**63 - 1` made `gates check` walk
+# every step (issue #28). Each bound sits far above every contract registered so far.
+MAX_STEPS = 100_000_000  # steps per arm x seed (and any step a rule names): at 1 ms a step, over a
+# day per run; 25,000x the largest budget registered (4,000)
+MAX_EVALUATIONS = 100_000  # evaluations per run (steps / eval_every): each one is a point kept in
+# the run's history (memory, evidence, plots) and scanned by the stop rules; the most so far is 40
+MAX_SEEDS = 1_000  # seeds of a contract or of its tuning, and seed counts (looks, failures): as far
+# as the power search of gates.inference looks (MAX_SEEDS_SEARCHED); the most so far is 18
+MAX_LOOKS = 20  # sequential looks: each re-judges the whole decision, and past a handful the alpha
+# spent at each look is too small to stop early; the most so far is 3
+MAX_TRIALS = 1_000  # tuning trials per tuned arm: each is a training run on every tuning seed, and
+# the TPE sampler refits on all past trials at each one; the most so far is 4
+MAX_ITEMS = 100  # items of any other list or mapping (arms, conditions, controls, rules, names,
+# choices): what gates check and the verdict do per item (Holm over the conditions, pairs of a
+# trend, an arm's preflight) stays instant; the most so far is 7
+
+
 # ---------------------------------------------------------------------------------- preflight
 class ComputeCost(Strict):
     """Gate 1: how much more the arms cost than the baseline arm, declared before the run."""
@@ -72,7 +92,7 @@ class FalsifiablePoint(Strict):
     arm: str
     direction: Direction = Field(description="the direction the metric must move to pass")
     threshold: float
-    by_step: int = Field(gt=0)
+    by_step: int = Field(gt=0, le=MAX_STEPS)
     statement: str = Field(min_length=1)
 
 
@@ -80,7 +100,7 @@ class CapacityMatch(Strict):
     """Arms whose trainable parameter counts (all of them, or one named part) must agree within a
     relative tolerance."""
 
-    arms: list[str] = Field(min_length=2)
+    arms: list[str] = Field(min_length=2, max_length=MAX_ITEMS)
     tolerance: float = Field(gt=0, lt=1, description="relative, e.g. 0.02 for 2%")
     part: str | None = Field(
         default=None,
@@ -105,14 +125,27 @@ class Preflight(Strict):
 
 # ---------------------------------------------------------------------------------- budget & rules
 class BudgetSpec(Strict):
-    steps: int = Field(gt=0, description="training steps per arm x seed")
-    eval_every: int = Field(gt=0, description="evaluate (and report) every this many steps")
+    steps: int = Field(gt=0, le=MAX_STEPS, description="training steps per arm x seed")
+    eval_every: int = Field(
+        gt=0, le=MAX_STEPS, description="evaluate (and report) every this many steps"
+    )
 
     @model_validator(mode="after")
     def _eval_within_steps(self):
         if self.eval_every > self.steps:
             raise ValueError(f"eval_every ({self.eval_every}) must not exceed steps ({self.steps})")
+        if self.evaluations > MAX_EVALUATIONS:
+            raise ValueError(
+                f"steps {self.steps} with eval_every {self.eval_every} make {self.evaluations} "
+                f"evaluations per run; expected at most {MAX_EVALUATIONS} (eval_every >= "
+                f"{-(-self.steps // MAX_EVALUATIONS)})"
+            )
         return self
+
+    @property
+    def evaluations(self) -> int:
+        """Evaluations per run: every `eval_every` steps and at the last step (`Budget.is_eval_step`)."""
+        return -(-self.steps // self.eval_every)
 
 
 class FutilityRule(Strict):
@@ -123,15 +156,17 @@ class FutilityRule(Strict):
     """
 
     metric: str
-    at_step: int = Field(gt=0)
+    at_step: int = Field(gt=0, le=MAX_STEPS)
     worse_than: float | None = None
     behind_best_other_by: float | None = Field(default=None, ge=0)
-    window: int = Field(gt=0, description="steps over which the convergence trend is measured")
+    window: int = Field(
+        gt=0, le=MAX_STEPS, description="steps over which the convergence trend is measured"
+    )
     min_rel_improvement: float = Field(
         ge=0, description="relative improvement over the window below which there is no trend"
     )
     arms: list[str] | None = Field(
-        default=None, description="arms the rule applies to (default: all)"
+        default=None, max_length=MAX_ITEMS, description="arms the rule applies to (default: all)"
     )
 
     @model_validator(mode="after")
@@ -151,7 +186,7 @@ class DivergenceRule(Strict):
     """Halt on a non-finite value of any reported metric (or of `metrics`, when given)."""
 
     enabled: bool = True
-    metrics: list[str] | None = None
+    metrics: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
 
 
 class BudgetRule(Strict):
@@ -169,12 +204,13 @@ class FailureRule(Strict):
     max_consecutive: int = Field(
         default=3,
         ge=1,
+        le=MAX_SEEDS,
         description="failed runs of one arm in a row after which its remaining seeds are not run",
     )
 
 
 class StopRules(Strict):
-    futility: list[FutilityRule] = Field(default_factory=list)
+    futility: list[FutilityRule] = Field(default_factory=list, max_length=MAX_ITEMS)
     divergence: DivergenceRule = Field(default_factory=DivergenceRule)
     budget: BudgetRule | None = None
     failures: FailureRule = Field(default_factory=FailureRule)
@@ -269,9 +305,9 @@ class Trend(_Condition):
     kind: Literal["trend"]
     direction: Direction
     metric: str | None = None
-    arms: list[str] | None = None
+    arms: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
     arm: str | None = None
-    metrics: list[str] | None = None
+    metrics: list[str] | None = Field(default=None, max_length=MAX_ITEMS)
     test: Literal["welch", "paired"] = "welch"
 
     @model_validator(mode="after")
@@ -311,8 +347,10 @@ class Decision(Strict):
         description="exact: no intervals; a condition holds when it holds on every seed "
         "(only for studies that declare themselves deterministic)",
     )
-    supported_if: list[Condition] = Field(min_length=1)
-    refuted_if: list[Condition] = Field(min_length=1, description="a contract must be refutable")
+    supported_if: list[Condition] = Field(min_length=1, max_length=MAX_ITEMS)
+    refuted_if: list[Condition] = Field(
+        min_length=1, max_length=MAX_ITEMS, description="a contract must be refutable"
+    )
 
     def conditions(self) -> list[tuple[str, int, Any]]:
         """Every condition as (list name, index, condition): the Holm family, in order."""
@@ -353,7 +391,9 @@ class Convergence(Strict):
 
     metric: str = Field(description="a training or validation metric reported at every evaluation")
     window: int = Field(
-        gt=0, description="steps at the end of the run over which improvement is measured"
+        gt=0,
+        le=MAX_STEPS,
+        description="steps at the end of the run over which improvement is measured",
     )
     max_rel_improvement: float = Field(
         ge=0,
@@ -365,8 +405,9 @@ class Sequential(Strict):
     """Group-sequential seeds: decide after the first `looks[0]` seeds, stop at the first look that
     decides, else continue; alpha is spent across looks (Lan-DeMets)."""
 
-    looks: list[int] = Field(
+    looks: list[Annotated[int, Field(le=MAX_SEEDS)]] = Field(
         min_length=2,
+        max_length=MAX_LOOKS,
         description="cumulative seed counts at which to decide, "
         "increasing; the last equals len(seeds)",
     )
@@ -401,9 +442,10 @@ def _seed_list(value):
     if isinstance(value, bool):
         return value  # refused by the list's own validation
     if isinstance(value, int):
-        if value < 1:
+        if not 1 <= value <= MAX_SEEDS:  # before listing them: `seeds: 10**12` would fill memory
             raise ValueError(
-                f"seeds: {value} is not a positive count; expected seeds: N (runs seeds 0..N-1)"
+                f"seeds: {value} is not a count from 1 to {MAX_SEEDS}; expected seeds: N (runs seeds "
+                f"0..N-1)"
             )
         return list(range(value))
     if isinstance(value, dict):
@@ -413,14 +455,15 @@ def _seed_list(value):
             extra
             or not isinstance(count, int)
             or isinstance(count, bool)
-            or count < 1
+            or not 1 <= count <= MAX_SEEDS
             or not isinstance(start, int)
             or isinstance(start, bool)
-            or start < 0
+            # one error for the range, not one per seed past 2**32
+            or not 0 <= start <= MAX_SEED - count
         ):
             raise ValueError(
-                f"expected seeds: {{count: N, start: S}} with a positive count and a start >= 0, got "
-                f"{value}"
+                f"expected seeds: {{count: N, start: S}} with 1 <= N <= {MAX_SEEDS} and "
+                f"0 <= S <= 2**32 - N (every seed below 2**32), got {value}"
             )
         return list(range(start, start + count))
     return value
@@ -441,7 +484,8 @@ def _seed_range(seed: int) -> int:
 
 # a seed is an integer (never true, 1.0 or "1"), checked at load so a bad one is refused before any training
 Seed = Annotated[int, Field(strict=True), AfterValidator(_seed_range)]
-Seeds = Annotated[list[Seed], AfterValidator(_distinct)]  # a non-empty list is asked by each Field
+# a non-empty list is asked by each Field
+Seeds = Annotated[list[Seed], Field(max_length=MAX_SEEDS), AfterValidator(_distinct)]
 
 
 # ---------------------------------------------------------------------------------- tuning
@@ -464,7 +508,7 @@ class SpaceParam(Strict):
         default=None, gt=0, description="float/int: grid step (int default 1)"
     )
     choices: list[bool | int | float | str] | None = Field(
-        default=None, description="categorical: the values"
+        default=None, max_length=MAX_ITEMS, description="categorical: the values"
     )
     hard: list[Literal["low", "high"]] = Field(
         default_factory=list,
@@ -522,7 +566,7 @@ class TuningObjective(Strict):
 
 class TuningSampler(Strict):
     kind: Literal["tpe", "random"] = "tpe"
-    seed: int = Field(description="sampler seed (trial n of every arm samples from seed, n)")
+    seed: Seed = Field(description="sampler seed (trial n of every arm samples from seed, n)")
 
 
 class Tuning(Strict):
@@ -530,7 +574,7 @@ class Tuning(Strict):
     configuration over the contract's seeds (gates/tuning.py)."""
 
     space: dict[str, SpaceParam] = Field(
-        min_length=1, description="arm config field -> its range or choices"
+        min_length=1, max_length=MAX_ITEMS, description="arm config field -> its range or choices"
     )
     trials: int | dict[str, int] = Field(
         description="trials per tuned arm: a number (every arm), or arm -> number (those arms; all equal)"
@@ -544,12 +588,15 @@ class Tuning(Strict):
     @field_validator("trials", mode="before")
     @classmethod
     def _equal_budgets(cls, trials):
-        def positive(n):
-            return isinstance(n, int) and not isinstance(n, bool) and n > 0
+        def counts(n):
+            return isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= MAX_TRIALS
 
         if isinstance(trials, dict):
-            if not trials or not all(positive(n) for n in trials.values()):
-                raise ValueError(f"expected arm -> a positive number of trials, got {trials}")
+            if not 1 <= len(trials) <= MAX_ITEMS or not all(counts(n) for n in trials.values()):
+                raise ValueError(
+                    f"expected arm -> a positive number of trials, at most {MAX_TRIALS} (for at "
+                    f"most {MAX_ITEMS} arms), got {trials}"
+                )
             if len(set(trials.values())) > 1:
                 shown = ", ".join(f"{a}: {n}" for a, n in trials.items())
                 raise ValueError(
@@ -557,9 +604,10 @@ class Tuning(Strict):
                     f"trials for every tuned arm (the budget is pre-registered: an arm searched "
                     f"longer would win by search effort alone)"
                 )
-        elif not positive(trials):
+        elif not counts(trials):
             raise ValueError(
-                f"expected a positive number of trials per arm (or arm -> number), got {trials!r}"
+                f"expected a positive number of trials per arm, at most {MAX_TRIALS} (or arm -> "
+                f"number), got {trials!r}"
             )
         return trials
 
@@ -578,7 +626,7 @@ class Contract(Strict):
     claim: str = Field(min_length=1)
     source: str = Field(min_length=1)
     study: str
-    arms: dict[str, dict[str, Any]] = Field(min_length=1)
+    arms: dict[str, dict[str, Any]] = Field(min_length=1, max_length=MAX_ITEMS)
     seeds: Seeds = Field(min_length=1)
     budget: BudgetSpec
     preflight: Preflight
@@ -588,6 +636,7 @@ class Contract(Strict):
     tuning: Tuning | None = None
     controls: list[Control] = Field(
         default_factory=list,
+        max_length=MAX_ITEMS,
         description="conditions that must hold for the "
         "experiment to be interpretable; one failing or unsettled: verdict invalid",
     )
@@ -603,16 +652,19 @@ class Contract(Strict):
     factor: list[str] | None = Field(
         default=None,
         min_length=1,
+        max_length=MAX_ITEMS,
         description="the arm config fields under test: "
         "arms a condition compares may differ only in these (and in `differences`)",
     )
     differences: dict[str, str] = Field(
         default_factory=dict,
+        max_length=MAX_ITEMS,
         description="other arm config fields in which "
         "compared arms differ, each with why (printed beside the verdict)",
     )
     blind: dict[str, str] = Field(
         default_factory=dict,
+        max_length=MAX_ITEMS,
         description="arm -> why it fails by construction (it "
         "cannot see what the task needs): a condition asserting it fails needs no "
         "positive control; printed beside the verdict",

@@ -170,8 +170,6 @@ def preflight_convergence(loaded, refuse) -> list[str]:
     train or validation metric (those are reported at every evaluation, and the test split must not decide
     whether an arm trained enough), and an evaluation lies `window` steps before the last. `refuse(loc,
     msg)` records an error; returns the note `gates check` prints."""
-    from gates.study import Budget
-
     c, study = loaded.contract, loaded.study
     conv = c.convergence
     spec = study.metrics.get(conv.metric)
@@ -184,20 +182,22 @@ def preflight_convergence(loaded, refuse) -> list[str]:
             f"metric, reported at every evaluation (the test split must not decide whether an arm trained enough)",
         )
         return []
-    budget = Budget(c.budget.steps, c.budget.eval_every)
-    evals = [s for s in range(1, budget.steps + 1) if budget.is_eval_step(s)]
-    last = evals[-1]
-    earlier = [s for s in evals if s <= last - conv.window]
-    if not earlier:
+    # The evaluations of `Budget.is_eval_step` (every eval_every steps, and the last step) computed,
+    # not listed: listing a budget's steps one by one hung `gates check` on a huge budget (issue #28).
+    # The first is at eval_every (the loader checked eval_every <= steps), the last at steps; the one
+    # the window starts from is the latest multiple of eval_every at or before steps - window.
+    every, last = c.budget.eval_every, c.budget.steps
+    earlier = (last - conv.window) // every * every
+    if earlier < every:
         refuse(
             ("convergence", "window"),
             f"no evaluation lies {conv.window} steps before the last (step {last}) with eval_every "
-            f"{budget.eval_every}; expected window <= {last - evals[0]}",
+            f"{every}; expected window <= {last - every}",
         )
         return []
     return [
-        f"convergence: {conv.metric} ({spec.direction} is better) from the evaluation at step {earlier[-1]} to "
-        f"the last at step {last} (window {conv.window} steps, eval every {budget.eval_every}); a completed run "
+        f"convergence: {conv.metric} ({spec.direction} is better) from the evaluation at step {earlier} to "
+        f"the last at step {last} (window {conv.window} steps, eval every {every}); a completed run "
         f"that improved it by more than {conv.max_rel_improvement:.2%} (relative) is not converged, and every "
         f"decision condition reading its arm is undetermined (halted runs are not judged)"
     ]
