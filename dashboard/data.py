@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gates.dashboard.diff import contract_diff
 from gates.errors import UserError
 from gates.record import EVIDENCE, REPORT, Evidence, RegimeLeft, evidence_dir, read_evidence
 from gates.verify import (
@@ -55,7 +56,7 @@ class Claim:
     created_at: str | None
     check: str  # the check's status: ok | lost | pending | withdrawn
     hash_status: str
-    problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)  # gates.verify Problems: str with a .code
     # the claims history and the code (gates.verify's annotations)
     withdrawn: bool = False
     withdrawal: str | None = None  # reason and time
@@ -83,6 +84,8 @@ class Claim:
     tuning_edges: list[str] = field(
         default_factory=list
     )  # tuned arms whose search stopped at an edge
+    study: str = ""  # the evidence's study (the contract's while pending): the board filters by it
+    certified: str | None = None  # the latest `gates certify` entry, in a line
 
 
 def hash_status(check: ClaimCheck) -> str:
@@ -108,9 +111,23 @@ class ContractView:
     claim: Claim
     evidence: Evidence | None
     contract: object | None  # gates.contract.Contract, when its file still hashes to the evidence
-    metrics: list[str]  # the metrics whose learning curves are drawn
+    metrics: list[str]  # the metrics the decision, gate 5 and the stop rules read
     histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]]
     store_note: str | None  # why there are no (or only some) curves
+    # every metric the runs logged with a curve (the decision's first, train/val/test side by side)
+    curve_metrics: list[str] = field(default_factory=list)
+    final_only: list[str] = field(default_factory=list)  # logged at too few steps to be a curve
+    # what changed from the contract this one supersedes (None: it supersedes none)
+    predecessor: Predecessor | None = None
+
+
+@dataclass
+class Predecessor:
+    """The contract a claim supersedes, and the change from it (`gates.dashboard.diff`)."""
+
+    contract_id: str
+    changes: list  # diff.Change, in the newer contract's order
+    note: str | None = None  # why there is no diff (a contract file gone or unreadable)
 
 
 class Store:
@@ -121,6 +138,7 @@ class Store:
         self._client = None
         self._lock, self._read_lock = threading.Lock(), threading.Lock()
         self._histories: dict[tuple[str, str], list[tuple[int, float]]] = {}
+        self._keys: dict[str, list[str]] = {}  # run id -> the metrics it logged
 
     def sqlite_path(self) -> Path | None:
         if not self.uri.startswith("sqlite:"):
@@ -159,6 +177,18 @@ class Store:
                         f"MLflow store {self.uri} cannot be read ({type(e).__name__}: {str(e)[:200]})",
                     )
             return self._client, None
+
+    def metric_keys(self, client, run_id: str) -> list[str]:
+        """The metrics a run logged (the study's train, validation and test metrics alike); none
+        where the store does not have the run (evidence recorded into another store: the histories
+        read next say that it has no metric history, and a store that fails says so there)."""
+        with self._read_lock:
+            if run_id not in self._keys:
+                try:
+                    self._keys[run_id] = sorted(client.get_run(run_id).data.metrics)
+                except Exception:
+                    return []
+            return self._keys[run_id]
 
     def history(self, client, run_id: str, metric: str) -> list[tuple[int, float]]:
         key = (run_id, metric)
@@ -219,9 +249,11 @@ class Claims:
     def _claim(self, check: ClaimCheck) -> Claim:
         ev = self.evidence(check.contract_id)
         text = ev.claim if ev is not None else ""
-        if not text:
+        study = str(ev.written("study", "")) if ev is not None else ""
+        if not text or not study:
             loaded = self.contract(check.contract_id)
-            text = loaded.contract.claim if loaded else ""
+            text = text or (loaded.contract.claim if loaded else "")
+            study = study or (loaded.contract.study if loaded else "")
         return Claim(
             check.contract_id,
             text,
@@ -243,6 +275,8 @@ class Claims:
             shared_runs={k: list(v) for k, v in (getattr(check, "shared_runs", {}) or {}).items()},
             regime_left=getattr(check, "regime_left", None),
             **_design_flags(ev),
+            study=study,
+            certified=check.certified,
         )
 
     def evidence(self, contract_id: str) -> Evidence | None:
@@ -292,9 +326,49 @@ class Claims:
         histories, note = {}, None
         if ev is not None:
             histories, note = self._histories(ev, metrics)
-        return ContractView(claim, ev, contract, metrics, histories, note)
+        curves, final_only = curve_metrics(metrics, histories)
+        return ContractView(
+            claim,
+            ev,
+            contract,
+            metrics,
+            histories,
+            note,
+            curves,
+            final_only,
+            self._predecessor(claim),
+        )
+
+    def _predecessor(self, claim: Claim) -> Predecessor | None:
+        """The change from the contract this claim supersedes: the two contract files' YAML mappings
+        compared field by field."""
+        if not claim.supersedes:
+            return None
+        mappings = []
+        for cid in (claim.supersedes, claim.contract_id):
+            data, why = self.contract_yaml(cid)
+            if data is None:
+                return Predecessor(claim.supersedes, [], why)
+            mappings.append(data)
+        return Predecessor(claim.supersedes, contract_diff(*mappings))
+
+    def contract_yaml(self, contract_id: str) -> tuple[dict | None, str | None]:
+        """The contract file's YAML mapping as written (None and why, when there is none)."""
+        from gates.contract import MAX_CONTRACT_BYTES, load_yaml
+
+        loaded = self.contract(contract_id)
+        path = loaded.path if loaded is not None else self.contracts_dir / f"{contract_id}.yaml"
+        try:
+            data, _ = load_yaml(Path(path), MAX_CONTRACT_BYTES)
+        except UserError as err:
+            return None, f"{contract_id}: {err.render()}"
+        if not isinstance(data, dict):
+            return None, f"{path} holds no YAML mapping"
+        return data, None
 
     def _histories(self, ev: Evidence, metrics: list[str]):
+        """Every metric's history for each run of the evidence: those the decision reads and the
+        rest the run logged (train and validation curves included)."""
         client, why = self.store.client()
         if client is None:
             return {}, why
@@ -305,7 +379,9 @@ class Claims:
             if not run_id:
                 continue
             try:
-                series = {m: self.store.history(client, run_id, m) for m in metrics}
+                logged = self.store.metric_keys(client, run_id)
+                wanted = list(dict.fromkeys(metrics + logged))
+                series = {m: self.store.history(client, run_id, m) for m in wanted}
             except Exception as e:
                 return (
                     histories,
@@ -359,6 +435,36 @@ def _plotted_metrics(contract, ev: Evidence | None) -> list[str]:
             arm = next((a for a in arms if term.startswith(a + ".")), None)
             names.append(term[len(arm) + 1 :] if arm else term.split(".", 1)[-1])
     return list(dict.fromkeys(names))
+
+
+MIN_CURVE_STEPS = 3  # a metric logged at fewer steps in every run is a final value, not a curve
+SPLITS = ("train", "val", "validation", "test")  # metric prefixes shown side by side, in this order
+
+
+def curve_metrics(
+    first: list[str], histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]]
+) -> tuple[list[str], list[str]]:
+    """(the metrics drawn as curves, those logged at too few steps to be one). Grouped by what they
+    measure, a metric's train, validation and test versions side by side (train_loss, val_loss,
+    test_loss); the groups of the metrics in `first` (the decision's) lead, the rest follow by name."""
+    steps: dict[str, int] = {}
+    for series in histories.values():
+        for metric, points in series.items():
+            steps[metric] = max(steps.get(metric, 0), len(points))
+    logged = [m for m in dict.fromkeys(first + sorted(steps)) if steps.get(m)]
+
+    def stem(metric: str) -> str:
+        head, _, rest = metric.partition("_")
+        return rest if head in SPLITS and rest else metric
+
+    def split(metric: str) -> int:
+        head = metric.partition("_")[0]
+        return SPLITS.index(head) if head in SPLITS and stem(metric) != metric else len(SPLITS)
+
+    groups = list(dict.fromkeys(stem(m) for m in logged))
+    ordered = sorted(logged, key=lambda m: (groups.index(stem(m)), split(m), m))
+    curves = [m for m in ordered if steps[m] >= MIN_CURVE_STEPS]
+    return curves, [m for m in ordered if steps[m] < MIN_CURVE_STEPS]
 
 
 CODE_FILES_TTL = (

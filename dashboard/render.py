@@ -11,25 +11,51 @@ from datetime import datetime, timezone
 from urllib.parse import quote
 
 from gates.dashboard import svg
+from gates.dashboard.board import (
+    FLAGS,
+    SORTS,
+    VERDICTS,
+    BoardQuery,
+    Entry,
+    flags_of,
+    select,
+    shown_verdict,
+)
+from gates.dashboard.conditions import (
+    OTHER_SIDE,
+    Bar,
+    Row,
+    difference,
+    holding_side,
+    label,
+    sentence,
+    short_names,
+    term_values,
+)
+from gates.dashboard.conditions import rows as condition_rows
 from gates.dashboard.data import Claim, ContractView, finite
+from gates.dashboard.diff import ADDED, REMOVED, shown
 from gates.dashboard.svg import e
 from gates.record import ConditionRecord, Evidence, RunRecord, describe_regime, describe_shared
 
-CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+# form-action 'self': the board's filter form submits (GET) to the dashboard itself, nowhere else
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'self'"
 
 
 @dataclass(frozen=True)
 class Links:
-    """Where the index and a contract page are, seen from the page being rendered."""
+    """Where the index and a contract page are, seen from the page being rendered; `served`: pages
+    answered by `gates dashboard`, whose board filters by query string (static files cannot)."""
 
     index: str
     contract_fmt: str
+    served: bool = False
 
     def contract(self, contract_id: str) -> str:
         return self.contract_fmt.format(quote(contract_id, safe=""))
 
 
-SERVER = Links("/", "/contract/{}")
+SERVER = Links("/", "/contract/{}", served=True)
 STATIC_INDEX = Links("index.html", "contract/{}.html")
 STATIC_CONTRACT = Links("../index.html", "{}.html")
 
@@ -56,6 +82,22 @@ svg .yl{text-anchor:end}svg .xl{text-anchor:middle;font-size:10px}
 svg .xs{text-anchor:start;font-size:10px}svg .xe{text-anchor:end;font-size:10px}svg .n{fill:#666}svg .lg{font-size:11px}
 svg .frame{fill:#fff;stroke:#bbb}svg .grid{stroke:#eee}svg .thr{stroke-dasharray:6 4;stroke-width:1.4}
 svg .fut{stroke:#666;stroke-dasharray:2 3;stroke-width:1.4}svg .halt{stroke:#d50000;stroke-width:2.5;fill:none}
+svg .g5{stroke-dasharray:8 3 2 3;stroke-width:2}svg .conv{fill:#ffd54f;fill-opacity:.22;stroke:none}
+.m{display:inline-block;padding:1px 7px;border-radius:9px;font-weight:600;color:#fff;white-space:nowrap}
+.m-supports,.m-sound{background:#2e7d32}.m-refutes{background:#c62828}.m-undetermined{background:#ef8f00}
+.m-invalidates{background:#6d4c41}tr.moot td{color:#777}tr.moot .m{opacity:.55}
+td.m-cell{min-width:130px}.landed{display:block;font-size:12px;margin-top:2px}
+.wide{overflow-x:auto;max-width:100%}table.conditions td,table.controls td{font-size:13px}
+td.seeds{min-width:140px;max-width:240px;overflow-wrap:anywhere}td.test{min-width:150px}
+td.label,td.metric{overflow-wrap:anywhere;min-width:80px}.lbl{white-space:nowrap}
+td.verdict{max-width:340px}details.shared summary{cursor:pointer}
+.charts{display:flex;flex-wrap:wrap;gap:8px 16px}.charts figure{margin:0;width:600px}
+form.board{background:#fff;border:1px solid #ddd;padding:8px 12px;margin:8px 0;display:flex;flex-wrap:wrap;
+gap:6px 16px;align-items:center}form.board label{white-space:nowrap}form.board input[type=search]{width:260px}
+tr.versions>td{background:#f5f5f5;padding:2px 8px}tr.versions table{margin:4px 0 4px 16px}
+.flag{display:inline-block;padding:0 6px;border-radius:8px;font-size:11px;border:1px solid #90a4ae;color:#37474f}
+.flag-certified{border-color:#2e7d32;color:#2e7d32}.flag-problem{border-color:#c62828;color:#c62828}
+table.diff td.old{background:#fbe9e7}table.diff td.new{background:#e8f5e9}table.diff td{max-width:520px}
 """
 
 
@@ -95,6 +137,7 @@ def verdict_cell(c: Claim, links: Links) -> str:
         out = f'<span class="v v-withdrawn">withdrawn</span> <s class="small">{e(c.verdict or "-")}</s>'
     else:
         out = verdict_badge(c.verdict)
+    out += flag_badges(c)
     notes = []
     if c.attempts > 1:
         earlier = "; ".join(_clip(x) for x in c.earlier)
@@ -119,9 +162,9 @@ def verdict_cell(c: Claim, links: Links) -> str:
             for x, runs in sorted(c.shared_runs.items())
         )
         n = len(c.shared_runs)
-        notes.append(
-            f'<span class="shared" title="{e(describe_shared(c.shared_runs))}">shares runs with {n} other '
-            f"contract{'s' if n != 1 else ''}: {others}</span>"
+        notes.append(  # folded: the list is long where a claim shares runs with several
+            f'<details class="shared" title="{e(describe_shared(c.shared_runs))}"><summary>shares '
+            f"runs with {n} other contract{'s' if n != 1 else ''}</summary>{others}</details>"
         )
     if c.not_run:
         notes.append(f'<span class="not-run">not run as designed: {e(", ".join(c.not_run))}</span>')
@@ -133,16 +176,28 @@ def verdict_cell(c: Claim, links: Links) -> str:
         notes.append(
             f'<span class="tuning-edge">tuning stopped at an edge: {_list_brief(c.tuning_edges)}</span>'
         )
-    if c.stale:
-        study = [f for f in c.stale_files if not f.startswith("gates/")]
-        platform = len(c.stale_files) - len(study)
+    if c.stale:  # in brief: the files are on the contract page (and in the title)
+        n = len(c.stale_files)
+        count = f" ({n} file{'s' if n != 1 else ''})" if n else ""
         notes.append(
-            f'<span class="stale">stale: {e(", ".join(study) or "")}'
-            f"{e(', ' if study and platform else '')}{e(f'{platform} in gates/' if platform else '')}</span>"
+            f'<span class="stale" title="{e(", ".join(c.stale_files))}">stale{e(count)}</span>'
         )
     if c.rule_flags:
         notes.append(f'<span class="older">recorded under older rules ({len(c.rule_flags)})</span>')
-    return out + "".join(f'<br><span class="small">{n}</span>' for n in notes)
+    return out + "".join(f'<div class="small">{n}</div>' for n in notes)
+
+
+def flag_badges(c: Claim) -> str:
+    """Small badges beside a verdict: certified, and each problem code a claim that is not lost
+    carries (a lost claim lists its problems in the verify column)."""
+    out = []
+    if c.certified:
+        out.append(f'<span class="flag flag-certified" title="{e(c.certified)}">certified</span>')
+    if c.check != "lost":
+        for p in c.problems:
+            code = getattr(p, "code", "problem")
+            out.append(f'<span class="flag flag-problem" title="{e(p)}">{e(code)}</span>')
+    return "".join(f" {x}" for x in out)
 
 
 INDEX_TEXT = 160  # characters of one free-text note (an attempt's reason) shown on the index
@@ -169,16 +224,54 @@ def _regime_left_brief(left, links: Links) -> str:
     )
 
 
-def history_notes(c: Claim, links: Links) -> str:
-    """A contract page's notes on its history and code: attempts, withdrawal, supersedes chain, a regime
-    left by a superseded sibling, stale code with the files, rules the recorded contract predates."""
-    out = []
-    if c.attempts > 1:
-        items = "".join(f"<li>{e(x)}</li>" for x in c.earlier)
-        out.append(
-            f'<div class="note attempts">Attempt {e(c.attempts)} at this claim in the claims history '
-            f'(runs/INDEX.jsonl); earlier:<ul class="small">{items}</ul></div>'
+def record_flags(c: Claim) -> str:
+    """What the check says of the claim, field by field: the board's flags, its attempts on the
+    claims history, its problems with their codes (`unlinked_successor` and the like, lost or not),
+    its certification, staleness and the rules it predates (their details follow)."""
+    flags = flags_of(c)
+    rows = [
+        (
+            "flags",
+            " ".join(f'<span class="flag flag-{e(f)}">{e(f)}</span>' for f in flags) or "none",
+        ),
+        (
+            "attempts",
+            f"{e(c.attempts)} on the claims history (runs/INDEX.jsonl)"
+            + (
+                '<ul class="small attempts">'
+                + "".join(f"<li>earlier: {e(x)}</li>" for x in c.earlier)
+                + "</ul>"
+                if c.earlier
+                else ""
+            ),
+        ),
+    ]
+    if c.problems:
+        items = "".join(
+            f'<li><code class="code">{e(getattr(p, "code", "-"))}</code> {e(p)}</li>'
+            for p in c.problems
         )
+        rows.append(("problems", f'<ul class="small problems">{items}</ul>'))
+    rows.append(
+        (
+            "certified",
+            e(c.certified)
+            if c.certified
+            else "no: its runs were not re-run under today's code (<code>gates certify</code>)",
+        )
+    )
+    if c.stale:
+        n = len(c.stale_files)
+        rows.append(("stale", f"yes: {n} changed file{'s' if n != 1 else ''} (listed below)"))
+    if c.rule_flags:
+        rows.append(("older rules", f"{len(c.rule_flags)} (listed below)"))
+    return '<dl class="record">' + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows) + "</dl>"
+
+
+def history_notes(c: Claim, links: Links) -> str:
+    """A contract page's notes on its history and code: withdrawal, supersedes chain, a regime left by
+    a superseded sibling, stale code with the files, rules the recorded contract predates."""
+    out = []
     if c.withdrawn:
         out.append(
             f'<p class="lost">Withdrawn: {e(c.withdrawal or "")}. The claim is no longer made; its record '
@@ -212,37 +305,120 @@ def history_notes(c: Claim, links: Links) -> str:
     return "".join(out)
 
 
-def index_page(claims: list[Claim], links: Links, footer: str) -> str:
+CLAIM_SHOWN = 180  # characters of a claim's text on the board (the whole text in its title)
+
+
+def index_page(
+    claims: list[Claim], links: Links, footer: str, query: BoardQuery = BoardQuery()
+) -> str:
+    """The board: counts over every claim, the filter form (served pages only: a static file has no
+    server to filter it), and the rows the query selects, superseded versions folded under the
+    newest version of their chain."""
     counts = {}
     for c in claims:
-        shown = "withdrawn" if c.withdrawn else (c.verdict or "pending")
+        shown = shown_verdict(c)
         counts[shown] = counts.get(shown, 0) + 1
     lost = sum(c.check == "lost" for c in claims)
     summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-    rows = "".join(
-        f'<tr id="row-{e(c.contract_id)}"><td class="id">'
-        f'<a href="{e(links.contract(c.contract_id))}">{e(c.contract_id)}</a></td>'
-        f'<td>{e(c.claim)}</td><td class="verdict">{verdict_cell(c, links)}</td>'
-        f'<td class="date">{e((c.created_at or "-")[:10])}</td><td>{hash_cell(c.hash_status)}</td>'
-        f"<td>{check_cell(c)}</td></tr>"
-        for c in claims
+    entries = select(claims, query)
+    listed = len(entries) + sum(len(x.folded) for x in entries)
+    folded = sum(len(x.folded) for x in entries)
+    what = f"{listed} of {len(claims)} contracts match" if query.narrows else "every contract"
+    fold_note = (
+        f"; {folded} superseded version{'s' if folded != 1 else ''} folded under "
+        f"{'their successors' if folded != 1 else 'its successor'}"
+        if folded
+        else ""
     )
+    rows = "".join(_board_row(x, links) for x in entries)
     lost_note = (
         f'<p class="lost">{lost} claim{"s" if lost != 1 else ""} lost {"their" if lost != 1 else "its"} '
         f"evidence (see the verify column).</p>"
         if lost
         else ""
     )
+    board = (
+        _board_form(claims, counts, query, links)
+        if links.served
+        else '<p class="small">This static copy lists every claim; <code>gates dashboard</code> '
+        "serves the same board with search, filters (verdict, study, flags) and sorting.</p>"
+    )
     body = (
-        f"<h1>Claims</h1><p>{len(claims)} contracts: {e(summary) or 'none'}.</p>{lost_note}"
-        f'<table class="claims"><thead><tr><th>contract</th><th>claim</th><th>verdict</th><th>recorded</th>'
-        f"<th>contract hash</th><th>verify</th></tr></thead><tbody>{rows}</tbody></table>"
+        f"<h1>Claims</h1><p>{len(claims)} contracts: {e(summary) or 'none'}.</p>{lost_note}{board}"
+        f'<p class="small listed">Listed: {e(what)}{e(fold_note)}.</p>'
+        f'<table class="claims"><thead><tr><th>contract</th><th>claim</th><th>verdict</th>'
+        f"<th>recorded</th><th>contract hash</th><th>verify</th></tr></thead><tbody>{rows}</tbody>"
+        f"</table>"
         f'<p class="small">Hash: the contract file\'s sha256 against the one its evidence recorded. Check: '
         f"the evidence, the contract and the claims history, as <code>gates status</code> checks them; "
         f"<code>gates verify</code> (run in CI) also re-derives every verdict from the recorded "
         f"per-seed metrics.</p>"
     )
     return page("Claims", body, links, footer)
+
+
+def _claim_row(c: Claim, links: Links) -> str:
+    return (
+        f'<tr id="row-{e(c.contract_id)}"><td class="id">'
+        f'<a href="{e(links.contract(c.contract_id))}">{e(c.contract_id)}</a>'
+        f'<br><span class="small study">{e(c.study or "-")}</span></td>'
+        f'<td>{_clip(c.claim, CLAIM_SHOWN)}</td><td class="verdict">{verdict_cell(c, links)}</td>'
+        f'<td class="date">{e((c.created_at or "-")[:10])}</td><td>{hash_cell(c.hash_status)}</td>'
+        f"<td>{check_cell(c)}</td></tr>"
+    )
+
+
+def _board_row(entry: Entry, links: Links) -> str:
+    """A claim's row and, in a row of their own under it, its superseded versions folded away."""
+    out = _claim_row(entry.claim, links)
+    if entry.folded:
+        n = len(entry.folded)
+        inner = "".join(_claim_row(c, links) for c in entry.folded)
+        out += (
+            f'<tr class="versions" id="versions-{e(entry.claim.contract_id)}"><td colspan="6">'
+            f'<details><summary class="small">{n} earlier version{"s" if n != 1 else ""} '
+            f"({e(', '.join(c.contract_id for c in entry.folded))})</summary>"
+            f'<table class="claims folded"><tbody>{inner}</tbody></table></details></td></tr>'
+        )
+    return out
+
+
+def _board_form(
+    claims: list[Claim], verdicts: dict[str, int], query: BoardQuery, links: Links
+) -> str:
+    """The board's GET form (each verdict with its count): submitting it loads the board with its
+    query string."""
+
+    def options(values: list[str], chosen: str, everything: str, counts: dict | None = None) -> str:
+        out = [f'<option value=""{"" if chosen else " selected"}>{e(everything)}</option>']
+        for v in values:
+            n = f" ({counts.get(v, 0)})" if counts is not None else ""
+            out.append(
+                f'<option value="{e(v)}"{" selected" if v == chosen else ""}>{e(v)}{n}</option>'
+            )
+        return "".join(out)
+
+    studies = sorted({c.study for c in claims if c.study})
+    flags = "".join(
+        f'<label><input type="checkbox" name="flag" value="{e(f)}"'
+        f"{' checked' if f in query.flags else ''}> {e(words)}</label>"
+        for f, words in FLAGS.items()
+    )
+    sorts = "".join(
+        f'<option value="{e(k)}"{" selected" if k == query.sort else ""}>{e(words)}</option>'
+        for k, words in SORTS.items()
+    )
+    return (
+        f'<form class="board" method="get" action="{e(links.index)}" role="search">'
+        f'<label>search <input type="search" name="q" value="{e(query.text)}" '
+        f'placeholder="id or claim text"></label>'
+        f'<label>verdict <select name="verdict">{options(list(VERDICTS), query.verdict, "any", verdicts)}'
+        f"</select></label>"
+        f'<label>study <select name="study">{options(studies, query.study, "any")}</select></label>'
+        f"<span>{flags}</span>"
+        f'<label>sort <select name="sort">{sorts}</select></label>'
+        f'<button type="submit">apply</button> <a href="{e(links.index)}">clear</a></form>'
+    )
 
 
 def not_found_page(what: str, links: Links, footer: str) -> str:
@@ -269,7 +445,9 @@ def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str)
         f"<h1>{e(c.contract_id)} {verdict_badge('withdrawn' if c.withdrawn else c.verdict)}</h1>",
         f"<blockquote>{e(c.claim)}</blockquote>",
         f"<p>Contract hash: {hash_cell(c.hash_status)}; verify: {check_cell(c)}</p>",
+        record_flags(c),
         history_notes(c, links),
+        _changes(view, links),
     ]
     if ev is None:
         if not c.withdrawn:
@@ -287,8 +465,8 @@ def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str)
         _reasons(ev),
         _not_run(ev),
         _beyond_ceiling(ev),
-        _conditions(ev),
         _controls(ev),
+        _conditions(ev),
         _lost(ev),
         _curves(view),
         _gate5(ev),
@@ -296,6 +474,34 @@ def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str)
         _provenance(ev, mlflow_ui),
     ]
     return page(c.contract_id, "".join(parts), links, footer)
+
+
+def _changes(view: ContractView, links: Links) -> str:
+    """What changed from the contract this one supersedes, field by field (old -> new)."""
+    before = view.predecessor
+    if before is None:
+        return ""
+    head = (
+        f'<h2>Changes from <a href="{e(links.contract(before.contract_id))}">'
+        f"{e(before.contract_id)}</a></h2>"
+    )
+    if before.note:
+        return f'{head}<p class="note">No comparison: {e(before.note)}</p>'
+    if not before.changes:
+        return f"{head}<p>The two contract files hold the same fields and values.</p>"
+    rows = "".join(
+        f'<tr class="{e(x.kind)}"><td><code>{e(x.path)}</code></td><td>{e(x.kind)}</td>'
+        f'<td class="old">{e(shown(x.old)) if x.kind != ADDED else ""}</td>'
+        f'<td class="new">{e(shown(x.new)) if x.kind != REMOVED else ""}</td></tr>'
+        for x in before.changes
+    )
+    return (
+        f'{head}<p class="small">The two contract files\' YAML compared field by field '
+        f"({len(before.changes)} change{'s' if len(before.changes) != 1 else ''}).</p>"
+        f'<div class="wide"><table class="diff"><thead><tr><th>field</th><th>change</th>'
+        f"<th>{e(before.contract_id)}</th><th>this contract</th></tr></thead><tbody>{rows}"
+        f"</tbody></table></div>"
+    )
 
 
 def _attempt(ev: Evidence) -> str:
@@ -415,36 +621,137 @@ def _beyond_ceiling(ev: Evidence) -> str:
     )
 
 
-def _condition_row(cond: ConditionRecord) -> str:
-    values = "<br>".join(
-        f"{e(term)}: {', '.join(_num(v) for v in vals)}" for term, vals in cond.values.items()
+def _arms(ev: Evidence) -> list[str]:
+    return list(ev.settings.arm_configs)
+
+
+def _condition_row(row: Row, moot: bool) -> str:
+    """One condition (or a supported_if condition with its refuted_if mirror) as a table row: what it
+    compares (arm, metric, bar), what its result means for the claim (coloured by that, not by holds
+    or fails), the arms' values apart from the margin beyond the bar, the interval against the bar,
+    the test and the per-seed values."""
+    first, bar, meaning = row.first, row.bar, row.meaning
+    names = short_names(first, bar)
+    labels = " + ".join(
+        f'<span class="lbl" title="{e(r.description)}">{e(label(r))}</span>' for r in row.records
     )
-    interval = f"[{_num(cond.ci_low)}, {_num(cond.ci_high)}]" if cond.ci_low is not None else "-"
-    log = '<br><span class="small scale">log scale</span>' if cond.scale == "log" else ""
-    control = f' <span class="small">({e(cond.control)} control)</span>' if cond.control else ""
+    kind = e(first.kind or "-") + (f"; {e(first.control)} control" if first.control else "")
     estimand = (
-        f'<br><span class="small estimand">estimates: {e(cond.estimand)}</span>'
-        if cond.estimand
+        f'<br><span class="small estimand">estimates: {e(first.estimand)}</span>'
+        if first.estimand
         else ""
     )
-    note = f'<br><span class="small">{e(cond.note)}</span>' if cond.note else ""
-    reason = f'<br><span class="small">{e(cond.test_reason)}</span>' if cond.test_reason else ""
-    interval_svg = svg.condition_interval(cond.as_dict())  # svg draws from plain JSON
+    landed = row.landed if row.merged else sentence(first)
+    moot_note = (
+        '<br><span class="small">does not decide: the verdict is invalid</span>' if moot else ""
+    )
+    log = '<br><span class="small scale">log scale</span>' if first.scale == "log" else ""
+    interval = f"[{_num(first.ci_low)}, {_num(first.ci_high)}]" if first.ci_low is not None else "-"
+    right = holding_side(first)
+    interval_svg = svg.condition_interval(
+        first.as_dict(),  # svg draws from plain JSON
+        colour=svg.MEANING_COLOUR[meaning],
+        right=right,
+        left=OTHER_SIDE[right],
+    )
+    arms, metrics = _terms_cells(bar)
+    mirror = ""
+    if row.merged:
+        # the mirror's operator and bar; all of it where it names the terms the other way round
+        head, other = first.description.split(" ", 1)[0], row.records[1].description
+        mirror = other[len(head) + 1 :] if other.startswith(head + " ") else other
+        mirror = f'<br><span class="small mirror">mirror: <code>{e(mirror)}</code></span>'
     return (
-        f"<tr><td>{e(cond.list_name)}[{e(cond.index)}]: <code>{e(cond.description)}</code>{control}"
-        f"{estimand}{note}</td>"
-        f'<td class="o-{e(cond.outcome)}">{e(cond.outcome)}</td><td>{interval_svg}</td>'
-        f'<td class="num">{_num(cond.estimate)}{log}</td><td class="num">{interval}{log}</td>'
-        f'<td class="num">{_num(cond.p_hold_adj)}</td><td class="num">{_num(cond.p_fail_adj)}</td>'
-        f'<td class="small adjustment">{e(cond.adjustment or "-")}</td>'
-        f'<td>{e(cond.test)}{reason}</td><td class="small">{values}</td></tr>'
+        f'<tr class="{"moot" if moot else ""}" data-meaning="{e(meaning)}">'
+        f'<td class="label">{labels}<br><span class="small kind">{kind}</span>{estimand}</td>'
+        f'<td class="m-cell"><span class="m m-{e(meaning)}">{e(meaning)}</span>'
+        f'<span class="landed">{e(landed)}</span>{moot_note}</td>'
+        f'<td class="arm">{arms}</td><td class="metric">{metrics}</td>'
+        f'<td class="bar"><code>{e(_bar_text(bar))}</code>{mirror}</td>'
+        f'<td class="num value">{_values_cell(first, names)}</td>'
+        f'<td class="num margin">{_signed(first.estimate)}{log}</td>'
+        f'<td>{interval_svg}<br><span class="small interval">{interval}</span>{log}</td>'
+        f'<td class="small test">{_test_cell(row)}</td>'
+        f'<td class="small seeds">{_seeds_cell(first, names)}</td></tr>'
+    )
+
+
+def _terms_cells(bar: Bar) -> tuple[str, str]:
+    """(arm cell, metric cell): a threshold's arm; a compare's arm and the arm it is compared with;
+    a trend's arms in order."""
+    arms = list(dict.fromkeys(a for a, _ in bar.terms))
+    metrics = list(dict.fromkeys(m for _, m in bar.terms))
+    joint = " &gt; " if bar.op is None else " vs "
+    return (
+        joint.join(f"<code>{e(a)}</code>" for a in arms) or "-",
+        " vs ".join(f"<code>{e(m)}</code>" for m in metrics) or "-",
+    )
+
+
+def _bar_text(bar: Bar) -> str:
+    return f"{bar.op} {bar.bar}" if bar.op else "monotone trend"
+
+
+def _signed(x) -> str:
+    if not finite(x):
+        return _num(x)
+    return ("+" if x > 0 else "") + svg.fmt(x)
+
+
+def _values_cell(record: ConditionRecord, names: dict[str, str]) -> str:
+    """Each term's value across seeds (its mean; the geometric mean on a log scale), and a compare's
+    raw difference (ratio) of the two before any margin."""
+    centre = "geometric mean" if record.scale == "log" else "mean"
+    values = term_values(record)
+    lines = [
+        (f'<span class="small">{e(names.get(v.term, v.term))}</span> ' if len(values) > 1 else "")
+        + _num(v.centre)
+        + (f' <span class="small">({centre} of {v.seeds})</span>' if v.seeds else "")
+        for v in values
+    ]
+    diff = difference(record)
+    if diff is not None:
+        a, op, b, value = diff
+        shown = svg.fmt(value) if op == "/" else _signed(value)
+        lines.append(
+            f'<span class="small">{e(names.get(a, a))} {op} {e(names.get(b, b))} =</span> {shown}'
+        )
+    return "<br>".join(lines) or "-"
+
+
+def _test_cell(row: Row) -> str:
+    """The test, each record's adjusted p-values, and (folded) why the test and how adjusted."""
+    first = row.first
+    out = [e(first.test)]
+    for r in row.records:
+        who = f"{e(label(r))}: " if row.merged else ""
+        out.append(f"{who}p adj holds {_num(r.p_hold_adj)}, fails {_num(r.p_fail_adj)}")
+    more = []
+    if first.test_reason:
+        more.append(e(first.test_reason))
+    if first.note:
+        more.append(e(first.note))
+    for r in row.records:
+        who = f"{e(label(r))}: " if row.merged else ""
+        more.append(f'<span class="adjustment">{who}adjusted: {e(r.adjustment or "-")}</span>')
+    return "<br>".join(out) + (
+        f"<details><summary>why, how adjusted</summary>{'<br>'.join(more)}</details>"
+    )
+
+
+def _seeds_cell(record: ConditionRecord, names: dict[str, str]) -> str:
+    """Each term's per-seed values (named where there are several terms)."""
+    one = len(record.values) == 1
+    return "<br>".join(
+        ("" if one else f"{e(names.get(term, term))}: ") + ", ".join(_num(v) for v in vals)
+        for term, vals in record.values.items()
     )
 
 
 CONDITION_HEAD = (
-    "<thead><tr><th>condition</th><th>outcome</th><th>interval against the bar</th><th>estimate</th>"
-    "<th>interval</th><th>p(holds) adj</th><th>p(fails) adj</th><th>adjusted</th><th>test</th>"
-    "<th>per-seed values</th></tr></thead>"
+    "<thead><tr><th>condition</th><th>outcome: what it means</th><th>arm</th><th>metric</th>"
+    "<th>bar</th><th>value across seeds</th><th>margin beyond the bar</th>"
+    "<th>interval against the bar</th><th>test</th><th>per-seed values</th></tr></thead>"
 )
 
 
@@ -469,20 +776,33 @@ def families(ev: Evidence) -> str:
 
 
 def _conditions(ev: Evidence) -> str:
-    rows = "".join(_condition_row(cond) for cond in ev.conditions)
+    moot = ev.verdict == "invalid"
+    rows = "".join(_condition_row(row, moot) for row in condition_rows(ev.conditions, _arms(ev)))
     log = any(c.scale == "log" for c in ev.conditions + ev.controls)
     scale = (
-        " A log-scale condition's estimate and interval are on the log scale: exp(estimate) is the factor by "
-        "which the bar is cleared."
+        " A log-scale condition's margin and interval are on the log scale: exp(margin) is the "
+        "factor by which the bar is cleared."
         if log
         else ""
     )
+    invalid = (
+        '<p class="lost">The verdict is invalid: these conditions were computed but decide nothing '
+        "(see the controls and the reasons above).</p>"
+        if moot
+        else ""
+    )
     return (
-        f'<h2>Conditions</h2><p class="small families">{families(ev)}</p><p class="small">Each condition\'s '
-        f"effect beyond its bar (threshold or margin; &gt; 0 means it holds), what it estimates, with its "
-        f"two-sided interval at 1 &minus; 2&alpha; (an exact test shows the per-seed range of the effect); under "
-        f"each test, why it was used.{scale} The black line is the bar; green side: holds.</p>"
-        f'<table class="conditions">{CONDITION_HEAD}<tbody>{rows}</tbody></table>'
+        f'<h2>Conditions</h2>{invalid}<p class="small families">{families(ev)}</p>'
+        f'<p class="small">Colours say what a result means for the claim: a supported_if condition '
+        f"that holds supports it and one that fails refutes it; a refuted_if condition that holds "
+        f"refutes it and one that fails rules that refutation out. A condition and its mirror (the "
+        f"same arm, metric and bar in refuted_if) share a row that says which side of the bar the "
+        f"result landed on. Value: each arm's metric across seeds; margin: how far beyond the bar "
+        f"(threshold, or the compared arm plus its margin) the estimate lies, &gt; 0 on the side "
+        f"where the condition holds; the interval is two-sided at 1 &minus; 2&alpha; (an exact "
+        f"test shows the per-seed range of the effect).{scale}</p>"
+        f'<div class="wide"><table class="conditions">{CONDITION_HEAD}<tbody>{rows}</tbody></table>'
+        f"</div>"
     )
 
 
@@ -490,57 +810,123 @@ def _controls(ev: Evidence) -> str:
     controls = ev.controls
     if not controls:
         return ""
+    rows = "".join(_condition_row(row, False) for row in condition_rows(controls, _arms(ev)))
+    broken = [c for c in controls if c.outcome != "holds"]
+    verdict = (
+        f'<p class="lost">{len(broken)} control{"s" if len(broken) != 1 else ""} '
+        f"{'do' if len(broken) != 1 else 'does'} not hold: the verdict is invalid.</p>"
+        if broken
+        else ""
+    )
     return (
-        '<h2>Controls</h2><p class="small">Each must hold for the experiment to be interpretable (each tested at '
-        "&alpha;: all must hold, an intersection-union test; a control fails in the controls' own Holm family); "
-        "one that fails or cannot be settled makes the verdict invalid.</p>"
-        f'<table class="controls">{CONDITION_HEAD}<tbody>{"".join(_condition_row(c) for c in controls)}</tbody></table>'
+        f"<h2>Controls</h2>{verdict}"
+        '<p class="small">Each must hold for the experiment to be interpretable (each tested at '
+        "&alpha;: all must hold, an intersection-union test; a control fails in the controls' own "
+        "Holm family); one that fails or cannot be settled invalidates the verdict.</p>"
+        f'<div class="wide"><table class="controls">{CONDITION_HEAD}<tbody>{rows}</tbody></table>'
+        f"</div>"
     )
 
 
 def _curves(view: ContractView) -> str:
+    """A chart per metric the runs logged: per arm the mean across seeds with its band, arms
+    overlaid, with what applies to the metric drawn over them."""
     ev, contract = view.evidence, view.contract
     out = ["<h2>Learning curves</h2>"]
     if view.store_note:
         out.append(f'<p class="note">{e(view.store_note)}</p>')
     if not view.histories:
         return "".join(out)
-    arms = list(ev.settings.arm_configs) or sorted({a for a, _ in view.histories})
-    halts = [(r.arm, r.seed) for r in ev.runs if r.status == "halted"]
+    arms = _arms(ev) or sorted({a for a, _ in view.histories})
     if contract is None:
         out.append(
-            '<p class="note">The contract file is missing or was edited after the evidence: decision '
-            "thresholds and stop rules are not drawn.</p>"
+            '<p class="note">The contract file is missing or was edited after the evidence: stop '
+            "rules (futility, convergence) are not drawn; the bars and gate 5 come from the "
+            "evidence.</p>"
         )
-    for metric in view.metrics:
-        thresholds, futility = [], []
-        if contract is not None:
-            from gates.contract import Threshold
-
-            thresholds = [
-                (cond.arm, cond.value)
-                for _, _, cond in contract.conditions()
-                if isinstance(cond, Threshold) and cond.metric == metric
-            ]
-            futility = [r.model_dump() for r in contract.stop_rules.futility if r.metric == metric]
+    seeds = len(ev.settings.seeds)
+    out.append(
+        f'<p class="small">Each arm: the mean over its seeds at each step (line) and a band from '
+        f"the lowest to the highest seed (min-max, not &plusmn;1 sd; {seeds} "
+        f"seed{'s' if seeds != 1 else ''} per arm, fewer where a run stopped early). Dashed: a "
+        f"condition's or control's bar on the metric (arm colour); dash-dot with a diamond: the "
+        f"falsifiable point (gate 5).</p>"
+    )
+    bars = _threshold_bars(ev)
+    figures = []
+    for metric in view.curve_metrics:
+        marks = _marks(view, metric, bars)
+        chart = svg.learning_curves(
+            metric, arms, svg.arm_bands(view.histories, metric, arms), marks
+        )
+        notes = _curve_notes(view, metric, marks)
+        caption = f'<figcaption class="small">{"; ".join(notes)}</figcaption>' if notes else ""
+        figures.append(f"<figure>{chart}{caption}</figure>")
+    out.append(f'<div class="charts">{"".join(figures)}</div>')
+    if view.final_only:
         out.append(
-            f"<figure>{svg.learning_curves(metric, arms, view.histories, thresholds, futility, halts)}"
+            f'<p class="small final-only">Logged at too few steps to draw (final values in the runs '
+            f"table): {e(', '.join(view.final_only))}.</p>"
         )
-        notes = [_rule_text(r) for r in futility] + [f"{e(a)} seed {e(s)} halted" for a, s in halts]
-        conv = contract.convergence if contract is not None else None
-        if conv is not None and conv.metric == metric:
-            still = [f"{r.arm} seed {r.seed}" for r in ev.runs if r.converged is False]
-            notes.append(
-                e(
-                    f"convergence: over the last {conv.window} steps an improvement above "
-                    f"{conv.max_rel_improvement:.2%} means not converged; still improving: "
-                    f"{', '.join(still) or 'none'}"
-                )
-            )
-        if notes:
-            out.append(f'<figcaption class="small">{"; ".join(notes)}</figcaption>')
-        out.append("</figure>")
     return "".join(out)
+
+
+def _threshold_bars(ev: Evidence) -> dict[str, list[tuple[str, float, str]]]:
+    """metric -> (arm, bar, what it is) of every threshold condition and control: one per mirror
+    pair (they share the bar)."""
+    out: dict[str, list[tuple[str, float, str]]] = {}
+    for records in (ev.conditions, ev.controls):
+        for row in condition_rows(records, _arms(ev)):
+            if row.bar.threshold is None:
+                continue
+            arm, metric = row.bar.terms[0]
+            what = " + ".join(label(r) for r in row.records)
+            out.setdefault(metric, []).append(
+                (arm, row.bar.threshold, f"{what}: {row.first.description}")
+            )
+    return out
+
+
+def _marks(view: ContractView, metric: str, bars: dict) -> svg.Marks:
+    """What is drawn over a metric's curves: the bars on it, gate 5, the contract's futility rules
+    and convergence window, and each halted run's last point."""
+    ev, contract = view.evidence, view.contract
+    fp = ev.falsifiable_point
+    gate5 = (
+        {"arm": fp.arm, "threshold": fp.threshold, "by_step": fp.by_step, "direction": fp.direction}
+        if fp is not None and fp.metric == metric
+        else None
+    )
+    futility, window = [], None
+    if contract is not None:
+        futility = [r.model_dump() for r in contract.stop_rules.futility if r.metric == metric]
+        conv = contract.convergence
+        if conv is not None and conv.metric == metric:
+            end = ev.settings.budget.steps
+            window = (max(0, end - conv.window), end)
+    halts = []
+    for r in ev.runs:
+        points = view.histories.get((r.arm, r.seed), {}).get(metric, [])
+        if r.status == "halted" and points:
+            halts.append((r.arm, r.seed, *points[-1]))
+    return svg.Marks(bars.get(metric, []), gate5, futility, halts, window)
+
+
+def _curve_notes(view: ContractView, metric: str, marks: svg.Marks) -> list[str]:
+    ev, contract = view.evidence, view.contract
+    notes = [_rule_text(r) for r in marks.futility]
+    notes += [f"{e(a)} seed {e(s)} halted at step {e(step)}" for a, s, step, _ in marks.halts]
+    conv = contract.convergence if contract is not None else None
+    if conv is not None and conv.metric == metric:
+        still = [f"{r.arm} seed {r.seed}" for r in ev.runs if r.converged is False]
+        notes.append(
+            e(
+                f"convergence: over the last {conv.window} steps an improvement above "
+                f"{conv.max_rel_improvement:.2%} means not converged; still improving: "
+                f"{', '.join(still) or 'none'}"
+            )
+        )
+    return notes
 
 
 def _rule_text(r: dict) -> str:

@@ -151,7 +151,7 @@ class Handler(BaseHTTPRequestHandler):
         path = unquote(urlsplit(self.path).path)
         try:
             if path in ("/", "/index.html"):
-                status, html = HTTPStatus.OK, self.site.index()
+                status, html = HTTPStatus.OK, self.site.index(query=urlsplit(self.path).query)
             elif path.startswith("/contract/"):
                 contract_id = path[len("/contract/") :].removesuffix(".html")
                 html = self.site.contract(contract_id)

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from gates.dashboard import render
+from gates.dashboard.board import BoardQuery
 from gates.dashboard.data import Claims, Store
 from gates.dashboard.svg import e
 from gates.record import atomic_write_text
@@ -35,8 +36,12 @@ class Site:
             f"MLflow store {e(self.store.uri)}{found}, MLflow UI {e(self.mlflow_ui)}."
         )
 
-    def index(self, links: render.Links = render.SERVER) -> str:
-        return render.index_page(list(self.claims.all().values()), links, self.footer())
+    def index(self, links: render.Links = render.SERVER, query: str = "") -> str:
+        """The board; `query`: the request's query string (search, filters, sort); a static page
+        lists every claim."""
+        return render.index_page(
+            list(self.claims.all().values()), links, self.footer(), BoardQuery.parse(query)
+        )
 
     def contract(self, contract_id: str, links: render.Links = render.SERVER) -> str | None:
         """The contract page, or None when there is no such contract."""

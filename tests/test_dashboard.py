@@ -143,20 +143,27 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
         len(ev["conditions"]) == 8 and len(estimated) == 4
     )  # the halted arms have no completed seed
     table = conditions_table(html)
-    assert table.count('<svg class="condition-interval"') == 4 and table.count("no estimate") == 4
+    # each supported_if condition shares its row with its refuted_if mirror: 4 rows, 2 on halted arms
+    assert table.count("data-meaning=") == 4 and table.count('class="small mirror"') == 4
+    assert table.count('<svg class="condition-interval"') == 2 and table.count("no estimate") == 2
     controls = ev.get("controls", [])  # the subheap arms' positive controls: not halted, estimated
-    assert html.count('<svg class="condition-interval"') == 4 + sum(
+    assert html.count('<svg class="condition-interval"') == 2 + sum(
         c["estimate"] is not None for c in controls
     )
-    assert (
-        html.count('<svg class="learning-curve"') == 2
-    )  # test_acc (decision, gate 5), train_acc (futility)
+    # a chart per metric the runs logged, the decision's (test_acc, gate 5) group first; train and
+    # validation curves among them
+    charts = re.findall(r'aria-label="learning curves of ([^"]+)"', html)
+    assert {"test_acc", "train_acc", "val_acc", "train_loss", "val_loss"} <= set(charts)
+    assert charts.index("test_acc") < charts.index("train_loss")
     assert "futility look at step 40" in html and "futility bar: worse than 0.5" in html
     halted = [r for r in ev["runs"] if r["status"] == "halted"]
     assert {r["arm"] for r in halted} == {"flat_address", "path_only"}
     for r in halted:
         assert f"{r['arm']} seed {r['seed']} halted at step 40" in html
-    assert "decision threshold on subheap_kernel: 0.95" in html
+    # the bars drawn come from the evidence: one per mirrored pair; gate 5 where its metric is
+    assert "supported_if[0] + refuted_if[0]: subheap_kernel.test_acc &gt;= 0.95" in html
+    assert html.count('<g class="gate5">') == 1
+    assert "gate 5: subheap_kernel.test_acc &gt;= 0.95 by step 60" in html
     # which test each condition got and why; the halted arms' values listed as lost; gate 3 measured
     assert "sign (exact)" in html and "the t-test&#x27;s normality cannot hold" in html
     assert "<h2>Lost values</h2>" in html and "flat_address.test_acc seed 0: halted" in html
@@ -198,7 +205,7 @@ def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_pat
     assert f"MLflow store sqlite:///{clone / 'mlflow.db'} not found" in html
     assert (
         '<svg class="learning-curve"' not in html
-        and conditions_table(html).count('<svg class="condition-interval"') == 8
+        and conditions_table(html).count('<svg class="condition-interval"') == 4  # mirrors merged
     )
     assert "v-inconclusive" in row(site.index(), "c05-small")
     assert not (clone / "mlflow.db").exists()
@@ -222,7 +229,7 @@ def test_edited_contract_is_flagged(project, tmp_path):
     finally:
         os.chdir(cwd)
     assert "edited after evidence" in row(html, "c05-small") and "LOST" in row(html, "c05-small")
-    assert "thresholds and stop rules are not drawn" in contract
+    assert "stop rules (futility, convergence) are not drawn" in contract
     assert '<svg class="learning-curve"' in contract  # the curves still come from the store
     assert "http://mlflow.example:5000/#/experiments/" in contract
 
@@ -249,9 +256,11 @@ def test_static_report_has_every_page_with_relative_links(static_report):
         page = (out / "contract" / f"{cid}.html").read_text()
         assert 'href="../index.html"' in page
     assert "&lt;script&gt;" in index and "<script" not in index
-    assert (out / "contract" / "c05-small.html").read_text().count(
-        '<svg class="learning-curve"'
-    ) == 2
+    charts = re.findall(
+        r'aria-label="learning curves of ([^"]+)"',
+        (out / "contract" / "c05-small.html").read_text(),
+    )
+    assert charts[0] == "train_acc" and {"test_acc", "train_loss", "val_loss"} <= set(charts)
 
 
 # ---------------------------------------------------------------------------------- real browser
@@ -292,15 +301,19 @@ def check_in_browser(page, dialogs, index_url: str, shots: Path, name: str):
     page.wait_for_load_state()
     assert "markup-claim" in page.url
     assert page.locator("h1").inner_text().startswith("markup-claim")
-    assert (
-        page.locator("table.conditions svg.condition-interval").count() == 4
-    )  # 8 conditions, 4 on halted arms
+    # 8 conditions in 4 rows (each with its mirror), 2 of them on halted arms
+    assert page.locator("table.conditions svg.condition-interval").count() == 2
     curves = page.locator("svg.learning-curve")
-    assert curves.count() == 2 and curves.first.bounding_box()["width"] > 500
-    assert page.locator("svg.learning-curve polyline").count() == 2 * 8  # 2 metrics x 8 runs
-    assert page.locator("svg.learning-curve path.halt").count() == 2 * (
-        4 + 1
-    )  # 4 halts + legend, per chart
+    assert curves.count() >= 5 and curves.first.bounding_box()["width"] > 500
+    loss = page.locator('svg.learning-curve[aria-label="learning curves of train_loss"]')
+    # one mean per arm and its band across the 2 seeds, arms overlaid; 4 halts and their legend
+    arms = ["flat_address", "path_only", "subheap_kernel", "path_subheap_kernel"]
+    assert sorted(
+        loss.locator("path.mean").evaluate_all("ps => ps.map(p => p.dataset.arm)")
+    ) == sorted(arms)
+    assert loss.locator("path.band").count() == 4
+    assert loss.locator("path.halt").count() == 4 + 1
+    assert "halted run" in loss.text_content() and "gate 5" not in loss.text_content()
     shot = shots / f"{name}-contract.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")

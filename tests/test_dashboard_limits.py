@@ -88,7 +88,7 @@ def test_an_answer_nobody_reads_is_cut_at_its_deadline(site, capfd):
     """A page far larger than the socket buffers, to a client that reads nothing."""
 
     class Huge(Site):
-        def index(self):
+        def index(self, **kw):
             return "x" * 40_000_000
 
     huge = Huge(site.claims.runs_dir, site.claims.contracts_dir, site.store.uri, site.mlflow_ui)

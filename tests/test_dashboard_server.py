@@ -204,7 +204,7 @@ def test_a_page_that_fails_to_render_is_a_500_without_a_traceback(site, capfd):
     with the server's file paths; the log keeps the details on one line."""
 
     class Broken(Site):
-        def index(self):
+        def index(self, **kw):
             raise RuntimeError("the runs folder vanished")
 
     broken = Broken(

@@ -1,8 +1,9 @@
 """Review plots for a contract's parent MLflow run (matplotlib, PNG, no display needed).
 
 - learning curves: per metric the decision, the falsifiable point, a futility rule or the convergence
-  rule names, one line per arm x seed, with the decision's thresholds, the futility bars, the halt
-  points, the convergence window and the runs still improving at its end marked;
+  rule names, one line per arm x seed, with the decision's thresholds, the falsifiable point's bar up
+  to its step, the futility bars, the halt points, the convergence window and the runs still
+  improving at its end marked; the title's legend names only the marks drawn;
 - condition intervals: every condition's effect with its interval against zero (its margin).
 """
 
@@ -38,6 +39,8 @@ def learning_curves(
     metrics = plotted_metrics(contract)
     arms = list(contract.arms)
     colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arms)}
+    gate5 = contract.preflight.falsifiable_point
+    drawn: dict[str, str] = {}  # mark -> its legend entry: the title names only what is drawn
     fig, axes = plt.subplots(len(metrics), 1, figsize=(8, 3.2 * len(metrics)), squeeze=False)
     for ax, metric in zip(axes[:, 0], metrics):
         for (arm, seed), series in histories.items():
@@ -55,16 +58,23 @@ def learning_curves(
         for _, _, c in contract.conditions():
             if isinstance(c, Threshold) and c.metric == metric:
                 ax.axhline(c.value, color=colours[c.arm], ls="--", lw=0.8)
+                drawn["thr"] = "dashed: decision thresholds"
+        if gate5.metric == metric:  # the falsifiable point: the arm's bar up to its step
+            ax.plot([0, gate5.by_step], [gate5.threshold] * 2, color=colours[gate5.arm], ls="-.")
+            ax.plot(gate5.by_step, gate5.threshold, marker="D", color=colours[gate5.arm])
+            drawn["gate5"] = "dash-dot to a diamond: gate 5"
         for rule in contract.stop_rules.futility:
             if rule.metric == metric:
                 ax.axvline(rule.at_step, color="grey", ls=":", lw=0.8)
                 if rule.worse_than is not None:
                     ax.axhline(rule.worse_than, color="grey", ls=":", lw=0.8)
+                drawn["fut"] = "dotted: futility"
         for r in records:
             if r["status"] == "halted" and (r["arm"], r["seed"]) in histories:
                 points = histories[(r["arm"], r["seed"])].get(metric, [])
                 if points:
                     ax.plot(*points[-1], marker="x", ms=9, color="red")
+                    drawn["halt"] = "x: halt"
         conv = contract.convergence
         if conv is not None and conv.metric == metric:
             end = contract.budget.steps
@@ -76,22 +86,22 @@ def learning_curves(
                 lw=0,
                 label=f"convergence window ({conv.window} steps)",
             )
+            drawn["conv"] = "shaded: convergence window"
             for r in (
                 records
             ):  # a completed run still improving at its end: an open circle on its last point
                 points = histories.get((r["arm"], r["seed"]), {}).get(metric, [])
                 if r.get("converged") is False and points:
                     ax.plot(*points[-1], marker="o", ms=9, mfc="none", color="darkorange")
+                    drawn["still"] = "o: not converged"
         ax.set_title(metric, fontsize=10)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     if handles:
         axes[0, 0].legend(fontsize=8, loc="best")
-    legend = "dashed: decision thresholds; dotted: futility; x: halt"
-    if contract.convergence is not None:
-        legend += "; shaded: convergence window; o: not converged"
-    fig.suptitle(f"{contract.id}: learning curves ({legend})", fontsize=10)
+    legend = f" ({'; '.join(drawn.values())})" if drawn else ""
+    fig.suptitle(f"{contract.id}: learning curves{legend}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
