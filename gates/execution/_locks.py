@@ -12,11 +12,19 @@ import fcntl
 import os
 from pathlib import Path
 
-from gates.errors import UserError
+from gates.errors import UserError, storage_error
 
 
 def lock_path(runs_root: Path, contract_id: str) -> Path:
     return Path(runs_root) / f".{contract_id}.lock"
+
+
+def _unwritable(e: OSError, path: Path) -> None:
+    """A full disk or a read-only runs folder is a StorageError naming the lock file (exit 1, as
+    wherever else a run cannot write), not bad input."""
+    found = storage_error(e, path)
+    if found is not None:
+        raise found from e
 
 
 @contextlib.contextmanager
@@ -26,6 +34,7 @@ def contract_lock(runs_root: Path, contract_id: str):
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
+        _unwritable(e, path)
         raise UserError(
             f"cannot create the runs folder ({e.strerror or e}); expected a writable folder "
             f"(--runs-dir)",
@@ -35,6 +44,7 @@ def contract_lock(runs_root: Path, contract_id: str):
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o666)
         except OSError as e:
+            _unwritable(e, path)
             raise UserError(
                 f"cannot create the lock file of {contract_id} ({e.strerror or e}); expected a "
                 f"writable runs folder (--runs-dir)",

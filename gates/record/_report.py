@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-from gates.errors import UserError
+from gates.errors import UserError, storage_error
 from gates.record._attempts import describe as describe_attempt
 from gates.record._evidence import (
     EVIDENCE,
@@ -53,7 +53,10 @@ def write_evidence(runs_root: Path, evidence: Evidence | dict) -> Path:
             with atomic_writer(folder / EVIDENCE) as record:
                 record.write(evidence_text)
             # evidence.json is in place here; verdict.md replaces the old one as this block ends
-    except OSError as e:
+    except OSError as e:  # the folder (atomic_writer raises a StorageError for the files)
+        found = storage_error(e, folder)
+        if found is not None:  # a full disk or a read-only folder: exit 1, not bad input
+            raise found from e
         why = (
             "it is not a folder"
             if isinstance(e, (FileExistsError, NotADirectoryError))

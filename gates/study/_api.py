@@ -329,8 +329,9 @@ class Study:
 
     def setup_missing(self, config: StudyConfig) -> str | None:
         """What re-running this arm here would first have to build that a run's recorded seconds do not
-        include (e.g. a cached teacher to train, minutes), else None. Audits choose runs by their recorded
-        seconds, so they leave such runs out and name why; `gates run` builds it."""
+        include (e.g. a cached teacher to train, minutes), else None. Audits stop a re-run at its reports
+        when their time cannot finish it, which cannot stop a setup before the first report, so they
+        leave such runs out and name why; `gates run` builds it."""
         return None
 
     def run(self, config: StudyConfig, seed: int, reporter: Reporter) -> dict[str, float]:
