@@ -307,6 +307,8 @@ def test_kill_mid_run_loses_no_finished_run(workdir):
     finished_ids = []
     for line in proc.stdout:  # wait for two finished runs, then kill without warning
         event = json.loads(line)
+        if event["event"] != "run":  # a progress event follows each run's
+            continue
         finished_ids.append(event["mlflow_run_id"])
         if len(finished_ids) == 2:
             os.kill(proc.pid, signal.SIGKILL)

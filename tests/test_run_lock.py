@@ -95,7 +95,18 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
             f"error: another gates run of c05-lock is in progress (pid {first.pid}; lock "
             f"{Path('runs') / '.c05-lock.lock'}); wait for it to finish, or stop it and run again"
         ]
-        assert second.stdout == ""  # it trained nothing
+        # it trained nothing: under --json its stdout is the error as one JSON object, no run event
+        assert [json.loads(line) for line in second.stdout.splitlines()] == [
+            {
+                "error": {
+                    "code": "user_error",
+                    "message": second.stderr.strip()[len("error: ") :],
+                    "file": None,
+                    "line": None,
+                    "field": None,
+                }
+            }
+        ]
     finally:
         first.kill()  # SIGKILL: no clean-up of any kind
         first.wait(timeout=30)

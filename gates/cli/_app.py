@@ -4,8 +4,10 @@ dashboard, report, schema, studies, data.
 Commands that only list (`--help`, `status`, `studies`) import no study and no verdict engine: they
 answer in a fraction of a second (benchmarks/cli_latency.py).
 
-Exit codes: 0 success; 1 a claim lost its evidence (verify) or a run was interrupted; 2 bad input
-(a one-line error naming file:line: field: what is expected, never a traceback).
+Exit codes: 0 success; 1 a claim lost its evidence (verify), a run was interrupted, or a full disk or
+an unwritable file or store (one line naming it: gates.errors.storage_error); 2 bad input (a one-line
+error naming file:line: field: what is expected, never a traceback). Under --json an error is also one
+JSON object on stdout ({"error": {"code", "message", ...}}, main()).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,7 +24,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from gates.errors import UserError
+from gates.errors import UserError, UserErrors
 from gates.record import describe_stale
 
 if TYPE_CHECKING:
@@ -31,6 +35,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},  # inherited by every command
     help="Falsification-gated experiments: a hypothesis contract fixes, before any training step, what "
     "result would support or refute a claim; `gates run` trains its arms x seeds into MLflow, halts "
     "hopeless runs and writes an honest verdict with its evidence to runs/<id>/.",
@@ -41,6 +46,29 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 from gates.cli._data import data_app  # noqa: E402  (no heavy imports: stdlib + typer)
 
 app.add_typer(data_app, name="data")
+
+
+def _print_version(asked: bool) -> None:
+    if asked:
+        from gates import __version__
+
+        print(f"gates {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False,
+        "--version",
+        is_eager=True,
+        callback=_print_version,
+        help="Print the version (gates X.Y.Z) and exit.",
+    ),
+):
+    # no docstring: the app's help is the Typer's `help=`, which a callback's docstring would replace
+    pass
+
 
 RUNS_DIR = typer.Option(
     Path("runs"), "--runs-dir", help="Where evidence is written and read (committed)."
@@ -108,7 +136,16 @@ def new(
 
 @app.command()
 def check(
-    contract: Path = typer.Argument(..., help="Contract YAML file."), runs_dir: Path = RUNS_DIR
+    contract: Path = typer.Argument(..., help="Contract YAML file."),
+    runs_dir: Path = RUNS_DIR,
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print the report as one JSON object: id, sha256, claim, study, arms, seeds, budget, "
+        "preflight (per arm: params, flops and their ratios to the baseline; notes), gates, "
+        "seeds_for_80pct_power, decision, sequential, tuning, controls, notes, rule_flags, errors "
+        "(the preflight's refusals, as error objects) and ready; exit 2 when not ready.",
+    ),
 ):
     """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
     each condition can reach significance with its seeds), without training anything. A contract with
@@ -124,6 +161,81 @@ def check(
     require_current_rules(loaded, runs_dir)
     c = loaded.contract
     report = preflight(loaded)
+    power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
+    notes = exact_test_notes(c.decision, len(c.seeds), loaded.study.metrics) + linear_skew_notes(
+        c.decision, loaded.study.metrics
+    )
+    flags = rule_flags(loaded)
+    if as_json:
+        print(json.dumps(_check_json(loaded, report, power, notes, flags), indent=2))
+        if report.errors:
+            raise _ReportedErrors(report.errors)
+        return
+    _print_check(loaded, report, power, notes, flags)
+    if report.errors:
+        raise UserErrors(report.errors)
+    out.print("[green]ready to run[/]")
+
+
+class _ReportedErrors(UserErrors):
+    """Errors a command's --json output already holds: main() says them on stderr only (and exits 2),
+    so that stdout stays one JSON document."""
+
+
+def _looks(c) -> list[dict]:
+    """A sequential contract's looks: seeds, the alpha each spends and in all, and whether the look could
+    stop the claim supported ("yes", "t_test_only": not when values tie or sit at a bound, "no")."""
+    from gates.inference import spent, supportable
+
+    looks = []
+    for n, (cum, here) in zip(
+        c.sequential.looks, spent(c.sequential.spending, c.sequential.looks, c.decision.alpha)
+    ):
+        t_ok, exact_ok = (supportable(c.decision, n, here, exact) for exact in (False, True))
+        stop = "yes" if exact_ok else "t_test_only" if t_ok else "no"
+        looks.append({"seeds": n, "alpha": here, "alpha_spent": cum, "could_stop_supported": stop})
+    return looks
+
+
+def _check_json(loaded, report, power, notes: list[str], flags: list[str]) -> dict:
+    from gates.inference import json_safe
+
+    c = loaded.contract
+    return json_safe(
+        {
+            "id": c.id,
+            "sha256": loaded.sha256,
+            "claim": c.claim,
+            "study": c.study,
+            "arms": list(c.arms),
+            "seeds": list(c.seeds),
+            "budget": {"steps": c.budget.steps, "eval_every": c.budget.eval_every},
+            "preflight": report.as_dict(),  # measured: per arm params, flops, ratios; notes
+            "gates": c.preflight.model_dump(mode="json"),  # declared: the five gates
+            "seeds_for_80pct_power": power,
+            "decision": {
+                "alpha": c.decision.alpha,
+                "alpha_explicit": "alpha" in c.decision.model_fields_set,
+                "evaluation": c.decision.evaluation,
+                "supported_if": len(c.decision.supported_if),
+                "refuted_if": len(c.decision.refuted_if),
+                "ways_to_refute": len(c.conditions()),
+            },
+            "sequential": None
+            if c.sequential is None
+            else {"spending": c.sequential.spending, "looks": _looks(c)},
+            "tuning": None if c.tuning is None else c.tuning.model_dump(mode="json"),
+            "controls": [ctl.control for ctl in c.controls],
+            "notes": notes,
+            "rule_flags": flags,
+            "errors": [e.as_dict() for e in report.errors],
+            "ready": not report.errors,
+        }
+    )
+
+
+def _print_check(loaded, report, power, notes: list[str], flags: list[str]) -> None:
+    c = loaded.contract
     out.print(f"[bold]{c.id}[/]  sha256 {loaded.sha256}")
     out.print(f"claim: {c.claim}", markup=False)
     out.print(
@@ -153,7 +265,6 @@ def check(
         f"{pa.size:g}: {pa.statement}",
         markup=False,
     )
-    power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
     if pa.sd is not None:
         out.print(
             f"  with sd {pa.sd:g} per seed: {power or 'more than 1000'} seeds per arm for 80% power at "
@@ -194,24 +305,18 @@ def check(
         f"Holm-corrected at alpha)"
     )
     if c.sequential is not None:
-        from gates.inference import spent, supportable
-
         out.print(
             f"sequential: {len(c.sequential.looks)} looks, {c.sequential.spending} spending (Lan-DeMets; "
             f"each look tested at the alpha it spends, union bound over looks)",
             markup=False,
         )
-        for k, (n, (cum, here)) in enumerate(
-            zip(
-                c.sequential.looks,
-                spent(c.sequential.spending, c.sequential.looks, c.decision.alpha),
-            )
-        ):
-            t_ok, exact_ok = (supportable(c.decision, n, here, exact) for exact in (False, True))
+        for k, look in enumerate(_looks(c)):
+            stop = look["could_stop_supported"]
             out.print(
-                f"  look {k + 1}: {n} seeds, alpha {here:.4g} here ({cum:.4g} spent in all); could stop "
-                f"supported here: {'yes' if exact_ok else 'only if the t-test applies' if t_ok else 'no'}"
-                f"{'' if exact_ok else ' (values that tie or sit at a bound need the exact test)' if t_ok else ''}",
+                f"  look {k + 1}: {look['seeds']} seeds, alpha {look['alpha']:.4g} here "
+                f"({look['alpha_spent']:.4g} spent in all); could stop supported here: "
+                f"{'only if the t-test applies' if stop == 't_test_only' else stop}"
+                f"{' (values that tie or sit at a bound need the exact test)' if stop == 't_test_only' else ''}",
                 markup=False,
             )
     for i, ctl in enumerate(c.controls):
@@ -219,17 +324,10 @@ def check(
             f"control {i} ({ctl.control}): must hold (tested at alpha), else the verdict is invalid",
             markup=False,
         )
-    for note in exact_test_notes(
-        c.decision, len(c.seeds), loaded.study.metrics
-    ) + linear_skew_notes(c.decision, loaded.study.metrics):
+    for note in notes:
         out.print(note, markup=False)
-    for flag in rule_flags(loaded):
+    for flag in flags:
         out.print(f"recorded under older rules: {flag}", markup=False)
-    if report.errors:
-        from gates.errors import UserErrors
-
-        raise UserErrors(report.errors)
-    out.print("[green]ready to run[/]")
 
 
 @app.command()
@@ -262,7 +360,8 @@ def run(
     as_json: bool = typer.Option(
         False,
         "--json",
-        help="Print JSON lines (one per run, then what was reused, then the verdict) for machines.",
+        help="Print JSON lines for machines: per run a `run` event and a `progress` event (done, "
+        "planned, reused, not_run, elapsed_s, eta_s), then what was reused, then the verdict.",
     ),
     optuna_storage: str | None = typer.Option(
         None,
@@ -290,6 +389,18 @@ def run(
         help="With --storage: Optuna heartbeat interval in seconds; "
         "a job silent for 3x this long is failed and re-enqueued.",
     ),
+    executor: str = typer.Option(
+        "local",
+        "--executor",
+        help="Where the jobs run: `local` (this process, one at a time) or `ray` (Ray tasks on a "
+        "local Ray instance, or on the cluster at --ray-address; pip install 'treeheap-gates[ray]').",
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="With --executor ray: the cluster to use (`auto`, HOST:6379, ray://HOST:10001); "
+        "default: a new local Ray instance on this machine's cores.",
+    ),
     fetch: bool = typer.Option(
         False,
         "--fetch",
@@ -309,6 +420,7 @@ def run(
     from gates.record import REPRODUCE, plan_recording, resolve_uri
     from gates.study import cpu_threads, recorded_threads
 
+    _check_executor(executor, ray_address, storage)
     loaded = _load(contract)
     _require_in_contracts(loaded, contracts_dir)
     check_existing_evidence(
@@ -331,7 +443,7 @@ def run(
         )
     if fetch:
         _fetch_corpora(loaded, err if as_json else out)  # under --json, stdout stays JSON lines
-    progress = _JsonProgress() if as_json else _RichProgress(loaded)
+    progress = _JsonProgress(loaded) if as_json else _RichProgress(loaded)
     signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
         with progress, cpu_threads(threads):
@@ -351,6 +463,10 @@ def run(
                 )
                 if outcome is None:
                     return
+            elif executor == "ray":
+                outcome = _run_ray(
+                    loaded, uri, runs_dir, ray_address, fresh, progress, optuna_storage, recording
+                )
             else:
                 outcome = execute(
                     loaded,
@@ -367,6 +483,7 @@ def run(
             "interrupted: finished runs are kept in MLflow and are reused by the next `gates run`; "
             "no evidence was written"
             + ("; queued jobs stay queued for the workers" if storage else "")
+            + ("; the Ray tasks still running were cancelled" if executor == "ray" else "")
         )
         raise typer.Exit(130) from None
     evidence = outcome.evidence
@@ -404,8 +521,57 @@ def run(
             markup=False,
             highlight=False,
         )
+        if outcome.mlflow_note:  # the supersession is recorded; only its MLflow view is missing
+            out.print(outcome.mlflow_note, markup=False, highlight=False)
     if outcome.reproduction is not None and not outcome.reproduction.reproduces:
         raise typer.Exit(1)
+
+
+EXECUTORS = ("local", "ray")
+
+
+def _check_executor(executor: str, ray_address: str | None, storage: str | None) -> None:
+    """--executor and its flags, before the contract is read: one line each (exit 2)."""
+    from gates.errors import did_you_mean
+
+    if executor not in EXECUTORS:
+        raise UserError(
+            f"{executor!r}{did_you_mean(executor, EXECUTORS)}; expected one of {', '.join(EXECUTORS)}",
+            field="--executor",
+        )
+    if ray_address is not None and executor != "ray":
+        raise UserError("applies only with --executor ray", field="--ray-address")
+    if executor == "ray":
+        if storage is not None:
+            raise UserError(
+                "--storage runs the jobs on `gates worker`s, --executor ray as Ray tasks: expected "
+                "one of them",
+                field="--executor",
+            )
+        from gates.execution import import_ray
+
+        import_ray()  # not installed: one line naming the extra
+
+
+def _run_ray(loaded, uri, runs_dir, address, fresh, progress, optuna_storage, recording):
+    from gates.execution import RayJobError, run_ray
+
+    try:
+        return run_ray(
+            loaded,
+            uri,
+            runs_dir,
+            address=address,
+            fresh=fresh,
+            progress=progress,
+            optuna_storage=optuna_storage,
+            recording=recording,
+        )
+    except RayJobError as e:  # the platform's own error in a task: said in one line, exit 1
+        if isinstance(progress, _JsonProgress):
+            print(json.dumps({"error": {"code": e.code, "message": str(e)}}), flush=True)
+        err.print(f"error: {e}", markup=False, highlight=False)
+        raise typer.Exit(1) from None
 
 
 def _require_in_contracts(loaded, contracts_dir: Path) -> None:
@@ -603,11 +769,19 @@ def verify(
         "--audit-seconds",
         min=0,
         help="Spot-check audit: re-run "
-        "randomly chosen completed arm x seed runs of the contracts not "
-        "replayed in CI, as many as their recorded seconds fit in this "
-        "budget; a run whose metrics do not reproduce within the contract's "
-        "replay tolerance loses its claim. The choice is seeded from the "
-        "git commit and printed.",
+        "completed arm x seed runs of the contracts this verify does not "
+        "replay, in an order seeded from the git commit (printed) that "
+        "nothing recorded steers, for this many seconds; a run whose metrics "
+        "do not reproduce within the contract's replay tolerance loses its "
+        "claim, a run the time left cannot finish is stopped early and "
+        "named unaudited, the runs not reached are counted.",
+    ),
+    audit_strict: bool = typer.Option(
+        False,
+        "--audit-strict",
+        help="Also fail when the audit stopped a "
+        "run it started for lack of time (unaudited; without it, only "
+        "reported).",
     ),
     audit_seed: int | None = typer.Option(
         None,
@@ -628,7 +802,9 @@ def verify(
     """Fail (exit 1) when a claim lost its evidence: contract edited after the fact, evidence missing or
     malformed, a verdict that no longer reproduces (from its metrics, by replay or by audit), or a claims
     history (runs/INDEX.jsonl) that was rewritten or does not vouch for the evidence (changed or gone
-    without an entry). Withdrawn claims pass as withdrawn; stale claims are reported (--strict-code: fail)."""
+    without an entry). Withdrawn claims pass as withdrawn; stale claims are reported (--strict-code: fail),
+    as are runs the audit stopped for lack of time (--audit-strict: fail)."""
+    from gates.verify import UNAUDITED
     from gates.verify import verify as verify_claims
 
     def log(
@@ -654,6 +830,7 @@ def verify(
     )
     lost = [c for c in checks if c.status == "lost"]
     withdrawn = [c for c in checks if c.status == "withdrawn"]
+    unaudited = [c for c in checks if UNAUDITED in c.codes]
     if as_json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
@@ -681,8 +858,13 @@ def verify(
             f"{held} of {len(checks) - len(withdrawn)} claims hold their evidence"
             + (f"; {len(withdrawn)} withdrawn" if withdrawn else "")
             + (f"; lost: {', '.join(c.contract_id for c in lost)}" if lost else "")
+            + (
+                f"; unaudited runs in: {', '.join(c.contract_id for c in unaudited)}"
+                if unaudited
+                else ""
+            )
         )
-    if lost:
+    if lost or (audit_strict and unaudited):
         raise typer.Exit(1)
 
 
@@ -865,7 +1047,8 @@ def status(
     ),
 ):
     """A table of every contract: verdict (withdrawn, superseded), date, whether its hash still matches its
-    evidence, whether its code changed since (stale, naming the files), rules it predates, problems.
+    evidence, whether its code changed since (stale, naming the files), rules it predates, problems
+    (narrower than 120 columns: one block per contract, its id whole, each line cut to the width).
     Read from runs/*/evidence.json, the contracts' hashes and the claims history (runs/INDEX.jsonl),
     without importing any study: rules a contract predates are those its evidence recorded, and the
     re-derivation of each verdict is `gates verify`'s (or `--full`)."""
@@ -909,31 +1092,15 @@ def status(
             )
         )
         return
-    table = Table("contract", "verdict", "recorded", "hash ok", "code", "notes and problems")
-    for c in checks:
-        hash_ok = {True: "yes", False: "no", None: "-"}[
-            c.hash_ok
-        ]  # None: not compared (no or unreadable evidence)
-        shown = c.verdict or c.status  # evidence that cannot be read is "lost", never "pending"
-        if c.withdrawn:
-            shown = f"withdrawn ({c.verdict or '-'})"
-        elif c.superseded_by:
-            shown = f"{shown} (superseded)"
-        code = (
-            f"stale: {describe_stale(c.stale_files, shown=0)}"
-            if c.stale
-            else ("current" if c.created_at else "-")
-        )
-        notes = [
-            n for n in _claim_notes(c, describe_stale, short=True) if not n.startswith("stale")
-        ]
-        if c.problems:
-            more = f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
-            notes.append(c.problems[0][:100] + ("..." if len(c.problems[0]) > 100 else "") + more)
-        table.add_row(
-            c.contract_id, shown, (c.created_at or "-")[:10], hash_ok, code, "; ".join(notes)
-        )
-    out.print(table)
+    rows = [_status_row(c) for c in checks]
+    if out.width >= WIDE_STATUS:
+        table = Table("contract", "verdict", "recorded", "hash ok", "code", "notes and problems")
+        for row in rows:
+            code = f"stale: {row.stale_files}" if row.code == "stale" else row.code
+            table.add_row(row.id, row.shown, row.recorded, row.hash_ok, code, "; ".join(row.notes))
+        out.print(table)
+    else:
+        _print_status_blocks(rows, out.width)
     if not full:
         out.print(
             "from the evidence, contract hashes and claims history; `gates verify` also re-derives every "
@@ -941,7 +1108,66 @@ def status(
             markup=False,
             highlight=False,
             style="dim",
+            soft_wrap=False,  # prose: wrapped at the terminal's width
         )
+
+
+# `gates status` below this many columns: one block per claim, as a table's six columns wrap into a
+# line per word there and cut the ids (c05-struct…)
+WIDE_STATUS = 120
+
+
+@dataclass
+class _StatusRow:
+    id: str
+    shown: str  # the verdict, withdrawn or superseded
+    recorded: str  # its date
+    hash_ok: str
+    code: str  # "current", "stale" or "-"
+    stale_files: str  # which files changed, when stale
+    notes: list[str]  # notes, then the first problem
+
+
+def _status_row(c) -> _StatusRow:
+    shown = c.verdict or c.status  # evidence that cannot be read is "lost", never "pending"
+    if c.withdrawn:
+        shown = f"withdrawn ({c.verdict or '-'})"
+    elif c.superseded_by:
+        shown = f"{shown} (superseded)"
+    notes = [n for n in _claim_notes(c, describe_stale, short=True) if not n.startswith("stale")]
+    if c.problems:
+        more = f" (+{len(c.problems) - 1} more)" if len(c.problems) > 1 else ""
+        notes.append(c.problems[0][:100] + ("..." if len(c.problems[0]) > 100 else "") + more)
+    return _StatusRow(
+        c.contract_id,
+        shown,
+        (c.created_at or "-")[:10],
+        {True: "yes", False: "no", None: "-"}[c.hash_ok],  # None: not compared (no evidence)
+        "stale" if c.stale else ("current" if c.created_at else "-"),
+        describe_stale(c.stale_files, shown=0) if c.stale else "",
+        notes,
+    )
+
+
+def _print_status_blocks(rows: list[_StatusRow], width: int) -> None:
+    """One block per claim for a narrow terminal: its id whole, then verdict, date, hash and code on the
+    same line where they fit (else on the next), then one indented line per stale files, note and
+    problem, each cut to the width (`gates status --json` has them whole)."""
+    from rich.text import Text
+
+    def fit(text: str) -> str:
+        return text if len(text) <= width else text[: max(width - 3, 0)] + "..."
+
+    for row in rows:
+        facts = f"{row.shown}  {row.recorded}  hash {row.hash_ok}  code {row.code}"
+        if len(row.id) + 2 + len(facts) <= width:
+            out.print(Text.assemble((row.id, "bold"), f"  {facts}"), highlight=False)
+        else:
+            out.print(Text(row.id, style="bold"), highlight=False)
+            out.print(fit(f"    {facts}"), markup=False, highlight=False)
+        details = ([f"stale: {row.stale_files}"] if row.code == "stale" else []) + row.notes
+        for line in details:
+            out.print(fit(f"    {line}"), markup=False, highlight=False)
 
 
 @app.command()
@@ -954,7 +1180,8 @@ def withdraw(
 ):
     """Withdraw a recorded claim: append a `withdrawn` entry with the reason to runs/INDEX.jsonl. Its
     evidence and contract stay (they may be removed afterwards); status, the dashboard and verify show
-    it as withdrawn, never as lost. Running the contract again records it anew."""
+    it as withdrawn, never as lost. Running the contract again records it anew. Its MLflow parent run
+    is tagged withdrawn (`gates.verdict = withdrawn`) when its store can be reached."""
     from gates.record import (
         EVIDENCE,
         INDEX,
@@ -963,10 +1190,16 @@ def withdraw(
         is_withdrawn,
         latest_entries,
         record_entry,
+        require_index_file,
+        withdraw_claim_run,
     )
 
     if not reason.strip():
         raise UserError("--reason is empty; expected why the claim is withdrawn", field="--reason")
+    try:
+        require_index_file(runs_dir)
+    except ValueError as e:
+        raise UserError(str(e), field="--runs-dir") from None
     latest = latest_entries(runs_dir).get(contract_id)
     evidence = evidence_dir(runs_dir, contract_id) / EVIDENCE
     if latest is None and not evidence.is_file():
@@ -992,6 +1225,10 @@ def withdraw(
         markup=False,
         highlight=False,
     )
+    # after the entry: the claims history is the record, the MLflow parent run's tags only a view
+    note = withdraw_claim_run(evidence, reason.strip())
+    if note:
+        out.print(f"{note}; the withdrawal stands", markup=False, highlight=False)
 
 
 @app.command()
@@ -1119,14 +1356,59 @@ def studies(
     metrics: bool = typer.Option(
         False, "--metrics", help="Show every study's metrics (imports each study, and so torch)."
     ),
+    as_json: bool = typer.Option(
+        False,
+        "--json",
+        help="Print a JSON list, per study: name, class, module, distribution, and with names or "
+        "--metrics its doc and metrics (name -> direction, role, low, high, scale, chance, unit; "
+        "null without: nothing imported); a study that cannot be used has an `error` object.",
+    ),
 ):
     """List the registered studies: name, class and the installed distribution that registers it (from the
     entry-point metadata, nothing imported). With names or --metrics: each study's metrics (name: better
     direction, role, range). A decision may read only `test` and `cost` metrics; stop rules may read any role."""
+    from dataclasses import asdict
+
     from gates.errors import did_you_mean
     from gates.study import StudyError, get_study, study_entries
 
     entries = {e.name: e for e in study_entries()}
+    for name in names or []:
+        if name not in entries:
+            raise UserError(
+                f"unknown study {name!r}{did_you_mean(name, entries)}; registered: "
+                f"{', '.join(entries) or 'none'}",
+                field="NAME",
+            )
+    shown = names or list(entries)
+    rows = [
+        {
+            "name": e.name,
+            "class": e.value,
+            "module": e.value.split(":", 1)[0].strip(),
+            "distribution": e.distribution,
+            "doc": None,
+            "metrics": None,
+        }
+        for e in (entries[n] for n in shown)
+    ]
+    broken = []
+    if names or metrics:  # only then a study is imported
+        for row in rows:
+            try:
+                s = get_study(row["name"])
+            except StudyError as e:
+                broken.append(e)
+                row["error"] = e.as_dict()
+                continue
+            doc = (s.__doc__ or "").strip().splitlines()
+            row["doc"] = doc[0] if doc else ""
+            row["metrics"] = {m: asdict(metric) for m, metric in s.metrics.items()}
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        if broken:
+            raise _ReportedErrors(broken)
+        return
     if not names and not metrics:
         for e in entries.values():
             out.print(
@@ -1141,34 +1423,20 @@ def studies(
             style="dim",
         )
         return
-    for name in names or []:
-        if name not in entries:
-            raise UserError(
-                f"unknown study {name!r}{did_you_mean(name, entries)}; registered: "
-                f"{', '.join(entries) or 'none'}",
-                field="NAME",
-            )
-    broken = []
-    for name in names or list(entries):
-        try:
-            s = get_study(name)
-        except StudyError as e:
-            broken.append(e)
+    for row in rows:
+        if "error" in row:  # could not be used: said after the others
             continue
-        doc = (s.__doc__ or "").strip().splitlines()
-        out.print(f"[bold]{name}[/]: {doc[0] if doc else ''}", highlight=False)
+        out.print(f"[bold]{row['name']}[/]: {row['doc']}", highlight=False)
         out.print(
-            f"  class: {entries[name].value}"
-            + (f" ({entries[name].distribution})" if entries[name].distribution else ""),
+            f"  class: {row['class']}"
+            + (f" ({row['distribution']})" if row["distribution"] else ""),
             markup=False,
             highlight=False,
         )
         out.print("  metrics:", markup=False)
-        for m, metric in s.metrics.items():
+        for m, metric in get_study(row["name"]).metrics.items():
             out.print(f"    {m}: {metric.describe()}", markup=False)
     if broken:
-        from gates.errors import UserErrors
-
         raise UserErrors(broken)
 
 
@@ -1231,8 +1499,81 @@ def _print_verdict(ev: Evidence, runs_dir: Path, outcome=None) -> None:
     )
 
 
+class _Overall:
+    """The whole run's progress, said after each run: runs done of those planned (arms x seeds; a
+    sequential contract may stop at an earlier look: "of at most N"), reused or not run, the time
+    elapsed and about how long is left: the runs left x the pace of the runs trained so far (time since
+    the first started / runs trained, so that on several workers it is their joint pace)."""
+
+    def __init__(self, loaded):
+        c = loaded.contract
+        self.planned = len(loaded.arm_configs) * len(c.seeds)
+        self.at_most = c.sequential is not None
+        self.done = self.reused = self.not_run = 0
+        self.began = time.monotonic()
+        self.first_trained: float | None = None  # when the first run that trains began
+        self.skipped: set[tuple[str, int]] = set()  # runs taken from MLflow or not run
+
+    def start(self, arm, seed, skipped=None) -> None:
+        if skipped is not None:
+            self.skipped.add((arm, seed))
+        elif self.first_trained is None:
+            self.first_trained = time.monotonic()
+
+    def end(self, record) -> None:
+        self.done += 1
+        if (record["arm"], record["seed"]) in self.skipped:
+            if record["status"] == "skipped":  # its arm kept failing (stop_rules.failures)
+                self.not_run += 1
+            else:
+                self.reused += 1
+
+    def eta_s(self) -> float | None:
+        trained = self.done - self.reused - self.not_run
+        if not trained or self.first_trained is None:
+            return None  # no pace yet
+        pace = (time.monotonic() - self.first_trained) / trained
+        return pace * max(self.planned - self.done, 0)
+
+    def as_dict(self) -> dict:
+        eta = self.eta_s()
+        return {
+            "done": self.done,
+            "planned": self.planned,
+            "at_most": self.at_most,
+            "reused": self.reused,
+            "not_run": self.not_run,
+            "elapsed_s": round(time.monotonic() - self.began, 3),
+            "eta_s": None if eta is None else round(eta, 3),
+        }
+
+    def line(self) -> str:
+        counts = ", ".join(
+            [f"{self.reused} reused"] * bool(self.reused)
+            + [f"{self.not_run} not run"] * bool(self.not_run)
+        )
+        text = f"run {self.done} of {'at most ' * self.at_most}{self.planned} done"
+        text += f" ({counts})" if counts else ""
+        text += f"; {_duration(time.monotonic() - self.began)} elapsed"
+        eta = self.eta_s()
+        if eta is not None and self.done < self.planned:
+            text += f"; about {_duration(eta)} left"
+        return text
+
+
+def _duration(seconds: float) -> str:
+    """45s, 1m 20s, 2h 05m."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60:02d}s"
+    return f"{s // 3600}h {s % 3600 // 60:02d}m"
+
+
 class _RichProgress:
-    """One progress bar per arm x seed with the live value of the contract's falsifiable metric."""
+    """One progress bar per arm x seed with the live value of the contract's falsifiable metric, and the
+    whole run's progress (_Overall): a line after each run, or the first bar on a terminal."""
 
     def __init__(self, loaded):
         from rich.progress import (
@@ -1254,6 +1595,10 @@ class _RichProgress:
             disable=not out.is_terminal,
         )
         self.tasks = {}
+        self.overall = _Overall(loaded)
+        self.all_runs = self.bar.add_task(
+            "all runs", total=self.overall.planned, live=self.overall.line()
+        )
 
     def __enter__(self):
         self.bar.__enter__()
@@ -1263,6 +1608,7 @@ class _RichProgress:
         return self.bar.__exit__(*exc)
 
     def start(self, arm, seed, steps, skipped=None):
+        self.overall.start(arm, seed, skipped)
         self.tasks[(arm, seed)] = self.bar.add_task(f"{arm} seed {seed}", total=steps, live="")
         if skipped:
             self.bar.update(self.tasks[(arm, seed)], completed=steps, live="reused")
@@ -1280,13 +1626,16 @@ class _RichProgress:
         ):  # what the study did, by name
             halt += f": {record['halt_detail'].splitlines()[0][:300]}"
         line = f"{record['arm']} seed {record['seed']}: {record['status']}{halt} {shown}"
+        self.overall.end(record)
         if self.bar.disable:
             out.print(line, markup=False, highlight=False)
+            out.print(self.overall.line(), markup=False, highlight=False)
         else:
             self.bar.update(
                 self.tasks[(record["arm"], record["seed"])],
                 live=f"{record['status']}{halt} {shown}",
             )
+            self.bar.update(self.all_runs, completed=self.overall.done, live=self.overall.line())
 
     def tuning_trial(self, record):
         value = f" {record['value']:.4g}" if record.get("value") is not None else ""
@@ -1303,6 +1652,11 @@ class _RichProgress:
 
 
 class _JsonProgress:
+    """JSON lines on stdout: a `run` event per run, each followed by a `progress` event (_Overall)."""
+
+    def __init__(self, loaded):
+        self.overall = _Overall(loaded)
+
     def __enter__(self):
         return self
 
@@ -1310,7 +1664,7 @@ class _JsonProgress:
         return False
 
     def start(self, arm, seed, steps, skipped=None):
-        pass
+        self.overall.start(arm, seed, skipped)
 
     def update(self, arm, seed, step, metrics):
         pass
@@ -1335,6 +1689,8 @@ class _JsonProgress:
             ),
             flush=True,
         )
+        self.overall.end(record)
+        print(json.dumps({"event": "progress", **self.overall.as_dict()}), flush=True)
 
     def tuning_trial(self, record):
         print(
@@ -1360,9 +1716,67 @@ class _JsonProgress:
 
 
 def main() -> None:
+    """The console script. No error shows a traceback: a user error (a UserError, or the command line
+    itself) is one line per error on stderr and exit 2; a full disk or an unwritable file or store one
+    line and exit 1. Under --json (of a command that has it) the error is also one JSON object on
+    stdout, its last line, so that a program reading stdout reads JSON either way: {"error": {"code",
+    "message", ...}} (gates.errors: UserError.as_dict, StorageError.as_dict; code "usage_error" for the
+    command line)."""
+    from typer.main import get_command
+
+    from gates.errors import USAGE_ERROR, storage_error
+
+    args = sys.argv[1:]
+    command = get_command(app)
+    as_json = _asks_json(command, args)
     try:
-        app()
-    except UserError as e:
-        for line in e.render().splitlines():  # plain writes: one line per error, never wrapped
-            sys.stderr.write(f"error: {line}\n")
-        sys.exit(2)
+        code = command.main(args=args, standalone_mode=False)
+    except UserError as e:  # (errors the command's JSON already holds are not printed twice)
+        _fail(e.render(), e.as_dict(), 2, as_json and not isinstance(e, _ReportedErrors))
+    except _CLICK_ERROR as e:  # an unknown option, a missing argument, no command
+        if as_json:
+            param = getattr(e, "param", None)
+            field = param.opts[0] if getattr(param, "opts", None) else getattr(param, "name", None)
+            error = {"code": USAGE_ERROR, "message": e.format_message(), "field": field}
+            print(json.dumps({"error": error}), flush=True)
+        e.show()  # usage and message, as click prints them
+        sys.exit(e.exit_code)
+    except typer.Abort:
+        sys.stderr.write("Aborted!\n")
+        sys.exit(1)
+    except Exception as e:  # a full disk or an unwritable store, wherever it struck: exit 1
+        found = storage_error(e)
+        if found is None:
+            raise
+        _fail(found.render(), found.as_dict(), 1, as_json)
+    sys.exit(code if isinstance(code, int) else 0)  # typer.Exit(n) comes back as n
+
+
+# click's exceptions as this typer raises them: newer typer vendors click (its exceptions derive from
+# typer.TyperException), older typer raises click's own
+try:
+    _CLICK_ERROR = typer.TyperException
+except AttributeError:
+    from click import ClickException as _CLICK_ERROR
+
+
+def _asks_json(command, args: list[str]) -> bool:
+    """Whether the command line runs, with --json, a command that has --json (its errors are then JSON
+    too). The command is found as click finds it: the first words that name commands (the app's own
+    options take no value); a `--` ends the options."""
+    words = args[: args.index("--")] if "--" in args else args
+    for word in words:
+        sub = getattr(command, "commands", {}).get(word)
+        if sub is not None:
+            command = sub
+        elif not word.startswith("-"):
+            break
+    return "--json" in words and any("--json" in getattr(p, "opts", ()) for p in command.params)
+
+
+def _fail(text: str, error: dict, code: int, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"error": error}), flush=True)
+    for line in text.splitlines():  # plain writes: one line per error, never wrapped
+        sys.stderr.write(f"error: {line}\n")
+    sys.exit(code)

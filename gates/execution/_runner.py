@@ -11,6 +11,7 @@ Every arm x seed is one MLflow run nested under the contract's parent run. A fin
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -26,7 +27,7 @@ from typing import Protocol
 import gates
 from gates.contract import LoadedContract
 from gates.design import rule_flags
-from gates.errors import UserError, UserErrors
+from gates.errors import UserError, UserErrors, storage_error
 from gates.execution import _plan as plan
 from gates.execution._locks import contract_lock
 from gates.execution._plan import reference_metrics
@@ -39,6 +40,7 @@ from gates.record import (
     EVIDENCE_FORMAT,
     RECORD,
     REPORT,
+    WITHDRAWAL_TAGS,
     Evidence,
     MLflowMetricSink,
     Provenance,
@@ -63,6 +65,7 @@ from gates.record import (
     run_summary,
     shared_runs,
     signature,
+    supersede_claim_run,
     write_evidence,
 )
 from gates.study import Budget, Halt, device_environment
@@ -90,14 +93,22 @@ class SilentProgress:
 
 # ---------------------------------------------------------------------------------- the run
 def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
+    """Refuse (exit 2, before any training) a contract that is not the one its id was recorded under:
+    by the evidence in place, or by the claims history (evidence replaced along with the contract)."""
+    from gates.record import contract_change, is_withdrawn, latest_entries, require_index_file
+
+    try:  # the run will append to the claims history: a folder or FIFO there is refused now
+        require_index_file(runs_root)
+    except ValueError as e:
+        raise UserError(str(e), field="--runs-dir") from None
     path = evidence_dir(runs_root, loaded.id) / EVIDENCE
-    if not path.exists():
-        return
-    try:
-        recorded = read_evidence(path).contract_sha256
-    except ValueError:
-        return  # unreadable evidence is replaced by the new run
-    if recorded != loaded.sha256:
+    recorded = None
+    # a withdrawn claim's evidence is replaced by the attempt that records it anew; unreadable
+    # evidence by the new run
+    if path.exists() and not is_withdrawn(latest_entries(runs_root).get(loaded.id)):
+        with contextlib.suppress(ValueError):
+            recorded = read_evidence(path).contract_sha256
+    if recorded is not None and recorded != loaded.sha256:
         raise UserError(
             f"{path} was recorded for contract sha256 {recorded[:16]}, but this contract hashes "
             f"to {loaded.sha256[:16]}: it was edited after its evidence; expected an unchanged "
@@ -106,6 +117,9 @@ def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
             line=1,
             field="id",
         )
+    changed = contract_change(runs_root, loaded.id, loaded.sha256, loaded.contract.supersedes)
+    if changed:  # the evidence was replaced along with the contract: the history still says
+        raise UserError(changed, file=str(loaded.path), line=1, field="id")
 
 
 @dataclass
@@ -134,28 +148,14 @@ def prepare_parent(
     loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False
 ) -> ParentRun:
     """Refuse an edited contract or a failed preflight, then open (or reuse) the parent MLflow run."""
-    c, study = loaded.contract, loaded.study
     check_existing_evidence(loaded, runs_root)
     pre = preflight(loaded)
     if pre.errors:
         raise UserErrors(pre.errors)
 
-    prov = current_provenance(type(study).__module__)
+    prov = current_provenance(type(loaded.study).__module__)
     tracker = Tracker(tracking_uri)
-    experiment_id = tracker.experiment_id(c.id)
-    base_tags = {
-        "gates.contract": c.id,
-        "gates.contract_sha256": loaded.sha256,
-        "gates.code_sha256": prov.code_sha256,
-        "gates.git_commit": prov.git_commit,
-        "gates.git_dirty": prov.git_dirty,
-        "gates.study": c.study,
-    }
-    parent_id, _ = tracker.parent_run(
-        experiment_id,
-        {**base_tags, "gates.claim": c.claim[:5000], "mlflow.source.git.commit": prov.git_commit},
-        fresh,
-    )
+    experiment_id, parent_id, base_tags = tracker.open_parent(loaded, prov, fresh)
     return ParentRun(loaded, tracking_uri, tracker, experiment_id, parent_id, base_tags, prov, pre)
 
 
@@ -177,6 +177,16 @@ OWNER_TAG = "gates.local_owner"  # "host:pid" of the single-process `gates run` 
 
 def local_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def own_parent(parent: ParentRun) -> None:
+    """This process drives the parent run: every run created for it carries this process's owner tag
+    (the Ray executor's tasks too: they die with their driver), and the runs a killed driver on this
+    machine left RUNNING are closed first."""
+    owner = local_owner()
+    parent.base_tags = {**parent.base_tags, OWNER_TAG: owner}
+    parent.tracker.client.set_tag(parent.parent_id, OWNER_TAG, owner)
+    close_abandoned(parent)
 
 
 def close_abandoned(parent: ParentRun) -> list[str]:
@@ -281,6 +291,9 @@ class Outcome:
     recording: Recording
     reuse: Reuse
     reproduction: Reproduction | None = None
+    # why the MLflow parent run of the claim this one supersedes was not tagged (None: it was, or
+    # nothing is superseded); the claims history records the supersession either way
+    mlflow_note: str | None = None
 
     @property
     def recorded(self) -> bool:
@@ -353,13 +366,7 @@ def _run_contract(
     c = loaded.contract
     parent = prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
     tracker = parent.tracker
-    owner = local_owner()
-    parent.base_tags = {
-        **parent.base_tags,
-        OWNER_TAG: owner,
-    }  # every run this process creates carries it
-    tracker.client.set_tag(parent.parent_id, OWNER_TAG, owner)
-    close_abandoned(parent)
+    own_parent(parent)
     done = finished_runs(parent)
     reuse = Reuse()
     reuse.other_code, reuse.other_code_sha256 = runs_under_other_code(parent)
@@ -553,8 +560,15 @@ def finish(
             tags,
             outcome_metrics,
             [str(path), str(path.parent / REPORT), *map(str, figures)],
+            clear=WITHDRAWAL_TAGS if recording.mode == RECORD else (),
         )
-    return Outcome(evidence, recording, reuse or Reuse(total=len(records)), reproduction)
+    note = None
+    # a new claim recorded: the parent run of the claim it supersedes says what replaced it (a new
+    # contract under a withdrawn id supersedes its own id: that evidence is this one now, and the old
+    # attempt's run already says withdrawn)
+    if recording.mode == RECORD and c.supersedes not in (None, c.id):
+        note = supersede_claim_run(evidence_dir(runs_root, c.supersedes) / EVIDENCE, c.id)
+    return Outcome(evidence, recording, reuse or Reuse(total=len(records)), reproduction, note)
 
 
 def _recorded_evidence(runs_root: Path, contract_id: str, evidence: dict) -> dict[str, dict | None]:
@@ -654,6 +668,10 @@ def _run_one(
             "where": code_location(*_source_of(study.run)),
         }
     except Exception as e:  # a study crashed: record it, keep going with the other runs
+        if storage_error(e) is not None:
+            # a full disk or a read-only store (the metrics this run logs, a file the study writes) is
+            # no failure of the study: the whole run stops, and its runs so far are reused next time
+            raise
         status, halt_reason, final = "failed", "error", dict(reporter.last)
         frame = traceback.extract_tb(e.__traceback__)[-1]  # where it raised: the innermost frame
         error = {
@@ -671,6 +689,9 @@ def _run_one(
     signal = (
         first_signal(point, reporter.history.get(point.metric, [])) if arm == point.arm else None
     )
+    # at the last reported step: only what the reports did not log there (a metric measured once,
+    # at the end) is new; the sink drops the points already logged
+    sink.add(reporter.last_step, final)
     sink.flush()
     # Convergence: only a completed run is judged (a halted or failed one did not train to its end). The
     # tags go on before the run is closed, so a finished run read back when resuming always has them.
@@ -684,9 +705,7 @@ def _run_one(
             run_id, "gates.converged", "true" if judged["converged"] else "false"
         )
         tracker.client.set_tag(run_id, "gates.convergence", json.dumps(judged["convergence"]))
-    tracker.finish_child(
-        run_id, status, halt_reason, halt_detail, final, reporter.last_step, seconds, signal
-    )
+    tracker.finish_child(run_id, status, halt_reason, halt_detail, final, seconds, signal)
     return {
         "arm": arm,
         "seed": seed,
@@ -841,8 +860,14 @@ def rederive(
 ) -> tuple[Evidence, Evidence] | None:
     """Re-derive a recorded claim's verdict with today's engine from its recorded per-seed values (no
     training): rewrite evidence.json and verdict.md and index the change with `reason`. Returns (old,
-    new) evidence when anything changed, None when today's engine derives the same record."""
-    from gates.record import record_entry
+    new) evidence when anything changed, None when today's engine derives the same record.
+
+    Refused unless the claims history vouches for the evidence as it is (its bytes are those of the
+    latest entry, so per-seed values edited since cannot be laundered into a new entry) and the
+    verdict engine or the design rules changed since it was derived (else there is nothing to correct:
+    None); the entry records what the evidence was derived under (`rederived_from`)."""
+    from gates.inference import ENGINE_VERSION
+    from gates.record import INDEX, latest_entries, record_entry, sha256_file
 
     path = evidence_dir(runs_root, loaded.id) / EVIDENCE
     try:
@@ -856,6 +881,23 @@ def rederive(
             f"it was recorded under",
             file=str(loaded.path),
         )
+    entry = latest_entries(runs_root).get(loaded.id)
+    if entry is None or entry.get("kind") == "withdrawn":
+        raise UserError(
+            f"{loaded.id} has no standing entry in {runs_root / INDEX}; only an indexed, "
+            f"standing claim is re-derived",
+            file=str(loaded.path),
+        )
+    if sha256_file(path) != entry.get("evidence_sha256"):
+        raise UserError(
+            f"{path} is not the evidence {INDEX} line {entry['_line']} vouches for (its bytes "
+            f"changed since): re-deriving starts only from evidence as it was indexed",
+            file=str(loaded.path),
+        )
+    if str(old.engine_version) == str(ENGINE_VERSION) and list(old.rule_flags) == rule_flags(
+        loaded
+    ):
+        return None  # derived by today's engine under today's rules: nothing to correct
     stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
     loaded.tuning_record = stored.get("tuning")
     fresh = {
@@ -868,7 +910,8 @@ def rederive(
         return None
     new = Evidence.of(new)
     written = write_evidence(runs_root, new)
-    record_entry(runs_root, written, "rederived", reason)
+    before = {"engine_version": str(old.engine_version), "rule_flags": list(old.rule_flags)}
+    record_entry(runs_root, written, "rederived", reason, extra={"rederived_from": before})
     return old, new
 
 

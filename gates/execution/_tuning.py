@@ -42,11 +42,18 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from gates.contract import LoadedContract, SpaceParam
-from gates.errors import UserErrors
+from gates.errors import UserErrors, storage_error
 from gates.execution._preflight import preflight
 from gates.execution._reporter import PlatformReporter
 from gates.execution._stop_rules import StopRuleEngine
-from gates.record import MLflowMetricSink, Provenance, Tracker, current_provenance, flatten_params
+from gates.record import (
+    MLflowMetricSink,
+    Provenance,
+    Tracker,
+    base_tags,
+    current_provenance,
+    flatten_params,
+)
 from gates.study import Budget, Halt
 
 DEFAULT_STORAGE = "sqlite:///optuna.db"
@@ -211,24 +218,6 @@ def reap_interrupted(
     return n
 
 
-def _parent_run(loaded: LoadedContract, tracker: Tracker, prov) -> tuple[str, str]:
-    """(experiment id, parent run id) of the contract, as `gates run` finds or creates them."""
-    c = loaded.contract
-    experiment_id = tracker.experiment_id(c.id)
-    tags = {
-        "gates.contract": c.id,
-        "gates.contract_sha256": loaded.sha256,
-        "gates.code_sha256": prov.code_sha256,
-        "gates.git_commit": prov.git_commit,
-        "gates.git_dirty": prov.git_dirty,
-        "gates.study": c.study,
-        "gates.claim": c.claim[:5000],
-        "mlflow.source.git.commit": prov.git_commit,
-    }
-    parent_id, _ = tracker.parent_run(experiment_id, tags, fresh=False)
-    return experiment_id, parent_id
-
-
 def _close_mlflow_run(
     tracker: Tracker,
     run_id: str,
@@ -294,15 +283,10 @@ def run_tuning_trial(
     params = dict(trial.params)
 
     tracker = Tracker(tracking_uri)
-    if parent_run_id is None or experiment_id is None:
-        experiment_id, parent_run_id = _parent_run(loaded, tracker, prov)
+    if parent_run_id is None or experiment_id is None:  # the contract's, as `gates run` opens it
+        experiment_id, parent_run_id, _ = tracker.open_parent(loaded, prov)
     tags = {
-        "gates.contract": c.id,
-        "gates.contract_sha256": loaded.sha256,
-        "gates.code_sha256": prov.code_sha256,
-        "gates.git_commit": prov.git_commit,
-        "gates.git_dirty": prov.git_dirty,
-        "gates.study": c.study,
+        **base_tags(loaded, prov),
         "gates.arm": arm,
         "gates.tuning_trial": str(trial.number),
         "gates.role": "tuning_trial",
@@ -352,6 +336,8 @@ def run_tuning_trial(
     except (
         Exception
     ) as e:  # a study crash (or an invalid sampled config): the trial failed, budget spent
+        if storage_error(e) is not None:  # a full disk is no failed trial: the run stops
+            raise
         state, detail = "failed", f"{type(e).__name__}: {e}\n{traceback.format_exc(limit=8)}"
     finally:
         pruner.release(trial.number)

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from scipy.stats import norm
+from scipy import special
 
 from gates.inference import _verdict as v
 from gates.study import Metric
@@ -60,7 +60,11 @@ def obrien_fleming(t: float, alpha: float) -> float:
     """Cumulative alpha spent by information fraction t (O'Brien-Fleming type)."""
     if t <= 0:
         return 0.0
-    return float(2.0 * (1.0 - norm.cdf(norm.ppf(1.0 - alpha / 2.0) / math.sqrt(min(t, 1.0)))))
+    # the standard normal's cdf and quantile as scipy.stats.norm computes them (the same ufuncs, the
+    # same floats), without importing scipy.stats (about a second, paid by `gates check` for nothing)
+    return float(
+        2.0 * (1.0 - special.ndtr(special.ndtri(1.0 - alpha / 2.0) / math.sqrt(min(t, 1.0))))
+    )
 
 
 def pocock(t: float, alpha: float) -> float:

@@ -67,7 +67,10 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
-from scipy import special, stats
+
+# scipy.special only: scipy.stats (the binomial and noncentral t of the exact paths below, imported
+# where used) takes about a second to import, which `gates check` would pay for nothing
+from scipy import special
 
 from gates.contract import Compare, Decision, Threshold, Trend, arms_under_test, condition_terms
 from gates.study import Metric
@@ -535,6 +538,8 @@ def _sign_test(d: np.ndarray) -> _Stat:
     finite = np.abs(d[np.isfinite(d)])
     tol = 1e-12 * max(1.0, float(finite.max()) if len(finite) else 1.0)
     n, above, below = len(d), int(np.sum(d > tol)), int(np.sum(d < -tol))
+    from scipy import stats
+
     p_hold, p_fail = (
         float(stats.binom.sf(above - 1, n, 0.5)),
         float(stats.binom.sf(below - 1, n, 0.5)),
@@ -626,6 +631,8 @@ def _seeds_needed(
         if not math.isfinite(
             power
         ):  # nctdtr gives NaN at large noncentrality (~40 and up): the slow, exact path
+            from scipy import stats
+
             power = float(stats.nct.sf(critical, df, noncentrality))
         return power >= POWER
 

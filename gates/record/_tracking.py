@@ -7,15 +7,24 @@ point elsewhere (a shared `mlflow server`, say).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 DEFAULT_URI = "sqlite:///mlflow.db"
 BATCH = 1000  # MLflow accepts at most 1000 metrics per log_batch call
 FLUSH_SECONDS = 5.0  # so the MLflow UI shows a long run's curves while it trains
+# MLflow 3's UI opens an experiment in the view of its declared kind, and one without the tag in its
+# GenAI view (traces, no runs table): gates' experiments are model training. The key and value are
+# MLflow's (its UI's ExperimentKind, set by its "Experiment type" choice: "Machine learning").
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+# What `gates withdraw` sets on a claim's parent run; a new attempt recorded on that run clears them
+WITHDRAWAL_TAGS = ("gates.withdrawn", "gates.withdrawal_reason", "gates.recorded_verdict")
 
 
 def resolve_uri(uri: str | None) -> str:
@@ -38,8 +47,38 @@ def open_client(uri: str, *, create: bool = True):
 
     from gates.record import _store as store
 
+    _name_storage_errors()
     store.ensure(uri, create=create)
     return MlflowClient(tracking_uri=uri)
+
+
+_named: list[bool] = []  # _name_storage_errors has run in this process
+
+
+def _name_storage_errors() -> None:
+    """A full or read-only database (SQLITE_FULL, SQLITE_READONLY) is one line naming its file
+    (gates.errors.storage_error), not a traceback: SQLAlchemy's errors do not say which database
+    failed, so each is given its engine's file; and MLflow's logged traceback of such an error (it
+    logs one per failed session before raising) is dropped, the error itself still raised."""
+    if _named:
+        return
+    import sqlalchemy
+    from sqlalchemy import event
+
+    from gates.errors import DATABASE_ATTR, storage_error
+
+    def name(context) -> None:
+        if context.engine is not None and context.engine.url.database:
+            with contextlib.suppress(AttributeError, TypeError):  # a DBAPI error without a __dict__
+                setattr(context.original_exception, DATABASE_ATTR, context.engine.url.database)
+
+    def keep(record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return error is None or storage_error(error) is None
+
+    event.listen(sqlalchemy.engine.Engine, "handle_error", name)
+    logging.getLogger("mlflow.store.db.utils").addFilter(keep)
+    _named.append(True)
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, str]:
@@ -54,20 +93,39 @@ def flatten(config: dict, prefix: str = "") -> dict[str, str]:
     return flat
 
 
+def base_tags(loaded, prov) -> dict[str, str]:
+    """The tags every MLflow run of a contract carries (its parent run, arm x seed runs, tuning
+    trials): what `gates run` finds its runs by, and what the MLflow UI filters and groups them by.
+    `loaded`: a LoadedContract; `prov`: the Provenance measured at the start of the run."""
+    return {
+        "gates.contract": loaded.contract.id,
+        "gates.contract_sha256": loaded.sha256,
+        "gates.code_sha256": prov.code_sha256,
+        "gates.git_commit": prov.git_commit,
+        "gates.git_dirty": prov.git_dirty,
+        "gates.study": loaded.contract.study,
+    }
+
+
 class MLflowMetricSink:
-    """Buffers metric points and writes them with log_batch, not one database call per value."""
+    """Buffers metric points and writes them with log_batch, not one database call per value. Each
+    (metric, step) is written once: a point already written at that step (the last report, then the
+    run's returned metrics at the same step) is dropped, so MLflow's history has no doubled step."""
 
     def __init__(self, client, run_id: str):
         self.client = client
         self.run_id = run_id
         self.buffer: list = []
         self.last_flush = time.monotonic()
+        self.logged: set[tuple[str, int]] = set()
 
     def add(self, step: int, metrics: dict[str, float]) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self.buffer.extend(Metric(name, value, now, step) for name, value in metrics.items())
+        fresh = {name: v for name, v in metrics.items() if (name, step) not in self.logged}
+        self.logged.update((name, step) for name in fresh)
+        self.buffer.extend(Metric(name, value, now, step) for name, value in fresh.items())
         if len(self.buffer) >= BATCH or time.monotonic() - self.last_flush > FLUSH_SECONDS:
             self.flush()
 
@@ -90,12 +148,36 @@ class Tracker:
         self.client = open_client(uri)
 
     def experiment_id(self, contract_id: str) -> str:
+        """The contract's experiment, created or restored, declared a training experiment (an
+        experiment created by an older gates gets the kind on first use; a kind chosen in the UI is
+        kept)."""
+        key, kind = EXPERIMENT_KIND
         found = self.client.get_experiment_by_name(contract_id)
-        if found is not None:
-            if found.lifecycle_stage == "deleted":
-                self.client.restore_experiment(found.experiment_id)
-            return found.experiment_id
-        return self.client.create_experiment(contract_id, tags={"gates.contract": contract_id})
+        if found is None:
+            return self.client.create_experiment(
+                contract_id, tags={"gates.contract": contract_id, key: kind}
+            )
+        if found.lifecycle_stage == "deleted":
+            self.client.restore_experiment(found.experiment_id)
+        if key not in found.tags:
+            self.client.set_experiment_tag(found.experiment_id, key, kind)
+        return found.experiment_id
+
+    def open_parent(self, loaded, prov, fresh: bool = False) -> tuple[str, str, dict[str, str]]:
+        """(experiment id, parent run id, base tags) of a contract: its parent run found (same
+        contract hash and code, unless `fresh`) or created, as `gates run` and tuning both need."""
+        tags = base_tags(loaded, prov)
+        experiment_id = self.experiment_id(loaded.contract.id)
+        parent_id, _ = self.parent_run(
+            experiment_id,
+            {
+                **tags,
+                "gates.claim": loaded.contract.claim[:5000],
+                "mlflow.source.git.commit": prov.git_commit,
+            },
+            fresh,
+        )
+        return experiment_id, parent_id, tags
 
     def parent_run(self, experiment_id: str, tags: dict[str, str], fresh: bool) -> tuple[str, bool]:
         """Reuse the parent run of the same contract hash and code, unless `fresh`; (run_id, reused)."""
@@ -164,11 +246,12 @@ class Tracker:
         halt_reason: str | None,
         halt_detail: str | None,
         final_metrics: dict[str, float],
-        final_step: int,
         seconds: float,
         first_signal: dict | None,
     ) -> None:
-        from mlflow.entities import Metric, RunTag
+        """Tag and close an arm x seed run. Its final metrics are logged through its sink (each
+        (metric, step) once); the tag keeps them as the run returned them, for resuming."""
+        from mlflow.entities import RunTag
 
         tags = {
             "gates.status": status,
@@ -179,12 +262,7 @@ class Tracker:
         }
         if halt_detail:
             tags["gates.halt_detail"] = halt_detail[:5000]
-        now = int(time.time() * 1000)
-        self.client.log_batch(
-            run_id,
-            metrics=[Metric(k, v, now, final_step) for k, v in final_metrics.items()],
-            tags=[RunTag(k, v) for k, v in tags.items()],
-        )
+        self.client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags.items()])
         mlflow_status = {"completed": "FINISHED", "halted": "FINISHED", "failed": "FAILED"}.get(
             status, "KILLED"
         )
@@ -197,7 +275,11 @@ class Tracker:
         metrics: dict[str, float],
         artifacts: list[str],
         status: str = "FINISHED",
+        clear: tuple[str, ...] = (),
     ) -> None:
+        """Log the contract's outcome on its parent run and close it; the `clear` tags are removed
+        (a parent run is reused by the next attempt of the same contract and code, which must not
+        inherit an earlier attempt's withdrawal)."""
         from mlflow.entities import Metric, RunTag
 
         now = int(time.time() * 1000)
@@ -206,6 +288,9 @@ class Tracker:
             metrics=[Metric(k, v, now, 0) for k, v in metrics.items()],
             tags=[RunTag(k, v) for k, v in tags.items()],
         )
+        if clear:
+            for key in set(clear) & set(self.client.get_run(run_id).data.tags):
+                self.client.delete_tag(run_id, key)
         for path in artifacts:
             self.client.log_artifact(run_id, path)
         self.client.set_terminated(run_id, status=status)
@@ -245,3 +330,73 @@ def run_summary(run: Any) -> dict:
         if "gates.environment" in tags
         else None,
     }
+
+
+# ---------------------------------------------------------------------------------- a claim's run
+# A server that does not answer gets one short try, not MLflow's retries with backoff (minutes): the
+# tags are a view of the claims history, and a withdrawal or a finished run must not wait on them
+_IMPATIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+
+
+def withdraw_claim_run(evidence: Path, reason: str) -> str | None:
+    """Say on a withdrawn claim's parent run that it is withdrawn: `gates.verdict = withdrawn`, the
+    verdict its evidence records kept as `gates.recorded_verdict`. None, or why not (tag_claim_run)."""
+    return tag_claim_run(
+        evidence,
+        lambda recorded: {
+            "gates.withdrawn": "true",
+            "gates.withdrawal_reason": reason[:5000],
+            "gates.verdict": "withdrawn",
+            "gates.recorded_verdict": str(recorded.get("verdict") or ""),
+        },
+    )
+
+
+def supersede_claim_run(evidence: Path, new_id: str) -> str | None:
+    """Tag the parent run of the claim a newly recorded contract supersedes with the new id."""
+    return tag_claim_run(evidence, lambda recorded: {"gates.superseded_by": new_id})
+
+
+def tag_claim_run(evidence: Path, tags: Callable[[dict], dict[str, str]]) -> str | None:
+    """Set tags (`tags` of the evidence as plain JSON) on the MLflow parent run of the claim whose
+    evidence.json is `evidence`, in the store it records (`mlflow.tracking_uri`, `parent_run_id`).
+
+    The claims history is the record and MLflow a view of it: a store that cannot be reached (another
+    machine's path, a missing file, a server that does not answer) or that lacks the run is no error.
+    Returns None once the tags are set, else one line saying why they were not. Never creates a store."""
+    from urllib.parse import urlparse
+
+    from gates.errors import UserError
+    from gates.record._files import MAX_EVIDENCE_BYTES, read_json_object
+    from gates.record._store import sqlite_path
+
+    recorded = read_json_object(evidence, MAX_EVIDENCE_BYTES)
+    if recorded is None:
+        return f"MLflow tags not updated: {evidence} is missing or unreadable (it names the run)"
+    where = recorded.get("mlflow") if isinstance(recorded.get("mlflow"), dict) else {}
+    uri, run_id = where.get("tracking_uri"), where.get("parent_run_id")
+    if not (isinstance(uri, str) and uri and isinstance(run_id, str) and run_id):
+        return f"MLflow tags not updated: {evidence} names no MLflow parent run"
+    parsed = urlparse(uri)
+    # a store file or folder that is not here (recorded on another machine, or from another folder:
+    # a relative path) is not opened; a file store would even be built where it is opened
+    local = sqlite_path(uri)
+    if parsed.scheme in ("", "file"):
+        local = Path(parsed.path or uri)
+    if local is not None and not local.exists():
+        return f"MLflow tags not updated: store {uri} not found (no {os.path.abspath(local)})"
+    from mlflow.entities import RunTag
+
+    saved = {k: os.environ.get(k) for k in _IMPATIENT}
+    os.environ.update({k: v for k, v in _IMPATIENT.items() if saved[k] is None})
+    try:
+        client = open_client(uri, create=False)
+        client.log_batch(run_id, tags=[RunTag(k, v) for k, v in tags(recorded).items()])
+    except Exception as e:  # MLflow is a view: whatever keeps it from being updated, say it
+        why = e.render() if isinstance(e, UserError) else f"{type(e).__name__}: {e}"
+        return f"MLflow tags not updated (store {uri}, run {run_id}): {' '.join(why.split())[:300]}"
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+    return None
