@@ -1,10 +1,10 @@
 """Execution: a contract's plan of jobs run in one process or by workers on a shared queue.
 
 `execute` runs a contract (preflight, tuning, arm x seed runs look by look, the verdict, evidence);
-`run_distributed` and `Worker` do the same through an Optuna storage; the stop rules
+`run_distributed` and `Worker` do the same through an Optuna storage, `run_ray` as Ray tasks; the stop rules
 (`StopRuleEngine`) halt hopeless runs as the reporter hears their metrics.
 
-Private modules: `_plan`, `_runner`, `_distributed`, `_tuning`, `_stop_rules`, `_reporter`,
+Private modules: `_plan`, `_runner`, `_distributed`, `_ray`, `_tuning`, `_stop_rules`, `_reporter`,
 `_preflight`, `_locks`, `_allocator`.
 """
 
@@ -14,6 +14,7 @@ from gates._face import lazy_face
 _FACE = {
     "DeadJobs": ("_distributed", "DeadJobs"),
     "PlatformReporter": ("_reporter", "PlatformReporter"),
+    "RayJobError": ("_ray", "RayJobError"),
     "StopRuleEngine": ("_stop_rules", "StopRuleEngine"),
     "StopRulePruner": ("_tuning", "StopRulePruner"),
     "StudyInterfaceError": ("_runner", "StudyInterfaceError"),
@@ -29,6 +30,7 @@ _FACE = {
     "distributions": ("_tuning", "distributions"),
     "execute": ("_runner", "execute"),
     "grace_seconds": ("_distributed", "grace_seconds"),
+    "import_ray": ("_ray", "import_ray"),
     "is_converged": ("_stop_rules", "is_converged"),
     "open_storage": ("_distributed", "open_storage"),
     "open_study": ("_tuning", "open_study"),
@@ -38,6 +40,7 @@ _FACE = {
     "returned_metrics": ("_runner", "returned_metrics"),
     "run_contract": ("_runner", "run_contract"),
     "run_distributed": ("_distributed", "run_distributed"),
+    "run_ray": ("_ray", "run_ray"),
     "run_tuning_trial": ("_tuning", "run_tuning_trial"),
     "skipped_record": ("_runner", "skipped_record"),
     "tune": ("_tuning", "tune"),

@@ -221,27 +221,33 @@ class Enqueued:
     present: list[str] = field(default_factory=list)  # jobs that already had a trial
 
 
+def queue_info(parent: runner.ParentRun, extra: dict | None = None) -> dict:
+    """What a worker needs to run a parent run's jobs (`load_context` rebuilds it): the contract's text,
+    the coordinator's code fingerprint, the MLflow parent run. A job study's user attrs; the Ray
+    executor (gates/execution/_ray.py) ships the same dict with each task."""
+    loaded = parent.loaded
+    return {
+        "gates.contract_id": loaded.id,
+        "gates.code_sha256": parent.prov.code_sha256,
+        "gates.contract_name": loaded.path.name,
+        "gates.contract_yaml": loaded.path.read_text(encoding="utf-8"),
+        "gates.tracking_uri": parent.tracking_uri,
+        "gates.experiment_id": parent.experiment_id,
+        "gates.parent_run_id": parent.parent_id,
+        "gates.base_tags": parent.base_tags,
+        **(extra or {}),
+        ATTR: loaded.sha256,  # last: workers take a study up only once this is set
+    }
+
+
 def open_queue(parent: runner.ParentRun, storage, extra: dict | None = None):
     """The job study for this parent run (created on first use, with what workers need to know)."""
     import optuna
 
-    loaded = parent.loaded
-    name = study_name(loaded, parent.parent_id)
+    name = study_name(parent.loaded, parent.parent_id)
     study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True)
     if ATTR not in study.user_attrs:
-        info = {
-            "gates.contract_id": loaded.id,
-            "gates.code_sha256": parent.prov.code_sha256,
-            "gates.contract_name": loaded.path.name,
-            "gates.contract_yaml": loaded.path.read_text(encoding="utf-8"),
-            "gates.tracking_uri": parent.tracking_uri,
-            "gates.experiment_id": parent.experiment_id,
-            "gates.parent_run_id": parent.parent_id,
-            "gates.base_tags": parent.base_tags,
-            **(extra or {}),
-            ATTR: loaded.sha256,  # last: workers take a study up only once this is set
-        }
-        for key, value in info.items():
+        for key, value in queue_info(parent, extra).items():
             study.set_user_attr(key, value)
     return study
 
@@ -345,12 +351,7 @@ def wait_for_jobs(
             key = attrs["job"]
             if key in table.records and key not in shown:
                 shown.add(key)
-                record = table.records[key]
-                if attrs["kind"] == KIND_RUN:
-                    progress.update(attrs["arm"], attrs["seed"], steps, record["metrics"])
-                    progress.end(record)
-                elif record.get("tuning_trial") and hasattr(progress, "tuning_trial"):
-                    progress.tuning_trial(record["tuning_trial"])
+                show_record(progress, attrs, table.records[key], steps)
         if len(shown) == len(jobs):
             return [table.records[attrs["job"]] for attrs in jobs]
         dead = [
@@ -369,6 +370,16 @@ def wait_for_jobs(
                 f"{', '.join(a['job'] for a in jobs if a['job'] not in table.records)}"
             )
         time.sleep(poll)
+
+
+def show_record(progress: runner.Progress, attrs: dict, record: dict, steps: int) -> None:
+    """A job's record as it arrives from elsewhere (a worker, a Ray task): a run's final metrics and
+    its end, or a tuning trial."""
+    if attrs["kind"] == KIND_RUN:
+        progress.update(attrs["arm"], attrs["seed"], steps, record["metrics"])
+        progress.end(record)
+    elif record.get("tuning_trial") and hasattr(progress, "tuning_trial"):
+        progress.tuning_trial(record["tuning_trial"])
 
 
 def close_leftovers(parent: runner.ParentRun, records: list[dict]) -> list[str]:
@@ -422,7 +433,7 @@ def run_distributed(
 
         tuning_url = optuna_storage or storage_url
         if fresh:
-            _delete_tuning_studies(loaded, parent, tuning_url)
+            delete_tuning_studies(loaded, parent, tuning_url)
         jobs = tune_jobs(loaded, tuning_url)
         enqueue(study, storage, parent, jobs, result)
         if not wait:
@@ -462,7 +473,7 @@ def run_distributed(
     return runner.finish(parent, records, runs_root, recording, reuse)
 
 
-def _delete_tuning_studies(loaded: LoadedContract, parent: runner.ParentRun, url: str) -> None:
+def delete_tuning_studies(loaded: LoadedContract, parent: runner.ParentRun, url: str) -> None:
     import optuna
 
     from gates.execution import _tuning as tuning
@@ -739,46 +750,63 @@ class Worker:
         return ctx
 
     def _load_context(self, name: str, study_id: int, attrs: dict) -> StudyContext:
-        from gates.contract import load_contract
-        from gates.errors import UserErrors
-        from gates.record import Tracker, code_sha256
-
-        folder = self.tmp / str(study_id)
-        folder.mkdir(parents=True, exist_ok=True)
-        path = folder / attrs["gates.contract_name"]
-        path.write_text(attrs["gates.contract_yaml"], encoding="utf-8")
-        try:
-            loaded = load_contract(path)
-        except (UserError, UserErrors) as e:
-            raise RuntimeError(
-                f"its contract does not load here: {e.render().splitlines()[0]}"
-            ) from None
-        if loaded.sha256 != attrs[ATTR]:
-            raise RuntimeError(
-                f"its contract hashes to {loaded.sha256[:16]} here, {attrs[ATTR][:16]} at enqueue"
-            )
-        code = code_sha256(type(loaded.study).__module__)
-        if code != attrs["gates.code_sha256"]:
-            raise RuntimeError(
-                f"this worker's code (sha256 {code[:12]}) differs from the coordinator's "
-                f"({attrs['gates.code_sha256'][:12]}): install the same commit"
-            )
-        for arm, cfg in loaded.arm_configs.items():
-            why = loaded.study.why_not_ready(cfg)
-            if why:
-                raise RuntimeError(f"arm {arm!r} cannot run here: {why}")
-        uri = self.tracking_uri or attrs["gates.tracking_uri"]
-        if uri not in self.trackers:
-            self.trackers[uri] = Tracker(uri)
-        parent = runner.ParentRun(
-            loaded,
-            uri,
-            self.trackers[uri],
-            attrs["gates.experiment_id"],
-            attrs["gates.parent_run_id"],
-            dict(attrs["gates.base_tags"]),
+        return load_context(
+            name, study_id, attrs, self.tmp / str(study_id), self.tracking_uri, self.trackers
         )
-        return StudyContext(name, study_id, parent)
+
+
+def load_context(
+    name: str,
+    study_id: int,
+    attrs: dict,
+    folder: Path,
+    tracking_uri: str | None = None,
+    trackers: dict | None = None,
+) -> StudyContext:
+    """A worker's context for a job study from its `queue_info` (the contract written to `folder` and
+    loaded), refused (RuntimeError) when the contract or this machine's code is not the coordinator's,
+    or an arm cannot run here. `tracking_uri`: the store as seen from here (default: the coordinator's);
+    `trackers`: this process's open stores, by URI."""
+    from gates.contract import load_contract
+    from gates.errors import UserErrors
+    from gates.record import Tracker, code_sha256
+
+    trackers = {} if trackers is None else trackers
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / attrs["gates.contract_name"]
+    path.write_text(attrs["gates.contract_yaml"], encoding="utf-8")
+    try:
+        loaded = load_contract(path)
+    except (UserError, UserErrors) as e:
+        raise RuntimeError(
+            f"its contract does not load here: {e.render().splitlines()[0]}"
+        ) from None
+    if loaded.sha256 != attrs[ATTR]:
+        raise RuntimeError(
+            f"its contract hashes to {loaded.sha256[:16]} here, {attrs[ATTR][:16]} at enqueue"
+        )
+    code = code_sha256(type(loaded.study).__module__)
+    if code != attrs["gates.code_sha256"]:
+        raise RuntimeError(
+            f"this worker's code (sha256 {code[:12]}) differs from the coordinator's "
+            f"({attrs['gates.code_sha256'][:12]}): install the same commit"
+        )
+    for arm, cfg in loaded.arm_configs.items():
+        why = loaded.study.why_not_ready(cfg)
+        if why:
+            raise RuntimeError(f"arm {arm!r} cannot run here: {why}")
+    uri = tracking_uri or attrs["gates.tracking_uri"]
+    if uri not in trackers:
+        trackers[uri] = Tracker(uri)
+    parent = runner.ParentRun(
+        loaded,
+        uri,
+        trackers[uri],
+        attrs["gates.experiment_id"],
+        attrs["gates.parent_run_id"],
+        dict(attrs["gates.base_tags"]),
+    )
+    return StudyContext(name, study_id, parent)
 
 
 def _run_arm_seed(ctx: StudyContext, attrs: dict, table: JobTable, on_start) -> dict:

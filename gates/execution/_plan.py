@@ -9,7 +9,8 @@
    A contract without `sequential` is one look of all its seeds.
 
 The single-process runner (gates.runner) runs each look's jobs in order in its own process; the
-distributed coordinator (gates.distributed) enqueues one look's jobs at a time and waits for them.
+distributed coordinator (gates.distributed) enqueues one look's jobs at a time and waits for them; the
+Ray executor (gates/execution/_ray.py) submits one look's jobs as Ray tasks as their `after` allows.
 Both ask `next_seeds` the same question with the records they have, so the looks are written once.
 """
 

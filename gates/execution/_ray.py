@@ -1,0 +1,478 @@
+"""The Ray executor, `gates run CONTRACT --executor ray [--ray-address ADDRESS]`: the plan's jobs as
+Ray tasks, on a local Ray instance or on a cluster.
+
+The driver (this process) does what a single-process `gates run` does around the jobs: the contract's
+lock, preflight and the parent MLflow run (gates.runner.prepare_parent, own_parent), the plan's order of
+work (gates/execution/_plan.py: tuning trials, then the arm x seed jobs look by look, `next_seeds`
+between looks), the verdict and the evidence, written once, here (gates.runner.finish). Each job is one
+Ray task that runs it with the distributed worker's code: the job's description is the one the
+distributed coordinator enqueues (gates.distributed.run_jobs, tune_jobs), the task rebuilds the
+worker's context from the contract's text and the coordinator's code fingerprint (`load_context`: a
+node on other code refuses) and runs `JOB_KINDS[kind]`, the function `gates worker` runs (stop rules,
+nested MLflow run, tags, a relatively judged arm's comparison, an arm that keeps failing not run).
+
+Resources: `num_cpus` is the run's CPU thread count (`--threads`, else the driver's torch count), and
+the task computes on exactly that many threads, so its sums are those of a single-process run;
+`num_gpus` is 1 for an arm on CUDA (`device: cuda`, or `auto` on a cluster that has GPUs).
+
+Order: a job is submitted once the jobs it needs have records (`after`: a relatively judged arm after
+the arms it is compared with; a tuned arm's trial n after its trial n - 1, so each samples with the
+trials before it finished, as in one process), and no more at once than the cluster has CPUs for: an
+arm that keeps failing is then not run on the seeds after, as far as records show, as a `gates worker`
+decides it, and Ctrl-C has little to cancel.
+
+Failures: Ray retries a task whose worker process or node died (`max_retries`); the MLflow runs that
+dead attempts left RUNNING are closed (KILLED) at the end (gates.distributed.close_leftovers; a tuning
+trial's by gates.tuning.reap_interrupted). A run whose study raised is a failed run in its record, as
+everywhere, and is not retried. An error of the platform's own in a task (the store unreachable, a
+node on other code) stops the run: the other tasks are cancelled, finished runs are kept (RayJobError).
+
+Ctrl-C (KeyboardInterrupt in the driver): outstanding tasks are cancelled (`ray.cancel`: a running one
+gets a KeyboardInterrupt and closes its MLflow run as KILLED), the parent run is marked KILLED as a
+single process marks it; finished runs stay in MLflow and the next `gates run` reuses them.
+
+Tracking: the tasks write to MLflow themselves, so the store must be reachable from every node. A
+store only this machine reaches (`local_only`: a file, or a server or database on a loopback host) is
+refused in one line unless every node is this machine (`refuse_local_store`, `check_nodes`); so is a
+tuned contract's Optuna storage.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import socket
+import tempfile
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from gates.contract import LoadedContract
+from gates.errors import UserError, storage_error
+from gates.execution import _distributed as distributed
+from gates.execution import _plan as plan
+from gates.execution import _runner as runner
+from gates.execution._locks import contract_lock
+from gates.record import Recording, plan_recording
+
+EXTRA = "pip install 'treeheap-gates[ray]'"
+# attempts after the first whose worker process or node died, as the distributed queue retries a job
+MAX_RETRIES = distributed.MAX_RETRY
+CANCEL_WAIT_SECONDS = 10  # how long cancelled tasks get to close their MLflow runs after Ctrl-C
+LOCAL_ADDRESSES = (None, "local")  # --ray-address values that start a new Ray instance here
+LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "")
+
+
+class RayUnavailable(UserError):
+    """`--executor ray` without Ray installed."""
+
+    code = "ray_unavailable"
+
+
+class LocalStoreRefused(UserError):
+    """A store only this machine reaches, for a Ray cluster with nodes elsewhere."""
+
+    code = "local_store"
+
+
+class RayJobError(Exception):
+    """A job's task raised an error of the platform's own, or its worker died on every attempt."""
+
+    code = "ray_job_failed"
+
+
+def import_ray():
+    """Ray, or a one-line RayUnavailable naming the extra (exit 2)."""
+    try:
+        import ray
+    except ImportError:
+        raise RayUnavailable(
+            f"the Ray executor needs Ray, which is not installed here: {EXTRA}",
+            field="--executor",
+        ) from None
+    return ray
+
+
+# ---------------------------------------------------------------------------------- this machine
+def _host(address: str) -> str:
+    """The host of a store URL or a Ray address (host:port, ray://host:port)."""
+    parts = urlsplit(address if "://" in address else f"//{address}")
+    return (parts.hostname or "").lower()
+
+
+def _this_machine(ray) -> set[str]:
+    """Names and addresses this machine answers to: its host names, what they resolve to here, and the
+    address Ray gives this node (which a `ray start` here listens on)."""
+    names = {socket.gethostname(), socket.getfqdn()}
+    found = set(names)
+    for name in names:
+        with contextlib.suppress(OSError):
+            found.update(socket.gethostbyname_ex(name)[2])
+    with contextlib.suppress(Exception):
+        found.add(ray.util.get_node_ip_address())
+    return {n.lower() for n in found if n}
+
+
+def _is_this_machine(ray, host: str) -> bool:
+    return host in LOOPBACK or host.startswith("127.") or host in _this_machine(ray)
+
+
+def local_only(url: str) -> bool:
+    """A store that only processes on this machine can reach: a file (`sqlite:///...`, `file:`, a
+    path) or a server or database on a loopback host (a node elsewhere reaches its own loopback)."""
+    if url.startswith(("sqlite:", "file:")) or "://" not in url:
+        return True
+    host = _host(url)
+    return host in LOOPBACK or host.startswith("127.")
+
+
+def refuse_local_store(ray, stores: dict[str, str], address: str | None) -> None:
+    """The rule, before connecting: a store only this machine reaches (`stores`: flag -> URL) needs
+    every Ray node on this machine, so `--ray-address` must start a local instance (absent, `local`),
+    find the cluster this machine is a node of (`auto`, checked once connected: `check_nodes`), or name
+    this machine (loopback, its host name or one of its addresses). Else one line, exit 2."""
+    local = {flag: url for flag, url in stores.items() if local_only(url)}
+    if not local or address in LOCAL_ADDRESSES or address == "auto":
+        return
+    if _is_this_machine(ray, _host(address)):
+        return
+    flag, url = next(iter(local.items()))
+    raise LocalStoreRefused(
+        f"{url} is reachable only from this machine, but the Ray cluster at {address} runs tasks on "
+        f"other machines: use a tracking server (--tracking-uri http://HOST:5000) or a database every "
+        f"node reaches (postgresql://...)",
+        field=flag,
+    )
+
+
+def check_nodes(ray, stores: dict[str, str], address: str | None) -> None:
+    """The rule, once connected: with a store only this machine reaches, every alive node of the
+    cluster must be this machine (a head here may have worker nodes elsewhere)."""
+    local = {flag: url for flag, url in stores.items() if local_only(url)}
+    if not local:
+        return
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    driver = ray.get_runtime_context().get_node_id()
+    here = {n["NodeManagerAddress"] for n in nodes if n["NodeID"] == driver}
+    elsewhere = sorted({n["NodeManagerAddress"] for n in nodes} - here)
+    if elsewhere:
+        flag, url = next(iter(local.items()))
+        raise LocalStoreRefused(
+            f"{url} is reachable only from this machine, but the Ray cluster at {address or 'auto'} "
+            f"has nodes elsewhere ({', '.join(elsewhere[:3])}): use a tracking server (--tracking-uri "
+            f"http://HOST:5000) or a database every node reaches (postgresql://...)",
+            field=flag,
+        )
+
+
+def worker_url(url: str) -> str:
+    """The store URL as a task opens it: a relative SQLite file or folder made absolute, since a
+    worker's current folder is its node's (`ray start`'s), not the driver's. Other URLs as they are."""
+    prefix = "sqlite:///"
+    if url.startswith(prefix) and not url[len(prefix) :].startswith("/"):
+        return prefix + str(Path(url[len(prefix) :]).resolve())
+    if "://" not in url and not url.startswith(("sqlite:", "file:")):
+        return str(Path(url).resolve())
+    return url
+
+
+# ---------------------------------------------------------------------------------- connecting
+@contextlib.contextmanager
+def connected(ray, address: str | None, threads: int = 1):
+    """Ray, connected for the block: a process already connected keeps its connection (a test's, a
+    notebook's); no address (or `local`) starts a local instance on this machine's cores (at least
+    `threads`: a run recorded on more threads than this machine has still reproduces, as in one
+    process), shut down afterwards; an address connects to that cluster."""
+    if ray.is_initialized():
+        yield
+        return
+    kwargs: dict = {"log_to_driver": False, "logging_level": logging.ERROR}
+    # log_to_driver False: stdout is the progress display's (JSON lines under --json); a study's own
+    # prints stay in Ray's session logs (/tmp/ray/session_latest/logs), its errors in its records
+    if address in LOCAL_ADDRESSES:
+        cpus = max(os.cpu_count() or 1, threads)
+        kwargs.update(address="local", num_cpus=cpus, include_dashboard=False)
+    else:
+        kwargs.update(address=address)
+    # ray.init installs its own SIGTERM handler (exit); the CLI's turns SIGTERM into Ctrl-C, which
+    # cancels the tasks and keeps finished runs: put it back
+    sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        ray.init(**kwargs)
+    except (
+        ConnectionError,
+        ValueError,
+        RuntimeError,
+        ImportError,
+    ) as e:  # (ray:// needs ray[client])
+        # Ray's first sentence (the rest names its own flags, not ours)
+        reason = (str(e).strip().splitlines() or [type(e).__name__])[0].split(". ")[0]
+        if address in LOCAL_ADDRESSES:
+            raise UserError(
+                f"cannot start a local Ray instance: {reason}", field="--executor"
+            ) from None
+        raise UserError(
+            f"cannot connect to a Ray cluster at {address} ({reason}); expected `auto` (the cluster "
+            f"this machine is a node of), HOST:6379 or ray://HOST:10001",
+            field="--ray-address",
+        ) from None
+    finally:
+        if sigterm is not None:
+            with contextlib.suppress(ValueError):  # not the main thread: nothing was installed
+                signal.signal(signal.SIGTERM, sigterm)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+# ---------------------------------------------------------------------------------- the task
+_CONTEXTS: dict[str, distributed.StudyContext] = {}  # per Ray worker process: contexts by contract
+_TRACKERS: dict[str, object] = {}
+_FOLDER: list[Path] = []
+
+
+def run_task(info: dict, attrs: dict, records: dict[str, dict], threads: int) -> dict:
+    """One job on a Ray worker: the distributed worker's code for its kind (JOB_KINDS) on the context
+    rebuilt from the driver's `queue_info` (kept for the worker's next tasks), on `threads` CPU
+    threads; `records`: the records it may read (the jobs it follows, its arm's earlier seeds)."""
+    from gates.study import cpu_threads
+
+    key = f"{info[distributed.ATTR]}:{info['gates.parent_run_id']}"
+    if key not in _CONTEXTS:
+        if not _FOLDER:
+            _FOLDER.append(Path(tempfile.mkdtemp(prefix="gates-ray-")))
+        _CONTEXTS[key] = distributed.load_context(
+            f"ray:{info['gates.contract_id']}",
+            0,
+            info,
+            _FOLDER[0] / str(len(_CONTEXTS)),
+            trackers=_TRACKERS,
+        )
+    table = distributed.JobTable(records=dict(records))
+    with cpu_threads(threads):
+        return distributed.JOB_KINDS[attrs["kind"]](_CONTEXTS[key], attrs, table, lambda _id: None)
+
+
+def gpus(config, cluster_has_gpus: bool) -> int:
+    """GPUs a task of this arm holds: one on CUDA (`device: cuda`; `auto` where the cluster has GPUs,
+    so that `auto` means the same device on every node it lands on), else none."""
+    device = getattr(config, "device", None)
+    return int(device == "cuda" or (device == "auto" and cluster_has_gpus))
+
+
+class Tasks:
+    """The driver's side: submits jobs as tasks in plan order as their dependencies allow and the
+    cluster has room, and collects their records."""
+
+    def __init__(self, ray, parent: runner.ParentRun, info: dict, threads: int, progress):
+        self.ray, self.parent, self.info, self.threads = ray, parent, info, threads
+        self.progress = progress
+        self.remote = ray.remote(run_task)
+        self.records: dict[str, dict] = {}  # job -> record, every look's
+        self.running: dict = {}  # ObjectRef -> the job's attrs
+        has_gpus = ray.cluster_resources().get("GPU", 0) >= 1
+        self.gpus = {arm: gpus(cfg, has_gpus) for arm, cfg in parent.loaded.arm_configs.items()}
+
+    def room(self) -> int:
+        """How many tasks at once: as many as the cluster's CPUs hold (at least one)."""
+        cpus = self.ray.cluster_resources().get("CPU", 0)
+        return max(1, int(cpus // self.threads))
+
+    def run(self, jobs: list[dict], reused: dict[tuple[str, int], dict] | None = None) -> list:
+        """Each job's record, in job order: a finished run of the same contract and code (`reused`)
+        taken as it is, every other job run as a task."""
+        steps = self.parent.budget.steps
+        pending = []
+        for attrs in jobs:
+            done = (reused or {}).get((attrs.get("arm"), attrs.get("seed")))
+            if attrs["kind"] == plan.KIND_RUN and done is not None:
+                record = runner.run_record(done)
+                self.progress.start(attrs["arm"], attrs["seed"], steps, skipped=record)
+                self.progress.end(record)
+                self.records[attrs["job"]] = record
+            else:
+                pending.append(attrs)
+        try:
+            while pending or self.running:
+                self._submit(pending, steps)
+                if not self.running:  # (the plan lists a job's dependencies before it)
+                    raise RuntimeError(
+                        f"jobs wait on jobs that are not in the plan: {[a['job'] for a in pending]}"
+                    )
+                ready, _ = self.ray.wait(list(self.running), num_returns=1)
+                for ref in ready:
+                    attrs = self.running.pop(ref)
+                    record = self._result(ref, attrs)
+                    self.records[attrs["job"]] = record
+                    distributed.show_record(self.progress, attrs, record, steps)
+        except BaseException:
+            self.cancel()
+            raise
+        return [self.records[attrs["job"]] for attrs in jobs]
+
+    def _submit(self, pending: list[dict], steps: int) -> None:
+        room = self.room()
+        for attrs in list(pending):
+            if len(self.running) >= room:
+                return
+            if any(dep not in self.records for dep in attrs.get("after", [])):
+                continue  # after the jobs it needs (they come earlier in the plan's order)
+            pending.remove(attrs)
+            # what the job may read: the jobs it follows, and its arm's runs (an arm that keeps failing)
+            readable = {
+                k: r
+                for k, r in self.records.items()
+                if k in attrs.get("after", []) or r.get("arm") == attrs["arm"]
+            }
+            ref = self.remote.options(
+                num_cpus=self.threads,
+                num_gpus=self.gpus.get(attrs["arm"], 0),
+                max_retries=MAX_RETRIES,
+                retry_exceptions=False,  # a study's error is a failed run in its record
+                name=f"gates {attrs['job']}",
+            ).remote(self.info, attrs, readable, self.threads)
+            self.running[ref] = attrs
+            if attrs["kind"] == plan.KIND_RUN:
+                self.progress.start(attrs["arm"], attrs["seed"], steps)
+
+    def _result(self, ref, attrs: dict) -> dict:
+        exceptions = self.ray.exceptions
+        try:
+            return self.ray.get(ref)
+        except exceptions.RayTaskError as e:
+            cause = getattr(e, "cause", None) or e
+            found = storage_error(cause)
+            if found is not None:  # a full disk or an unwritable store: one line, as in one process
+                raise found from None
+            if isinstance(cause, KeyboardInterrupt):
+                raise KeyboardInterrupt from None
+            what = (str(cause).strip().splitlines() or [""])[0]
+            raise RayJobError(
+                f"job {attrs['job']} failed on a Ray worker: {type(cause).__name__}: {what}; "
+                f"finished runs are kept and the next `gates run` reuses them"
+            ) from None
+        except (exceptions.WorkerCrashedError, exceptions.NodeDiedError) as e:
+            raise RayJobError(
+                f"job {attrs['job']}: its Ray worker died on all {MAX_RETRIES + 1} attempts "
+                f"({type(e).__name__}); finished runs are kept and the next `gates run` reuses them"
+            ) from None
+
+    def cancel(self) -> None:
+        """Cancel the outstanding tasks and give them a moment to close their MLflow runs."""
+        refs = list(self.running)
+        self.running.clear()
+        for ref in refs:
+            with contextlib.suppress(Exception):
+                self.ray.cancel(ref)
+        if refs:  # (a second Ctrl-C ends the wait)
+            with contextlib.suppress(Exception):
+                self.ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)
+
+
+# ---------------------------------------------------------------------------------- the run
+def run_ray(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    runs_root: Path,
+    *,
+    address: str | None = None,
+    fresh: bool = False,
+    progress: runner.Progress | None = None,
+    optuna_storage: str | None = None,
+    record: bool = False,
+    reason: str | None = None,
+    recording: Recording | None = None,
+) -> runner.Outcome:
+    """Run the contract's plan as Ray tasks and decide here: the same outcome (evidence recorded, or a
+    recorded claim reproduced) as `execute`, under the same lock (one driver per contract)."""
+    import torch
+
+    ray = import_ray()
+    progress = progress or runner.SilentProgress()
+    stores = {"--tracking-uri": tracking_uri}
+    tuning_url = None
+    if loaded.contract.tuning is not None:
+        from gates.execution import _tuning as tuning
+
+        tuning_url = optuna_storage or tuning.default_storage(tracking_uri)
+        stores["--optuna-storage"] = tuning_url
+    refuse_local_store(ray, stores, address)
+    # the thread count the runs compute on (each records it): the driver's, under --threads
+    threads = torch.get_num_threads()
+    recording = recording or plan_recording(loaded, runs_root, record=record, reason=reason)
+    with contract_lock(runs_root, loaded.id), connected(ray, address, threads):
+        check_nodes(ray, stores, address)
+        largest = max(
+            (n["Resources"].get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=0
+        )
+        if largest < threads:
+            raise UserError(
+                f"the runs compute on {threads} CPU threads, but no node of the Ray cluster has "
+                f"{threads} CPUs (the largest has {largest:g}); expected --threads {int(largest)} or "
+                f"fewer, or larger nodes",
+                field="--threads",
+            )
+        parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
+        runner.own_parent(parent)
+        try:
+            return _drive(
+                ray, parent, runs_root, recording, threads, progress, tuning_url, fresh=fresh
+            )
+        except KeyboardInterrupt:
+            # the tasks are cancelled; one interrupted before its run's own handler was in place (while
+            # MLflow created the run) left it RUNNING: closed now, as the next run would close it
+            distributed.close_leftovers(parent, [])
+            parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
+            raise
+
+
+def _drive(
+    ray,
+    parent: runner.ParentRun,
+    runs_root: Path,
+    recording: Recording,
+    threads: int,
+    progress,
+    tuning_url: str | None,
+    *,
+    fresh: bool,
+) -> runner.Outcome:
+    info = distributed.queue_info(parent)
+    info["gates.tracking_uri"] = worker_url(parent.tracking_uri)
+    tasks = Tasks(ray, parent, info, threads, progress)
+    done = runner.finished_runs(parent)  # a RUNNING child is a killed driver's: closed, redone
+    reuse = runner.Reuse()
+    reuse.other_code, reuse.other_code_sha256 = runner.runs_under_other_code(parent)
+    loaded = parent.loaded
+    if tuning_url is not None:  # tuning trials first (gates/execution/_tuning.py), then the seeds
+        from gates.execution import _tuning as tuning
+
+        if fresh:
+            distributed.delete_tuning_studies(loaded, parent, tuning_url)
+        trials = distributed.tune_jobs(loaded, worker_url(tuning_url))
+        for before, after in zip(trials, trials[1:]):
+            if before["arm"] == after["arm"]:  # trial n samples with trial n - 1 finished
+                after["after"] = [before["job"]]
+        tasks.run(trials)
+        parent.loaded, parent.tuning = tuning.tune_and_apply(
+            loaded,
+            parent.tracking_uri,
+            parent_run_id=parent.parent_id,
+            experiment_id=parent.experiment_id,
+            storage_url=tuning_url,
+            progress=progress,
+            prov=parent.prov,
+        )
+    records: list[dict] = []
+    while (seeds := plan.next_seeds(parent.loaded, records)) is not None:  # look by look
+        if any(r["seed"] in seeds for r in records):
+            raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
+        records += tasks.run(distributed.run_jobs(parent, seeds), reused=done)
+    distributed.close_leftovers(parent, records)  # dead attempts' runs
+    reuse.total = len(records)
+    reuse.reused = sum((r["arm"], r["seed"]) in done for r in records)
+    reuse.skipped = sum(r.get("status") == "skipped" for r in records)
+    reuse.trained = reuse.total - reuse.reused - reuse.skipped
+    return runner.finish(parent, records, runs_root, recording, reuse)
