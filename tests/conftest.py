@@ -150,6 +150,31 @@ def run_project(root: Path, *contracts: dict) -> Path:
     return root
 
 
+def copy_project(project: Path, tmp_path: Path) -> Path:
+    """A copy of a recorded project (a module fixture's) that one test may change."""
+    import shutil
+
+    copy = tmp_path / "p"
+    shutil.copytree(project, copy)
+    return copy
+
+
+def gates_cli(project: Path, *args: str, timeout: float = 120):
+    """`gates ARGS` run as a user runs it, in `project`, in a process of its own (wide output)."""
+    import os
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, "-m", "gates", *args],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "250"},
+        timeout=timeout,
+    )
+
+
 def regenerate_history(runs_root: Path) -> None:
     """Throw the claims history away and enter the evidence as it now is (`backfilled`): what a forger
     can do where the history is not in git (`gates verify` compares it across commits otherwise)."""

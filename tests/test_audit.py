@@ -6,7 +6,6 @@ cannot steer (recorded seconds, the CI-replay mark): tests/test_audit_unsteerabl
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
@@ -15,7 +14,7 @@ import pytest
 from gates.contract import load_contract
 from gates.record import render_report
 from gates.verify import Candidate, choose, commit_seed, verify
-from tests.conftest import regenerate_history, run_project, small_c05
+from tests.conftest import copy_project, regenerate_history, run_project, small_c05
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -59,9 +58,7 @@ def recorded(tmp_path_factory):
 
 @pytest.fixture
 def project(recorded, tmp_path):
-    copy = tmp_path / "p"
-    shutil.copytree(recorded, copy)
-    return copy
+    return copy_project(recorded, tmp_path)
 
 
 def test_honest_runs_reproduce_and_the_plan_is_printed(project):

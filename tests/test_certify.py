@@ -5,16 +5,13 @@ not (exit 1, nothing written), and a sample re-runs only as many runs as asked."
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from gates.record import INDEX, read_index, record_entry, write_report
-from tests.conftest import regenerate_history, run_project, small_c05
+from tests.conftest import copy_project, regenerate_history, run_project, small_c05
+from tests.conftest import gates_cli as gates
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -26,16 +23,7 @@ def recorded(tmp_path_factory):
 
 @pytest.fixture
 def project(recorded, tmp_path):
-    copy = tmp_path / "p"
-    shutil.copytree(recorded, copy)
-    return copy
-
-
-def gates(project: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args], cwd=project, capture_output=True, text=True, env=env
-    )
+    return copy_project(recorded, tmp_path)
 
 
 def rewrite_evidence(project: Path, change, reason: str) -> None:

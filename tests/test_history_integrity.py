@@ -9,7 +9,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,8 @@ import yaml
 
 from gates.contract import load_contract
 from gates.record import GENESIS, INDEX, line_sha256, read_index, record_entry, write_report
-from tests.conftest import regenerate_history, run_project, small_c05, write_contract
+from tests.conftest import copy_project, regenerate_history, run_project, small_c05, write_contract
+from tests.conftest import gates_cli as gates
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -31,21 +31,7 @@ def recorded(tmp_path_factory):
 
 @pytest.fixture
 def project(recorded, tmp_path):
-    copy = tmp_path / "p"
-    shutil.copytree(recorded, copy)
-    return copy
-
-
-def gates(project: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-    )
+    return copy_project(recorded, tmp_path)
 
 
 def git(project: Path, *args: str) -> str:
