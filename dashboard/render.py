@@ -21,22 +21,26 @@ from gates.dashboard.board import (
     select,
     shown_verdict,
 )
-from gates.dashboard.conditions import (
-    OTHER_SIDE,
-    Bar,
-    Row,
-    difference,
-    holding_side,
-    label,
-    sentence,
-    short_names,
-    term_values,
-)
-from gates.dashboard.conditions import rows as condition_rows
 from gates.dashboard.data import Claim, ContractView, finite
 from gates.dashboard.diff import ADDED, REMOVED, shown
 from gates.dashboard.svg import e
-from gates.record import ConditionRecord, Evidence, RunRecord, describe_regime, describe_shared
+from gates.record import (
+    OTHER_SIDE,
+    ConditionBar,
+    ConditionRecord,
+    ConditionRow,
+    Evidence,
+    RunRecord,
+    condition_difference,
+    condition_label,
+    condition_rows,
+    condition_sentence,
+    describe_regime,
+    describe_shared,
+    holding_side,
+    term_short_names,
+    term_values,
+)
 
 # form-action 'self': the board's filter form submits (GET) to the dashboard itself, nowhere else
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'self'"
@@ -625,15 +629,16 @@ def _arms(ev: Evidence) -> list[str]:
     return list(ev.settings.arm_configs)
 
 
-def _condition_row(row: Row, moot: bool) -> str:
+def _condition_row(row: ConditionRow, moot: bool) -> str:
     """One condition (or a supported_if condition with its refuted_if mirror) as a table row: what it
     compares (arm, metric, bar), what its result means for the claim (coloured by that, not by holds
     or fails), the arms' values apart from the margin beyond the bar, the interval against the bar,
     the test and the per-seed values."""
     first, bar, meaning = row.first, row.bar, row.meaning
-    names = short_names(first, bar)
+    names = term_short_names(first, bar)
     labels = " + ".join(
-        f'<span class="lbl" title="{e(r.description)}">{e(label(r))}</span>' for r in row.records
+        f'<span class="lbl" title="{e(r.description)}">{e(condition_label(r))}</span>'
+        for r in row.records
     )
     kind = e(first.kind or "-") + (f"; {e(first.control)} control" if first.control else "")
     estimand = (
@@ -641,7 +646,7 @@ def _condition_row(row: Row, moot: bool) -> str:
         if first.estimand
         else ""
     )
-    landed = row.landed if row.merged else sentence(first)
+    landed = row.landed if row.merged else condition_sentence(first)
     moot_note = (
         '<br><span class="small">does not decide: the verdict is invalid</span>' if moot else ""
     )
@@ -676,7 +681,7 @@ def _condition_row(row: Row, moot: bool) -> str:
     )
 
 
-def _terms_cells(bar: Bar) -> tuple[str, str]:
+def _terms_cells(bar: ConditionBar) -> tuple[str, str]:
     """(arm cell, metric cell): a threshold's arm; a compare's arm and the arm it is compared with;
     a trend's arms in order."""
     arms = list(dict.fromkeys(a for a, _ in bar.terms))
@@ -688,7 +693,7 @@ def _terms_cells(bar: Bar) -> tuple[str, str]:
     )
 
 
-def _bar_text(bar: Bar) -> str:
+def _bar_text(bar: ConditionBar) -> str:
     return f"{bar.op} {bar.bar}" if bar.op else "monotone trend"
 
 
@@ -709,7 +714,7 @@ def _values_cell(record: ConditionRecord, names: dict[str, str]) -> str:
         + (f' <span class="small">({centre} of {v.seeds})</span>' if v.seeds else "")
         for v in values
     ]
-    diff = difference(record)
+    diff = condition_difference(record)
     if diff is not None:
         a, op, b, value = diff
         shown = svg.fmt(value) if op == "/" else _signed(value)
@@ -719,12 +724,12 @@ def _values_cell(record: ConditionRecord, names: dict[str, str]) -> str:
     return "<br>".join(lines) or "-"
 
 
-def _test_cell(row: Row) -> str:
+def _test_cell(row: ConditionRow) -> str:
     """The test, each record's adjusted p-values, and (folded) why the test and how adjusted."""
     first = row.first
     out = [e(first.test)]
     for r in row.records:
-        who = f"{e(label(r))}: " if row.merged else ""
+        who = f"{e(condition_label(r))}: " if row.merged else ""
         out.append(f"{who}p adj holds {_num(r.p_hold_adj)}, fails {_num(r.p_fail_adj)}")
     more = []
     if first.test_reason:
@@ -732,7 +737,7 @@ def _test_cell(row: Row) -> str:
     if first.note:
         more.append(e(first.note))
     for r in row.records:
-        who = f"{e(label(r))}: " if row.merged else ""
+        who = f"{e(condition_label(r))}: " if row.merged else ""
         more.append(f'<span class="adjustment">{who}adjusted: {e(r.adjustment or "-")}</span>')
     return "<br>".join(out) + (
         f"<details><summary>why, how adjusted</summary>{'<br>'.join(more)}</details>"
@@ -880,7 +885,7 @@ def _threshold_bars(ev: Evidence) -> dict[str, list[tuple[str, float, str]]]:
             if row.bar.threshold is None:
                 continue
             arm, metric = row.bar.terms[0]
-            what = " + ".join(label(r) for r in row.records)
+            what = " + ".join(condition_label(r) for r in row.records)
             out.setdefault(metric, []).append(
                 (arm, row.bar.threshold, f"{what}: {row.first.description}")
             )

@@ -21,7 +21,7 @@ PALETTE = [
     "#7f7f7f",
     "#d62728",
 ]
-# what a condition's result means for the claim (gates.dashboard.conditions.meaning), as colours
+# what a condition's result means for the claim (gates.record._conditions.meaning), as colours
 MEANING_COLOUR = {
     "supports": "#2e7d32",
     "refutes": "#c62828",

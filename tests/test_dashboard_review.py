@@ -20,11 +20,17 @@ import pytest
 
 from gates.dashboard import svg
 from gates.dashboard.board import BoardQuery, select
-from gates.dashboard.conditions import INVALIDATES, REFUTES, SOUND, SUPPORTS, UNDETERMINED
-from gates.dashboard.conditions import rows as condition_rows
 from gates.dashboard.data import Claim
 from gates.dashboard.diff import ADDED, CHANGED, REMOVED, contract_diff
-from gates.record import ConditionRecord
+from gates.record import (
+    INVALIDATES,
+    REFUTES,
+    SOUND,
+    SUPPORTS,
+    UNDETERMINED,
+    ConditionRecord,
+    condition_rows,
+)
 from tests.conftest import copy_claims
 from tests.test_dashboard import browser, open_page  # noqa: F401 (browser: a fixture)
 

@@ -1442,7 +1442,7 @@ def studies(
 
 # ---------------------------------------------------------------------------------- output
 def _print_verdict(ev: Evidence, runs_dir: Path, outcome=None) -> None:
-    from gates.record import signature
+    from gates.record import condition_label, condition_rows, signature
 
     colour = {
         "supported": "green",
@@ -1452,10 +1452,14 @@ def _print_verdict(ev: Evidence, runs_dir: Path, outcome=None) -> None:
     }[ev.verdict]
     out.print(f"\n[bold {colour}]{ev.verdict.upper()}[/]  {ev.contract_id}", highlight=False)
     out.print(ev.claim, markup=False, highlight=False)
-    for c in ev.conditions:
-        mark = {"holds": "green", "fails": "red"}.get(c.outcome, "yellow")
+    for row in condition_rows(list(ev.conditions), list(ev.settings.arm_configs)):
+        c = row.first
+        # coloured by what the result means for the claim, never by holds/fails alone
+        mark = {"supports": "green", "refutes": "red"}.get(row.meaning, "yellow")
+        names = " + ".join(condition_label(r) for r in row.records)
+        outcomes = ", ".join(r.outcome for r in row.records)
         out.print(
-            f"  [{mark}]{c.outcome:<12}[/] {c.list_name}[{c.index}]  {c.description}",
+            f"  [{mark}]{row.meaning:<12}[/] {c.description}  ({names}: {outcomes})",
             highlight=False,
         )
         observed = "; ".join(

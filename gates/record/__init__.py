@@ -9,7 +9,8 @@ staleness (`current_provenance`, `staleness`), attempts at a claim and claims th
 regime (`compare_reproduction`, `annotate_siblings`).
 
 Private modules: `_tracking`, `_store`, `_evidence`, `_report`, `_history`, `_provenance`,
-`_attempts`, `_siblings`, `_plots`, `_files`.
+`_attempts`, `_siblings`, `_plots`, `_files`, `_conditions` (a claim's conditions as a reviewer reads them:
+mirrors merged into one row, what each result means for the claim).
 """
 
 from gates._face import lazy_face
@@ -17,7 +18,16 @@ from gates._face import lazy_face
 # public name -> (private module, its name there), imported on first use
 _FACE = {
     "AttemptRecord": ("_evidence", "AttemptRecord"),
+    "ConditionBar": ("_conditions", "Bar"),
     "ConditionRecord": ("_evidence", "ConditionRecord"),
+    "ConditionRow": ("_conditions", "Row"),
+    "INVALIDATES": ("_conditions", "INVALIDATES"),
+    "OTHER_SIDE": ("_conditions", "OTHER_SIDE"),
+    "REFUTES": ("_conditions", "REFUTES"),
+    "SOUND": ("_conditions", "SOUND"),
+    "SUPPORTS": ("_conditions", "SUPPORTS"),
+    "TermValue": ("_conditions", "TermValue"),
+    "UNDETERMINED": ("_conditions", "UNDETERMINED"),
     "EVIDENCE": ("_evidence", "EVIDENCE"),
     "EVIDENCE_FORMAT": ("_evidence", "FORMAT"),
     "Evidence": ("_evidence", "Evidence"),
@@ -51,7 +61,12 @@ _FACE = {
     "code_sha256": ("_provenance", "code_sha256"),
     "compare_reproduction": ("_attempts", "compare"),
     "contract_change": ("_history", "contract_change"),
+    "condition_difference": ("_conditions", "difference"),
     "condition_intervals": ("_plots", "condition_intervals"),
+    "condition_label": ("_conditions", "label"),
+    "condition_rows": ("_conditions", "rows"),
+    "condition_sentence": ("_conditions", "sentence"),
+    "holding_side": ("_conditions", "holding_side"),
     "current_provenance": ("_provenance", "current"),
     "describe_regime": ("_siblings", "describe_regime"),
     "describe_shared": ("_siblings", "describe_shared"),
@@ -87,6 +102,8 @@ _FACE = {
     "supersede_claim_run": ("_tracking", "supersede_claim_run"),
     "staleness": ("_provenance", "staleness"),
     "study_files": ("_provenance", "study_files"),
+    "term_short_names": ("_conditions", "short_names"),
+    "term_values": ("_conditions", "term_values"),
     "watched_paths": ("_provenance", "watched_paths"),
     "withdraw_claim": ("_history", "withdraw"),
     "withdraw_claim_run": ("_tracking", "withdraw_claim_run"),

@@ -6,14 +6,19 @@ byte for byte).
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
 from gates.errors import UserError, storage_error
 from gates.record._attempts import describe as describe_attempt
+from gates.record._conditions import Row as ConditionRow
+from gates.record._conditions import label, sentence
+from gates.record._conditions import rows as condition_rows
 from gates.record._evidence import (
     EVIDENCE,
     REPORT,
+    ConditionRecord,
     ConvergenceRecord,
     DesignRecord,
     Evidence,
@@ -129,6 +134,20 @@ def _converged_cell(r: RunRecord) -> str:
     return ("yes" if r.converged else "**no**") + change
 
 
+def _interval(c: ConditionRecord) -> str:
+    return f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]" if c.ci_low is not None else "-"
+
+
+def _mirror_p(own: float | None, mirror: float | None) -> str:
+    if own is None or mirror is None or math.isclose(own, mirror, rel_tol=1e-9, abs_tol=1e-15):
+        return ""
+    return f" (mirror {_fmt(mirror, 3)})"
+
+
+def _labels(row: ConditionRow) -> str:
+    return " and ".join(label(r) for r in row.records)
+
+
 def _design_lines(ev: Evidence) -> list[str]:
     """What the contract declares about its design, its regime and the runs it shares, beside the verdict."""
 
@@ -215,28 +234,48 @@ def render_report(evidence: Evidence | dict) -> str:
         "",
         _families(ev),
         "",
-        "| condition | outcome | estimate | interval | p(holds) adj | p(fails) adj | test |",
+        "A supported_if condition and its refuted_if mirror (the same terms and bar the other way round, "
+        "judged on the same values) share a row; its numbers are the supported_if side's. The result says "
+        "what the outcome means for the claim; the margin is how far the estimate clears the bar "
+        "(negative: short of it), with its interval.",
+        "",
+        "| condition | result | margin | interval | p(holds) adj | p(fails) adj | test |",
         "|---|---|---|---|---|---|---|",
     ]
-    for c in ev.conditions:
-        ci = f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]" if c.ci_low is not None else "-"
+    rows = condition_rows(list(ev.conditions), list(ev.settings.arm_configs))
+    for row in rows:
+        c = row.first
+        if row.merged:
+            mirror = row.records[1]
+            cell = f"{label(c)}: `{c.description}`, mirror {label(mirror)}"
+            result = (
+                f"**{row.meaning}** ({', '.join(f'{label(r)} {r.outcome}' for r in row.records)})"
+            )
+            # the mirror's adjusted p-values are the same numbers the other way round unless its
+            # family was corrected differently (several refuted_if conditions): then both are shown
+            p_hold = _fmt(c.p_hold_adj, 3) + _mirror_p(c.p_hold_adj, mirror.p_fail_adj)
+            p_fail = _fmt(c.p_fail_adj, 3) + _mirror_p(c.p_fail_adj, mirror.p_hold_adj)
+        else:
+            cell = f"{label(c)}: `{c.description}`"
+            outcome, _, means = sentence(c).partition(": ")
+            result = f"**{c.outcome}**: {means}" if means else f"**{outcome}**"
+            p_hold, p_fail = _fmt(c.p_hold_adj, 3), _fmt(c.p_fail_adj, 3)
         lines.append(
-            f"| {c.list_name}[{c.index}]: `{c.description}` | **{c.outcome}** | "
-            f"{_fmt(c.estimate)} | {ci} | {_fmt(c.p_hold_adj, 3)} | "
-            f"{_fmt(c.p_fail_adj, 3)} | {c.test} |"
+            f"| {cell} | {result} | {_fmt(c.estimate)} | {_interval(c)} | {p_hold} | {p_fail} | "
+            f"{c.test} |"
         )
-    estimands = [f"- {c.list_name}[{c.index}]: {c.estimand}" for c in ev.conditions if c.estimand]
+    estimands = [f"- {_labels(row)}: {row.first.estimand}" for row in rows if row.first.estimand]
     if estimands:
         lines += [
             "",
-            "What each condition estimates (its estimate, interval and test are on this scale; on the log "
-            "scale exp(estimate) is the factor by which the bar is cleared):",
+            "What each condition estimates (its margin, interval and test are on this scale; on the log "
+            "scale exp(margin) is the factor by which the bar is cleared):",
             "",
         ] + estimands
     reasons = [
-        f"- {c.list_name}[{c.index}]: {c.test}: {c.test_reason}"
-        for c in ev.conditions
-        if c.test_reason
+        f"- {_labels(row)}: {row.first.test}: {row.first.test_reason}"
+        for row in rows
+        if row.first.test_reason
     ]
     if reasons:
         lines += ["", "Why each test:", ""] + reasons
@@ -253,10 +292,9 @@ def render_report(evidence: Evidence | dict) -> str:
             "|---|---|---|---|---|---|---|",
         ]
         for c in ev.controls:
-            ci = f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]" if c.ci_low is not None else "-"
             lines.append(
                 f"| controls[{c.index}]: `{c.description}` | {c.control or '-'} | "
-                f"**{c.outcome}** | {_fmt(c.estimate)} | {ci} | {_fmt(c.p_hold_adj, 3)} | "
+                f"**{c.outcome}** | {_fmt(c.estimate)} | {_interval(c)} | {_fmt(c.p_hold_adj, 3)} | "
                 f"{c.test} |"
             )
     if ev.lost:

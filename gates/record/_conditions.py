@@ -1,6 +1,7 @@
 """A claim's conditions and controls as a reviewer reads them: what each compares (arm, metric, bar),
 the arm's value apart from the margin beyond the bar, what its result means for the claim, and a
-supported_if condition merged with its refuted_if mirror into one row.
+supported_if condition merged with its refuted_if mirror into one row. One reading for every page
+that shows them: verdict.md, `gates run`'s verdict and the dashboard.
 
 Everything is read from the evidence (`ConditionRecord`), so the page says the same with or without
 the contract file: a condition's description is the verdict engine's own wording of it
@@ -14,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from gates.record import ConditionRecord
+from gates.record._evidence import ConditionRecord
 
 SUPPORTS, REFUTES, UNDETERMINED = "supports", "refutes", "undetermined"
 SOUND, INVALIDATES = "sound", "invalidates"  # a control: the setup can be trusted, or it cannot
