@@ -18,6 +18,27 @@ context), at most `alpha_occurrences` (the first in window order); alpha_cos = t
 with >= 2 occurrences of the mean pairwise cosine (i != j) of their dynamic alphas alpha_static + g.
 1.0 when g = 0 (every occurrence has the same alpha). alpha_cos_min: the smallest alpha_cos of the
 run so far (over its evaluations); alpha_cos_rebound = alpha_cos - alpha_cos_min.
+
+author_alpha_cos (SFE arms with `author_alpha: true`): the seed's alpha_cos as the author's code
+computes it (github.com/val1813/BIIC phase0/scripts/sfe_validation.py and sfe_v11.py,
+`compute_alpha_divergence`), on this corpus and tokenizer. The words: the author's 20 polysemous words
+(AUTHOR_WORDS), each kept where " word" (else "word") is one piece of the tokenizer (the author's
+`get_word_token_ids`). The occurrences: every position of the test half of the held-out stream, cut
+into consecutive seq_len windows (the author's: every position of the validation set cut into
+seq_len chunks; the first positions of a window see zero-padded context). The vectors: the embeddings
+e = (alpha_static + g(ctx)) B (the author's `get_sfe_embeddings`: before the position embedding; not
+the k-dimensional alphas). Per word with at least 15 occurrences (AUTHOR_MIN_OCCURRENCES, the
+author's), the median (torch.median: the lower middle value) of the pairwise cosines i < j; the
+value is the mean over those words (NaN when no word has 15; the author's code gave 1.0).
+author_alpha_cos_min: its smallest value over the run's evaluations.
+
+aux_loss (sfe_v11 with aux_weight > 0): `alphas` (the default): aux_weight x `diversity_loss` on the
+dynamic alphas of the tracked tokens, with a gradient (the same tokens and vectors alpha_cos reads);
+`author`: the author's code's term (sfe_v11.py `alpha_diversity_loss`): aux_weight x the mean over the
+author's words present at least twice in the batch of cos.triu(1).mean() (the sum over pairs i < j
+divided by n^2) of their embeddings e, computed under torch.no_grad as the author's
+`get_sfe_embeddings` does: its value is added to the reported loss and nothing to the gradient, so
+training is that of aux_weight 0.
 """
 
 from __future__ import annotations
@@ -92,6 +113,11 @@ class BiicLMConfig(DeviceConfig):
     aux_weight: float = Field(default=0.01, ge=0)  # sfe_v11 only
     alpha_tokens: int = Field(default=32, ge=1)
     alpha_occurrences: int = Field(default=48, ge=2)
+    # SFE: also report the author's alpha_cos (author_alpha_cos, _min; the module docstring)
+    author_alpha: bool = False
+    # sfe_v11: "alphas" (a gradient, on the tracked tokens' alphas) or "author" (the author's code: on
+    # the author's words' embeddings e, under no_grad: no gradient)
+    aux_loss: Literal["alphas", "author"] = "alphas"
     # training (bif_lm's schedule and optimizer)
     batch_size: int = Field(default=16, ge=1)
     lr: float = Field(default=3e-3, gt=0)
@@ -109,6 +135,8 @@ class BiicLMConfig(DeviceConfig):
             raise ValueError(f"d_model ({self.d_model}) must be divisible by heads ({self.heads})")
         if self.arm in SFE_ARMS and self.alpha_dim >= self.d_model:
             raise ValueError(f"alpha_dim ({self.alpha_dim}) must be below d_model ({self.d_model})")
+        if self.arm not in SFE_ARMS and (self.author_alpha or self.aux_loss != "alphas"):
+            raise ValueError(f"author_alpha and aux_loss are SFE settings; arm is {self.arm!r}")
         return self
 
     @property
@@ -169,6 +197,97 @@ def diversity_loss(
     return torch.stack(terms).mean() if terms else alphas.sum() * 0.0
 
 
+# ------------------------------------------------------------------------------------ the author's
+# alpha_cos and auxiliary loss (the module docstring): github.com/val1813/BIIC phase0/scripts/sfe_v11.py
+AUTHOR_WORDS = (
+    "book",
+    "run",
+    "bank",
+    "light",
+    "right",
+    "fire",
+    "deal",
+    "lead",
+    "match",
+    "check",
+    "clear",
+    "fall",
+    "field",
+    "form",
+    "frame",
+    "grant",
+    "ground",
+    "head",
+    "interest",
+    "key",
+)
+AUTHOR_MIN_OCCURRENCES = 15  # the author's: a word seen fewer times is skipped
+
+
+def author_word_ids(tokenizer) -> list[int]:
+    """The author's `get_word_token_ids`: per word, the id of " word" if it is one piece, else of
+    "word" if it is one piece, else the word is left out. `tokenizer`: a SentencePieceProcessor."""
+    ids = []
+    for word in AUTHOR_WORDS:
+        for text in (" " + word, word):
+            pieces = tokenizer.encode(text)
+            if len(pieces) == 1:
+                ids.append(pieces[0])
+                break
+    return ids
+
+
+def consecutive_windows(stream: np.ndarray, seq_len: int) -> torch.Tensor:
+    """The stream cut into consecutive windows of seq_len tokens (the tail shorter than one dropped)."""
+    count = len(stream) // seq_len
+    return torch.from_numpy(stream[: count * seq_len].astype(np.int64)).reshape(count, seq_len)
+
+
+def author_occurrences(
+    windows: torch.Tensor, word_ids: list[int], minimum: int = AUTHOR_MIN_OCCURRENCES
+) -> dict[int, torch.Tensor]:
+    """Per word seen at least `minimum` times in the windows (any position), its flat indices."""
+    flat = windows.flatten()
+    found = {}
+    for t in word_ids:
+        where = (flat == t).nonzero().flatten()
+        if len(where) >= minimum:
+            found[t] = where
+    return found
+
+
+def median_pairwise_cosine(vectors: torch.Tensor) -> torch.Tensor:
+    """The author's per-word score: torch.median of the cosines over the pairs i < j of the rows."""
+    unit = F.normalize(vectors, dim=-1)
+    n = unit.shape[0]
+    upper = torch.triu_indices(n, n, offset=1, device=unit.device)
+    return (unit @ unit.T)[upper[0], upper[1]].median()
+
+
+def author_alpha_cos(embeddings: torch.Tensor, occurrences: dict[int, torch.Tensor]) -> float:
+    """Mean over the words of the median pairwise cosine of their embeddings e (module docstring)."""
+    flat = embeddings.reshape(-1, embeddings.shape[-1])
+    values = [median_pairwise_cosine(flat[where]) for where in occurrences.values()]
+    return float(torch.stack(values).mean()) if values else float("nan")
+
+
+def author_diversity_loss(
+    embeddings: torch.Tensor, tokens: torch.Tensor, word_ids: list[int]
+) -> torch.Tensor:
+    """The author's `alpha_diversity_loss` (before its weight): mean over the words present at least
+    twice in the batch of cos.triu(1).mean(), the sum of the pairwise cosines i < j over n^2."""
+    flat, ids = embeddings.reshape(-1, embeddings.shape[-1]), tokens.flatten()
+    total, count = embeddings.new_zeros(()), 0
+    for t in word_ids:
+        where = (ids == t).nonzero().flatten()
+        if len(where) < 2:
+            continue
+        unit = F.normalize(flat[where], dim=-1)
+        total = total + (unit @ unit.T).triu(diagonal=1).mean()
+        count += 1
+    return total / max(count, 1)
+
+
 # ------------------------------------------------------------------------------------ study
 def heldout_halves(heldout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(validation, test) halves of the held-out stream, in corpus order."""
@@ -191,6 +310,10 @@ class BiicLMStudy(Study):
         "alpha_cos": Metric("higher", "test", -1.0, 1.0),
         "alpha_cos_min": Metric("higher", "test", -1.0, 1.0),
         "alpha_cos_rebound": Metric("higher", "test", 0.0, 2.0),
+        # SFE arms with author_alpha: the author's alpha_cos (median cosine of the embeddings e of the
+        # author's words; module docstring) and its smallest value over the run
+        "author_alpha_cos": Metric("higher", "test", -1.0, 1.0),
+        "author_alpha_cos_min": Metric("higher", "test", -1.0, 1.0),
         # biic arms: share of the final state's squared norm outside grade 0 (0 for grade0_only)
         "equivariant_share": proportion("higher", "diagnostic"),
     }
@@ -218,6 +341,8 @@ class BiicLMStudy(Study):
         names = {"train_loss", "val_loss", "test_loss"}
         if config.arm in SFE_ARMS:
             names |= {"alpha_cos", "alpha_cos_min", "alpha_cos_rebound"}
+            if config.author_alpha:
+                names |= {"author_alpha_cos", "author_alpha_cos_min"}
         if config.arm in BIIC_ARMS:
             names.add("equivariant_share")
         return frozenset(names)
@@ -259,6 +384,24 @@ class BiicLMStudy(Study):
         )
         occurrences = {t: where.to(device) for t, where in occurrences.items()}
         tracked_tensor = torch.tensor(tracked, device=device)
+        author_metric = sfe and config.author_alpha
+        author_aux = config.arm == "sfe_v11" and config.aux_weight and config.aux_loss == "author"
+        if author_metric or author_aux:
+            import sentencepiece as spm
+
+            words = author_word_ids(
+                spm.SentencePieceProcessor(model_file=str(data.folder / "tokenizer.model"))
+            )
+            T = config.seq_len
+            measured = consecutive_windows(test_stream, T)
+            word_at = author_occurrences(measured, words)
+            # only the windows that hold a measured word, the flat indices renumbered into them
+            held = torch.cat([*word_at.values(), torch.zeros(0, dtype=torch.long)]) // T
+            rows = torch.unique(held)  # sorted
+            place = torch.full((len(measured),), -1, dtype=torch.long)
+            place[rows] = torch.arange(len(rows))
+            author_windows = measured[rows].to(device)
+            word_at = {t: (place[w // T] * T + w % T).to(device) for t, w in word_at.items()}
 
         seed_everything(seed)
         model = build_model(config).to(device)
@@ -283,6 +426,7 @@ class BiicLMStudy(Study):
         aux = config.aux_weight if config.arm == "sfe_v11" else 0.0
         step = 0
         lowest = [math.inf]
+        author_lowest = [math.inf]
 
         def loss_fn() -> torch.Tensor:
             nonlocal step
@@ -296,7 +440,11 @@ class BiicLMStudy(Study):
                 return F.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
             logits, alphas = model(inputs, return_alphas=True)
             loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten())
-            if aux:
+            if aux and config.aux_loss == "author":  # no gradient, as in the author's code
+                with torch.no_grad():
+                    term = author_diversity_loss(alphas @ model.basis, inputs, words)
+                loss = loss + aux * term
+            elif aux:
                 loss = loss + aux * diversity_loss(alphas, inputs, tracked_tensor)
             return loss
 
@@ -311,6 +459,17 @@ class BiicLMStudy(Study):
                 metrics.update(
                     alpha_cos=value, alpha_cos_min=lowest[0], alpha_cos_rebound=value - lowest[0]
                 )
+            if author_metric:
+                embeddings = torch.cat(
+                    [
+                        model.alphas(author_windows[first : first + 64]) @ model.basis
+                        for first in range(0, len(author_windows), 64)
+                    ]
+                    or [torch.zeros(0, T, config.d_model, device=device)]  # no word measured: NaN
+                )
+                value = author_alpha_cos(embeddings, word_at)
+                author_lowest[0] = value if math.isnan(value) else min(author_lowest[0], value)
+                metrics.update(author_alpha_cos=value, author_alpha_cos_min=author_lowest[0])
             if config.arm in BIIC_ARMS:
                 h = model.states(test_inputs[:8])
                 metrics["equivariant_share"] = float((h[..., 1:] ** 2).sum() / (h * h).sum())
