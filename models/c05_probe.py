@@ -28,6 +28,15 @@ shared over addresses):
   zeros after the path ends.
 - `subheap_kernel`: the candidate's value, its two children's values (0 for a leaf) and x.
 - `path_subheap_kernel`: both, concatenated.
+- `message_passing`: a generic model, not a kernel: it sees every node's value AND its position.
+  Each node starts from (its value, x, a one-hot of its depth (D_max+1), its L/R path code
+  (2*D_max)), embedded by Linear - ReLU to width `hidden`; then MESSAGE_ROUNDS rounds in which
+  every node's state is updated from [its own, its parent's, its left child's, its right child's]
+  states (typed edges, one Linear(4*hidden, hidden) - ReLU per round; missing neighbours and nodes
+  outside the tree carry zero states); a Linear(hidden, 1) scores each node. After two rounds a
+  node's score can depend on its grandparent to its grandchildren and on where it sits, so it sees
+  everything `path_subheap_kernel` sees and more (depth, parent, sibling, grandchildren), and may
+  lean on position where the kernels cannot (c05-structural-probe-v4 asks which generalises).
 
 Metrics: train_loss, train_acc, test_acc, hit_at_3, mean_rank (1-based, among the test tree's
 existing nodes), val_loss and val_acc (on `val_trees` held-out trees drawn like the train trees, from
@@ -60,7 +69,10 @@ from gates.study import (
 )
 
 Depth = Annotated[int, Field(ge=1, le=12)]  # 12: an 8191-address space, still quick on CPU
-Features = Literal["flat_address", "path_only", "subheap_kernel", "path_subheap_kernel"]
+Features = Literal[
+    "flat_address", "path_only", "subheap_kernel", "path_subheap_kernel", "message_passing"
+]
+MESSAGE_ROUNDS = 2  # message_passing: parent <-> child rounds (a fixed part of the arm, not a knob)
 
 
 class C05ProbeConfig(DeviceConfig):
@@ -283,8 +295,61 @@ class StructuralKernel(nn.Module):
         return scores.expand(num_trees, num_addresses)
 
 
+class TreeMessagePassing(nn.Module):
+    """The generic arm (`message_passing`): a typed-edge message-passing network over the tree's nodes.
+
+    Node input: (value, x, one_hot(depth), path code); MESSAGE_ROUNDS rounds of
+    h <- ReLU(W [h, h_parent, h_left, h_right] + b) with states outside the tree zeroed; one score per
+    node. Module creation (hence parameter initialisation) happens only for this arm, so the kernels'
+    arms draw exactly the random numbers they drew before this class existed.
+    """
+
+    def __init__(self, config: C05ProbeConfig):
+        super().__init__()
+        _, depth = address_paths(config.max_depth)
+        depth_code = F.one_hot(torch.from_numpy(depth), config.max_depth + 1).float()
+        position = torch.cat([depth_code, path_code(config.max_depth)], dim=1)
+        self.register_buffer("position", position)  # (A, D_max + 1 + 2*D_max), fixed
+        self.register_buffer("query", torch.tensor(config.pattern, dtype=torch.float32))  # x
+        self.embed = nn.Linear(kernel_inputs(config), config.hidden)
+        self.rounds = nn.ModuleList(
+            nn.Linear(4 * config.hidden, config.hidden) for _ in range(MESSAGE_ROUNDS)
+        )
+        self.out = nn.Linear(config.hidden, 1)
+
+    def forward(self, subheap: torch.Tensor, exists: torch.Tensor) -> torch.Tensor:
+        """subheap (B, A', 3) (only its values, [..., 0], are read) and exists (B, A') -> scores (B, A')."""
+        num_trees, num_addresses, _ = subheap.shape
+        inputs = [
+            subheap[..., :1],
+            self.query.expand(num_trees, num_addresses, 3),
+            self.position[:num_addresses].expand(num_trees, -1, -1),
+        ]
+        inside = exists[..., None].to(subheap.dtype)
+        h = F.relu(self.embed(torch.cat(inputs, dim=-1))) * inside
+        # neighbours in heap layout; index A' (a zero row appended below) stands for "none"
+        address = torch.arange(num_addresses, device=subheap.device)
+        none = torch.full_like(address, num_addresses)
+        parent = torch.where(address > 0, (address - 1) // 2, none)
+        left = torch.where(2 * address + 1 < num_addresses, 2 * address + 1, none)
+        right = torch.where(2 * address + 2 < num_addresses, 2 * address + 2, none)
+        for layer in self.rounds:
+            padded = torch.cat([h, h.new_zeros(num_trees, 1, h.shape[-1])], dim=1)
+            messages = [padded[:, parent], padded[:, left], padded[:, right]]
+            h = F.relu(layer(torch.cat([h, *messages], dim=-1))) * inside
+        return self.out(h).squeeze(-1)
+
+
+def make_kernel(config: C05ProbeConfig) -> nn.Module:
+    """The arm's scorer: the generic message-passing network or a structural kernel."""
+    if config.features == "message_passing":
+        return TreeMessagePassing(config)
+    return StructuralKernel(config)
+
+
 def kernel_inputs(config: C05ProbeConfig) -> int:
-    """Width of the kernel MLP's input (flat_address: the one-hot address, i.e. A)."""
+    """Width of the kernel MLP's input (flat_address: the one-hot address, i.e. A; message_passing:
+    its per-node input: value, x, one-hot depth, path code)."""
     path = 2 * config.max_depth
     subheap = 6  # candidate, left child, right child, and the 3 query values
     return {
@@ -292,12 +357,17 @@ def kernel_inputs(config: C05ProbeConfig) -> int:
         "path_only": path,
         "subheap_kernel": subheap,
         "path_subheap_kernel": path + subheap,
+        "message_passing": 1 + 3 + (config.max_depth + 1) + path,
     }[config.features]
 
 
-def masked_scores(model: StructuralKernel, trees: dict) -> torch.Tensor:
+def masked_scores(model: nn.Module, trees: dict) -> torch.Tensor:
     """Scores with addresses outside the tree at -inf, so softmax and argmax only see its nodes."""
-    return model(trees["subheap"]).masked_fill(~trees["exists"], float("-inf"))
+    if isinstance(model, TreeMessagePassing):
+        scores = model(trees["subheap"], trees["exists"])
+    else:
+        scores = model(trees["subheap"])
+    return scores.masked_fill(~trees["exists"], float("-inf"))
 
 
 def target_rank(scores: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
@@ -392,13 +462,18 @@ class C05ProbeStudy(Study):
         return float(per_tree[metric].mean()) if metric in per_tree else None
 
     def param_count(self, config: C05ProbeConfig) -> int:
-        return count_parameters(StructuralKernel(config))
+        return count_parameters(make_kernel(config))
 
     def flops(self, config: C05ProbeConfig) -> int:
         """2 x multiply-adds of the kernel MLP per scored address (rough; biases and ReLU ignored).
 
-        flat_address's first layer is a table lookup, counted as 0 multiply-adds.
+        flat_address's first layer is a table lookup, counted as 0 multiply-adds. message_passing: its
+        embedding, MESSAGE_ROUNDS rounds of a (4*hidden, hidden) map and the output, per node.
         """
+        if config.features == "message_passing":
+            hidden = config.hidden
+            rounds = MESSAGE_ROUNDS * 4 * hidden * hidden
+            return 2 * (kernel_inputs(config) * hidden + rounds + hidden)
         first = 0 if config.features == "flat_address" else kernel_inputs(config) * config.hidden
         return 2 * (first + config.hidden)
 
@@ -411,7 +486,7 @@ class C05ProbeStudy(Study):
             on_device(crop_to_own_addresses(trees)) for trees in make_datasets(config, seed)
         )
         val = on_device(crop_to_own_addresses(make_validation(config, seed)))
-        model = StructuralKernel(config).to(device)
+        model = make_kernel(config).to(device)
         optimizer = torch.optim.Adam(
             model.parameters(), lr=config.lr, weight_decay=config.weight_decay
         )
