@@ -12,20 +12,34 @@ held-out windows) that fit the parents and calibrate every method:
 - TreeHeap fast (`models.tree_read`): the same tree and parents read in GEMM-shaped stages (dense top
   levels, (query, node) pairs grouped by node, a scan of contiguous leaf slices), its schedule
   calibrated on the fit queries (`tr.calibrate`); its index keeps only the parents it reads;
-- faiss HNSW (IndexHNSWFlat, inner product, M = 32, efSearch calibrated) and IVF-Flat (inner
-  product, nlist = 4 sqrt(N), nprobe calibrated), as the outside reference (faiss is optional).
+- TreeHeap max-bound (issue #29; `models.tree_read.BoundIndex` / `bound_read`): the same tree's
+  leaf order, no parents fitted; each node is scored by an upper bound on its best key's score (max
+  over its m sub-balls of q . c + |q| rho), the radii fitted on the fit queries (the smallest that
+  bound every fit query's best key); m and the schedule calibrated on the fit queries, the cheapest
+  by counted work; TreeHeap exact-bound: the same m with exact radii (a bound for every query; the
+  share of evaluation queries whose top 10 the read certifies exact is printed);
+- faiss HNSW (IndexHNSWFlat, inner product, M = 32, efSearch calibrated), IVF-Flat (inner product,
+  nlist from a grid of 0.5, 1, 2, 4, 8 x sqrt(N), nprobe calibrated per nlist, the fastest on the fit
+  queries) and IVF-PQ (IVF at that nlist, 4-bit fast-scan PQ, exact re-rank of k_factor x 10;
+  nprobe calibrated per k_factor, the fastest on the fit queries), as the outside reference (faiss
+  is optional). Every method's setting must bring the lower one-sided 95% bound of its fit recall
+  (mean - 1.645 standard errors) to the target: the same criterion for the trees and faiss.
 Every method uses the same thread count (torch and faiss/OpenMP). Latency is the median of
 `--repeats` timed calls of the whole evaluation batch after one warm-up, in the same process;
 speedup = dense latency / the method's. Memory per method: the bytes its index keeps per key (faiss:
 its serialized size) and the peak RSS growth of one read (`models.common.peak_rss_growth_mb`).
-Over the sizes, each method's latency growth exponent (least-squares slope of log latency on log N).
+Over the sizes, each method's latency growth exponent (least-squares slope of log latency on log N)
+and the exponent between each pair of adjacent sizes; per size, the process's peak RSS so far.
 At the largest N the output ends with the verdict against the target (>= 10x faster than dense, bar
 5x), a check timing dense and the chosen tree read alternately, the limits (one level of the beam
 read timed against the dense matmul; the fast read's stages) and what each step of the fast read
 bought (`ablation`, each step recalibrated, at N = 65,536 when measured; `--no-ablation` skips it). `--json PATH` writes
 {"sizes": {N: {method: {latency_ms, recall_at_10, visited_share, speedup, ...}}}, "exponents":
-{method: float}, "steps": [...], "settings": {...}} with methods dense, beam, drilldown, fast_beam,
-faiss_hnsw, faiss_ivf.
+{method: float}, "exponents_adjacent": {method: {"N1-N2": float}}, "process_peak_rss_mb": {N: MB},
+"steps": [...], "settings": {...}} with methods dense, beam, drilldown, fast_beam, max_bound,
+exact_bound, faiss_hnsw, faiss_ivf, faiss_ivfpq; `--plot PATH` draws latency against N (log-log,
+every method; matplotlib if installed, else a hand-written SVG). The output ends with issue #29's
+targets (at 262,144: the max-bound read >= 1.5x IVF-Flat's speed-up; exponent 65,536 -> 262,144 < 0.6).
 
 Keys: `--source teacher` (default when a teacher can be loaded or trained) takes keys and queries
 from a frozen teacher the way the relation-closure study draws a memory bank
@@ -36,6 +50,8 @@ uses the cached default teacher. `--source random` draws Gaussian keys and queri
     python benchmarks/tree_read.py [--sizes 4096,16384,65536,262144] [--queries 1024] [--d 64]
                                    [--source teacher|random] [--threads 2] [--steps 40] [--quick]
                                    [--json PATH] [--no-ablation] [--no-drilldown] [--no-faiss]
+                                   [--bound-m 1,2,4,8,16] [--reference-upto N] [--no-ivfpq]
+                                   [--plot PATH]
 """
 
 from __future__ import annotations
@@ -61,6 +77,11 @@ K = 10  # recall@10 throughout
 M = 4  # prototypes per parent
 LR, BATCH = 0.02, 64  # parent fit: Adam learning rate, fit queries per step
 HNSW_M = 32
+Z = 1.645  # one-sided 95%: every method's fit recall must reach the target at this lower bound
+# IVF-Flat's nlist grid, x sqrt(N), around faiss's rule of thumb (4 sqrt(N))
+IVF_NLIST_FACTORS = (0.5, 1, 2, 4, 8)
+IVFPQ_K_FACTORS = (4, 16, 64)  # IVF-PQ re-ranks k_factor x 10 candidates exactly
+BOUND_M = "1,2,4,8,16"  # balls per node tried by the max-closure read's calibration
 
 
 def log(line: str) -> None:
@@ -158,9 +179,26 @@ def measured(row: Row, read, n: int, index_bytes: int | None) -> Row:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: the growth may then read low
         pass
+    process_peak_mb()  # the peak so far, before peak_rss_growth_mb resets it
     with torch.inference_mode():
         row.peak_rss_mb = peak_rss_growth_mb(read)
+    process_peak_mb()
     return row
+
+
+_PEAK_MB = [0.0]
+
+
+def process_peak_mb() -> float:
+    """The process's peak resident memory so far, MB (Linux VmHWM; `peak_rss_growth_mb` resets
+    VmHWM for each read it measures, so every reading is kept here and the maximum returned)."""
+    try:
+        with open("/proc/self/status") as status:
+            kb = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+        _PEAK_MB[0] = max(_PEAK_MB[0], kb / 1024)
+    except (OSError, StopIteration, ValueError):
+        pass
+    return _PEAK_MB[0]
 
 
 def tensor_bytes(*tensors: torch.Tensor) -> int:
@@ -277,6 +315,24 @@ def tree_rows(keys, fit_queries, eval_queries, target, args) -> tuple[list[Row],
     log(f"  parents (prototypes m = {M}): {fit_note}, {fit_s:.1f} s")
 
     rows = []
+    info = {
+        "parent": parent,
+        "keys_heap": keys_heap,
+        "leaf_order": leaf_order,
+        "width": None,
+        "beam_leaves": None,
+        "heap_target": heap_target,
+        "fit_note": fit_note,
+        "prep_s": topology_s + fit_s,
+        "parent_fit_s": fit_s,
+    }
+    if args.reference_upto is not None and n > args.reference_upto:
+        log(
+            f"  reference beam and drill-down skipped (N > --reference-upto {args.reference_upto:,})"
+        )
+        rows.append(fast_row(info, fit_queries, eval_queries, args))
+        rows += bound_rows(info, fit_queries, eval_queries, args)
+        return rows, info
     # beam
     started = time.perf_counter()
     width, fit_recall = rt.calibrate_beam(
@@ -385,17 +441,9 @@ def tree_rows(keys, fit_queries, eval_queries, target, args) -> tuple[list[Row],
                 index_bytes,
             )
         )
-    info = {
-        "parent": parent,
-        "keys_heap": keys_heap,
-        "leaf_order": leaf_order,
-        "width": width,
-        "beam_leaves": beam_leaves,
-        "heap_target": heap_target,
-        "fit_note": fit_note,
-        "prep_s": topology_s + fit_s,
-    }
+    info["width"], info["beam_leaves"] = width, beam_leaves
     rows.append(fast_row(info, fit_queries, eval_queries, args))
+    rows += bound_rows(info, fit_queries, eval_queries, args)
     return rows, info
 
 
@@ -439,6 +487,112 @@ def fast_row(info: dict, fit_queries, eval_queries, args) -> Row:
     return measured(row, fast, n, index.nbytes())
 
 
+def bound_rows(info: dict, fit_queries, eval_queries, args) -> list[Row]:
+    """The max-closure read (`tr.BoundIndex`, `tr.bound_read`; issue #29) on the same tree and leaf
+    order, no parents fitted:
+    - "TreeHeap max-bound": ball radii fitted on the fit queries (each node's bound holds on every
+      fit query); the balls per node m (`--bound-m`) and the schedule calibrated on the fit queries,
+      the cheapest by counted work (`tr.bound_schedule_cost`) among the m whose schedule passed;
+    - "TreeHeap exact-bound": the same m with exact radii (a bound for every query), calibrated the
+      same way: what exactness costs. Its certificate (k-th score >= every bound pruned: the exact
+      top k) is counted on the evaluation queries.
+    Each index is cut to the ball depths its schedule reads before it is timed."""
+    keys_heap, heap_target = info["keys_heap"], info["heap_target"]
+    rows = []
+    started = time.perf_counter()
+    tried = []
+    for m in args.bound_m:
+        full = tr.BoundIndex(keys_heap, fit_queries, m=m, radius="fit")
+        calibration = tr.calibrate(full, fit_queries, args.target, K)
+        tried.append((m, full, calibration))
+        log(
+            f"    max-bound m = {m}: {len(calibration.tried)} schedules read on the fit queries; "
+            f"chosen {calibration.schedule} (fit recall {calibration.fit_recall:.4f}, lower bound "
+            f"{calibration.fit_lower:.4f}, cost {calibration.cost:.0f})"
+        )
+    passing = [t for t in tried if t[2].fit_lower >= args.target]
+    m, full, calibration = (
+        min(passing, key=lambda t: t[2].cost)
+        if passing
+        else max(tried, key=lambda t: t[2].fit_lower)
+    )
+    grid = ", ".join(f"m {mm}: {c.cost:.0f}" for mm, _, c in tried)
+    del tried, passing  # the other m's indexes
+    fit_s = time.perf_counter() - started
+    rows.append(
+        bound_row(
+            "TreeHeap max-bound",
+            "max_bound",
+            full,
+            calibration,
+            eval_queries,
+            heap_target,
+            args,
+            info["prep_s"] - info.get("parent_fit_s", 0.0) + fit_s,
+            f"m {m} (costs {grid})",
+        )
+    )
+    started = time.perf_counter()
+    exact = tr.BoundIndex(keys_heap, None, m=m, radius="exact")
+    exact_calibration = tr.calibrate(exact, fit_queries, args.target, K)
+    log(
+        f"    exact-bound m = {m}: chosen {exact_calibration.schedule} (fit recall "
+        f"{exact_calibration.fit_recall:.4f}, cost {exact_calibration.cost:.0f})"
+    )
+    rows.append(
+        bound_row(
+            "TreeHeap exact-bound",
+            "exact_bound",
+            exact,
+            exact_calibration,
+            eval_queries,
+            heap_target,
+            args,
+            info["prep_s"] - info.get("parent_fit_s", 0.0) + time.perf_counter() - started,
+            f"m {m}",
+        )
+    )
+    return rows
+
+
+def bound_row(method, key, full, calibration, eval_queries, heap_target, args, prep_s, note) -> Row:
+    """Time one calibrated max-closure read on the evaluation queries (its index cut to the schedule)."""
+    n = full.leaf_keys.shape[0]
+    schedule = calibration.schedule
+    index = full.cut(schedule)
+    read = lambda: tr.bound_read(index, eval_queries, schedule, K)  # noqa: E731
+    certificate: dict = {}
+    with torch.inference_mode():
+        result = tr.bound_read(index, eval_queries, schedule, K, certify=certificate)
+    metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
+    latency = rt.time_read(read, args.repeats)
+    kept = tr.kept_per_depth(schedule)
+    scanned = kept[-1] * 2 ** (index.depth - schedule.scan_depth)
+    certified = float(certificate["certified"].double().mean())
+    row = Row(
+        method,
+        f"{note}, {schedule}; scans {scanned:,} leaves/query ({scanned / n:.2%}); exact top-10 "
+        f"certified for {certified:.1%} (fit rec {calibration.fit_recall:.3f})",
+        metrics[f"topk_recall_{K}"],
+        metrics["visited_share"],
+        "nodes/(2N-1)",
+        latency,
+        prep_s,
+        {
+            "schedule": schedule,
+            "m": index.m,
+            "reached": calibration.fit_lower >= args.target,
+            "read": read,
+            "index": index,
+            "calibration": calibration,
+            "scanned_leaves": scanned,
+            "certified_share": certified,
+        },
+        key=key,
+    )
+    return measured(row, read, n, index.nbytes())
+
+
 def _to_heap(target: torch.Tensor, leaf_order: torch.Tensor) -> torch.Tensor:
     """Original leaf ids (1, Q, k) -> heap positions under leaf_order (1, N)."""
     position = torch.empty_like(leaf_order)
@@ -447,7 +601,17 @@ def _to_heap(target: torch.Tensor, leaf_order: torch.Tensor) -> torch.Tensor:
 
 
 def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row]:
-    """HNSW and IVF-Flat over the original key order (ids = original leaf ids)."""
+    """HNSW, IVF-Flat and IVF-PQ over the original key order (ids = original leaf ids), each
+    calibrated on the fit queries by the tree reads' criterion: the lower one-sided 95% bound of
+    the fit recall (mean - 1.645 standard errors over the fit queries) reaches the target.
+
+    - HNSW (M = 32): efSearch, the smallest passing.
+    - IVF-Flat: nlist from a grid around faiss's rule of thumb (`IVF_NLIST_FACTORS` x sqrt(N)), each
+      built, its nprobe the smallest passing, then the fastest of them on the FIT queries (timed:
+      more generous to faiss than the tree's counted cost, and what a practitioner would do).
+    - IVF-PQ: IVF at the nlist IVF-Flat chose, 4-bit fast-scan PQ (d/2 sub-quantizers) and an exact
+      re-rank of the k_factor x 10 best (RFlat), nprobe the smallest passing per k_factor in
+      `IVFPQ_K_FACTORS`, the fastest on the fit queries."""
     import numpy as np
 
     n, d = keys.shape[1:]
@@ -460,22 +624,33 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
         _, ids = index.search(queries, K)
         return recall_of(torch.from_numpy(ids).unsqueeze(0), wanted)
 
+    def calibrated(index, set_value, start: int, upper: int, name: str) -> tuple[int, float, float]:
+        """Smallest setting whose fit recall's lower bound reaches the target: (it, mean, bound)."""
+        memo: dict[int, tuple[float, float]] = {}
+
+        def bound_at(value: int) -> float:
+            set_value(value)
+            _, ids = index.search(fit_np, K)
+            per = tr.per_query_recall(torch.from_numpy(ids).unsqueeze(0), fit_target, K)
+            mean = float(per.mean())
+            memo[value] = mean, mean - Z * float(per.std()) / math.sqrt(len(per))
+            log(f"    {name} {value}: fit recall {mean:.4f} (lower bound {memo[value][1]:.4f})")
+            return memo[value][1]
+
+        value, _ = calibrate_int(bound_at, start, upper, args.target)
+        set_value(value)
+        return value, *memo[value]
+
     rows = []
     # HNSW
     started = time.perf_counter()
     hnsw = faiss.IndexHNSWFlat(d, HNSW_M, faiss.METRIC_INNER_PRODUCT)
     hnsw.add(base)
     build = time.perf_counter() - started
-
-    def hnsw_at(ef: int) -> float:
-        hnsw.hnsw.efSearch = ef
-        value = recall(hnsw, fit_np, fit_target)
-        log(f"    HNSW efSearch {ef}: fit recall {value:.4f}")
-        return value
-
-    ef, fit_recall = calibrate_int(hnsw_at, K, n, args.target)
-    hnsw.hnsw.efSearch = ef
-    calibrated = time.perf_counter() - started
+    ef, fit_recall, lower = calibrated(
+        hnsw, lambda v: setattr(hnsw.hnsw, "efSearch", v), K, n, "HNSW efSearch"
+    )
+    prep = time.perf_counter() - started
     faiss.cvar.hnsw_stats.reset()
     eval_recall = recall(hnsw, eval_np, target)
     ndis = faiss.cvar.hnsw_stats.ndis
@@ -489,8 +664,12 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
                 ndis / (len(eval_np) * n) if ndis else None,
                 "dist comps/N",
                 latency,
-                calibrated,
-                {"build_s": build, "read": lambda: hnsw.search(eval_np, K)},
+                prep,
+                {
+                    "build_s": build,
+                    "read": lambda: hnsw.search(eval_np, K),
+                    "reached": lower >= args.target,
+                },
                 key="faiss_hnsw",
             ),
             lambda: hnsw.search(eval_np, K),
@@ -499,25 +678,26 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
         )
     )
 
-    # IVF-Flat
-    nlist = max(1, round(4 * math.sqrt(n)))
+    # IVF-Flat: nlist from a grid, nprobe calibrated per nlist, the fastest on the fit queries
     started = time.perf_counter()
-    quantizer = faiss.IndexFlatIP(d)
-    ivf = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
-    ivf.cp.min_points_per_centroid = 1  # only silences faiss's "few training points" warning
-    ivf.train(base)
-    ivf.add(base)
-    build = time.perf_counter() - started
-
-    def ivf_at(nprobe: int) -> float:
-        ivf.nprobe = nprobe
-        value = recall(ivf, fit_np, fit_target)
-        log(f"    IVF nprobe {nprobe}: fit recall {value:.4f}")
-        return value
-
-    nprobe, fit_recall = calibrate_int(ivf_at, 1, nlist, args.target)
-    ivf.nprobe = nprobe
-    calibrated = time.perf_counter() - started
+    options = []
+    for nlist in sorted({max(1, round(f * math.sqrt(n))) for f in IVF_NLIST_FACTORS}):
+        quantizer = faiss.IndexFlatIP(d)
+        ivf = faiss.IndexIVFFlat(quantizer, d, nlist, faiss.METRIC_INNER_PRODUCT)
+        ivf.cp.min_points_per_centroid = 1  # only silences faiss's "few training points" warning
+        ivf.train(base)
+        ivf.add(base)
+        nprobe, fit_recall, lower = calibrated(
+            ivf, lambda v, ivf=ivf: setattr(ivf, "nprobe", v), 1, nlist, f"IVF nlist {nlist} nprobe"
+        )
+        fit_ms = rt.time_read(lambda ivf=ivf: ivf.search(fit_np, K), args.repeats)
+        log(f"    IVF nlist {nlist}: nprobe {nprobe}, {fit_ms:.1f} ms on the fit queries")
+        options.append((lower < args.target, fit_ms, nlist, nprobe, fit_recall, ivf, quantizer))
+    options.sort(key=lambda o: o[:2])
+    _, _, nlist, nprobe, fit_recall, ivf, _ = options[0]
+    grid = ", ".join(f"{o[2]}: {o[1]:.1f} ms" for o in sorted(options, key=lambda o: o[2]))
+    edge = nlist in (min(o[2] for o in options), max(o[2] for o in options)) and len(options) > 1
+    prep = time.perf_counter() - started
     faiss.cvar.indexIVF_stats.reset()
     eval_recall = recall(ivf, eval_np, target)
     ndis = faiss.cvar.indexIVF_stats.ndis
@@ -526,14 +706,20 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
         measured(
             Row(
                 "faiss IVF-Flat",
-                f"nlist {nlist}, nprobe {nprobe} ({nprobe / nlist:.1%} of lists; "
-                f"fit rec {fit_recall:.3f})",
+                f"nlist {nlist}, nprobe {nprobe} ({nprobe / nlist:.1%} of lists; fit rec "
+                f"{fit_recall:.3f}{', NOT reached' if options[0][0] else ''}; fit-query ms per nlist "
+                f"{grid}{'; best at the grid edge' if edge else ''})",
                 eval_recall,
                 ndis / (len(eval_np) * n) if ndis else None,
                 "keys scanned/N",
                 latency,
-                calibrated,
-                {"build_s": build, "read": lambda: ivf.search(eval_np, K)},
+                prep,
+                {
+                    "read": lambda: ivf.search(eval_np, K),
+                    "nlist": nlist,
+                    "nprobe": nprobe,
+                    "reached": options[0][0] is False,
+                },
                 key="faiss_ivf",
             ),
             lambda: ivf.search(eval_np, K),
@@ -541,6 +727,55 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
             len(faiss.serialize_index(ivf)),
         )
     )
+    del options
+
+    # IVF-PQ (4-bit fast scan) with an exact re-rank, at IVF-Flat's nlist
+    if not args.no_ivfpq:
+        started = time.perf_counter()
+        pq = faiss.index_factory(d, f"IVF{nlist},PQ{d // 2}x4fs,RFlat", faiss.METRIC_INNER_PRODUCT)
+        faiss.extract_index_ivf(faiss.downcast_index(pq.base_index)).cp.min_points_per_centroid = 1
+        pq.train(base)
+        pq.add(base)
+        space = faiss.ParameterSpace()
+        choices = []
+        for k_factor in IVFPQ_K_FACTORS:
+            space.set_index_parameter(pq, "k_factor_rf", k_factor)
+            probe, fit_recall, lower = calibrated(
+                pq,
+                lambda v: space.set_index_parameter(pq, "nprobe", v),
+                1,
+                nlist,
+                f"IVF-PQ k_factor {k_factor} nprobe",
+            )
+            fit_ms = rt.time_read(lambda: pq.search(fit_np, K), args.repeats)
+            choices.append((lower < args.target, fit_ms, k_factor, probe, fit_recall))
+        choices.sort()
+        failed, _, k_factor, probe, fit_recall = choices[0]
+        space.set_index_parameter(pq, "k_factor_rf", k_factor)
+        space.set_index_parameter(pq, "nprobe", probe)
+        prep = time.perf_counter() - started
+        eval_recall = recall(pq, eval_np, target)
+        latency = rt.time_read(lambda: pq.search(eval_np, K), args.repeats)
+        rows.append(
+            measured(
+                Row(
+                    "faiss IVF-PQ",
+                    f"IVF{nlist},PQ{d // 2}x4fs,RFlat: nprobe {probe}, k_factor {k_factor} (fit rec "
+                    f"{fit_recall:.3f}{', NOT reached' if failed else ''}; k_factors tried "
+                    f"{', '.join(str(c[2]) for c in sorted(choices, key=lambda c: c[2]))})",
+                    eval_recall,
+                    None,
+                    "",
+                    latency,
+                    prep,
+                    {"read": lambda: pq.search(eval_np, K), "reached": not failed},
+                    key="faiss_ivfpq",
+                ),
+                lambda: pq.search(eval_np, K),
+                n,
+                len(faiss.serialize_index(pq)),
+            )
+        )
     return rows
 
 
@@ -738,6 +973,25 @@ def main(argv: list[str] | None = None) -> dict:
         "or else the largest N)",
     )
     parser.add_argument(
+        "--bound-m",
+        default=BOUND_M,
+        help="balls per node the max-closure read's calibration tries (comma-separated powers of two)",
+    )
+    parser.add_argument(
+        "--reference-upto",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run the (slow) reference beam and drill-down only up to this N (default: every N)",
+    )
+    parser.add_argument("--no-ivfpq", action="store_true", help="skip the faiss IVF-PQ row")
+    parser.add_argument(
+        "--plot",
+        default=None,
+        metavar="PATH",
+        help="write a log-log plot of latency against N, every method (.svg or .png)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="sizes 4096,16384, 3 repeats, 3 drill-down bisection steps",
@@ -746,6 +1000,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.quick:
         args.sizes, args.repeats, args.drill_iterations = "4096,16384", 3, 3
     sizes = [int(s) for s in args.sizes.split(",")]
+    args.bound_m = [int(m) for m in str(args.bound_m).split(",")]
     for n in sizes:
         rt.tree_depth(n)
 
@@ -832,15 +1087,20 @@ def main(argv: list[str] | None = None) -> dict:
             "dense_ms": dense.latency_ms,
             "eval_queries": eval_queries,
             "fit_queries": fit_queries,
+            "process_peak_rss_mb": process_peak_mb(),
         }
+        print(f"process peak RSS so far: {results[n]['process_peak_rss_mb']:,.0f} MB")
 
     exponents = growth_exponents(results)
+    adjacent = adjacent_exponents(results)
     if len(sizes) > 1:
         print(
             f"\nlatency growth exponents over N = {', '.join(f'{n:,}' for n in sizes)} (least-squares slope of "
             f"log latency on log N): "
             + ", ".join(f"{key} {value:.2f}" for key, value in exponents.items())
         )
+        for key, pairs in adjacent.items():
+            print(f"  {key}: " + ", ".join(f"{pair} {value:.2f}" for pair, value in pairs.items()))
     n = max(sizes)
     final = results[n]
     tree = [row for row in final["rows"] if row.method.startswith("TreeHeap")]
@@ -854,26 +1114,38 @@ def main(argv: list[str] | None = None) -> dict:
         f"check, timed alternately ({args.repeats} pairs): dense {dense_paired:.1f} ms, {best.method} "
         f"{tree_paired:.1f} ms, tree/dense = {tree_paired / dense_paired:.2f}"
     )
-    beam = next(row for row in tree if row.method == "TreeHeap beam")
-    for line in limit_analysis(
-        final["info"], final["eval_queries"], final["dense_ms"], beam.latency_ms, args.repeats
-    ):
-        print(line)
+    beam = next((row for row in tree if row.method == "TreeHeap beam"), None)
+    if beam is not None:
+        for line in limit_analysis(
+            final["info"], final["eval_queries"], final["dense_ms"], beam.latency_ms, args.repeats
+        ):
+            print(line)
     fast = next(row for row in tree if row.key == "fast_beam")
     for line in fast_limits(
         fast, final["info"], final["eval_queries"], final["dense_ms"], args.repeats
     ):
         print(line)
+    bound = next(row for row in tree if row.key == "max_bound")
+    for line in bound_limits(bound, final["eval_queries"], final["dense_ms"], args.repeats):
+        print(line)
+    for line in issue29_verdict(results, adjacent, args.target):
+        print(line)
     at = 65536 if 65536 in results else n  # the target N when measured
-    steps = [] if args.no_ablation else ablation(results[at], args)
+    steps = (
+        []
+        if args.no_ablation or results[at]["info"]["width"] is None
+        else ablation(results[at], args)
+    )
     print(
         "\nREADME table (latency, speedup = dense / method in the same process, recall@10 on evaluation queries):"
     )
-    for line in markdown_table(results, exponents):
+    for line in markdown_table(results, exponents, adjacent):
         print(line)
     if args.json:
-        write_json(Path(args.json), results, exponents, steps, args)
+        write_json(Path(args.json), results, exponents, steps, args, adjacent)
         print(f"wrote {args.json}")
+    if args.plot:
+        print(f"wrote {plot_latency(results, Path(args.plot))}")
     print(
         f"wall time {time.perf_counter() - started:.0f} s; load average now "
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}"
@@ -902,6 +1174,187 @@ def growth_exponents(results: dict) -> dict[str, float]:
         key: fit_exponent([n for n, _ in points], [ms for _, ms in points])
         for key, points in per_method.items()
     }
+
+
+def adjacent_exponents(results: dict) -> dict[str, dict[str, float]]:
+    """Per method, the latency exponent between each pair of adjacent sizes it was measured at:
+    {method: {"65536-262144": log(t2 / t1) / log(N2 / N1)}}."""
+    per_method: dict[str, list[tuple[int, float]]] = {}
+    for n, result in sorted(results.items()):
+        for row in result["rows"]:
+            per_method.setdefault(row.key, []).append((n, row.latency_ms))
+    return {
+        key: {
+            f"{n1}-{n2}": math.log(t2 / t1) / math.log(n2 / n1)
+            for (n1, t1), (n2, t2) in zip(points, points[1:])
+        }
+        for key, points in per_method.items()
+    }
+
+
+def bound_limits(row: Row, eval_queries: torch.Tensor, dense_ms: float, repeats: int) -> list[str]:
+    """Where the max-closure read's time goes: each stage's wall-clock ms (mean over `repeats` reads)."""
+    index, schedule = row.extra["index"], row.extra["schedule"]
+    stage_ms: dict[str, float] = {}
+    with torch.inference_mode():
+        tr.bound_read(index, eval_queries, schedule, K)  # warm-up
+        for _ in range(repeats):
+            tr.bound_read(index, eval_queries, schedule, K, stage_ms=stage_ms)
+    kept = tr.kept_per_depth(schedule)
+    lines = [
+        f"max-closure read at N = {index.leaf_keys.shape[0]:,} (m = {index.m}, {schedule}; "
+        f"{row.latency_ms:.1f} ms, {dense_ms / row.latency_ms:.1f}x dense): per stage, mean of {repeats} reads"
+    ]
+    lines += [f"  {stage:<12} {total / repeats:7.2f} ms" for stage, total in stage_ms.items()]
+    lines.append(
+        f"  per query: {2**schedule.dense_depth:,} depth-{schedule.dense_depth} bounds "
+        f"({2 ** index.ball_depth(schedule.dense_depth):,} balls), {2 * sum(kept[:-1]):,} child bounds, "
+        f"{row.extra['scanned_leaves']:,} leaves scanned; index {index.nbytes() / 1e6:.1f} MB "
+        f"({index.bytes_per_key():.0f} B/key: keys {4 * index.width}, balls the rest)"
+    )
+    return lines
+
+
+def issue29_verdict(results: dict, adjacent: dict, target: float) -> list[str]:
+    """Issue #29's targets, from this run: at N = 262,144 (else the largest N) the max-closure read
+    at least 1.5x faiss IVF-Flat's speed-up over dense, both at evaluation recall@10 >= target; its
+    latency exponent between 65,536 and 262,144 below 0.6; its index bytes per key beside IVF's."""
+    n = 262144 if 262144 in results else max(results)
+    rows = {row.key: row for row in results[n]["rows"]}
+    bound, ivf = rows.get("max_bound"), rows.get("faiss_ivf")
+    lines = [
+        f"issue #29 targets at N = {n:,}{'' if n == 262144 else ' (not the target N = 262,144)'}:"
+    ]
+    if bound is None or ivf is None:
+        return lines + [
+            "  faiss IVF-Flat not measured (faiss missing or --no-faiss): no comparison"
+        ]
+    dense = results[n]["dense_ms"]
+    ratio = (dense / bound.latency_ms) / (dense / ivf.latency_ms)
+    recall_ok = bound.recall >= target and ivf.recall >= target
+    lines.append(
+        f"  speed: max-bound {dense / bound.latency_ms:.2f}x dense (recall {bound.recall:.3f}), IVF-Flat "
+        f"{dense / ivf.latency_ms:.2f}x (recall {ivf.recall:.3f}): ratio {ratio:.2f} (target >= 1.5): "
+        + ("MET" if ratio >= 1.5 and recall_ok else "MISSED")
+        + ("" if recall_ok else f" [an evaluation recall is below {target}]")
+    )
+    growth = adjacent.get("max_bound", {}).get("65536-262144")
+    lines.append(
+        "  growth: exponent 65,536 -> 262,144 not measured (both sizes needed)"
+        if growth is None
+        else f"  growth: exponent 65,536 -> 262,144 {growth:.2f} (target < 0.6; IVF-Flat "
+        f"{adjacent['faiss_ivf'].get('65536-262144', float('nan')):.2f}): "
+        + ("MET" if growth < 0.6 else "MISSED")
+    )
+    lines.append(
+        f"  memory: index {bound.index_bytes_per_key:.0f} B/key (IVF-Flat {ivf.index_bytes_per_key:.0f}); "
+        f"process peak RSS {results[n]['process_peak_rss_mb']:,.0f} MB"
+    )
+    return lines
+
+
+def plot_latency(results: dict, path: Path) -> Path:
+    """Log-log latency against N, one line per method: matplotlib when installed (.png or .svg by the
+    path's suffix), else an SVG written here by hand."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    names = {}
+    for n, result in sorted(results.items()):
+        for row in result["rows"]:
+            series.setdefault(row.key, []).append((n, row.latency_ms))
+            names[row.key] = row.method
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError:
+        path.write_text(svg_plot(series, names))
+        return path
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    for key, points in series.items():
+        axes.plot(*zip(*points), marker="o", label=names[key])
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    sizes = sorted(results)
+    axes.set_xticks(sizes, [f"{n:,}" for n in sizes])
+    axes.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+    axes.set_xlabel("N (keys)")
+    axes.set_ylabel("latency of 1,024 queries (ms)")
+    axes.set_title("tree_read.py: latency at recall@10 >= 0.95 (dense: exact)")
+    axes.grid(True, which="both", alpha=0.3)
+    axes.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    return path
+
+
+def svg_plot(series: dict[str, list[tuple[int, float]]], names: dict[str, str]) -> str:
+    """A plain log-log line plot as SVG text (no dependencies)."""
+    width, height, left, right, top, bottom = 720, 440, 70, 190, 20, 50
+    xs = [math.log2(n) for points in series.values() for n, _ in points]
+    ys = [math.log10(ms) for points in series.values() for _, ms in points]
+    x0, x1 = min(xs), max(xs) if max(xs) > min(xs) else min(xs) + 1
+    y0, y1 = (
+        math.floor(min(ys)),
+        math.ceil(max(ys)) if math.ceil(max(ys)) > math.floor(min(ys)) else math.floor(min(ys)) + 1,
+    )
+
+    def at(n: float, ms: float) -> tuple[float, float]:
+        x = left + (math.log2(n) - x0) / (x1 - x0) * (width - left - right)
+        y = height - bottom - (math.log10(ms) - y0) / (y1 - y0) * (height - top - bottom)
+        return x, y
+
+    colours = [
+        "#000000",
+        "#1f77b4",
+        "#ff7f0e",
+        "#2ca02c",
+        "#d62728",
+        "#9467bd",
+        "#8c564b",
+        "#e377c2",
+        "#7f7f7f",
+        "#bcbd22",
+    ]
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+    ]
+    for decade in range(y0, y1 + 1):
+        _, y = at(2**x0, 10**decade)
+        out.append(
+            f'<line x1="{left}" x2="{width - right}" y1="{y:.1f}" y2="{y:.1f}" stroke="#ddd"/>'
+        )
+        out.append(
+            f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{10**decade:g} ms</text>'
+        )
+    for exponent in sorted({int(x) for x in xs}):
+        x, _ = at(2**exponent, 10**y0)
+        out.append(
+            f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{height - bottom}" stroke="#eee"/>'
+        )
+        out.append(
+            f'<text x="{x:.1f}" y="{height - bottom + 16}" text-anchor="middle">{2**exponent:,}</text>'
+        )
+    out.append(
+        f'<text x="{(left + width - right) / 2}" y="{height - 10}" text-anchor="middle">N (keys), log scale</text>'
+    )
+    for i, (key, points) in enumerate(series.items()):
+        colour = colours[i % len(colours)]
+        coords = " ".join(f"{x:.1f},{y:.1f}" for x, y in (at(n, ms) for n, ms in points))
+        out.append(f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"/>')
+        for n, ms in points:
+            x, y = at(n, ms)
+            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{colour}"/>')
+        out.append(
+            f'<text x="{width - right + 10}" y="{top + 16 * (i + 1)}" fill="{colour}">{names[key]}</text>'
+        )
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
 
 
 def ablation(final: dict, args) -> list[dict]:
@@ -1043,10 +1496,22 @@ def fast_limits(
     return lines
 
 
-def markdown_table(results: dict, exponents: dict[str, float]) -> list[str]:
-    """The table for the README: one row per N, one column per method, then the growth exponents and
-    the memory of each method at the largest N."""
-    order = ["dense", "beam", "drilldown", "fast_beam", "faiss_hnsw", "faiss_ivf"]
+def markdown_table(
+    results: dict, exponents: dict[str, float], adjacent: dict | None = None
+) -> list[str]:
+    """The table for the README: one row per N, one column per method, then the growth exponents
+    (over all sizes, then between adjacent sizes) and the memory of each method at the largest N."""
+    order = [
+        "dense",
+        "beam",
+        "drilldown",
+        "fast_beam",
+        "max_bound",
+        "exact_bound",
+        "faiss_hnsw",
+        "faiss_ivf",
+        "faiss_ivfpq",
+    ]
     names = {row.key: row.method for result in results.values() for row in result["rows"]}
     keys = [key for key in order if key in names]
     lines = [
@@ -1057,8 +1522,10 @@ def markdown_table(results: dict, exponents: dict[str, float]) -> list[str]:
         rows = {row.key: row for row in result["rows"]}
         cells = []
         for key in keys:
-            row = rows[key]
-            if key == "dense":
+            row = rows.get(key)
+            if row is None:
+                cells.append("-")
+            elif key == "dense":
                 cells.append(f"{row.latency_ms:,.1f} ms")
             else:
                 speed = result["dense_ms"] / row.latency_ms
@@ -1067,32 +1534,47 @@ def markdown_table(results: dict, exponents: dict[str, float]) -> list[str]:
     lines.append(
         "| growth exponent | " + " | ".join(f"{exponents[key]:.2f}" for key in keys) + " |"
     )
+    for pair in sorted(
+        {pair for pairs in (adjacent or {}).values() for pair in pairs},
+        key=lambda pair: int(pair.split("-")[0]),
+    ):
+        low, high = (int(x) for x in pair.split("-"))
+        lines.append(
+            f"| exponent {low:,} -> {high:,} | "
+            + " | ".join(
+                f"{adjacent[key][pair]:.2f}" if pair in adjacent.get(key, {}) else "-"
+                for key in keys
+            )
+            + " |"
+        )
     largest = max(results)
     rows = {row.key: row for row in results[largest]["rows"]}
+
+    def cell(key: str, field: str) -> str:
+        value = getattr(rows[key], field) if key in rows else None
+        return "-" if value is None or math.isnan(value) else f"{value:.0f}"
+
     lines.append(
         f"| index B/key at {largest:,} | "
-        + " | ".join(
-            "n/a"
-            if rows[key].index_bytes_per_key is None
-            else f"{rows[key].index_bytes_per_key:.0f}"
-            for key in keys
-        )
+        + " | ".join(cell(key, "index_bytes_per_key") for key in keys)
         + " |"
     )
     lines.append(
         f"| read peak RSS MB at {largest:,} | "
-        + " | ".join(
-            "n/a"
-            if rows[key].peak_rss_mb is None or math.isnan(rows[key].peak_rss_mb)
-            else f"{rows[key].peak_rss_mb:.0f}"
-            for key in keys
-        )
+        + " | ".join(cell(key, "peak_rss_mb") for key in keys)
         + " |"
     )
     return lines
 
 
-def write_json(path: Path, results: dict, exponents: dict, steps: list[dict], args) -> None:
+def write_json(
+    path: Path,
+    results: dict,
+    exponents: dict,
+    steps: list[dict],
+    args,
+    adjacent: dict | None = None,
+) -> None:
     """{"sizes": {N: {method: {latency_ms, recall_at_10, visited_share, speedup, ...}}}, "exponents": ...}."""
 
     def clean(value):
@@ -1115,6 +1597,13 @@ def write_json(path: Path, results: dict, exponents: dict, steps: list[dict], ar
     report = {
         "sizes": sizes,
         "exponents": {key: clean(value) for key, value in exponents.items()},
+        "exponents_adjacent": {
+            key: {pair: clean(value) for pair, value in pairs.items()}
+            for key, pairs in (adjacent or {}).items()
+        },
+        "process_peak_rss_mb": {
+            str(n): r.get("process_peak_rss_mb") for n, r in sorted(results.items())
+        },
         "steps": steps,
         "settings": {
             "queries": args.queries,
@@ -1125,6 +1614,8 @@ def write_json(path: Path, results: dict, exponents: dict, steps: list[dict], ar
             "source": args.source,
             "repeats": args.repeats,
             "load_average": os.getloadavg(),
+            "bound_m": args.bound_m,
+            "reference_upto": args.reference_upto,
         },
     }
     path.parent.mkdir(parents=True, exist_ok=True)

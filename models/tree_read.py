@@ -34,6 +34,14 @@ whose fit recall reaches the target at one-sided 95% confidence.
 
 The index keeps only what the read uses: the prototypes of depths 1..Ls (not the deeper parents,
 which a leaf scan never reads) and the leaf keys in heap order.
+
+The max-closure read (issue #29; `BoundIndex`, `bound_read`) has the same three stages on the same
+tree, but routes each query by an upper bound on the best key score below a node (max over the
+node's balls of q . c + |q| rho) instead of the path posterior, whose logsumexp (mass) is what the
+tree posterior needs but not what finds a query's top keys. Its radii are exact (a bound for every
+query, with a per-query certificate of an exact top k) or fitted on the fit queries (the smallest
+radii bounding every fit query's best key: tighter, a bound on the fit queries only). `calibrate`
+picks its schedule the same way, by its own counted cost (`bound_schedule_cost`).
 """
 
 from __future__ import annotations
@@ -42,6 +50,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -275,12 +284,32 @@ def fast_read(
 
     # 3. leaf scan: every leaf below the kept depth-Ls nodes, scored exactly (at Ls = D, the beam's
     # own leaves: the reference ranks its final beam by exact score the same way)
-    size = 2 ** (depth - scan)
+    ranked, _ = scan_leaves(index.leaf_keys, q, nodes, depth - scan, k, account, lap)
+    visited = torch.full(
+        (1, num_queries), visited_nodes(schedule, depth), dtype=torch.long, device=q.device
+    )
+    return rt.ReadResult(ranked.unsqueeze(0), visited, account.read_bytes)
+
+
+def scan_leaves(
+    leaf_keys: torch.Tensor,
+    q: torch.Tensor,
+    nodes: torch.Tensor,
+    height: int,
+    k: int | None,
+    account: rt.ByteAccount,
+    lap: Laps,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The leaf scan: every leaf below the kept nodes (Q, B) of height `height` (2^height leaves
+    each, a contiguous slice in heap order) scored exactly, q @ leaf, grouped by node; returns the
+    heap positions of the top k by exact score (Q, R) and their scores (k None: all, sorted)."""
+    size = 2**height
+    every_query = torch.arange(len(q), device=q.device)
     pair_query = every_query.repeat_interleave(nodes.shape[1])
     scores = grouped_matmul(
-        index.leaf_keys.view(-1, size, index.width), q, pair_query, nodes.flatten()
+        leaf_keys.view(-1, size, leaf_keys.shape[1]), q, pair_query, nodes.flatten()
     )
-    scores = scores.view(num_queries, -1)  # slot i: leaf i % size of kept node i // size
+    scores = scores.view(len(q), -1)  # slot i: leaf i % size of kept node i // size
     account.step(scores)
     lap("scan matmul")
     count = scores.shape[1] if k is None else min(k, scores.shape[1])
@@ -291,10 +320,7 @@ def fast_read(
     )
     ranked = size * nodes.gather(1, top.indices // size) + top.indices % size
     lap("scan top-k")
-    visited = torch.full(
-        (1, num_queries), visited_nodes(schedule, depth), dtype=torch.long, device=q.device
-    )
-    return rt.ReadResult(ranked.unsqueeze(0), visited, account.read_bytes)
+    return ranked, top.values
 
 
 class Laps:
@@ -403,12 +429,21 @@ def calibrate(
     pairs then shrink their widths one depth at a time, the scan depth first (its width multiplies
     the most work), each to the smallest that still passes with the others fixed. Recall is assumed
     to grow with each width (not guaranteed); the schedule returned passed, unless none did (then
-    the cheapest of the widest tried: check `fit_lower` against the target)."""
+    the cheapest of the widest tried: check `fit_lower` against the target).
+
+    A `BoundIndex` is calibrated the same way with its own read and cost (`bound_read`,
+    `bound_schedule_cost`); its default dense depths run from D/2 - 3 down to where the dense top
+    would score N / 16 balls per query, and its scan depths to L0 + `BOUND_SCAN_LEVELS`."""
     depth = index.depth
+    bounded = isinstance(index, BoundIndex)  # the max-closure read (`bound_read`)
+    read, cost_of = (bound_read, bound_schedule_cost) if bounded else (fast_read, schedule_cost)
     top = max(0, depth // 2 - 3)  # chosen at N = 2^12..2^18 (d = 32, 64): D/2 - 2 or D/2 - 1
-    dense_depths = (
-        list(range(top, min(depth, top + 4) + 1)) if dense_depths is None else dense_depths
-    )
+    if dense_depths is None:
+        # the max-closure read scans small blocks (~2^4..2^7 leaves): deeper levels than the mass
+        # read, as long as its dense top scores at most N / 16 balls per query
+        last = max(top, depth - 4 - index.g) if bounded else min(depth, top + 4)
+        dense_depths = list(range(top, last + 1))
+    deepest_scan = BOUND_SCAN_LEVELS if bounded else 4
     dense_top = rt.dense_topk(index.leaf_keys.unsqueeze(0), fit_queries, k)
     tried: list[tuple[Schedule, float, float]] = []
     memo: dict[Schedule, tuple[float, float]] = {}
@@ -418,7 +453,7 @@ def calibrate(
         if schedule not in memo:
             with torch.inference_mode():
                 recall = per_query_recall(
-                    fast_read(index, fit_queries, schedule, k).leaves, dense_top, k
+                    read(index, fit_queries, schedule, k).leaves, dense_top, k
                 )
             mean = float(recall.mean())
             memo[schedule] = mean, mean - z * float(recall.std()) / math.sqrt(len(recall))
@@ -428,11 +463,15 @@ def calibrate(
         return memo[schedule][1]
 
     def candidate(schedule: Schedule) -> tuple[float, float, Schedule]:
-        return schedule_cost(schedule, depth, index.m), bound(schedule), schedule
+        return cost_of(schedule, depth, index.m), bound(schedule), schedule
 
     candidates = []
     for dense in dense_depths:
-        scans = range(dense, min(depth, dense + 4) + 1) if scan_depths is None else scan_depths
+        scans = (
+            range(dense, min(depth, dense + deepest_scan) + 1)
+            if scan_depths is None
+            else scan_depths
+        )
         for scan in (s for s in scans if dense <= s <= depth):
             levels = scan - dense + 1
             width, _ = rt.smallest_passing(
@@ -461,3 +500,295 @@ def calibrate(
         candidates.sort(key=lambda c: (c[1] < target, c[0]))
     cost, lower, schedule = candidates[0]
     return Calibration(schedule, memo[schedule][0], lower, cost, tried)
+
+
+# ------------------------------------------------------------------------------------ max-closure read
+# Issue #29. The mass read above routes by a subtree's posterior MASS (logsumexp of its scores), but a
+# subtree holding one of a query's top keys need not hold much mass: at recall 0.95 it scans 4-8% of the
+# keys at every N. A top-k read wants each node's best score instead, max_{l below p} q . k_l, and an
+# upper bound on it is what makes pruning safe. This index gives every node such a bound.
+RadiusKind = Literal["fit", "exact"]
+BOUND_SCAN_LEVELS = 6  # calibration tries scan depths L0..L0 + 6 for the max-closure read
+# What the max-closure read's work costs, relative to one ball scored in its dense top (~6 ns a
+# query on one core): fitted (non-negative least squares with an intercept, which no schedule's
+# choice depends on; median error 12%) to the CPU time of 216 random schedules at N = 4,096 and
+# 16,384 (teacher keys, d = 64), m = 1..16, 1,024 queries, one thread: a (query, node) pair
+# entering a beam level ~ 50 plus ~0.9 per ball of its two children (their dots, the radius term,
+# the max); a node kept for the leaf scan ~ 18 (its share of the grouping); a leaf scanned ~ 1.2.
+# (The mass read's PAIR_COST, 30, was fitted to that read; it underestimates these reads' pairs.)
+BOUND_PAIR_COST = 50.0
+BOUND_PAIR_BALL_COST = 0.9
+BOUND_SCAN_PAIR_COST = 18.0
+BOUND_LEAF_COST = 1.2
+
+
+class BoundIndex:
+    """A max-closure index: every node p carries an upper bound on the best score of a key below it,
+
+        s_p(q) = max over p's balls a of (q . c_a + |q| rho_a)  >=  max_{l below p} q . k_l,
+
+    p's balls being its 2^g = m descendants at depth min(depth(p) + g, D) (a leaf is a ball of
+    radius 0 around its key, so a node within g levels of the leaves is scored exactly); c_a is the
+    mean of the keys below a, rho_a its radius:
+
+    - radius "exact": max_{l below a} |k_l - c_a|. By Cauchy-Schwarz q . k_l = q . c_a + q . (k_l - c_a)
+      <= q . c_a + |q| rho_a for EVERY query, so s_p bounds p's best key for any query (ball bounds:
+      branch and bound). A read that prunes nodes and then finds a k-th best score at least the
+      largest bound it pruned has returned the exact top k (`bound_read(..., certify=...)`).
+    - radius "fit": the smallest rho_a with q . c_a + |q| rho_a >= max_{l below a} q . k_l on every
+      fit query: max over the fit queries of (max_l q . k_l - q . c_a) / |q| (at most the exact
+      radius; at least 0 since c_a is the keys' mean). A max-closure fitted on the fit queries only:
+      the bound holds on every fit query by construction, on other queries only insofar as they
+      resemble them (the read's recall is then what calibration measures, not a guarantee).
+
+    Why balls with a radius per ball and not learned prototypes: the bound is direction-free (one
+    number per ball fitted from 1,024 queries cannot overfit the way (d + 1) numbers per prototype
+    would), it has an exact version, and the fitted radius is a closed form (no optimiser, no
+    schedule to tune). Why m > 1 balls per node: one ball around a whole subtree is loose (a
+    subtree's keys spread along many directions); the max over its 2^g sub-balls follows them.
+
+    Stored once per depth j (the ball depths a read uses): centres (2^j, d) and radii (2^j,); a node's
+    balls are a contiguous slice of the table of depth j + g, and so are its two children's (the
+    grouped beam reads one (2 x 2^g, d) block per node). `cut(schedule)` keeps only what a schedule
+    reads. Same tree and leaf order as the mass read (`keys_heap` in heap order); no parent is fitted.
+    """
+
+    def __init__(
+        self,
+        keys_heap: torch.Tensor,
+        fit_queries: torch.Tensor | None = None,
+        m: int = 4,
+        radius: RadiusKind = "fit",
+        chunk_numbers: int = 2**24,
+    ):
+        if keys_heap.shape[0] != 1:
+            raise ValueError(
+                f"BoundIndex holds one tree (a memory bank); got {keys_heap.shape[0]} trees"
+            )
+        if m < 1 or m & (m - 1):
+            raise ValueError(f"m (balls per node) must be a power of two, got {m}")
+        if radius not in ("fit", "exact"):
+            raise ValueError(f"radius must be 'fit' or 'exact', got {radius!r}")
+        if radius == "fit" and fit_queries is None:
+            raise ValueError("radius 'fit' needs the fit queries")
+        self.leaf_keys = keys_heap[0].contiguous()
+        self.depth = rt.tree_depth(self.leaf_keys.shape[0])
+        self.width = self.leaf_keys.shape[1]
+        self.m, self.g, self.radius = m, m.bit_length() - 1, radius
+        self.centres, self.radii = ball_centres(self.leaf_keys), {}
+        if radius == "exact":
+            for j, c in self.centres.items():
+                blocks = self.leaf_keys.view(2**j, -1, self.width)
+                self.radii[j] = (blocks - c.unsqueeze(1)).norm(dim=-1).amax(dim=1)
+        else:
+            self.radii = fitted_radii(self.leaf_keys, self.centres, fit_queries, chunk_numbers)
+
+    def ball_depth(self, node_depth: int) -> int:
+        """Depth of the balls that score a node of this depth."""
+        return min(node_depth + self.g, self.depth)
+
+    def ball_depths(self, schedule: Schedule) -> set[int]:
+        """Ball depths a read with this schedule uses (depth D: the leaf keys, always kept)."""
+        nodes = range(max(1, schedule.dense_depth), schedule.scan_depth + 1)
+        return {self.ball_depth(k) for k in nodes} - {self.depth}
+
+    def cut(self, schedule: Schedule) -> BoundIndex:
+        """The same index keeping only the ball tables `schedule` reads (shares the tensors)."""
+        cut = object.__new__(BoundIndex)
+        cut.__dict__.update(self.__dict__)
+        keep = self.ball_depths(schedule)
+        cut.centres = {j: c for j, c in self.centres.items() if j in keep}
+        cut.radii = {j: r for j, r in self.radii.items() if j in keep}
+        return cut
+
+    def balls(self, ball_depth: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Centres (2^j, d) and radii (2^j,) of depth j; at j = D the keys and None (radius 0)."""
+        if ball_depth == self.depth:
+            return self.leaf_keys, None
+        if ball_depth not in self.centres:
+            raise ValueError(
+                f"this index keeps no balls of depth {ball_depth} (kept: {sorted(self.centres)})"
+            )
+        return self.centres[ball_depth], self.radii[ball_depth]
+
+    def scores(self, q: torch.Tensor, k: int, q_norm: torch.Tensor | None = None) -> torch.Tensor:
+        """s_p(q) of every depth-k node for queries q (Q, d): (Q, 2^k), one matmul."""
+        centres, radii = self.balls(self.ball_depth(k))
+        logits = q @ centres.T
+        if radii is not None:
+            logits += (q.norm(dim=-1) if q_norm is None else q_norm).unsqueeze(1) * radii
+        return logits.view(len(q), 2**k, -1).amax(dim=-1)
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [*self.centres.values(), *self.radii.values(), self.leaf_keys]
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+    def bytes_per_key(self) -> float:
+        return self.nbytes() / self.leaf_keys.shape[0]
+
+
+def ball_centres(leaf_keys: torch.Tensor) -> dict[int, torch.Tensor]:
+    """Mean key below every node of depths 1..D-1: {j: (2^j, d)}, pairwise from the bottom up (the
+    blocks of one depth have equal sizes, so the mean of the children's means is the node's)."""
+    depth = rt.tree_depth(leaf_keys.shape[0])
+    centres, level = {}, leaf_keys
+    for j in range(depth - 1, 0, -1):
+        level = level.view(2**j, 2, -1).mean(dim=1)
+        centres[j] = level
+    return centres
+
+
+def subtree_maxima(
+    leaf_keys: torch.Tensor, queries: torch.Tensor, depths: set[int]
+) -> dict[int, torch.Tensor]:
+    """max_{l below p} q . k_l of every node of the given depths: {j: (Q, 2^j)}, pairwise maxima of
+    the leaf scores from the bottom up."""
+    level = queries @ leaf_keys.T  # depth D
+    out = {}
+    for j in range(rt.tree_depth(leaf_keys.shape[0]) - 1, min(depths, default=0) - 1, -1):
+        level = level.view(len(queries), 2**j, 2).amax(dim=-1)
+        if j in depths:
+            out[j] = level
+    return out
+
+
+def fitted_radii(
+    leaf_keys: torch.Tensor,
+    centres: dict[int, torch.Tensor],
+    fit_queries: torch.Tensor,
+    chunk_numbers: int = 2**24,
+) -> dict[int, torch.Tensor]:
+    """The smallest radius per ball that bounds its best key on every fit query (see BoundIndex),
+    {j: (2^j,)}: max over fit queries of (max_{l below a} q . k_l - q . c_a) / |q|, at least 0.
+    Fit queries in chunks of at most `chunk_numbers` leaf scores."""
+    n = leaf_keys.shape[0]
+    radii = {j: torch.zeros(len(c), dtype=c.dtype, device=c.device) for j, c in centres.items()}
+    chunk = max(1, chunk_numbers // n)
+    for q in fit_queries.split(chunk):
+        norm = q.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(q.dtype).tiny)
+        for j, best in subtree_maxima(leaf_keys, q, set(centres)).items():
+            excess = (best - q @ centres[j].T) / norm
+            radii[j] = torch.maximum(radii[j], excess.amax(dim=0))
+    return radii
+
+
+def keep_bounded(
+    nodes: torch.Tensor, score: torch.Tensor, width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The `width` nodes of highest bound per query, and the largest bound of those dropped (Q,)
+    (-inf when none is)."""
+    if nodes.shape[1] <= width:
+        return nodes, score, score.new_full((len(score),), -math.inf)
+    best = score.topk(width + 1, dim=-1)
+    kept = best.indices[:, :width]
+    return nodes.gather(1, kept), best.values[:, :width], best.values[:, width]
+
+
+def bound_read(
+    index: BoundIndex,
+    queries: torch.Tensor,
+    schedule: Schedule,
+    k: int | None = 10,
+    stage_ms: dict[str, float] | None = None,
+    certify: dict[str, torch.Tensor] | None = None,
+) -> rt.ReadResult:
+    """Read `queries` (Q, d) with the max-closure bounds of `index` and `schedule`: leaves (1, Q, R),
+    heap positions ranked by exact score (R = k; None: every leaf scanned).
+
+    The stages of `fast_read`, routed by the bound instead of the path posterior:
+    1. dense top: the bound of every depth-L0 node (one matmul on its balls; the levels above are
+       not needed: a bound does not accumulate along the path), each query keeps the top W_L0;
+    2. beam levels L0+1..Ls: each kept node's two children scored by their bounds, (query, node)
+       pairs grouped by node (`grouped_matmul` on the children's contiguous balls), top W kept;
+    3. leaf scan at Ls: every leaf below the kept nodes scored exactly, top k returned.
+    `certify`, when given, receives "pruned_bound" (Q,): the largest bound of any node the read
+    dropped (-inf: none), and "certified" (Q,) bool: the k-th best score returned reaches it. With
+    radius "exact" a certified query's k returned leaves are its exact top k (up to rounding in the
+    bound's last bits); with "fit" that holds on fit queries only."""
+    lap = Laps(stage_ms)
+    depth, scan, dense = index.depth, schedule.scan_depth, schedule.dense_depth
+    if not 0 <= dense <= scan <= depth:
+        raise ValueError(f"schedule ({schedule}) does not fit a tree of depth {depth}")
+    missing = index.ball_depths(schedule) - set(index.centres)
+    if missing:
+        raise ValueError(
+            f"schedule ({schedule}) reads balls of depths {sorted(missing)} this index dropped"
+        )
+    account = rt.ByteAccount(*index.tensors())
+    q, num_queries = queries, len(queries)
+    q_norm = q.norm(dim=-1)
+    every_query = torch.arange(num_queries, device=q.device)
+
+    # 1. dense top: the bound of every depth-L0 node (the root, at L0 = 0, needs none)
+    if dense == 0:
+        nodes = torch.zeros(num_queries, 1, dtype=torch.long, device=q.device)
+        bounds = q.new_full((num_queries, 1), math.inf)
+    else:
+        bounds = index.scores(q, dense, q_norm)
+        nodes = torch.arange(2**dense, device=q.device).expand(num_queries, -1)
+    account.step(bounds)
+    nodes, bounds, pruned = keep_bounded(nodes, bounds, schedule.widths[0])
+    lap("dense top")
+
+    # 2. beam levels: a node's two children have 2 x 2^(b - level) adjacent balls at depth b
+    for level, width in zip(range(dense + 1, scan + 1), schedule.widths[1:]):
+        centres, radii = index.balls(index.ball_depth(level))
+        per_child = 2 ** (index.ball_depth(level) - level)
+        pair_query, pair_node = every_query.repeat_interleave(nodes.shape[1]), nodes.flatten()
+        table = centres.view(-1, 2 * per_child, index.width)
+        logits = grouped_matmul(table, q, pair_query, pair_node)  # (P, 2 per_child)
+        if radii is not None:
+            logits += q_norm.index_select(0, pair_query).unsqueeze(1) * radii.view(
+                -1, 2 * per_child
+            ).index_select(0, pair_node)
+        z = logits.view(-1, 2, per_child).amax(dim=-1).view(num_queries, -1)
+        children = (2 * nodes.unsqueeze(-1) + torch.arange(2, device=q.device)).flatten(1)
+        account.step(logits, z, children)
+        nodes, bounds, dropped = keep_bounded(children, z, width)
+        pruned = torch.maximum(pruned, dropped)
+        lap("beam levels")
+
+    # 3. leaf scan
+    ranked, values = scan_leaves(index.leaf_keys, q, nodes, depth - scan, k, account, lap)
+    if certify is not None:
+        certify["pruned_bound"] = pruned
+        certify["certified"] = values[:, -1] >= pruned
+    visited = torch.full(
+        (1, num_queries), bound_visited_nodes(schedule, depth), dtype=torch.long, device=q.device
+    )
+    return rt.ReadResult(ranked.unsqueeze(0), visited, account.read_bytes)
+
+
+def bound_visited_nodes(schedule: Schedule, depth: int) -> int:
+    """Nodes a max-closure read scores per query: every depth-L0 node (the root at L0 = 0), both
+    children of every node kept at a beam level, every leaf scanned (counted once)."""
+    kept = kept_per_depth(schedule)
+    visited = 2**schedule.dense_depth + 2 * sum(kept[:-1])
+    return visited + (
+        kept[-1] * 2 ** (depth - schedule.scan_depth) if schedule.scan_depth < depth else 0
+    )
+
+
+def bound_schedule_cost(schedule: Schedule, depth: int, m: int) -> float:
+    """Work per query of a max-closure read, in balls scored by the dense top (see BOUND_PAIR_COST):
+    the dense top's 2^L0 x min(m, 2^(D - L0)) balls (none at L0 = 0), each pair entering a beam
+    level (a fixed part plus its children's balls), each node kept for the scan and each leaf
+    scanned. Counted, not timed, so the schedule calibration picks is deterministic."""
+    kept = kept_per_depth(schedule)
+    g = m.bit_length() - 1
+    dense = 0 if schedule.dense_depth == 0 else 2 ** min(schedule.dense_depth + g, depth)
+    pairs = sum(kept[:-1])
+    balls = sum(
+        2 * kept_here * 2 ** (min(level + g, depth) - level)
+        for kept_here, level in zip(kept[:-1], range(schedule.dense_depth + 1, depth + 1))
+    )
+    scanned = kept[-1] * 2 ** (depth - schedule.scan_depth)
+    return (
+        dense
+        + BOUND_PAIR_COST * pairs
+        + BOUND_PAIR_BALL_COST * balls
+        + BOUND_SCAN_PAIR_COST * kept[-1]
+        + BOUND_LEAF_COST * scanned
+    )

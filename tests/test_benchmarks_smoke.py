@@ -56,6 +56,10 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
         "32",
         "--json",
         str(tmp_path / "tree_read.json"),
+        "--plot",
+        str(tmp_path / "latency.svg"),
+        "--bound-m",
+        "1,4",
     ]
     threads = torch.get_num_threads()
     try:
@@ -65,12 +69,17 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     out = capsys.readouterr().out
     rows = {row.method: row for row in results[256]["rows"]}
     expected = {"dense exact", "TreeHeap beam", "TreeHeap drill-down", "TreeHeap fast"}
+    expected |= {"TreeHeap max-bound", "TreeHeap exact-bound"}  # the max-closure read (issue #29)
     if with_faiss:
-        expected |= {"faiss HNSW", "faiss IVF-Flat"}
+        expected |= {"faiss HNSW", "faiss IVF-Flat", "faiss IVF-PQ"}
     assert set(rows) == expected
     assert rows["dense exact"].recall == pytest.approx(1.0)
     assert rows["TreeHeap beam"].extra["reached"]  # calibrate_beam always ends at a passing width
     assert rows["TreeHeap fast"].extra["reached"]
+    assert (
+        rows["TreeHeap max-bound"].extra["reached"]
+        and rows["TreeHeap exact-bound"].extra["reached"]
+    )
     for row in rows.values():
         assert 0.0 <= row.recall <= 1.0 and row.latency_ms > 0 and row.index_bytes_per_key > 0
         if row.method.startswith("TreeHeap"):
@@ -86,8 +95,8 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     assert "latency growth exponents" in out and "| 512 | " in out and "| growth exponent | " in out
     written = json.loads((tmp_path / "tree_read.json").read_text())
     assert set(written["sizes"]) == {"256", "512"}
-    methods = {"dense", "beam", "drilldown", "fast_beam"} | (
-        {"faiss_hnsw", "faiss_ivf"} if with_faiss else set()
+    methods = {"dense", "beam", "drilldown", "fast_beam", "max_bound", "exact_bound"} | (
+        {"faiss_hnsw", "faiss_ivf", "faiss_ivfpq"} if with_faiss else set()
     )
     for size in written["sizes"].values():
         assert set(size) == methods
@@ -98,6 +107,50 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
         isinstance(v, float) for v in written["exponents"].values()
     )
     assert [step["step"][:2] for step in written["steps"]] == ["re", "1.", "2.", "3.", "4."]
+    assert set(written["exponents_adjacent"]) == methods
+    assert all(set(pairs) == {"256-512"} for pairs in written["exponents_adjacent"].values())
+    assert set(written["process_peak_rss_mb"]) == {"256", "512"}
+    assert "issue #29 targets at N = 512" in out and "max-closure read at N = 512" in out
+    assert "| exponent 256 -> 512 | " in out
+    assert "</svg>" in (tmp_path / "latency.svg").read_text()
+
+
+def test_tree_read_benchmark_skips_the_reference_reads_above_reference_upto(capsys):
+    bench = load_benchmark()
+    argv = "--sizes 256,512 --queries 16 --fit-queries 32 --steps 1 --repeats 1 --source random"
+    argv += " --threads 1 --d 32 --no-faiss --no-drilldown --reference-upto 256 --bound-m 2,4"
+    threads = torch.get_num_threads()
+    try:
+        results = bench.main(argv.split())
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert {row.key for row in results[256]["rows"]} == {
+        "dense",
+        "beam",
+        "fast_beam",
+        "max_bound",
+        "exact_bound",
+    }
+    assert {row.key for row in results[512]["rows"]} == {
+        "dense",
+        "fast_beam",
+        "max_bound",
+        "exact_bound",
+    }
+    assert results[512]["info"]["width"] is None
+    assert "limits at N = 512" not in out and "what each step bought" not in out
+    assert "| 512 | " in out and " - |" in out  # the beam's cell at 512
+
+
+def test_tree_read_benchmark_writes_an_svg_plot_without_matplotlib():
+    bench = load_benchmark()
+    svg = bench.svg_plot(
+        {"dense": [(4096, 10.0), (16384, 90.0)], "max_bound": [(4096, 2.0), (16384, 4.0)]},
+        {"dense": "dense exact", "max_bound": "TreeHeap max-bound"},
+    )
+    assert svg.startswith("<svg") and svg.count("<polyline") == 2 and "TreeHeap max-bound" in svg
+    assert "16,384" in svg and "1 ms" in svg and "100 ms" in svg
 
 
 def test_tree_read_benchmark_fits_the_growth_exponent():
