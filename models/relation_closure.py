@@ -96,6 +96,12 @@ class RelationClosureConfig(DeviceConfig):
     mlp_match_prototypes: int = Field(
         default=8, ge=1, description="mlp: match this m's parameter count"
     )
+    mlp_hidden: int | None = Field(
+        default=None,
+        ge=1,
+        description="mlp: hidden width, its node state width then solved for the parameter match "
+        "(None: 32, halved while the match cannot afford it); other parents ignore it",
+    )
     topology: Literal["positional", "random", "learned"] = "learned"
     read: Literal["soft", "beam", "drilldown", "fast_beam"] = "soft"
     beam_width: int | None = Field(default=None, ge=1, description="None: calibrate on fit queries")
@@ -108,6 +114,11 @@ class RelationClosureConfig(DeviceConfig):
     lr: float = Field(default=0.02, gt=0)
     batch: int = Field(default=256, ge=1, description="fit queries per Adam step")
     timing_repeats: int = Field(default=5, ge=1)
+    oracle_mass: bool = Field(
+        default=False,
+        description="also report oracle_mass_top_{half,quarter}_at_depth_t and "
+        "mass_kept_vs_oracle_top_{half,quarter}_at_depth_t (see oracle_mass_metrics)",
+    )
 
     @model_validator(mode="after")
     def _shape(self):
@@ -142,6 +153,16 @@ class RelationClosureConfig(DeviceConfig):
             )
         if self.parent == "dense" and self.read != "soft":
             raise ValueError("the dense arm has no tree to read cheaply; use read: soft")
+        if self.parent == "dense" and self.oracle_mass:
+            raise ValueError("oracle_mass measures a tree's pruning read; the dense arm has none")
+        if self.parent == "mlp" and self.mlp_hidden is not None:
+            internal = self.leaves - 1
+            _, hidden = mlp_shape(self, internal, self.teacher.d_k)
+            if hidden != self.mlp_hidden:
+                raise ValueError(
+                    f"mlp_hidden {self.mlp_hidden} cannot be matched to m = "
+                    f"{self.mlp_match_prototypes} prototypes' parameters (it leaves no node state)"
+                )
         if self.read == "fast_beam" and (
             self.leaf_set != "bank" or self.parent not in ("prototypes", "single_key", "lowrank")
         ):
@@ -188,6 +209,23 @@ def _metrics() -> dict[str, Metric]:
     # topology and parents, a read that keeps N/2 or N/4 leaves keeps at most this); at least their share
     metrics["best_mass_top_half"] = Metric("higher", "test", 0.5, 1.0)
     metrics["best_mass_top_quarter"] = Metric("higher", "test", 0.25, 1.0)
+    # with oracle_mass (see oracle_mass_metrics): what the oracle's pruning read keeps, the best half /
+    # quarter of the depth-t nodes of the key-bisection tree by dense mass (at least their share), and
+    # the mass kept relative to it (at most 1 on that tree itself; another topology's may exceed 1)
+    metrics.update(
+        {
+            f"oracle_mass_top_{share}_at_depth_{t}": Metric("higher", "test", kept, 1.0)
+            for share, first, kept in (("half", 1, 0.5), ("quarter", 2, 0.25))
+            for t in range(first, MAX_DEPTH + 1)
+        }
+    )
+    metrics.update(
+        {
+            f"mass_kept_vs_oracle_top_{share}_at_depth_{t}": nonnegative("higher", "test")
+            for share, first in (("half", 1), ("quarter", 2))
+            for t in range(first, MAX_DEPTH + 1)
+        }
+    )
     # how peaked the dense posterior is (nats over the tree's leaves; log N is uniform): a property of
     # the data regime that a positive control reads, recorded per arm; linear, as it sits away from 0 (no
     # unit: nats, but not to be compared with the KLs, which are on the log scale)
@@ -246,7 +284,9 @@ class RelationClosureStudy(Study):
     metrics: ClassVar[dict[str, Metric]] = _metrics()
     deterministic: ClassVar[bool] = False  # the seed draws the windows, the queries and the fits
     machine_metrics: ClassVar[frozenset[str]] = frozenset({"latency_ms", "dense_latency_ms"})
-    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr"})  # the parents' Adam fit
+    # the parents' Adam fit; the MLP's hidden width at its matched parameter count (other parents
+    # ignore it, so a space over both tunes every arm over the same candidates)
+    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "mlp_hidden"})
     # the data: which teacher (its corpus and training, e.g. v1's 400 steps vs v2's 6000), which of its
     # layers, which queries read the trees (v1's held-out windows vs v2's continuation) and which leaves
     # (per-context trees vs one bank). spr096-prototypes-vs-mlp shares v1's regime; read-cost (a bank) does not.
@@ -278,6 +318,12 @@ class RelationClosureStudy(Study):
             }
             if t >= 2:
                 names.add(f"mass_kept_top_quarter_at_depth_{t}")
+            if config.oracle_mass:
+                for share in ("half", "quarter") if t >= 2 else ("half",):
+                    names |= {
+                        f"oracle_mass_top_{share}_at_depth_{t}",
+                        f"mass_kept_vs_oracle_top_{share}_at_depth_{t}",
+                    }
         if config.query_set == "continuation" and config.val_queries:
             names.add("val_closure_error")
         if config.read != "soft":
@@ -298,6 +344,8 @@ class RelationClosureStudy(Study):
             return 1.0, float(max(n, config.beam_width or n))
         if metric == "dense_entropy":
             return 0.0, math.log(n)
+        if metric.startswith("mass_kept_vs_oracle_") and config.topology == "learned":
+            return 0.0, 1.0  # the oracle reads the same tree: no selection of its nodes keeps more
         return super().metric_range(metric, config)
 
     def chance(self, metric: str, config: RelationClosureConfig) -> float | None:
@@ -310,6 +358,16 @@ class RelationClosureStudy(Study):
     def ceiling(self, metric: str, config: RelationClosureConfig) -> Ceiling | None:
         """mass_kept_top_{half,quarter}_at_depth_t keeps N/2 or N/4 leaves, whatever t: no tree keeps more
         dense mass than the N/2 or N/4 leaves of highest dense posterior, which each run reports per seed."""
+        if (
+            metric.startswith("mass_kept_vs_oracle_")
+            and config.topology == "learned"
+            and metric in self.reported_metrics(config)
+        ):
+            return Ceiling(
+                "the oracle reads the same tree and keeps the depth-t nodes of highest dense mass, "
+                "exactly 1 by definition; no parent's selection of those nodes keeps more",
+                value=1.0,
+            )
         if metric.startswith("mass_kept_top_") and metric in self.reported_metrics(config):
             share = metric.split("_")[3]  # half / quarter
             return Ceiling(
@@ -374,6 +432,8 @@ class RelationClosureStudy(Study):
         if config.parent == "dense":
             return self._dense(config, keys, eval_queries, reporter)
 
+        # the reference tree of oracle_mass is built from this state, apart (nothing drawn from it)
+        reference_state = generator.get_state() if config.oracle_mass else None
         leaf_order = rt.build_topology(config.topology, keys, generator)
         keys_heap = rt.heap_keys(keys, leaf_order)
         parent = make_parent(config, keys_heap, generator)
@@ -415,6 +475,15 @@ class RelationClosureStudy(Study):
         }
         metrics.update(rt.soft_read_metrics(parent, keys_heap, eval_queries))
         metrics["dense_entropy_ratio"] = metrics["dense_entropy"] / math.log(config.leaves)
+        if config.oracle_mass:
+            if config.topology == "learned":
+                reference_order = leaf_order
+            else:  # the tree a learned arm of this seed reads: the same draws from the same state
+                apart = torch.Generator().set_state(reference_state)
+                reference_order = rt.build_topology("learned", keys, apart)
+            metrics.update(
+                oracle_mass_metrics(metrics, rt.heap_keys(keys, reference_order), eval_queries)
+            )
         if config.read != "soft":
             metrics.update(cheap_read(config, parent, keys_heap, fit_queries, eval_queries))
         reporter.report(budget.steps, metrics)
@@ -454,8 +523,12 @@ def make_parent(
 
 def mlp_shape(config: RelationClosureConfig, internal: int, d: int) -> tuple[int, int]:
     """(state_dim, hidden) of the MLP parent matched to prototypes m = mlp_match_prototypes:
-    m x (d key entries + 1 log weight) parameters per internal node."""
-    return rt.mlp_shape_matching(internal * config.mlp_match_prototypes * (d + 1), internal, d)
+    m x (d key entries + 1 log weight) parameters per internal node. The hidden width starts at
+    mlp_hidden (None: 32) and is halved while the match cannot afford it."""
+    target = internal * config.mlp_match_prototypes * (d + 1)
+    if config.mlp_hidden is None:
+        return rt.mlp_shape_matching(target, internal, d)
+    return rt.mlp_shape_matching(target, internal, d, hidden=config.mlp_hidden)
 
 
 class Drawn(NamedTuple):
@@ -532,6 +605,51 @@ def continuation_data(teacher, config: RelationClosureConfig, generator: torch.G
 def closure_error(parent: rt.Parent, keys_heap: torch.Tensor, queries: torch.Tensor) -> float:
     with torch.no_grad():
         return float((parent(queries) - rt.closure_targets(keys_heap, queries)).pow(2).mean())
+
+
+def oracle_mass(scores: torch.Tensor, num_nodes: int, keep: int) -> torch.Tensor:
+    """The oracle's pruning read at depth t (num_nodes = 2^t nodes): the dense posterior mass of the
+    `keep` depth-t nodes that hold the most of it, (T, Q). `scores` (T, Q, N) are the leaf scores in
+    the heap order of the tree whose nodes are ranked. It is rt.mass_kept with the tree posterior
+    replaced by the exact one (a parent that scores every node by its exact response, `oracle`,
+    selects exactly these nodes), so on the same tree mass_kept <= oracle_mass for every query."""
+    nodes = scores.softmax(dim=-1).unflatten(-1, (num_nodes, -1)).sum(dim=-1)
+    return nodes.topk(keep, dim=-1).values.sum(dim=-1)
+
+
+def oracle_mass_metrics(
+    metrics: dict[str, float], reference_heap: torch.Tensor, queries: torch.Tensor, chunk: int = 128
+) -> dict[str, float]:
+    """The pruning read against the oracle's, per resolution depth t and share (half: t >= 1,
+    quarter: t >= 2), on the evaluation queries:
+
+    - oracle_mass_top_{share}_at_depth_t: the mean over trees and queries of oracle_mass on the
+      reference tree, the key-bisection tree of these keys (`topology: learned`, built from the
+      generator state the arm's own topology starts from: the tree a learned arm of the seed reads);
+    - mass_kept_vs_oracle_top_{share}_at_depth_t = mass_kept_top_{share}_at_depth_t (the arm's
+      own read, from `metrics`) / oracle_mass_top_{share}_at_depth_t: a ratio of the two means.
+
+    On a learned tree the reference is the tree itself: the ratio is at most 1 and exact parents
+    reach 1. For another topology the denominator is the same number, so its ratio is its absolute
+    mass kept on the same scale as the learned tree's (it may exceed 1)."""
+    depth = rt.tree_depth(reference_heap.shape[1])
+    sums: dict[str, float] = {}
+    with torch.no_grad():
+        for q in rt.query_chunks(queries, chunk):
+            scores = rt.leaf_scores(reference_heap, q)
+            for t in rt.resolution_depths(depth):
+                for share, keep in (("half", 2**t // 2), ("quarter", 2**t // 4)):
+                    if keep:
+                        name = f"oracle_mass_top_{share}_at_depth_{t}"
+                        total = float(oracle_mass(scores, 2**t, keep).double().sum())
+                        sums[name] = sums.get(name, 0.0) + total
+    count = reference_heap.shape[0] * queries.shape[-2]
+    out = {}
+    for name, total in sums.items():
+        out[name] = total / count
+        kept = name.replace("oracle_mass_", "mass_kept_")
+        out[name.replace("oracle_mass_", "mass_kept_vs_oracle_")] = metrics[kept] / out[name]
+    return out
 
 
 def cheap_read(
