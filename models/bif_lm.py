@@ -26,6 +26,12 @@ offsets of the held-out stream (first and last included). It depends on the data
 never on the seed: every arm and seed is scored on the same tokens at every evaluation.
 val_loss = mean next-token cross-entropy over those windows (nats per token), val_ppl = exp(val_loss).
 
+Test (optional, `test_windows` > 0; 0, the default, keeps the above exactly). The held-out stream is
+cut into two halves in corpus order: the first gives the `val_windows` validation windows (val_*, what
+a convergence rule or tuning reads), the second `test_windows` test windows of seq_len + 1 tokens,
+chosen the same way (test_loss, test_ppl = exp(test_loss); what a decision reads). The halves share no
+token, so nothing that looks at validation sees the test windows. (biic_lm's split, the same rule.)
+
 Arms (d = d_model, V = vocab_size, k = alpha_dim, L = layers, T = seq_len; positions are learned,
 P in R^{T x d}, for every arm):
 
@@ -86,7 +92,8 @@ Device: `device` (auto | cpu | cuda; auto = cuda when torch sees a GPU). The mod
 the CPU and moved, the token streams and validation windows live on the device, and window starts
 are drawn on the CPU by the seed's generator: a seed trains on the same windows everywhere.
 
-Metrics: train_loss (the step's minibatch), val_loss, val_ppl.
+Metrics: train_loss (the step's minibatch), val_loss, val_ppl; with test_windows > 0 also test_loss,
+test_ppl (on the test windows, evaluated with validation).
 """
 
 from __future__ import annotations
@@ -130,6 +137,9 @@ class BifLMConfig(DeviceConfig):
     train_fraction: float = Field(default=0.9, gt=0, lt=1)  # the rest of the lines is held out
     seq_len: int = Field(default=128, ge=8)
     val_windows: int = Field(default=64, ge=1)  # the fixed held-out set, seq_len tokens each
+    # > 0: validation windows from the held-out stream's first half, these test windows from its second
+    # half (test_loss, test_ppl); 0: no test metrics, validation over the whole held-out stream
+    test_windows: int = Field(default=0, ge=0)
     # model
     d_model: int = Field(default=128, ge=8)
     layers: int = Field(default=4, ge=1)
@@ -297,6 +307,12 @@ def validation_set(
         heldout[starts[:, None] + np.arange(seq_len + 1)[None, :]].astype(np.int64)
     )
     return windows[:, :-1], windows[:, 1:]
+
+
+def heldout_halves(heldout: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(validation, test) halves of the held-out stream, in corpus order (used when test_windows > 0)."""
+    half = len(heldout) // 2
+    return heldout[:half], heldout[half:]
 
 
 def sample_windows(
@@ -570,6 +586,9 @@ class BifLMStudy(Study):
         "train_loss": Metric("lower", "train", 0.0, None, unit="nats"),
         "val_loss": Metric("lower", "validation", 0.0, None, unit="nats"),
         "val_ppl": Metric("lower", "validation", 1.0, None, scale="log"),
+        # the test windows (test_windows > 0): never read by tuning or a convergence rule
+        "test_loss": Metric("lower", "test", 0.0, None, unit="nats"),
+        "test_ppl": Metric("lower", "test", 1.0, None, scale="log"),
     }
     deterministic: ClassVar[bool] = False  # initialisation and batches depend on the seed
     hyperparameters: ClassVar[frozenset[str]] = frozenset(
@@ -584,12 +603,21 @@ class BifLMStudy(Study):
         "val_windows",
     )
 
+    def reported_metrics(self, config: BifLMConfig) -> frozenset[str]:
+        """train_loss, val_loss, val_ppl; test_loss and test_ppl too when the config has test windows."""
+        names = {"train_loss", "val_loss", "val_ppl"}
+        if config.test_windows > 0:
+            names |= {"test_loss", "test_ppl"}
+        return frozenset(names)
+
     def chance(self, metric: str, config: BifLMConfig) -> float | None:
         """An LM that learned nothing predicts the vocab_size pieces uniformly (the tokenizer has exactly that
         many): log V nats per token, perplexity V."""
-        if metric == "val_ppl":
+        if metric in ("val_ppl", "test_ppl"):
             return float(config.vocab_size)
-        return math.log(config.vocab_size) if metric in ("train_loss", "val_loss") else None
+        if metric in ("train_loss", "val_loss", "test_loss"):
+            return math.log(config.vocab_size)
+        return None
 
     def param_count(self, config: BifLMConfig) -> int:
         return count_parameters(BifLM(config))
@@ -606,9 +634,17 @@ class BifLMStudy(Study):
     def run(self, config: BifLMConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         device = torch.device(resolve_device(config.device))
         data = load_token_data(config)
-        val_inputs, val_targets = (
-            t.to(device) for t in validation_set(data.heldout, config.seq_len, config.val_windows)
+        val_stream, test_stream = (
+            heldout_halves(data.heldout) if config.test_windows > 0 else (data.heldout, None)
         )
+        val_inputs, val_targets = (
+            t.to(device) for t in validation_set(val_stream, config.seq_len, config.val_windows)
+        )
+        if test_stream is not None:
+            test_inputs, test_targets = (
+                t.to(device)
+                for t in validation_set(test_stream, config.seq_len, config.test_windows)
+            )
         train = torch.from_numpy(data.train.astype(np.int64)).to(device)
 
         seed_everything(seed)
@@ -630,7 +666,11 @@ class BifLMStudy(Study):
 
         def evaluate() -> dict[str, float]:
             val_loss = mean_loss(model, val_inputs, val_targets)
-            return {"val_loss": val_loss, "val_ppl": math.exp(val_loss)}
+            metrics = {"val_loss": val_loss, "val_ppl": math.exp(val_loss)}
+            if test_stream is not None:
+                test_loss = mean_loss(model, test_inputs, test_targets)
+                metrics |= {"test_loss": test_loss, "test_ppl": math.exp(test_loss)}
+            return metrics
 
         return train_loop(
             model, optimizer, loss_fn, reporter.budget, reporter, evaluate, clip_grad_norm=1.0
