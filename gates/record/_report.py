@@ -288,7 +288,7 @@ def render_report(evidence: Evidence | dict) -> str:
             "alpha: all must hold, an intersection-union test); one that fails or cannot be settled makes the "
             "verdict invalid.",
             "",
-            "| control | kind | outcome | estimate | interval | p(holds) adj | test |",
+            "| control | kind | outcome | margin | interval | p(holds) adj | test |",
             "|---|---|---|---|---|---|---|",
         ]
         for c in ev.controls:
