@@ -106,16 +106,20 @@ class _Slow:
 def test_a_run_too_costly_for_the_time_left_is_stopped_early_and_named_unaudited(
     project, monkeypatch
 ):
-    from gates.models.c05_probe import C05ProbeStudy
+    from gates.study import get_study
     from gates.verify import MIN_LEFT_S, UNAUDITED
 
     monkeypatch.chdir(project)
-    run = C05ProbeStudy.run
-    monkeypatch.setattr(
-        C05ProbeStudy,
-        "run",
-        lambda self, config, seed, reporter: run(self, config, seed, _Slow(reporter)),
-    )
+    # the class of the instance the audit runs (the registry's), whatever module object it came from
+    study_cls = type(get_study("c05_probe"))
+    run = study_cls.run
+    slowed = []
+
+    def slow_run(self, config, seed, reporter):
+        slowed.append(seed)
+        return run(self, config, seed, _Slow(reporter))
+
+    monkeypatch.setattr(study_cls, "run", slow_run)
     budget = MIN_LEFT_S + 1.0  # enough to start one run, never to finish one (>= 3.6 s)
     lines = []
     checks = verify(
@@ -126,6 +130,7 @@ def test_a_run_too_costly_for_the_time_left_is_stopped_early_and_named_unaudited
         log=lines.append,
     )
     stopped = [line for line in lines if ": UNAUDITED (" in line]
+    assert slowed, f"the audit never ran the slowed {study_cls!r}:\n" + "\n".join(lines)
     assert len(stopped) == 1, "\n".join(lines)
     # stopped at its first report, by the projection (>= 3 x 1.2 s against 1.5 s), not at the end
     assert "(stopped at step 20 of 60 after " in stopped[0] and "would need about " in stopped[0]
