@@ -1192,14 +1192,21 @@ def adjacent_exponents(results: dict) -> dict[str, dict[str, float]]:
     }
 
 
+def stage_totals(read, index, queries: torch.Tensor, schedule, repeats: int) -> dict[str, float]:
+    """Each stage's wall-clock ms summed over `repeats` reads (after one warm-up read) of a read that
+    times its stages (`stage_ms=`)."""
+    stage_ms: dict[str, float] = {}
+    with torch.inference_mode():
+        read(index, queries, schedule, K)
+        for _ in range(repeats):
+            read(index, queries, schedule, K, stage_ms=stage_ms)
+    return stage_ms
+
+
 def bound_limits(row: Row, eval_queries: torch.Tensor, dense_ms: float, repeats: int) -> list[str]:
     """Where the max-closure read's time goes: each stage's wall-clock ms (mean over `repeats` reads)."""
     index, schedule = row.extra["index"], row.extra["schedule"]
-    stage_ms: dict[str, float] = {}
-    with torch.inference_mode():
-        tr.bound_read(index, eval_queries, schedule, K)  # warm-up
-        for _ in range(repeats):
-            tr.bound_read(index, eval_queries, schedule, K, stage_ms=stage_ms)
+    stage_ms = stage_totals(tr.bound_read, index, eval_queries, schedule, repeats)
     kept = tr.kept_per_depth(schedule)
     lines = [
         f"max-closure read at N = {index.leaf_keys.shape[0]:,} (m = {index.m}, {schedule}; "
@@ -1456,11 +1463,7 @@ def fast_limits(
     counted multiply-adds and rate, and the numbers each query writes."""
     index, schedule = fast.extra["index"], fast.extra["schedule"]
     q, depth, m, d = len(eval_queries), index.depth, index.m, index.width
-    stage_ms: dict[str, float] = {}
-    with torch.inference_mode():
-        tr.fast_read(index, eval_queries, schedule, K)  # warm-up
-        for _ in range(repeats):
-            tr.fast_read(index, eval_queries, schedule, K, stage_ms=stage_ms)
+    stage_ms = stage_totals(tr.fast_read, index, eval_queries, schedule, repeats)
     kept = tr.kept_per_depth(schedule)
     size = 2 ** (depth - schedule.scan_depth)
     macs = {

@@ -3,6 +3,7 @@ of frozen committed claims (tests/fixtures/claims) in a temp project."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from pathlib import Path
 
@@ -207,3 +208,32 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def generated_corpus(root: Path, name: str, lines: list[str]):
+    """A module fixture's corpus: `lines` written to root/name and, while in use, a private cache
+    (TREEHEAP_GATES_CACHE = root/cache) for the tokenizers and teachers trained on it."""
+    path = root / name
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("TREEHEAP_GATES_CACHE", str(root / "cache"))
+        yield path
+
+
+@contextlib.contextmanager
+def tiny_teacher(root: Path):
+    """tests/test_teacher.py's tiny teacher trained (once, on one thread) on its generated grammar, in a
+    private cache under `root`: the TeacherConfig, while in use."""
+    from gates.models.teacher import TeacherConfig, load_or_train
+    from tests.test_teacher import TINY, grammar_lines
+
+    with generated_corpus(root, "corpus.txt", grammar_lines(0, 3000)) as corpus:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            config = TeacherConfig(corpus=str(corpus), **TINY)
+            load_or_train(config, log=lambda _: None)
+            yield config
+        finally:
+            torch.set_num_threads(threads)

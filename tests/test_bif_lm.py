@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from gates.models.bif_lm import (
 )
 from gates.models.common import count_parameters, seed_everything
 from gates.study import Budget, NullReporter
+from tests.conftest import generated_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACT = ROOT / "contracts" / "bif-fam.yaml"
@@ -148,15 +148,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 def corpus(tmp_path_factory):
     """A generated .txt corpus and a private tokenizer cache (TREEHEAP_GATES_CACHE) for this module."""
     root = tmp_path_factory.mktemp("bif")
-    path = root / "help.txt"
-    path.write_text("\n".join(help_like_lines(3000)) + "\n")
-    before = os.environ.get("TREEHEAP_GATES_CACHE")
-    os.environ["TREEHEAP_GATES_CACHE"] = str(root / "cache")
-    yield path
-    if before is None:
-        os.environ.pop("TREEHEAP_GATES_CACHE", None)
-    else:
-        os.environ["TREEHEAP_GATES_CACHE"] = before
+    with generated_corpus(root, "help.txt", help_like_lines(3000)) as path:
+        yield path
 
 
 def tiny(corpus: Path, **overrides) -> BifLMConfig:

@@ -9,30 +9,15 @@ import torch
 
 from gates.models import relation_tree as rt
 from gates.models.relation_closure import RelationClosureConfig, RelationClosureStudy, draw_data
-from gates.models.teacher import TeacherConfig, load_or_train
+from gates.models.teacher import load_or_train
 from gates.study import Budget, NullReporter
-from tests.test_teacher import TINY, grammar_lines
+from tests.conftest import tiny_teacher
 
 
 @pytest.fixture(scope="module")
 def teacher_config(tmp_path_factory):
-    import os
-
-    root = tmp_path_factory.mktemp("closure")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(grammar_lines(0, 3000)) + "\n")
-    old = os.environ.get("TREEHEAP_GATES_CACHE")
-    os.environ["TREEHEAP_GATES_CACHE"] = str(root / "cache")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    config = TeacherConfig(corpus=str(corpus), **TINY)
-    load_or_train(config, log=lambda _: None)
-    yield config
-    torch.set_num_threads(threads)
-    if old is None:
-        os.environ.pop("TREEHEAP_GATES_CACHE")
-    else:
-        os.environ["TREEHEAP_GATES_CACHE"] = old
+    with tiny_teacher(tmp_path_factory.mktemp("closure")) as config:
+        yield config
 
 
 def arm(teacher_config, **overrides) -> RelationClosureConfig:

@@ -7,7 +7,6 @@ no corpus fetch."""
 from __future__ import annotations
 
 import math
-import os
 import random
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from gates.models.biic_lm.study import (
     median_pairwise_cosine,
 )
 from gates.study import Budget, NullReporter
+from tests.conftest import generated_corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY = BiicLMStudy()
@@ -56,15 +56,8 @@ def word_lines(count: int, seed: int = 0) -> list[str]:
 def corpus(tmp_path_factory):
     """A generated .txt corpus and a private tokenizer cache (TREEHEAP_GATES_CACHE) for this module."""
     root = tmp_path_factory.mktemp("sfe_author")
-    path = root / "words.txt"
-    path.write_text("\n".join(word_lines(3000)) + "\n")
-    before = os.environ.get("TREEHEAP_GATES_CACHE")
-    os.environ["TREEHEAP_GATES_CACHE"] = str(root / "cache")
-    yield path
-    if before is None:
-        os.environ.pop("TREEHEAP_GATES_CACHE", None)
-    else:
-        os.environ["TREEHEAP_GATES_CACHE"] = before
+    with generated_corpus(root, "words.txt", word_lines(3000)) as path:
+        yield path
 
 
 def tiny(corpus: Path, **overrides) -> BiicLMConfig:

@@ -18,6 +18,7 @@ import torch
 import yaml
 
 from gates.study import Budget, Ceiling, Metric, NullReporter, Study, get_study, study_entries
+from tests.conftest import tiny_teacher
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = sorted((ROOT / "contracts").glob("*.yaml"))
@@ -377,26 +378,8 @@ def test_studies_that_do_not_train():
 # ------------------------------------------------------------------------------------ tiny runs
 @pytest.fixture(scope="module")
 def teacher_config(tmp_path_factory):
-    import os
-
-    from gates.models.teacher import TeacherConfig, load_or_train
-    from tests.test_teacher import TINY, grammar_lines
-
-    root = tmp_path_factory.mktemp("declarations")
-    corpus = root / "corpus.txt"
-    corpus.write_text("\n".join(grammar_lines(0, 3000)) + "\n")
-    old = os.environ.get("TREEHEAP_GATES_CACHE")
-    os.environ["TREEHEAP_GATES_CACHE"] = str(root / "cache")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    config = TeacherConfig(corpus=str(corpus), **TINY)
-    load_or_train(config, log=lambda _: None)
-    yield config
-    torch.set_num_threads(threads)
-    if old is None:
-        os.environ.pop("TREEHEAP_GATES_CACHE")
-    else:
-        os.environ["TREEHEAP_GATES_CACHE"] = old
+    with tiny_teacher(tmp_path_factory.mktemp("declarations")) as config:
+        yield config
 
 
 CLOSURE_ARMS = {

@@ -13,14 +13,8 @@ from gates.models import relation_tree as rt
 from gates.models import tree_read as tr
 from tests.test_relation_closure import arm, run, teacher_config  # noqa: F401 (a fixture)
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Many small ops: on a shared machine a second thread mostly waits (and results do not depend on it)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+# many small ops: on a shared machine a second thread mostly waits (results do not depend on it)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def small_tree(

@@ -16,12 +16,7 @@ from gates.models import tree_read as tr
 TOL = 1e-10  # float64: the bound may miss by the last bits of its rounding, never by more
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def bank(seed: int, n: int, d: int = 8, fit: int = 40, dtype=torch.float64):
