@@ -31,6 +31,10 @@ Arms (the same embeddings and head; the middle differs):
 - `bag_of_leaves`: every leaf sees its own state and the masked mean of all present leaves:
   z_i = x_i + tanh(G(x_i + mean_j tanh(F(x_j)))), F and G of the Butterfly's shapes (full reach, no
   addresses at all).
+- `attention` (the load task's upper-bound control): one layer of softmax attention over the present leaves (each leaf
+  queries every present leaf; `heads` heads; q, k, v and an output map of width d), then a residual MLP
+  of width `hidden`: y = x + O(attn(x)), z = y + MLP(y); the answer is read at the target leaf. Full
+  reach and content addressing: the upper-bound control.
 
 Short sequences: with L < N not a power of two, today's Butterfly cuts some (target, source) pairs
 off: the only path from s to t crosses at the rounds where their bits differ, and a crossing through
@@ -59,11 +63,31 @@ so M values must be routed at once: the root of width d must hold all M, while t
 keep width d each. The root arm then reads z_t = root + tanh(Q([root, x_t])) (the target says which
 message it wants). Accuracies pool every message of every test example by its own pair's distance
 (near: 1 .. D-1, far: > D). `clip_grad_norm` (default None) clips the gradient norm for every arm.
+
+Load task (issue #31 part 2, for a butterfly-reach-v4 not yet registered: docs/studies.md has its
+pilot; `loads` non-empty, opt-in: the defaults leave every earlier config's data, model and metrics
+bit for bit): one run trains and tests at several loads M
+(e.g. [1, 2, 4, 8]) on full-length sequences. Each training batch draws its M uniformly from `loads`
+(one M per batch, so a batch is B x M messages and every load weighs the same in expectation), and
+every load has its own test and validation set (natural draws; no distance is forced). M = 1 here is
+the id-marked task with one pair, not the single-message task, so the load axis is one task family.
+Two routing families (`routing`): `random` (`make_messages`'s draw: 2M distinct random leaves) and
+`structured` (`make_structured`: per example one k in 1 .. N-1, every target t reads t XOR k, the M
+pairs a random subset of the N/2 pairs {i, i XOR k}, so all M messages follow parallel XOR paths, the
+Butterfly's own wiring). In both families every unordered leaf pair is equally likely, so far messages
+(> D) are 55% and near ones (1 .. D-1) 35% of every load's messages. Metrics per load M: `test_acc_m<M>`
+(every message), `near_acc_m<M>`, `far_acc_m<M>` and `exact_match_m<M>` (examples with all M answers
+right; at M = 1 it equals test_acc_m1); `test_acc`, `accuracy_near`, `accuracy_far` and `exact_match`
+are their means over the loads; `accuracy_at_distance_<d>` pools every load's messages (reported, not
+promised); val_loss / val_acc average the loads' validation sets. The root's read there has width
+`read_hidden` (0 = hidden) and the mlp FOLD's P, which its parent never uses, is frozen, so the root
+can be parameter-matched to the Butterfly (`merge_hidden`, `read_hidden`).
 """
 
 from __future__ import annotations
 
 import math
+import re
 from typing import ClassVar, Literal
 
 import torch
@@ -84,7 +108,9 @@ from gates.study import (
     resolve_device,
 )
 
-Arm = Literal["butterfly", "adjacent", "butterfly_relay", "root_bottleneck", "bag_of_leaves"]
+Arm = Literal[
+    "butterfly", "adjacent", "butterfly_relay", "root_bottleneck", "bag_of_leaves", "attention"
+]
 FILLER, SOURCE, TARGET, BOTH = 0, 1, 2, 3
 MAX_LEAVES = 32  # depth <= 5: metric names are declared for every distance below it
 REACH_TOL = 1e-6  # relative to the largest influence on the same target
@@ -110,10 +136,28 @@ class ButterflyReachConfig(DeviceConfig):
         1, ge=1
     )  # M > 1: M disjoint (source, target) pairs per example, see make_examples
     clip_grad_norm: float | None = Field(None, gt=0)  # gradient-norm clipping, every arm alike
+    # the load task (issue #31 part 2; opt-in, the defaults leave every earlier contract bit for bit):
+    # several loads in one run, structured (XOR) or random id-matched routing, the attention control
+    routing: Literal["random", "structured"] = "random"  # with loads: see make_load
+    loads: list[int] = Field(
+        default_factory=list
+    )  # M per training batch / test set; [] = `messages`
+    read_hidden: int = Field(0, ge=0)  # root_bottleneck's read Q width (0 = hidden)
+    heads: int = Field(1, ge=1)  # the attention arm's heads (d_model / heads wide each)
 
     @property
     def n_leaves(self) -> int:
         return 2**self.depth
+
+    @property
+    def multi(self) -> bool:
+        """Whether examples carry id-marked messages (the multi-message task or the load task)."""
+        return self.messages > 1 or bool(self.loads)
+
+    @property
+    def n_ids(self) -> int:
+        """How many message ids an example can carry (the message embedding has one more row: none)."""
+        return max(self.loads) if self.loads else self.messages
 
     @model_validator(mode="after")
     def _fits(self) -> ButterflyReachConfig:
@@ -137,6 +181,21 @@ class ButterflyReachConfig(DeviceConfig):
                 raise ValueError(
                     "with messages > 1 sources and targets are disjoint: no distance 0"
                 )
+        if self.loads:
+            if self.messages != 1:
+                raise ValueError("loads sets M per batch: leave messages at 1")
+            if self.short_lengths:
+                raise ValueError("loads run on full-length sequences only: short_lengths: []")
+            if len(set(self.loads)) != len(self.loads) or any(
+                m < 1 or 2 * m > n for m in self.loads
+            ):
+                raise ValueError(
+                    f"loads must be distinct and in [1, {n // 2}] for depth {self.depth}"
+                )
+        elif self.routing != "random":
+            raise ValueError("structured routing is a load task: set loads")
+        if self.d_model % self.heads:
+            raise ValueError(f"d_model {self.d_model} is not divisible by {self.heads} heads")
         return self
 
 
@@ -174,10 +233,10 @@ def pairing_reach(pairing, n_leaves: int, length: int, relay: bool = False) -> t
 
 
 def structural_reach(arm: str, depth: int, length: int) -> torch.Tensor:
-    """What the pairing alone allows (length x length, bool) for the Butterfly arms; bag_of_leaves and
-    root_bottleneck hear every present leaf."""
+    """What the pairing alone allows (length x length, bool) for the Butterfly arms; bag_of_leaves,
+    root_bottleneck and attention hear every present leaf."""
     n = 2**depth
-    if arm in ("bag_of_leaves", "root_bottleneck"):
+    if arm in ("bag_of_leaves", "root_bottleneck", "attention"):
         return torch.ones(length, length, dtype=torch.bool)
     pairing = adjacent_pairing(n, depth) if arm == "adjacent" else xor_pairing(n, depth)
     return pairing_reach(pairing, n, length, relay=arm == "butterfly_relay")
@@ -240,6 +299,7 @@ def make_messages(
     count: int,
     lengths: list[int] | None,
     distance: int | None = None,
+    messages: int | None = None,
 ) -> dict[str, torch.Tensor]:
     """The multi-message task (M = `messages` > 1). M disjoint (source, target) pairs of present leaves
     per example, pair k marked at both ends by a message id (`message`: 0 none, k + 1 for pair k, the
@@ -248,8 +308,10 @@ def make_messages(
     the direction and distance of each pair are random: distance d has weight L - d). `distance` d:
     the first pair is placed at distance d (uniformly in the sequence, the source on a random side),
     the other M - 1 as above among the remaining leaves. B x M fields: `target`, `source`, `answer`,
-    `distance`; B x N: `values`, `role`, `mask`, `message`; B: `length`."""
-    n, m, g = config.n_leaves, config.messages, generator
+    `distance`; B x N: `values`, `role`, `mask`, `message`; B: `length`. `messages`: M (None: the
+    config's `messages`; the load task passes each load's)."""
+    n, g = config.n_leaves, generator
+    m = config.messages if messages is None else messages
     if lengths is None:
         length = torch.full((count,), n)
     else:
@@ -289,6 +351,62 @@ def make_messages(
     }
 
 
+def make_structured(
+    config: ButterflyReachConfig, generator: torch.Generator, count: int, messages: int
+) -> dict[str, torch.Tensor]:
+    """The structured family of the load task: full length N; per example k is
+    drawn uniformly from 1 .. N-1, the N/2 leaf pairs {i, i XOR k} are the candidates, M = `messages`
+    of them are taken at random and each is oriented at random (which end is the source); both ends
+    carry the pair's message id, as in `make_messages` (ids 1..M shuffled per example), every other
+    leaf is a filler. So every target t reads t XOR k, and the M messages of an example follow
+    parallel XOR paths (the Butterfly's own wiring). Over k and the pair, every unordered pair {i, j}
+    is equally likely (it is the pair of exactly one k), so pair distances are distributed as in the
+    random family (weight N - d). Fields as `make_messages`'s, plus `k` (B)."""
+    n, m, g = config.n_leaves, messages, generator
+    k = torch.randint(1, n, (count,), generator=g)
+    top = 2 ** torch.floor(torch.log2(k.double())).long()  # k's highest set bit
+    leaves = torch.arange(n)
+    # the pairs' lower ends are the leaves with k's highest bit clear: N/2 of them; take M at random
+    keys = torch.rand(count, n, generator=g) + ((leaves[None, :] & top[:, None]) != 0).float() * 2
+    low = keys.argsort(dim=1)[:, :m]  # B x M
+    high = low ^ k[:, None]
+    source_low = torch.rand(count, m, generator=g) < 0.5
+    source = torch.where(source_low, low, high)
+    target = torch.where(source_low, high, low)
+    values = torch.randint(config.values, (count, n), generator=g)
+    ids = torch.rand(count, m, generator=g).argsort(dim=1) + 1  # message ids 1..M, shuffled
+    rows = torch.arange(count)[:, None]
+    role = torch.full((count, n), FILLER)
+    role[rows, source] = SOURCE
+    role[rows, target] = TARGET
+    message = torch.zeros(count, n, dtype=torch.long)
+    message[rows, source] = ids
+    message[rows, target] = ids
+    return {
+        "values": values,
+        "role": role,
+        "mask": torch.ones(count, n, dtype=torch.bool),
+        "message": message,
+        "target": target,
+        "source": source,
+        "answer": values[rows, source],
+        "distance": (target - source).abs(),
+        "length": torch.full((count,), n),
+        "k": k,
+    }
+
+
+def make_load(
+    config: ButterflyReachConfig, generator: torch.Generator, count: int, messages: int
+) -> dict[str, torch.Tensor]:
+    """`count` full-length examples of the load task with M = `messages` id-marked pairs each, of the
+    config's `routing` family: `structured` (`make_structured`) or `random` (`make_messages`'s random
+    draw, no distance forced). M = 1 is the id-marked task with one pair, not the single-message task."""
+    if config.routing == "structured":
+        return make_structured(config, generator, count, messages)
+    return make_messages(config, generator, count, None, None, messages)
+
+
 # ------------------------------------------------------------------------------------ model
 class BagOfLeaves(nn.Module):
     """z_i = x_i + tanh(G(x_i + mean over present j of tanh(F(x_j)))): full reach, no addresses."""
@@ -305,6 +423,28 @@ class BagOfLeaves(nn.Module):
         return x + torch.tanh(self.G(x + pooled))
 
 
+class OneLayerAttention(nn.Module):
+    """One layer of softmax attention over the present leaves (every leaf queries every present leaf;
+    `heads` heads of width d / heads), then a residual MLP of the kernels' hidden width:
+    y = x + O(attention(x)), z = y + MLP(y). Full reach and content addressing: the upper-bound control."""
+
+    def __init__(self, d: int, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.out = nn.Linear(d, d)
+        self.mlp = mlp(d, hidden, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).unbind(2)
+        scores = torch.einsum("bqhe,bkhe->bhqk", q, k) / math.sqrt(d // self.heads)
+        scores = scores.masked_fill(~mask[:, None, None, :], float("-inf"))  # absent leaves: no key
+        mixed = torch.einsum("bhqk,bkhe->bqhe", scores.softmax(-1), v).reshape(b, n, d)
+        y = x + self.out(mixed)
+        return y + self.mlp(y)
+
+
 class ReachModel(nn.Module):
     def __init__(self, config: ButterflyReachConfig):
         super().__init__()
@@ -318,6 +458,8 @@ class ReachModel(nn.Module):
             self.fold = Fold(
                 d, config.hidden, config.fold, merge_hidden=config.merge_hidden or config.hidden
             )
+        elif arm == "attention":
+            self.attention = OneLayerAttention(d, config.hidden, config.heads)
         else:
             self.bag = BagOfLeaves(d, config.hidden)
         pairing = adjacent_pairing(config.n_leaves, config.depth) if arm == "adjacent" else []
@@ -325,16 +467,20 @@ class ReachModel(nn.Module):
             self.register_buffer(f"pair_first_{r}", i, persistent=False)
             self.register_buffer(f"pair_second_{r}", j, persistent=False)
         self.head = nn.Linear(d, config.values)
-        if config.messages > 1:  # created last, so the defaults' initialisation is unchanged
-            self.message_embed = nn.Embedding(config.messages + 1, d)
+        if config.multi:  # created last, so the defaults' initialisation is unchanged
+            self.message_embed = nn.Embedding(config.n_ids + 1, d)
             if arm == "root_bottleneck":
                 # the root arm's read: the root and the target's own input (its message id), as the
                 # bag's G reads the pooled vector and the leaf: z_t = root + tanh(Q([root, x_t]))
-                self.read = mlp(2 * d, config.hidden, d)
+                self.read = mlp(2 * d, config.read_hidden or config.hidden, d)
+                if config.loads and config.fold == "mlp":
+                    # the mlp FOLD's parent never uses P (it only feeds the details, which nothing
+                    # reads here), so P gets no gradient: frozen, the count is of what trains
+                    self.fold.P.requires_grad_(False)
 
     def embed(self, batch: dict) -> torch.Tensor:
         x = self.value_embed(batch["values"]) + self.role_embed(batch["role"])
-        if self.config.messages > 1:
+        if self.config.multi:
             x = x + self.message_embed(batch["message"])
         return x
 
@@ -355,9 +501,11 @@ class ReachModel(nn.Module):
         if arm == "root_bottleneck":
             states, _, _ = fold_levels(self.fold, x, mask)
             root = states[0].expand(-1, x.shape[1], -1)
-            if self.config.messages > 1:
+            if self.config.multi:
                 return root + torch.tanh(self.read(torch.cat([root, x], -1)))
             return root
+        if arm == "attention":
+            return self.attention(x, mask)
         return self.bag(x, mask)
 
     def forward(self, batch: dict) -> torch.Tensor:
@@ -429,7 +577,17 @@ def _declared() -> dict[str, Metric]:
             # of the untrained model, measured on the test examples: what the coupling can carry
             # (judged by butterfly-reach-v2; a trained model learns to ignore fillers, which is not reach)
             metrics[f"init_{prefix}{stat}_reach_share"] = proportion("higher", "test")
+    # the load task: per load M, every message of the load's test set (test_acc),
+    # those at near (1 .. D-1) and far (> D) pair distances, and whole examples with all M right; the
+    # pooled `exact_match` averages the loads (test_acc, accuracy_near and accuracy_far likewise)
+    metrics["exact_match"] = proportion("higher", "test")
+    for m in range(1, MAX_LEAVES // 2 + 1):
+        for name in ("test_acc", "near_acc", "far_acc", "exact_match"):
+            metrics[f"{name}_m{m}"] = proportion("higher", "test")
     return metrics
+
+
+LOAD_METRIC = re.compile(r"(test_acc|near_acc|far_acc|exact_match)_m(\d+)")
 
 
 class ButterflyReachStudy(Study):
@@ -461,6 +619,18 @@ class ButterflyReachStudy(Study):
         near, far = near_far(config)
         stats = ("mean", "min", "far")
         names = {"train_loss", "val_loss", "val_acc"}
+        if (
+            config.loads
+        ):  # natural test draws per load: every message distance may occur, none is forced
+            names |= {"test_acc", "accuracy_near", "accuracy_far", "exact_match"}
+            names |= {
+                f"{name}_m{m}"
+                for m in config.loads
+                for name in ("test_acc", "near_acc", "far_acc", "exact_match")
+            }
+            return frozenset(
+                names | {f"{init}{stat}_reach_share" for init in ("", "init_") for stat in stats}
+            )
 
         def accuracies(prefix: str, distances: list[int]) -> set[str]:
             out = {f"{prefix}test_acc"} | {f"{prefix}accuracy_at_distance_{d}" for d in distances}
@@ -484,6 +654,13 @@ class ButterflyReachStudy(Study):
         leaf: guessing scores 1 / V on every accuracy, a uniform prediction log V nats."""
         if metric in ("train_loss", "val_loss"):
             return math.log(config.values)
+        load = LOAD_METRIC.fullmatch(metric)
+        if metric == "exact_match" or (load and load.group(1) == "exact_match"):
+            # all M answers right by guessing: V^-M (the pooled one: its mean over the loads)
+            loads = [int(load.group(2))] if load else (config.loads or [config.messages])
+            return sum(config.values**-m for m in loads) / len(loads)
+        if load:
+            return 1 / config.values
         if metric == "val_acc" or "accuracy" in metric or metric.endswith("test_acc"):
             return 1 / config.values
         return None
@@ -498,26 +675,38 @@ class ButterflyReachStudy(Study):
             torch.Generator().manual_seed(seed * 4 + 1),
             torch.Generator().manual_seed(seed * 4 + 2),
         )
-        full_sets = {
-            d: to(make_examples(config, test_g, config.test_examples, None, d))
-            for d in config.distances
-        }
-        short_sets = {
-            d: to(make_examples(config, test_g, config.test_examples, config.short_lengths, d))
-            for d in config.distances
-            if config.short_lengths and d < max(config.short_lengths)
-        }
-        n_short_val = (
-            round(config.val_examples * config.short_fraction) if config.short_lengths else 0
-        )
-        val_parts = [make_examples(config, val_g, config.val_examples - n_short_val, None)]
-        if n_short_val:
-            val_parts.append(make_examples(config, val_g, n_short_val, config.short_lengths))
-        val = to(
-            {k: torch.cat([p[k] for p in val_parts]) for k in val_parts[0]}
-        )  # mixed like training
+        if config.loads:  # the load task: a test and a validation set per load M, natural draws
+            load_sets = {
+                m: to(make_load(config, test_g, config.test_examples, m)) for m in config.loads
+            }
+            val_sets = {
+                m: to(make_load(config, val_g, config.val_examples, m)) for m in config.loads
+            }
+        else:
+            full_sets = {
+                d: to(make_examples(config, test_g, config.test_examples, None, d))
+                for d in config.distances
+            }
+            short_sets = {
+                d: to(make_examples(config, test_g, config.test_examples, config.short_lengths, d))
+                for d in config.distances
+                if config.short_lengths and d < max(config.short_lengths)
+            }
+            n_short_val = (
+                round(config.val_examples * config.short_fraction) if config.short_lengths else 0
+            )
+            val_parts = [make_examples(config, val_g, config.val_examples - n_short_val, None)]
+            if n_short_val:
+                val_parts.append(make_examples(config, val_g, n_short_val, config.short_lengths))
+            val = to(
+                {k: torch.cat([p[k] for p in val_parts]) for k in val_parts[0]}
+            )  # mixed like training
         reach_g = torch.Generator().manual_seed(seed * 4 + 3)
-        reach_full = to(make_examples(config, reach_g, 4, None))
+        reach_full = to(
+            make_load(config, reach_g, 4, max(config.loads))
+            if config.loads
+            else make_examples(config, reach_g, 4, None)
+        )
         reach_short = {
             length: to(make_examples(config, reach_g, 1, [length]))
             for length in config.short_lengths
@@ -557,6 +746,12 @@ class ButterflyReachStudy(Study):
         init_reach, init_table = measure_reach("init_")
 
         def loss_fn() -> torch.Tensor:
+            if (
+                config.loads
+            ):  # one load per batch, uniform over the loads (a batch is B x M messages)
+                m = config.loads[int(torch.randint(len(config.loads), (1,), generator=train_g))]
+                batch = to(make_load(config, train_g, config.batch_size, m))
+                return F.cross_entropy(model(batch).flatten(0, -2), batch["answer"].flatten())
             parts = [make_examples(config, train_g, config.batch_size - n_short, None)]
             if n_short:
                 parts.append(make_examples(config, train_g, n_short, config.short_lengths))
@@ -602,7 +797,55 @@ class ButterflyReachStudy(Study):
                     out[f"{prefix}accuracy_{name}"] = hits[inside].mean().item()
             return out
 
+        def load_metrics() -> dict[str, float]:
+            """The load task: per load M, every message of its test set (`test_acc_m<M>`), those at near
+            and far pair distances, whole examples (`exact_match_m<M>`); the pooled ones are their means
+            over the loads (each load weighs the same); `accuracy_at_distance_<d>` pools the messages of
+            every load. val_loss / val_acc: the mean over the loads of each load's validation set."""
+            out: dict[str, float] = {}
+            pooled: dict[str, list[float]] = {}
+            hits_all, dist_all = [], []
+            for m, b in load_sets.items():
+                hits = model(b).argmax(-1) == b["answer"]  # B x M
+                dist = b["distance"]
+                values = {
+                    "test_acc": hits.double().mean().item(),
+                    "exact_match": hits.all(1).double().mean().item(),
+                }
+                for name, inside in (
+                    ("near_acc", (dist >= 1) & (dist <= config.depth - 1)),
+                    ("far_acc", dist > config.depth),
+                ):
+                    if inside.any():
+                        values[name] = hits[inside].double().mean().item()
+                for name, value in values.items():
+                    out[f"{name}_m{m}"] = value
+                    pooled.setdefault(name, []).append(value)
+                hits_all.append(hits.flatten())
+                dist_all.append(dist.flatten())
+            for name, key in (
+                ("test_acc", "test_acc"),
+                ("exact_match", "exact_match"),
+                ("near_acc", "accuracy_near"),
+                ("far_acc", "accuracy_far"),
+            ):
+                if pooled.get(name):
+                    out[key] = sum(pooled[name]) / len(pooled[name])
+            hits, dist = torch.cat(hits_all).double(), torch.cat(dist_all)
+            for d in sorted(set(dist.tolist())):
+                out[f"accuracy_at_distance_{d}"] = hits[dist == d].mean().item()
+            losses, accs = [], []
+            for b in val_sets.values():
+                logits, answer = model(b).flatten(0, -2), b["answer"].flatten()
+                losses.append(F.cross_entropy(logits, answer).item())
+                accs.append((logits.argmax(-1) == answer).double().mean().item())
+            out["val_loss"] = sum(losses) / len(losses)
+            out["val_acc"] = sum(accs) / len(accs)
+            return out
+
         def evaluate() -> dict[str, float]:
+            if config.loads:
+                return load_metrics()
             logits = model(val).flatten(0, -2)
             answer = val["answer"].flatten()
             return {
