@@ -328,9 +328,23 @@ def make_messages(
         rows = torch.arange(count)
         keys[rows, first], keys[rows, second] = -2.0, -1.0  # drawn first: pair 0
     order = keys.argsort(dim=1)[:, : 2 * m]
-    source, target = order[:, 0::2], order[:, 1::2]  # B x M
-    values = torch.randint(config.values, (count, n), generator=g)
-    ids = torch.rand(count, m, generator=g).argsort(dim=1) + 1  # message ids 1..M, shuffled
+    return marked_pairs(config, g, order[:, 0::2], order[:, 1::2], mask, length)
+
+
+def marked_pairs(
+    config: ButterflyReachConfig,
+    generator: torch.Generator,
+    source: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor,
+    length: torch.Tensor,
+) -> dict[str, torch.Tensor]:
+    """Examples of the multi-message tasks from their B x M (source, target) leaves: random values
+    at every leaf, then the M message ids (1..M shuffled per example) marking both ends of each pair,
+    every other leaf a filler (that order of draws is the recorded contracts')."""
+    count, n = mask.shape
+    values = torch.randint(config.values, (count, n), generator=generator)
+    ids = torch.rand(count, source.shape[1], generator=generator).argsort(dim=1) + 1
     rows = torch.arange(count)[:, None]
     role = torch.full((count, n), FILLER)
     role[rows, source] = SOURCE
@@ -373,27 +387,8 @@ def make_structured(
     source_low = torch.rand(count, m, generator=g) < 0.5
     source = torch.where(source_low, low, high)
     target = torch.where(source_low, high, low)
-    values = torch.randint(config.values, (count, n), generator=g)
-    ids = torch.rand(count, m, generator=g).argsort(dim=1) + 1  # message ids 1..M, shuffled
-    rows = torch.arange(count)[:, None]
-    role = torch.full((count, n), FILLER)
-    role[rows, source] = SOURCE
-    role[rows, target] = TARGET
-    message = torch.zeros(count, n, dtype=torch.long)
-    message[rows, source] = ids
-    message[rows, target] = ids
-    return {
-        "values": values,
-        "role": role,
-        "mask": torch.ones(count, n, dtype=torch.bool),
-        "message": message,
-        "target": target,
-        "source": source,
-        "answer": values[rows, source],
-        "distance": (target - source).abs(),
-        "length": torch.full((count,), n),
-        "k": k,
-    }
+    full = torch.ones(count, n, dtype=torch.bool)
+    return marked_pairs(config, g, source, target, full, torch.full((count,), n)) | {"k": k}
 
 
 def make_load(
