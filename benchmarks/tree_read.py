@@ -49,6 +49,7 @@ uses the cached default teacher. `--source random` draws Gaussian keys and queri
 
     python benchmarks/tree_read.py [--sizes 4096,16384,65536,262144] [--queries 1024] [--d 64]
                                    [--source teacher|random] [--threads 2] [--steps 40] [--quick]
+                                   [--cold]  (every read timed after a cache-evicting sweep)
                                    [--json PATH] [--no-ablation] [--no-drilldown] [--no-faiss]
                                    [--bound-m 1,2,4,8,16] [--reference-upto N] [--no-ivfpq]
                                    [--plot PATH]
@@ -276,7 +277,7 @@ def dense_row(keys_heap, eval_queries, target, repeats) -> Row:
     with torch.inference_mode():
         read = rt.dense_read(keys_heap, eval_queries, K)
     dense = lambda: rt.dense_read(keys_heap, eval_queries, K)  # noqa: E731
-    latency = rt.time_read(dense, repeats)
+    latency = median_ms(dense, repeats)
     row = Row(
         "dense exact",
         "matmul+softmax+top10",
@@ -350,7 +351,7 @@ def tree_rows(keys, fit_queries, eval_queries, target, args) -> tuple[list[Row],
     with torch.inference_mode():
         result = beam()
     metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
-    latency = rt.time_read(beam, args.repeats)
+    latency = median_ms(beam, args.repeats)
     index_bytes = tensor_bytes(*parent.parameters(), keys_heap)  # every parent + the keys
     rows.append(
         measured(
@@ -411,7 +412,7 @@ def tree_rows(keys, fit_queries, eval_queries, target, args) -> tuple[list[Row],
             query_chunk=chunk,
         )
         metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
-        latency = rt.time_read(drill, args.repeats)
+        latency = median_ms(drill, args.repeats)
         overflow = result.overflow / result.visited.numel()
         setting = (
             f"tol {tolerance:.3g} (fit rec {fit_recall:.3f}{'' if reached else ', NOT reached'})"
@@ -466,7 +467,7 @@ def fast_row(info: dict, fit_queries, eval_queries, args) -> Row:
     with torch.inference_mode():
         result = fast()
     metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
-    latency = rt.time_read(fast, args.repeats)
+    latency = median_ms(fast, args.repeats)
     row = Row(
         "TreeHeap fast",
         f"{schedule} (fit rec {calibration.fit_recall:.3f})",
@@ -565,7 +566,7 @@ def bound_row(method, key, full, calibration, eval_queries, heap_target, args, p
     with torch.inference_mode():
         result = tr.bound_read(index, eval_queries, schedule, K, certify=certificate)
     metrics = rt.cheap_read_metrics(result, heap_target, n, ks=(K,))
-    latency = rt.time_read(read, args.repeats)
+    latency = median_ms(read, args.repeats)
     kept = tr.kept_per_depth(schedule)
     scanned = kept[-1] * 2 ** (index.depth - schedule.scan_depth)
     certified = float(certificate["certified"].double().mean())
@@ -654,7 +655,7 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
     faiss.cvar.hnsw_stats.reset()
     eval_recall = recall(hnsw, eval_np, target)
     ndis = faiss.cvar.hnsw_stats.ndis
-    latency = rt.time_read(lambda: hnsw.search(eval_np, K), args.repeats)
+    latency = median_ms(lambda: hnsw.search(eval_np, K), args.repeats)
     rows.append(
         measured(
             Row(
@@ -690,7 +691,7 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
         nprobe, fit_recall, lower = calibrated(
             ivf, lambda v, ivf=ivf: setattr(ivf, "nprobe", v), 1, nlist, f"IVF nlist {nlist} nprobe"
         )
-        fit_ms = rt.time_read(lambda ivf=ivf: ivf.search(fit_np, K), args.repeats)
+        fit_ms = median_ms(lambda ivf=ivf: ivf.search(fit_np, K), args.repeats)
         log(f"    IVF nlist {nlist}: nprobe {nprobe}, {fit_ms:.1f} ms on the fit queries")
         options.append((lower < args.target, fit_ms, nlist, nprobe, fit_recall, ivf, quantizer))
     options.sort(key=lambda o: o[:2])
@@ -701,7 +702,7 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
     faiss.cvar.indexIVF_stats.reset()
     eval_recall = recall(ivf, eval_np, target)
     ndis = faiss.cvar.indexIVF_stats.ndis
-    latency = rt.time_read(lambda: ivf.search(eval_np, K), args.repeats)
+    latency = median_ms(lambda: ivf.search(eval_np, K), args.repeats)
     rows.append(
         measured(
             Row(
@@ -747,7 +748,7 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
                 nlist,
                 f"IVF-PQ k_factor {k_factor} nprobe",
             )
-            fit_ms = rt.time_read(lambda: pq.search(fit_np, K), args.repeats)
+            fit_ms = median_ms(lambda: pq.search(fit_np, K), args.repeats)
             choices.append((lower < args.target, fit_ms, k_factor, probe, fit_recall))
         choices.sort()
         failed, _, k_factor, probe, fit_recall = choices[0]
@@ -755,7 +756,7 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
         space.set_index_parameter(pq, "nprobe", probe)
         prep = time.perf_counter() - started
         eval_recall = recall(pq, eval_np, target)
-        latency = rt.time_read(lambda: pq.search(eval_np, K), args.repeats)
+        latency = median_ms(lambda: pq.search(eval_np, K), args.repeats)
         rows.append(
             measured(
                 Row(
@@ -780,8 +781,28 @@ def faiss_rows(faiss, keys, fit_queries, eval_queries, target, args) -> list[Row
 
 
 # ------------------------------------------------------------------------------------ limits
+# --cold: a buffer larger than any cache here (L3 32 MB on the benchmark machine), written through
+# before each timed read, so that the read starts as it would after other work: index, queries and
+# the read's own buffers out of the caches
+COLD_BYTES = 512 * 2**20
+_SWEEP: list[torch.Tensor] = []
+
+
 def median_ms(fn, repeats: int) -> float:
-    return rt.time_read(fn, repeats)
+    """Median ms of fn() over `repeats` calls after one warm-up (`models.relation_tree.time_read`);
+    with `--cold`, each timed call right after a sweep through COLD_BYTES of memory. Every latency
+    the benchmark reports comes from here."""
+    if not _SWEEP:
+        return rt.time_read(fn, repeats)
+    with torch.inference_mode():
+        fn()
+        times = []
+        for _ in range(repeats):
+            _SWEEP[0].add_(1.0)  # writes every cache line of the buffer
+            start = time.perf_counter()
+            fn()
+            times.append(1000 * (time.perf_counter() - start))
+    return statistics.median(times)
 
 
 def limit_analysis(
@@ -863,7 +884,7 @@ def small_op_ms(threads: int, repeats: int = 30) -> float:
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        return rt.time_read(lambda: (a @ b.T).softmax(-1).topk(K), repeats)
+        return median_ms(lambda: (a @ b.T).softmax(-1).topk(K), repeats)
     finally:
         torch.set_num_threads(previous)
 
@@ -992,6 +1013,12 @@ def main(argv: list[str] | None = None) -> dict:
         help="write a log-log plot of latency against N, every method (.svg or .png)",
     )
     parser.add_argument(
+        "--cold",
+        action="store_true",
+        help=f"time every read right after a sweep through {COLD_BYTES // 2**20} MB of memory (caches "
+        "cold), instead of warm repeated reads",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help="sizes 4096,16384, 3 repeats, 3 drill-down bisection steps",
@@ -1006,6 +1033,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     started = time.perf_counter()
     torch.set_num_threads(args.threads)
+    _SWEEP[:] = [torch.zeros(COLD_BYTES // 4)] if args.cold else []
     faiss = None
     if not args.no_faiss:
         try:
@@ -1057,6 +1085,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{args.queries} evaluation queries, {args.fit_queries} fit queries; parents: prototypes m = {M}, "
         f"{args.steps} Adam steps x {BATCH} queries, lr {LR}; calibration target top-{K} recall >= "
         f"{args.target} on fit queries; latency: median of {args.repeats} after a warm-up"
+        + (f", each read after a {COLD_BYTES // 2**20} MB sweep (cold caches)" if args.cold else "")
     )
 
     results = {}
@@ -1407,7 +1436,7 @@ def ablation(final: dict, args) -> list[dict]:
             {
                 "step": name,
                 "setting": str(schedule) + note,
-                "latency_ms": rt.time_read(read, args.repeats),
+                "latency_ms": median_ms(read, args.repeats),
                 "recall_at_10": recall_of(result.leaves, heap_target),
                 "visited_share": tr.visited_nodes(schedule, index.depth) / (2 * n - 1),
             }
@@ -1490,7 +1519,7 @@ def fast_limits(
         f"{index.nbytes() / 1e6:.1f} MB ({index.bytes_per_key():.0f} B/key), read once per batch"
     )
     keys = index.leaf_keys
-    bare_ms = rt.time_read(lambda: (eval_queries @ keys.T).topk(K, dim=-1), repeats)
+    bare_ms = median_ms(lambda: (eval_queries @ keys.T).topk(K, dim=-1), repeats)
     lines.append(
         f"  a dense read without the softmax (matmul + top-{K} only) takes {bare_ms:.1f} ms: the fast read is "
         f"{bare_ms / fast.latency_ms:.1f}x faster than that (the table's dense read also computes the "
@@ -1609,6 +1638,7 @@ def write_json(
         },
         "steps": steps,
         "settings": {
+            "cold": args.cold,
             "queries": args.queries,
             "fit_queries": args.fit_queries,
             "d": args.d,

@@ -118,13 +118,17 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
 def test_tree_read_benchmark_skips_the_reference_reads_above_reference_upto(capsys):
     bench = load_benchmark()
     argv = "--sizes 256,512 --queries 16 --fit-queries 32 --steps 1 --repeats 1 --source random"
-    argv += " --threads 1 --d 32 --no-faiss --no-drilldown --reference-upto 256 --bound-m 2,4"
+    argv += (
+        " --threads 1 --d 32 --no-faiss --no-drilldown --reference-upto 256 --bound-m 2,4 --cold"
+    )
     threads = torch.get_num_threads()
     try:
         results = bench.main(argv.split())
     finally:
         torch.set_num_threads(threads)
+        bench._SWEEP.clear()  # the 512 MB sweep buffer of --cold
     out = capsys.readouterr().out
+    assert "each read after a 512 MB sweep (cold caches)" in out
     assert {row.key for row in results[256]["rows"]} == {
         "dense",
         "beam",
