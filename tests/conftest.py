@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,20 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 C05 = ROOT / "contracts" / "c05-structural-probe.yaml"
+
+
+def _share_the_cores() -> None:
+    """Under pytest-xdist, each worker computes on its share of the cores (and so do the `gates`
+    processes its tests start, through OMP_NUM_THREADS): N workers each on torch's default of every
+    core would oversubscribe them, and busy-waiting OpenMP threads slow small models many times over."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
+        torch.set_num_threads(threads)
+
+
+_share_the_cores()
 
 
 # What the committed C05 contract (recorded before the design rules of gates/design.py) lacks to be

@@ -13,6 +13,7 @@ JSON object on stdout ({"error": {"code", "message", ...}}, main()).
 from __future__ import annotations
 
 import json
+import os
 import signal
 import sys
 import time
@@ -75,6 +76,14 @@ RUNS_DIR = typer.Option(
 )
 CONTRACTS_DIR = typer.Option(
     Path("contracts"), "--contracts-dir", help="Where contracts are looked up."
+)
+JOBS = typer.Option(
+    1,
+    "--jobs",
+    min=1,
+    help="Run the arm x seed jobs (and tuning trials) in this many local processes; each computes on "
+    "--threads (default: the machine's cores divided among the jobs; reproducing: the recorded "
+    "count), so every run's numbers are a single-process run's.",
 )
 THREADS = typer.Option(
     None,
@@ -401,6 +410,7 @@ def run(
         help="With --executor ray: the cluster to use (`auto`, HOST:6379, ray://HOST:10001); "
         "default: a new local Ray instance on this machine's cores.",
     ),
+    jobs: int = JOBS,
     fetch: bool = typer.Option(
         False,
         "--fetch",
@@ -416,11 +426,16 @@ def run(
     (never runs recorded under other code). A contract with `tuning` first searches each tuned arm's config
     (Optuna trials, same budget per arm); the best config per arm then runs over the seeds."""
     from gates.design import require_current_rules
-    from gates.execution import check_existing_evidence, execute, retain_freed_memory
+    from gates.execution import (
+        check_existing_evidence,
+        execute,
+        retain_freed_memory,
+        run_processes,
+    )
     from gates.record import REPRODUCE, plan_recording, resolve_uri
     from gates.study import cpu_threads, recorded_threads
 
-    _check_executor(executor, ray_address, storage)
+    _check_executor(executor, ray_address, storage, jobs)
     loaded = _load(contract)
     _require_in_contracts(loaded, contracts_dir)
     check_existing_evidence(
@@ -435,6 +450,8 @@ def run(
     ):  # the thread count the record's runs were computed on
         counts = {recorded_threads(r.environment) for r in recording.recorded.runs}
         threads = counts.pop() if len(counts) == 1 else None
+    if threads is None and jobs > 1:  # the cores shared out, not jobs x cores threads
+        threads = max(1, (os.cpu_count() or 1) // jobs)
     retain_freed_memory()  # this process trains: keep its large buffers between steps
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:
@@ -466,6 +483,19 @@ def run(
             elif executor == "ray":
                 outcome = _run_ray(
                     loaded, uri, runs_dir, ray_address, fresh, progress, optuna_storage, recording
+                )
+            elif jobs > 1:
+                outcome = _run_tasks(
+                    progress,
+                    run_processes,
+                    loaded,
+                    uri,
+                    runs_dir,
+                    jobs,
+                    fresh=fresh,
+                    progress=progress,
+                    optuna_storage=optuna_storage,
+                    recording=recording,
                 )
             else:
                 outcome = execute(
@@ -530,7 +560,9 @@ def run(
 EXECUTORS = ("local", "ray")
 
 
-def _check_executor(executor: str, ray_address: str | None, storage: str | None) -> None:
+def _check_executor(
+    executor: str, ray_address: str | None, storage: str | None, jobs: int = 1
+) -> None:
     """--executor and its flags, before the contract is read: one line each (exit 2)."""
     from gates.errors import did_you_mean
 
@@ -541,6 +573,12 @@ def _check_executor(executor: str, ray_address: str | None, storage: str | None)
         )
     if ray_address is not None and executor != "ray":
         raise UserError("applies only with --executor ray", field="--ray-address")
+    if jobs > 1 and (executor != "local" or storage is not None):
+        raise UserError(
+            "local processes; --storage runs the jobs on `gates worker`s and --executor ray on "
+            "Ray's: expected one of them",
+            field="--jobs",
+        )
     if executor == "ray":
         if storage is not None:
             raise UserError(
@@ -554,21 +592,31 @@ def _check_executor(executor: str, ray_address: str | None, storage: str | None)
 
 
 def _run_ray(loaded, uri, runs_dir, address, fresh, progress, optuna_storage, recording):
-    from gates.execution import RayJobError, run_ray
+    from gates.execution import run_ray
+
+    return _run_tasks(
+        progress,
+        run_ray,
+        loaded,
+        uri,
+        runs_dir,
+        address=address,
+        fresh=fresh,
+        progress=progress,
+        optuna_storage=optuna_storage,
+        recording=recording,
+    )
+
+
+def _run_tasks(display, run, *args, **kwargs):
+    """`run(*args, **kwargs)` (run_ray, run_processes): the platform's own error in a task is said in
+    one line, exit 1."""
+    from gates.execution import TaskError
 
     try:
-        return run_ray(
-            loaded,
-            uri,
-            runs_dir,
-            address=address,
-            fresh=fresh,
-            progress=progress,
-            optuna_storage=optuna_storage,
-            recording=recording,
-        )
-    except RayJobError as e:  # the platform's own error in a task: said in one line, exit 1
-        if isinstance(progress, _JsonProgress):
+        return run(*args, **kwargs)
+    except TaskError as e:
+        if isinstance(display, _JsonProgress):
             print(json.dumps({"error": {"code": e.code, "message": str(e)}}), flush=True)
         err.print(f"error: {e}", markup=False, highlight=False)
         raise typer.Exit(1) from None
@@ -798,6 +846,13 @@ def verify(
         "replay's defaults, 1e-6,1e-6: the same machine); a declared one "
         "is always used as declared.",
     ),
+    jobs: int = typer.Option(
+        1,
+        "--jobs",
+        min=1,
+        help="With --replay: run the replays' arm x seed runs in this many local processes (each "
+        "on the thread count its run recorded).",
+    ),
 ):
     """Fail (exit 1) when a claim lost its evidence: contract edited after the fact, evidence missing or
     malformed, a verdict that no longer reproduces (from its metrics, by replay or by audit), or a claims
@@ -826,6 +881,7 @@ def verify(
         audit_seconds=audit_seconds,
         audit_seed=audit_seed,
         audit_tolerance=tolerance,
+        jobs=jobs,
         log=log,
     )
     lost = [c for c in checks if c.status == "lost"]

@@ -1,11 +1,12 @@
 """Execution: a contract's plan of jobs run in one process or by workers on a shared queue.
 
 `execute` runs a contract (preflight, tuning, arm x seed runs look by look, the verdict, evidence);
-`run_distributed` and `Worker` do the same through an Optuna storage, `run_ray` as Ray tasks; the stop rules
-(`StopRuleEngine`) halt hopeless runs as the reporter hears their metrics.
+`run_distributed` and `Worker` do the same through an Optuna storage, `run_ray` as Ray tasks,
+`run_processes` in N local processes; the stop rules (`StopRuleEngine`) halt hopeless runs as the
+reporter hears their metrics.
 
-Private modules: `_plan`, `_runner`, `_distributed`, `_ray`, `_tuning`, `_stop_rules`, `_reporter`,
-`_preflight`, `_locks`, `_allocator`.
+Private modules: `_plan`, `_runner`, `_distributed`, `_tasks`, `_ray`, `_processes`, `_tuning`,
+`_stop_rules`, `_reporter`, `_preflight`, `_locks`, `_allocator`.
 """
 
 from gates._face import lazy_face
@@ -14,7 +15,9 @@ from gates._face import lazy_face
 _FACE = {
     "DeadJobs": ("_distributed", "DeadJobs"),
     "PlatformReporter": ("_reporter", "PlatformReporter"),
+    "ProcessBackend": ("_processes", "ProcessBackend"),
     "RayJobError": ("_ray", "RayJobError"),
+    "TaskError": ("_tasks", "TaskError"),
     "StopRuleEngine": ("_stop_rules", "StopRuleEngine"),
     "StopRulePruner": ("_tuning", "StopRulePruner"),
     "StudyInterfaceError": ("_runner", "StudyInterfaceError"),
@@ -40,6 +43,7 @@ _FACE = {
     "returned_metrics": ("_runner", "returned_metrics"),
     "run_contract": ("_runner", "run_contract"),
     "run_distributed": ("_distributed", "run_distributed"),
+    "run_processes": ("_processes", "run_processes"),
     "run_ray": ("_ray", "run_ray"),
     "run_tuning_trial": ("_tuning", "run_tuning_trial"),
     "skipped_record": ("_runner", "skipped_record"),

@@ -1,25 +1,12 @@
 """The Ray executor, `gates run CONTRACT --executor ray [--ray-address ADDRESS]`: the plan's jobs as
-Ray tasks, on a local Ray instance or on a cluster.
-
-The driver (this process) does what a single-process `gates run` does around the jobs: the contract's
-lock, preflight and the parent MLflow run (gates.runner.prepare_parent, own_parent), the plan's order of
-work (gates/execution/_plan.py: tuning trials, then the arm x seed jobs look by look, `next_seeds`
-between looks), the verdict and the evidence, written once, here (gates.runner.finish). Each job is one
-Ray task that runs it with the distributed worker's code: the job's description is the one the
-distributed coordinator enqueues (gates.distributed.run_jobs, tune_jobs), the task rebuilds the
-worker's context from the contract's text and the coordinator's code fingerprint (`load_context`: a
-node on other code refuses) and runs `JOB_KINDS[kind]`, the function `gates worker` runs (stop rules,
-nested MLflow run, tags, a relatively judged arm's comparison, an arm that keeps failing not run).
+Ray tasks, on a local Ray instance or on a cluster. The driver's side (the plan's order, dependencies,
+the verdict written once, here) is gates/execution/_tasks.py's, shared with the local processes of
+`--jobs N`; this module is Ray's backend for it.
 
 Resources: `num_cpus` is the run's CPU thread count (`--threads`, else the driver's torch count), and
 the task computes on exactly that many threads, so its sums are those of a single-process run;
-`num_gpus` is 1 for an arm on CUDA (`device: cuda`, or `auto` on a cluster that has GPUs).
-
-Order: a job is submitted once the jobs it needs have records (`after`: a relatively judged arm after
-the arms it is compared with; a tuned arm's trial n after its trial n - 1, so each samples with the
-trials before it finished, as in one process), and no more at once than the cluster has CPUs for: an
-arm that keeps failing is then not run on the seeds after, as far as records show, as a `gates worker`
-decides it, and Ctrl-C has little to cancel.
+`num_gpus` is 1 for an arm on CUDA (`device: cuda`, or `auto` on a cluster that has GPUs); no more
+tasks at once than the cluster has CPUs for.
 
 Failures: Ray retries a task whose worker process or node died (`max_retries`); the MLflow runs that
 dead attempts left RUNNING are closed (KILLED) at the end (gates.distributed.close_leftovers; a tuning
@@ -44,15 +31,14 @@ import logging
 import os
 import signal
 import socket
-import tempfile
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from gates.contract import LoadedContract
 from gates.errors import UserError, storage_error
 from gates.execution import _distributed as distributed
-from gates.execution import _plan as plan
 from gates.execution import _runner as runner
+from gates.execution import _tasks as tasks
 from gates.execution._locks import contract_lock
 from gates.record import Recording, plan_recording
 
@@ -76,8 +62,8 @@ class LocalStoreRefused(UserError):
     code = "local_store"
 
 
-class RayJobError(Exception):
-    """A job's task raised an error of the platform's own, or its worker died on every attempt."""
+class RayJobError(tasks.TaskError):
+    """A job's Ray task raised an error of the platform's own, or its worker died on every attempt."""
 
     code = "ray_job_failed"
 
@@ -166,17 +152,6 @@ def check_nodes(ray, stores: dict[str, str], address: str | None) -> None:
         )
 
 
-def worker_url(url: str) -> str:
-    """The store URL as a task opens it: a relative SQLite file or folder made absolute, since a
-    worker's current folder is its node's (`ray start`'s), not the driver's. Other URLs as they are."""
-    prefix = "sqlite:///"
-    if url.startswith(prefix) and not url[len(prefix) :].startswith("/"):
-        return prefix + str(Path(url[len(prefix) :]).resolve())
-    if "://" not in url and not url.startswith(("sqlite:", "file:")):
-        return str(Path(url).resolve())
-    return url
-
-
 # ---------------------------------------------------------------------------------- connecting
 @contextlib.contextmanager
 def connected(ray, address: str | None, threads: int = 1):
@@ -227,34 +202,7 @@ def connected(ray, address: str | None, threads: int = 1):
         ray.shutdown()
 
 
-# ---------------------------------------------------------------------------------- the task
-_CONTEXTS: dict[str, distributed.StudyContext] = {}  # per Ray worker process: contexts by contract
-_TRACKERS: dict[str, object] = {}
-_FOLDER: list[Path] = []
-
-
-def run_task(info: dict, attrs: dict, records: dict[str, dict], threads: int) -> dict:
-    """One job on a Ray worker: the distributed worker's code for its kind (JOB_KINDS) on the context
-    rebuilt from the driver's `queue_info` (kept for the worker's next tasks), on `threads` CPU
-    threads; `records`: the records it may read (the jobs it follows, its arm's earlier seeds)."""
-    from gates.study import cpu_threads
-
-    key = f"{info[distributed.ATTR]}:{info['gates.parent_run_id']}"
-    if key not in _CONTEXTS:
-        if not _FOLDER:
-            _FOLDER.append(Path(tempfile.mkdtemp(prefix="gates-ray-")))
-        _CONTEXTS[key] = distributed.load_context(
-            f"ray:{info['gates.contract_id']}",
-            0,
-            info,
-            _FOLDER[0] / str(len(_CONTEXTS)),
-            trackers=_TRACKERS,
-        )
-    table = distributed.JobTable(records=dict(records))
-    with cpu_threads(threads):
-        return distributed.JOB_KINDS[attrs["kind"]](_CONTEXTS[key], attrs, table, lambda _id: None)
-
-
+# ---------------------------------------------------------------------------------- the backend
 def gpus(config, cluster_has_gpus: bool) -> int:
     """GPUs a task of this arm holds: one on CUDA (`device: cuda`; `auto` where the cluster has GPUs,
     so that `auto` means the same device on every node it lands on), else none."""
@@ -262,85 +210,36 @@ def gpus(config, cluster_has_gpus: bool) -> int:
     return int(device == "cuda" or (device == "auto" and cluster_has_gpus))
 
 
-class Tasks:
-    """The driver's side: submits jobs as tasks in plan order as their dependencies allow and the
-    cluster has room, and collects their records."""
+class RayBackend:
+    """Tasks as Ray tasks (gates.execution._tasks.Backend)."""
 
-    def __init__(self, ray, parent: runner.ParentRun, info: dict, threads: int, progress):
-        self.ray, self.parent, self.info, self.threads = ray, parent, info, threads
-        self.progress = progress
-        self.remote = ray.remote(run_task)
-        self.records: dict[str, dict] = {}  # job -> record, every look's
-        self.running: dict = {}  # ObjectRef -> the job's attrs
+    def __init__(self, ray, parent: runner.ParentRun, threads: int):
+        self.ray, self.threads = ray, threads
+        self.remote = ray.remote(tasks.run_task)
         has_gpus = ray.cluster_resources().get("GPU", 0) >= 1
         self.gpus = {arm: gpus(cfg, has_gpus) for arm, cfg in parent.loaded.arm_configs.items()}
 
     def room(self) -> int:
-        """How many tasks at once: as many as the cluster's CPUs hold (at least one)."""
+        """As many tasks as the cluster's CPUs hold (at least one)."""
         cpus = self.ray.cluster_resources().get("CPU", 0)
         return max(1, int(cpus // self.threads))
 
-    def run(self, jobs: list[dict], reused: dict[tuple[str, int], dict] | None = None) -> list:
-        """Each job's record, in job order: a finished run of the same contract and code (`reused`)
-        taken as it is, every other job run as a task."""
-        steps = self.parent.budget.steps
-        pending = []
-        for attrs in jobs:
-            done = (reused or {}).get((attrs.get("arm"), attrs.get("seed")))
-            if attrs["kind"] == plan.KIND_RUN and done is not None:
-                record = runner.run_record(done)
-                self.progress.start(attrs["arm"], attrs["seed"], steps, skipped=record)
-                self.progress.end(record)
-                self.records[attrs["job"]] = record
-            else:
-                pending.append(attrs)
-        try:
-            while pending or self.running:
-                self._submit(pending, steps)
-                if not self.running:  # (the plan lists a job's dependencies before it)
-                    raise RuntimeError(
-                        f"jobs wait on jobs that are not in the plan: {[a['job'] for a in pending]}"
-                    )
-                ready, _ = self.ray.wait(list(self.running), num_returns=1)
-                for ref in ready:
-                    attrs = self.running.pop(ref)
-                    record = self._result(ref, attrs)
-                    self.records[attrs["job"]] = record
-                    distributed.show_record(self.progress, attrs, record, steps)
-        except BaseException:
-            self.cancel()
-            raise
-        return [self.records[attrs["job"]] for attrs in jobs]
+    def submit(self, info: dict, attrs: dict, readable: dict, threads: int):
+        return self.remote.options(
+            num_cpus=threads,
+            num_gpus=self.gpus.get(attrs["arm"], 0),
+            max_retries=MAX_RETRIES,
+            retry_exceptions=False,  # a study's error is a failed run in its record
+            name=f"gates {attrs['job']}",
+        ).remote(info, attrs, readable, threads)
 
-    def _submit(self, pending: list[dict], steps: int) -> None:
-        room = self.room()
-        for attrs in list(pending):
-            if len(self.running) >= room:
-                return
-            if any(dep not in self.records for dep in attrs.get("after", [])):
-                continue  # after the jobs it needs (they come earlier in the plan's order)
-            pending.remove(attrs)
-            # what the job may read: the jobs it follows, and its arm's runs (an arm that keeps failing)
-            readable = {
-                k: r
-                for k, r in self.records.items()
-                if k in attrs.get("after", []) or r.get("arm") == attrs["arm"]
-            }
-            ref = self.remote.options(
-                num_cpus=self.threads,
-                num_gpus=self.gpus.get(attrs["arm"], 0),
-                max_retries=MAX_RETRIES,
-                retry_exceptions=False,  # a study's error is a failed run in its record
-                name=f"gates {attrs['job']}",
-            ).remote(self.info, attrs, readable, self.threads)
-            self.running[ref] = attrs
-            if attrs["kind"] == plan.KIND_RUN:
-                self.progress.start(attrs["arm"], attrs["seed"], steps)
+    def wait(self, handles: list) -> list:
+        return self.ray.wait(handles, num_returns=1)[0]
 
-    def _result(self, ref, attrs: dict) -> dict:
+    def result(self, handle, attrs: dict) -> dict:
         exceptions = self.ray.exceptions
         try:
-            return self.ray.get(ref)
+            return self.ray.get(handle)
         except exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None) or e
             found = storage_error(cause)
@@ -359,16 +258,13 @@ class Tasks:
                 f"({type(e).__name__}); finished runs are kept and the next `gates run` reuses them"
             ) from None
 
-    def cancel(self) -> None:
-        """Cancel the outstanding tasks and give them a moment to close their MLflow runs."""
-        refs = list(self.running)
-        self.running.clear()
-        for ref in refs:
+    def cancel(self, handles: list) -> None:
+        for handle in handles:
             with contextlib.suppress(Exception):
-                self.ray.cancel(ref)
-        if refs:  # (a second Ctrl-C ends the wait)
+                self.ray.cancel(handle)
+        if handles:  # (a second Ctrl-C ends the wait)
             with contextlib.suppress(Exception):
-                self.ray.wait(refs, num_returns=len(refs), timeout=CANCEL_WAIT_SECONDS)
+                self.ray.wait(handles, num_returns=len(handles), timeout=CANCEL_WAIT_SECONDS)
 
 
 # ---------------------------------------------------------------------------------- the run
@@ -417,8 +313,15 @@ def run_ray(
         parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
         runner.own_parent(parent)
         try:
-            return _drive(
-                ray, parent, runs_root, recording, threads, progress, tuning_url, fresh=fresh
+            return tasks.drive(
+                RayBackend(ray, parent, threads),
+                parent,
+                runs_root,
+                recording,
+                threads,
+                progress,
+                tuning_url,
+                fresh=fresh,
             )
         except KeyboardInterrupt:
             # the tasks are cancelled; one interrupted before its run's own handler was in place (while
@@ -426,53 +329,3 @@ def run_ray(
             distributed.close_leftovers(parent, [])
             parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
             raise
-
-
-def _drive(
-    ray,
-    parent: runner.ParentRun,
-    runs_root: Path,
-    recording: Recording,
-    threads: int,
-    progress,
-    tuning_url: str | None,
-    *,
-    fresh: bool,
-) -> runner.Outcome:
-    info = distributed.queue_info(parent)
-    info["gates.tracking_uri"] = worker_url(parent.tracking_uri)
-    tasks = Tasks(ray, parent, info, threads, progress)
-    done = runner.finished_runs(parent)  # a RUNNING child is a killed driver's: closed, redone
-    reuse = runner.Reuse()
-    reuse.other_code, reuse.other_code_sha256 = runner.runs_under_other_code(parent)
-    loaded = parent.loaded
-    if tuning_url is not None:  # tuning trials first (gates/execution/_tuning.py), then the seeds
-        from gates.execution import _tuning as tuning
-
-        if fresh:
-            distributed.delete_tuning_studies(loaded, parent, tuning_url)
-        trials = distributed.tune_jobs(loaded, worker_url(tuning_url))
-        for before, after in zip(trials, trials[1:]):
-            if before["arm"] == after["arm"]:  # trial n samples with trial n - 1 finished
-                after["after"] = [before["job"]]
-        tasks.run(trials)
-        parent.loaded, parent.tuning = tuning.tune_and_apply(
-            loaded,
-            parent.tracking_uri,
-            parent_run_id=parent.parent_id,
-            experiment_id=parent.experiment_id,
-            storage_url=tuning_url,
-            progress=progress,
-            prov=parent.prov,
-        )
-    records: list[dict] = []
-    while (seeds := plan.next_seeds(parent.loaded, records)) is not None:  # look by look
-        if any(r["seed"] in seeds for r in records):
-            raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
-        records += tasks.run(distributed.run_jobs(parent, seeds), reused=done)
-    distributed.close_leftovers(parent, records)  # dead attempts' runs
-    reuse.total = len(records)
-    reuse.reused = sum((r["arm"], r["seed"]) in done for r in records)
-    reuse.skipped = sum(r.get("status") == "skipped" for r in records)
-    reuse.trained = reuse.total - reuse.reused - reuse.skipped
-    return runner.finish(parent, records, runs_root, recording, reuse)

@@ -15,6 +15,7 @@ README's "Reliability" section).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import tempfile
 from pathlib import Path
@@ -48,7 +49,9 @@ from gates.verify._claims import (
 from gates.verify._lineage import check_lineage
 
 
-def check_claim(evidence_path: Path, contracts: ContractIndex, *, replay: bool) -> ClaimCheck:
+def check_claim(
+    evidence_path: Path, contracts: ContractIndex, *, replay: bool, processes=None
+) -> ClaimCheck:
     """Check one claim: the files phase (`check_files`), then the re-derive phase: the runs (exactly
     the contract's arms x seeds, each once), the settings and claim text (the contract's), everything
     derived from the per-seed values (re-derived by today's code), verdict.md (the rendering of the
@@ -92,7 +95,7 @@ def check_claim(evidence_path: Path, contracts: ContractIndex, *, replay: bool) 
         check.lose(TUNING, check_tuning_evidence(loaded, stored))
     if replay and loaded.contract.replay and loaded.contract.replay.ci:
         check.replayed = True
-        check.lose(REPLAY, _replay(loaded, ev))
+        check.lose(REPLAY, _replay(loaded, ev, processes))
     return check
 
 
@@ -414,10 +417,10 @@ def _short(x, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _replay(loaded: LoadedContract, ev: Evidence) -> list[str]:
+def _replay(loaded: LoadedContract, ev: Evidence, processes=None) -> list[str]:
     """Re-run the contract into a throwaway store and compare with the evidence, on the CPU thread count
-    its runs recorded (when they all recorded the same one)."""
-    from gates.execution import run_contract
+    its runs recorded (when they all recorded the same one); its runs in `processes` where given."""
+    from gates.execution import run_contract, run_processes
     from gates.study import cpu_threads, recorded_threads
 
     tol = loaded.contract.replay
@@ -426,9 +429,13 @@ def _replay(loaded: LoadedContract, ev: Evidence) -> list[str]:
         tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp,
         cpu_threads(counts.pop() if len(counts) == 1 else None),
     ):
-        fresh = run_contract(
-            loaded, f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs", fresh=True
-        )
+        store, runs = f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs"
+        if processes is None:
+            fresh = run_contract(loaded, store, runs, fresh=True)
+        else:
+            fresh = run_processes(
+                loaded, store, runs, processes.jobs, fresh=True, backend=processes
+            ).evidence
     problems = []
     if fresh.verdict != ev.verdict:
         problems.append(f"replay gives verdict {fresh.verdict!r}, evidence says {ev.verdict!r}")
@@ -466,22 +473,32 @@ def verify(
     audit_seconds: float | None = None,
     audit_seed: int | None = None,
     audit_tolerance: tuple[float, float] | None = None,
+    jobs: int = 1,
     log=None,
 ) -> list[ClaimCheck]:
     """`gates verify`: every claim checked whole (`claims` with `check_claim`), then, with `audit_seconds`,
     completed runs of the claims not replayed here (with `replay`, the ones marked for CI replay are)
     re-run in a seeded order within that many seconds (gates.verify._audit; `audit_seed` fixes the
     order, else it comes from the git commit;
-    `audit_tolerance` (abs, rel) for contracts without a `replay` section, else `Replay()`'s); `log`
-    receives the audit's plan and results line by line."""
-    checks = claims(
-        runs_root,
-        contracts_root,
-        only,
-        deep=lambda evidence, contracts: check_claim(evidence, contracts, replay=replay),
-        today_rules=today_rule_flags,
-        strict_code=strict_code,
-    )
+    `audit_tolerance` (abs, rel) for contracts without a `replay` section, else `Replay()`'s); `jobs`:
+    the replays' runs in that many local processes (started once for all of them); `log` receives the
+    audit's plan and results line by line."""
+    pool = contextlib.nullcontext()
+    if replay and jobs > 1:
+        from gates.execution import ProcessBackend
+
+        pool = ProcessBackend(jobs)
+    with pool as processes:
+        checks = claims(
+            runs_root,
+            contracts_root,
+            only,
+            deep=lambda evidence, contracts: check_claim(
+                evidence, contracts, replay=replay, processes=processes
+            ),
+            today_rules=today_rule_flags,
+            strict_code=strict_code,
+        )
     lineage = check_lineage(Path(runs_root))  # the history only grew across the git commits
     lose_history(checks, lineage.problems, named=bool(only))
     for note in lineage.notes if log is not None else ():

@@ -1,0 +1,169 @@
+"""Local processes, `gates run CONTRACT --jobs N` (and `gates verify --replay --jobs N`): the plan's
+jobs as tasks in N processes of this machine, driven as the Ray executor drives its tasks
+(gates/execution/_tasks.py: plan order, dependencies, the verdict and evidence written once, by this
+process), with no cluster to install or start. Each task computes on the driver's thread count, so a
+run's sums are those of a single-process run on that many threads.
+
+Processes are started with `spawn` (a fork of a process that has imported torch or opened SQLite is not
+safe) and kept for the run, each with its contexts (`_tasks.run_task`). Their standard output goes to
+standard error: stdout is the driver's (its progress display, or JSON lines under --json).
+
+Ctrl-C: the processes ignore SIGINT (the terminal sends it to the whole group); the driver's
+KeyboardInterrupt cancels what is queued and sends SIGTERM to every process, which a running task turns
+into a KeyboardInterrupt (its study stops and its MLflow run is closed as KILLED, as in one process);
+finished runs stay in MLflow and the next `gates run` reuses them. A process that dies (killed, out of
+memory) fails its job with a TaskError; its run, left RUNNING, is closed and redone by the next
+`gates run`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as futures
+import contextlib
+import multiprocessing
+import os
+import signal
+from pathlib import Path
+
+from gates.contract import LoadedContract
+from gates.errors import storage_error
+from gates.execution import _distributed as distributed
+from gates.execution import _runner as runner
+from gates.execution import _tasks as tasks
+from gates.execution._locks import contract_lock
+from gates.record import Recording, plan_recording
+
+CANCEL_WAIT_SECONDS = 10  # how long interrupted tasks get to close their MLflow runs
+
+
+def _start_process() -> None:
+    """In each new process: Ctrl-C is the driver's to handle; stdout onto stderr."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.dup2(2, 1)
+
+
+def _interrupt(_signum, _frame):
+    raise KeyboardInterrupt
+
+
+def _run_task(info: dict, attrs: dict, readable: dict, threads: int) -> dict:
+    """`run_task` with SIGTERM as a KeyboardInterrupt while it runs (the driver's cancel)."""
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return tasks.run_task(info, attrs, readable, threads)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+class ProcessBackend:
+    """Tasks in `jobs` local processes (gates.execution._tasks.Backend)."""
+
+    def __init__(self, jobs: int):
+        self.jobs = jobs
+        self.pool = futures.ProcessPoolExecutor(
+            jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_start_process
+        )
+
+    def room(self) -> int:
+        return self.jobs
+
+    def submit(self, info: dict, attrs: dict, readable: dict, threads: int):
+        return self.pool.submit(_run_task, info, attrs, readable, threads)
+
+    def wait(self, handles: list) -> list:
+        return list(futures.wait(handles, return_when=futures.FIRST_COMPLETED).done)
+
+    def result(self, handle, attrs: dict) -> dict:
+        try:
+            return handle.result()
+        except futures.process.BrokenProcessPool:
+            raise tasks.TaskError(
+                f"job {attrs['job']}: a process of --jobs {self.jobs} died; finished runs are kept "
+                f"and the next `gates run` reuses them"
+            ) from None
+        except KeyboardInterrupt:
+            raise
+        except Exception as e:
+            found = storage_error(e)
+            if found is not None:  # a full disk or an unwritable store: one line, as in one process
+                raise found from None
+            what = (str(e).strip().splitlines() or [""])[0]
+            raise tasks.TaskError(
+                f"job {attrs['job']} failed in a process of --jobs {self.jobs}: "
+                f"{type(e).__name__}: {what}; finished runs are kept and the next `gates run` "
+                f"reuses them"
+            ) from None
+
+    def cancel(self, handles: list) -> None:
+        for handle in handles:
+            handle.cancel()  # the queued ones
+        running = [h for h in handles if not h.done()]
+        # the stdlib names its processes only privately; without them, the tasks run to their end
+        for process in list(getattr(self.pool, "_processes", {}).values()):
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGTERM)
+        if running:
+            futures.wait(running, timeout=CANCEL_WAIT_SECONDS)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> ProcessBackend:
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.close()
+
+
+def run_processes(
+    loaded: LoadedContract,
+    tracking_uri: str,
+    runs_root: Path,
+    jobs: int,
+    *,
+    fresh: bool = False,
+    progress: runner.Progress | None = None,
+    optuna_storage: str | None = None,
+    record: bool = False,
+    reason: str | None = None,
+    recording: Recording | None = None,
+    backend: ProcessBackend | None = None,
+) -> runner.Outcome:
+    """Run the contract's plan in `jobs` local processes and decide here: the same outcome (evidence
+    recorded, or a recorded claim reproduced) as `execute`, under the same lock. `backend`: processes
+    already started (`ProcessBackend(jobs)`, closed by its owner), e.g. for several contracts in a row."""
+    import torch
+
+    progress = progress or runner.SilentProgress()
+    tuning_url = None
+    if loaded.contract.tuning is not None:
+        from gates.execution import _tuning as tuning
+
+        tuning_url = optuna_storage or tuning.default_storage(tracking_uri)
+    threads = torch.get_num_threads()  # the driver's, under --threads: every task's
+    recording = recording or plan_recording(loaded, runs_root, record=record, reason=reason)
+    with contract_lock(runs_root, loaded.id):
+        parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
+        runner.own_parent(parent)
+        own = backend is None
+        backend = backend or ProcessBackend(jobs)
+        try:
+            return tasks.drive(
+                backend,
+                parent,
+                runs_root,
+                recording,
+                threads,
+                progress,
+                tuning_url,
+                fresh=fresh,
+            )
+        except KeyboardInterrupt:
+            # a task interrupted before its run's own handler was in place left it RUNNING: closed
+            # now, as the next run would close it
+            distributed.close_leftovers(parent, [])
+            parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
+            raise
+        finally:
+            if own:
+                backend.close()

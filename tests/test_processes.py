@@ -1,0 +1,114 @@
+"""Local processes for real (`gates run --jobs N`): the small C05 contract of the distributed tests (8
+jobs, a relatively judged arm that must run after the others of its seed) in two processes gives the
+single-process evidence; Ctrl-C stops the processes' runs (closed as KILLED, none left RUNNING) and
+keeps the finished ones, which the next run reuses; --jobs with another executor is one line;
+`gates verify --replay --jobs 2` replays in processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from gates.contract import load_contract
+from gates.execution import run_contract, run_processes
+from gates.verify import verify
+from tests.conftest import write_contract
+from tests.test_distributed import JOB_ENV, comparable, dist_contract, reference  # noqa: F401
+from tests.test_ray import children
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CONTRACT = "contracts/c05-dist.yaml"
+
+
+def gates_run(workdir, *flags: str, **kwargs):
+    return subprocess.Popen(
+        [sys.executable, "-m", "gates", "run", CONTRACT, "--json", *flags],
+        cwd=workdir,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **JOB_ENV},
+        **kwargs,
+    )
+
+
+def test_two_processes_match_a_single_process(reference, workdir):
+    """`gates run --jobs 2`: the evidence is the single-process run's (same per-seed metrics, halts
+    and verdict: the judged arm ran after the arms it is compared with), stdout stays JSON lines, and
+    each run computed on the cores shared out (one thread each on a 2-core machine, at least one)."""
+    write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
+    proc = gates_run(workdir, "--jobs", "2")
+    out, errors = proc.communicate(timeout=300)
+    assert proc.returncode == 0, errors[-3000:]
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[-1]["event"] == "verdict" and lines[-1]["verdict"] == reference["verdict"]
+    assert sum(line["event"] == "run" for line in lines) == 8
+    evidence = json.loads((workdir / "runs" / "c05-dist" / "evidence.json").read_text())
+    assert comparable(evidence) == comparable(reference)
+    threads = str(max(1, (os.cpu_count() or 1) // 2))
+    assert {r["environment"]["threads"] for r in evidence["runs"]} == {threads}
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    finished = [r for r in children(uri, "c05-dist") if r.info.status == "FINISHED"]
+    assert sorted(r.info.run_id for r in finished) == sorted(
+        r["mlflow_run_id"] for r in evidence["runs"]
+    )
+
+
+def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
+    """SIGINT to the whole process group of `gates run --jobs 2` once its first run finished (as a
+    terminal's Ctrl-C): exit 130, no run left RUNNING, no evidence; the next run reuses the finished
+    runs."""
+    # two at a time: the six jobs left when the first finishes cannot all end before the SIGINT
+    data = dist_contract()
+    write_contract(workdir / "contracts", data, "c05-dist.yaml")
+    proc = gates_run(workdir, "--jobs", "2", "--threads", "1", start_new_session=True)
+    try:
+        for line in proc.stdout:
+            if json.loads(line).get("event") == "run":
+                break
+        os.killpg(proc.pid, signal.SIGINT)
+        _, errors = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, errors[-3000:]
+    assert "interrupted" in errors and "Traceback" not in errors
+    assert not (workdir / "runs" / "c05-dist" / "evidence.json").exists()
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    runs = children(uri, "c05-dist")
+    finished = {r.info.run_id for r in runs if r.info.status == "FINISHED"}
+    assert 0 < len(finished) < 8 and not [r for r in runs if r.info.status == "RUNNING"]
+    outcome = run_processes(load_contract(CONTRACT), uri, workdir / "runs", 2)
+    assert outcome.reuse.reused == len(finished) and outcome.reuse.trained == 8 - len(finished)
+    assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
+
+
+@pytest.mark.parametrize("flags", [["--storage", "sqlite:///q.db"], ["--executor", "ray"]])
+def test_jobs_with_another_executor_is_one_line(workdir, flags):
+    write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
+    proc = gates_run(workdir, "--jobs", "2", *flags)
+    _, errors = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "--jobs" in errors and "Traceback" not in errors
+
+
+def test_verify_replays_in_processes(workdir):
+    """`gates verify --replay --jobs 2` re-runs a contract marked for replay in two processes: its
+    record holds; a recorded number the replay does not reproduce is named."""
+    data = dist_contract()
+    data["replay"] = {"ci": True, "abs_tolerance": 1e-6, "rel_tolerance": 1e-6}
+    write_contract(workdir / "contracts", data, "c05-dist.yaml")
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    run_contract(load_contract(CONTRACT), uri, workdir / "runs")
+    (check,) = verify(workdir / "runs", workdir / "contracts", replay=True, jobs=2)
+    assert check.replayed and check.status == "ok", check.problems
+    path = workdir / "runs" / "c05-dist" / "evidence.json"
+    doctored = json.loads(path.read_text())
+    doctored["runs"][0]["metrics"]["mean_rank"] += 1.0
+    path.write_text(json.dumps(doctored))
+    (check,) = verify(workdir / "runs", workdir / "contracts", replay=True, jobs=2)
+    assert check.status == "lost" and any("mean_rank replays as" in p for p in check.problems)
