@@ -6,6 +6,10 @@
 - `gates.models.treeheap_translator.study`: the config, the data, the training loop, the metrics and
   the Study class (the entry point).
 
+Arm `factorial` (issue #31) crosses an `encoder` (butterfly, butterfly_relay, bigru, transformer2)
+with a `reader` (lifting, all_nodes, mha); see the model module. Its names (ENCODERS, READERS, FITS,
+WIDTH_OF_ENCODER, ...) are imported from the model module itself.
+
 The names below are re-exported here so that `from gates.models.treeheap_translator import X` works
 for both.
 """

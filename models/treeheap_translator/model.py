@@ -27,6 +27,25 @@ and all_nodes, the isolating control: the lifting tree's 2N - 1 nodes read by on
 (models/treeheap.py NodeAttention) instead of the recursion. Their widths (gru_hidden, ffn_hidden;
 all_nodes by construction) match the encoder + reader parameters of the lifting arm (Butterfly + FOLD
 + READ); `TranslatorStudy.parameter_parts` counts them, `matched_width` sizes them.
+
+Arm `factorial` (issue #31) names the encoder and the reader apart (config fields `encoder`, `reader`),
+so that any encoder meets any reader it fits (`FITS`: every encoder gives N left-packed d_model-wide
+leaf states, so every pair fits):
+
+    encoders  butterfly        the Butterfly (F, G of width `butterfly_hidden`), no positions
+              butterfly_relay  the same with empty leaves zeroed, then coupled like present ones (they
+                               relay a message but hold no input); equal to butterfly on full sentences
+              bigru            packed BiGRU over x + pos (`gru_hidden` per direction), W [fwd, bwd] -> d
+              transformer2     two pre-norm Transformer encoder layers over x + pos (`ffn_hidden`), a final LN
+    readers   lifting          the lifting FOLD over the encoder's leaf states, then recursive READ
+              all_nodes        the same FOLD's 2N - 1 nodes read by one softmax (NodeAttention)
+              mha              CrossAttention (multi-head, q / k / v / o maps) over the leaf states
+    every cell  h_0 = tanh(W_0 mean of the encoder's leaf states over the occupied leaves)
+
+(one rule for every cell, so that the table does not confound the reader with h_0; the lifting arm's
+h_0 = 0 and bahdanau's [last forward, first backward] stay as they were). Empty leaves' encoder states
+are zeroed; no reader reads them. `matched_width(config, reference)` sizes the cell's encoder width
+(`WIDTH_OF_ENCODER`) to a reference cell's encoder + reader parameters.
 """
 
 from __future__ import annotations
@@ -64,6 +83,22 @@ READER_ARMS = (
     *DENSE_ARMS,
 )  # a `read` module: keys once, a query of h_t per step
 INTERVENTIONS = ("source_shuffle", "pair_break", "detail_shuffle", "relation_zero")
+# arm `factorial` (issue #31): any encoder of the source leaves with any reader of their states
+ENCODERS = ("butterfly", "butterfly_relay", "bigru", "transformer2")
+READERS = ("lifting", "all_nodes", "mha")
+BUTTERFLY_ENCODERS = ("butterfly", "butterfly_relay")  # no positions; pair_break applies
+# the lifting FOLD over the leaf states, then READ or one softmax over its nodes; detail_shuffle applies
+TREE_READERS = ("lifting", "all_nodes")
+# which readers each encoder fits: every encoder gives N left-packed d_model-wide leaf states (the
+# BiGRU through its output map), which is what every reader takes
+FITS = {encoder: READERS for encoder in ENCODERS}
+TRANSFORMER_LAYERS = 2  # transformer2
+WIDTH_OF_ENCODER = {
+    "butterfly": "butterfly_hidden",
+    "butterfly_relay": "butterfly_hidden",
+    "bigru": "gru_hidden",
+    "transformer2": "ffn_hidden",
+}  # the field `matched_width` sizes for a factorial cell
 
 
 # ------------------------------------------------------------------------------------ model
@@ -85,6 +120,41 @@ class EncoderLayer(nn.Module):
         attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
         x = x + self.proj(attended.transpose(1, 2).flatten(2))
         return self.ln_out(x + self.mlp(self.ln_mlp(x)))
+
+
+class PreNormBlock(nn.Module):
+    """A pre-norm Transformer encoder layer without EncoderLayer's closing LayerNorm (transformer2 stacks
+    them and normalises once at the end): x + SelfAttn(LN(x)), then x + MLP(LN(x))."""
+
+    def __init__(self, d: int, heads: int, hidden: int):
+        super().__init__()
+        self.heads = heads
+        self.ln_attn, self.ln_mlp = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.mlp = mlp(d, hidden, d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        q, k, v = (
+            self.qkv(self.ln_attn(x)).unflatten(-1, (3, self.heads, -1)).permute(2, 0, 3, 1, 4)
+        )
+        attended = F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None, None, :])
+        x = x + self.proj(attended.transpose(1, 2).flatten(2))
+        return x + self.mlp(self.ln_mlp(x))
+
+
+class TransformerEncoder(nn.Module):
+    """`layers` pre-norm Transformer encoder layers and one final LayerNorm (the factorial's
+    transformer2); empty leaves are never keys."""
+
+    def __init__(self, d: int, heads: int, hidden: int, layers: int):
+        super().__init__()
+        self.blocks = nn.ModuleList(PreNormBlock(d, heads, hidden) for _ in range(layers))
+        self.ln_out = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.ln_out(x)
 
 
 class CrossAttention(nn.Module):
@@ -127,8 +197,8 @@ class Translator(nn.Module):
         self.config, arm, d = config, config.arm, config.d_model
         if arm != "target_only":
             self.src_embed = nn.Embedding(vocab_size, d)
-        if arm not in ("target_only", *DENSE_ARMS):
-            self.butterfly = Butterfly(d, config.hidden, config.depth)
+        if arm not in ("target_only", "factorial", *DENSE_ARMS):
+            self.butterfly = Butterfly(d, config.butterfly_hidden or config.hidden, config.depth)
         if arm in FOLD_ARMS:
             kind = arm if arm in TREE_ARMS else "lifting"
             self.fold = Fold(
@@ -154,9 +224,85 @@ class Translator(nn.Module):
         if arm == "flat_seq":
             self.attn_query = nn.Linear(d, config.read_dim)
             self.attn_key = mlp(d, config.attn_hidden, config.read_dim)
+        if arm == "factorial":
+            self._build_cell(config)
         self.tgt_embed = nn.Embedding(vocab_size, d)
         self.gru = nn.GRUCell(2 * d, d)
         self.out = nn.Linear(2 * d, vocab_size)
+
+    def _build_cell(self, config: TranslatorConfig) -> None:
+        """A factorial cell: the encoder (d_model-wide states on the N leaves), the reader, and the map
+        to h_0 (every cell: h_0 = tanh(W_0 mean of the encoder's states over the occupied leaves))."""
+        d, encoder = config.d_model, config.encoder
+        if encoder in BUTTERFLY_ENCODERS:  # no positions, as the lifting arm
+            self.butterfly = Butterfly(d, config.butterfly_hidden or config.hidden, config.depth)
+        else:  # learned positions, as bahdanau / transformer_enc
+            self.positions = nn.Embedding(config.n_leaves, d)
+            if encoder == "bigru":
+                self.encoder = nn.GRU(d, config.gru_hidden, batch_first=True, bidirectional=True)
+                self.encoder_out = nn.Linear(2 * config.gru_hidden, d)  # back to d_model per leaf
+            else:
+                self.encoder = TransformerEncoder(
+                    d, config.heads, config.ffn_hidden, TRANSFORMER_LAYERS
+                )
+        if config.reader in TREE_READERS:
+            self.fold = Fold(d, config.hidden, "lifting")
+            self.read = (
+                Read(d, d, config.read_dim, config.depth)
+                if config.reader == "lifting"
+                else NodeAttention(d, d, 2 * config.read_dim, config.depth)
+            )
+        else:
+            self.read = CrossAttention(d, d, config.read_dim, config.heads, d)
+        self.init_state = nn.Linear(d, d)
+
+    def _encode_cell(self, leaves, mask, intervention, permutation, generator) -> dict:
+        """A factorial cell's memory: the encoder's leaf states (zeroed where a leaf is empty), h_0 from
+        their mean over the occupied leaves, and the reader's keys (of the FOLD's nodes, or the leaves)."""
+        config = self.config
+        if config.encoder in BUTTERFLY_ENCODERS:
+            pairing = (
+                [
+                    (i.to(leaves.device), j.to(leaves.device))
+                    for i, j in random_pairing(config.n_leaves, config.depth, generator)
+                ]
+                if intervention == "pair_break"
+                else None
+            )
+            if config.encoder == "butterfly_relay":
+                # empty leaves zeroed, then coupled like present ones: they relay but hold nothing
+                states = self.butterfly(leaves * mask.unsqueeze(-1), torch.ones_like(mask), pairing)
+            else:
+                states = self.butterfly(leaves, mask, pairing)
+        elif config.encoder == "bigru":  # packed: padding never enters either direction
+            packed = nn.utils.rnn.pack_padded_sequence(
+                leaves + self.positions.weight,
+                mask.sum(1).cpu(),
+                batch_first=True,
+                enforce_sorted=False,
+            )
+            out = nn.utils.rnn.pad_packed_sequence(
+                self.encoder(packed)[0], batch_first=True, total_length=leaves.shape[1]
+            )[0]
+            states = self.encoder_out(out)
+        else:
+            states = self.encoder(leaves + self.positions.weight, mask)
+        keep = mask.unsqueeze(-1)
+        states = torch.where(keep, states, 0.0)
+        memory = {"h0": torch.tanh(self.init_state(states.sum(1) / keep.sum(1)))}
+        if config.reader in TREE_READERS:
+            detail_source = (lambda d: d[permutation]) if intervention == "detail_shuffle" else None
+            levels, details, masks = fold_levels(self.fold, states, mask, detail_source)
+            memory.update(
+                states=levels,
+                details=details,
+                masks=masks,
+                root=levels[0][:, 0],
+                read=self.read.keys(levels, masks),
+            )
+        else:
+            memory["read"] = self.read.keys(states, mask)
+        return memory
 
     # -- encoder: WRITE -> Butterfly -> FOLD, with the interventions where they act
     def encode(
@@ -176,6 +322,8 @@ class Translator(nn.Module):
         if intervention == "pad_noise":  # a no-op by construction: padding must not reach anything
             noise = torch.randn(leaves.shape, generator=generator).to(leaves.device)
             leaves = torch.where(mask.unsqueeze(-1), leaves, 100 * noise)
+        if arm == "factorial":
+            return self._encode_cell(leaves, mask, intervention, permutation, generator)
         if arm in DENSE_ARMS:
             states, summary = self.dense_encode(leaves + self.positions.weight, mask)
             return {
@@ -227,7 +375,7 @@ class Translator(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """c_t for the reader's query of decoder state h_t; with READ also the stopped mass per node."""
         arm = self.config.arm
-        if arm in READER_ARMS:
+        if arm in READER_ARMS or arm == "factorial":
             return self.read.read_for(query, memory["read"])
         if arm == "root_only":
             return memory["root"], None
@@ -258,7 +406,7 @@ class Translator(nn.Module):
         columns (`input_gates`, run once for all teacher-forced steps)."""
         d, arm = self.config.d_model, self.config.arm
         weights, biases = [self.gru.weight_hh], [self.gru.bias_hh]
-        if arm in READER_ARMS:
+        if arm in READER_ARMS or arm == "factorial":
             weight, bias = self.read.query_weights()
             weights.append(weight)
             biases.append(bias)
@@ -268,7 +416,8 @@ class Translator(nn.Module):
         return Fused(torch.cat(weights), torch.cat(biases), self.gru.weight_ih[:, d:])
 
     def initial_state(self, memory: dict, like: torch.Tensor) -> torch.Tensor:
-        """h_0: from the encoder for the dense baselines, else 0 (the source reaches the decoder only through c_t)."""
+        """h_0: from the encoder for the dense baselines and every factorial cell, else 0 (the source
+        reaches the decoder only through c_t)."""
         if "h0" in memory:
             return memory["h0"]
         return like.new_zeros(like.shape[0], self.config.d_model)
@@ -453,8 +602,12 @@ def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
         config.depth,
     )
     arm, nodes = config.arm, 2 * n - 1
+    if arm == "factorial":
+        return _cell_flops(config, vocab_size)
     encoder = (
-        0 if arm in ("target_only", *DENSE_ARMS) else depth * (n // 2) * 2 * (2 * d * h)
+        0
+        if arm in ("target_only", *DENSE_ARMS)
+        else depth * (n // 2) * 2 * (2 * d * (config.butterfly_hidden or h))
     )  # F and G on every pair
     if arm in FOLD_ARMS:
         per_parent = 2 * d * h + {
@@ -480,6 +633,35 @@ def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
             encoder += n * (4 * d * d + 2 * n * d + 2 * d * config.ffn_hidden)
         encoder += n * (e * m + e * d) + e * d  # keys, values, h_0
         per_step += d * m + n * m + n * d + d * d  # query, scores, weighted values, output map
+    return 2 * (encoder + n * per_step)
+
+
+def _cell_flops(config: TranslatorConfig, vocab_size: int) -> int:
+    """`forward_flops` of a factorial cell: its encoder, its reader, h_0, the decoder."""
+    d, h, m, n, depth = (
+        config.d_model,
+        config.hidden,
+        config.read_dim,
+        config.n_leaves,
+        config.depth,
+    )
+    nodes = 2 * n - 1
+    if config.encoder in BUTTERFLY_ENCODERS:  # F and G on every pair (relay: on every pair anyway)
+        encoder = depth * (n // 2) * 2 * (2 * d * (config.butterfly_hidden or h))
+    elif config.encoder == "bigru":  # two directions over every leaf, then the map back to d
+        g = config.gru_hidden
+        encoder = n * 2 * 3 * g * (d + g) + n * 2 * g * d
+    else:  # per layer: q, k, v, output maps, scores and their weighted sum, the MLP
+        encoder = TRANSFORMER_LAYERS * n * (4 * d * d + 2 * n * d + 2 * d * config.ffn_hidden)
+    encoder += d * d  # h_0
+    per_step = 3 * (2 * d * d + d * d) + 2 * d * vocab_size  # GRU cell, output layer
+    if config.reader in TREE_READERS:
+        encoder += (n - 1) * 2 * (2 * d * h)  # the lifting FOLD's P and U~ at every parent
+        encoder += nodes * 2 * d * m  # stop and branch keys (all_nodes: one key of width 2m)
+        per_step += 2 * d * m + 2 * nodes * m + nodes * d
+    else:  # keys, values; per step the query, scores, weighted values, output map
+        encoder += n * (d * m + d * d)
+        per_step += d * m + n * m + n * d + d * d
     return 2 * (encoder + n * per_step)
 
 
@@ -509,18 +691,23 @@ def parameter_parts(model: Translator) -> dict[str, int]:
 WIDTH_FIELD = {"bahdanau": "gru_hidden", "transformer_enc": "ffn_hidden"}
 
 
-def matched_width(config: TranslatorConfig, reference: str = "lifting") -> int:
-    """The width (gru_hidden for bahdanau, ffn_hidden for transformer_enc) whose encoder + reader
-    parameters come closest to the `reference` arm's at the same d_model, hidden, read_dim, heads and
-    depth (the count grows with the width: a bisection)."""
+def matched_width(config: TranslatorConfig, reference: str | dict = "lifting") -> int:
+    """The width (gru_hidden for bahdanau, ffn_hidden for transformer_enc; for a factorial cell its
+    encoder's: `WIDTH_OF_ENCODER`) whose encoder + reader parameters come closest to the `reference`
+    arm's at the same d_model, hidden, read_dim, heads and depth (the count grows with the width: a
+    bisection). `reference` is an arm name or the fields that make the reference config from this
+    one (a cell: {"arm": "factorial", "encoder": ..., "reader": ..., its width})."""
 
     def encoder_reader(cfg: TranslatorConfig) -> int:
         return parameter_parts(Translator(cfg, 16))[
             "encoder_reader"
         ]  # no part but the embeddings sees the vocabulary
 
-    target = encoder_reader(config.model_copy(update={"arm": reference}))
-    field = WIDTH_FIELD[config.arm]
+    update = {"arm": reference} if isinstance(reference, str) else reference
+    target = encoder_reader(config.model_copy(update=update))
+    field = (
+        WIDTH_OF_ENCODER[config.encoder] if config.arm == "factorial" else WIDTH_FIELD[config.arm]
+    )
     low, high = 1, 1
     while encoder_reader(config.model_copy(update={field: high})) < target:
         low, high = high, 2 * high

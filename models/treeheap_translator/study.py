@@ -2,7 +2,10 @@
 
 zh<->en translation through TreeHeap (WRITE, Butterfly, FOLD, READ, GRU) against root-only, dense
 and no-source arms. The model (the parts, the arms, the dense baselines and all_nodes, what each
-computes): gates.models.treeheap_translator.model.
+computes): gates.models.treeheap_translator.model. Arm `factorial` (issue #31) crosses an `encoder`
+with a `reader` (config fields of those names; `butterfly_hidden` sizes its Butterfly apart from the
+fold's `hidden`); each cell reports the metrics of its parts (pair_break with a Butterfly encoder,
+detail_shuffle, stop_mass_depth_<k> and unfold_mse with a FOLD reader).
 
 Metrics (test split; NLL in nats per target token, both directions pooled unless suffixed):
 test_nll, test_ppl, test_nll_<direction>; bleu_<direction> and chrf_<direction> (sacrebleu corpus
@@ -40,9 +43,12 @@ from gates.models.translation_data import (
 )
 from gates.models.treeheap import unfold_levels
 from gates.models.treeheap_translator.model import (
+    BUTTERFLY_ENCODERS,
     DENSE_ARMS,
+    FITS,
     INTERVENTIONS,
     TREE_ARMS,
+    TREE_READERS,
     Translator,
     forward_flops,
     parameter_parts,
@@ -72,7 +78,12 @@ class TranslatorConfig(DeviceConfig):
         "all_nodes",
         "bahdanau",
         "transformer_enc",
+        "factorial",
     ]
+    # arm `factorial` (issue #31): the encoder and the reader named apart, any encoder with any reader
+    # it fits (model.FITS); every other arm fixes both and leaves these unset
+    encoder: Literal["butterfly", "butterfly_relay", "bigru", "transformer2"] | None = None
+    reader: Literal["lifting", "all_nodes", "mha"] | None = None
     corpus: str = "libreoffice-help:zh-en"
     languages: tuple[str, str] = ("zh", "en")  # what the corpus's two columns are
     directions: tuple[str, ...] = ("zh2en", "en2zh")
@@ -80,6 +91,8 @@ class TranslatorConfig(DeviceConfig):
     depth: int = Field(5, ge=1, le=10)  # N = 2^depth leaves
     d_model: int = Field(128, ge=4)
     hidden: int = Field(128, ge=1)  # Butterfly F, G and the fold's P, U~
+    # the Butterfly's F, G width apart from the fold's (sized to match parameters); None = `hidden`
+    butterfly_hidden: int | None = Field(None, ge=1)
     read_dim: int = Field(64, ge=1)  # m of READ (and of flat_seq's attention)
     merge_hidden: int = Field(85, ge=1)  # mlp fold: MLP([l, r]) width
     relation_rank: int = Field(32, ge=1)  # bilinear fold
@@ -123,8 +136,31 @@ class TranslatorConfig(DeviceConfig):
         return self
 
     @model_validator(mode="after")
+    def _factorial_cell(self) -> TranslatorConfig:
+        if self.arm == "factorial":
+            if self.encoder is None or self.reader is None:
+                raise ValueError(
+                    "arm 'factorial' needs both `encoder` (butterfly, butterfly_relay, bigru, "
+                    "transformer2) and `reader` (lifting, all_nodes, mha)"
+                )
+            if self.reader not in FITS[self.encoder]:
+                raise ValueError(
+                    f"reader {self.reader!r} does not fit encoder {self.encoder!r} "
+                    f"(it fits {list(FITS[self.encoder])})"
+                )
+        elif self.encoder is not None or self.reader is not None:
+            raise ValueError(
+                f"`encoder` and `reader` name a cell of arm 'factorial'; arm {self.arm!r} fixes "
+                "its own (leave them unset)"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _heads_divide(self) -> TranslatorConfig:
-        if self.arm in DENSE_ARMS and (self.read_dim % self.heads or self.d_model % self.heads):
+        uses_heads = self.arm in DENSE_ARMS or (
+            self.arm == "factorial" and (self.encoder == "transformer2" or self.reader == "mha")
+        )
+        if uses_heads and (self.read_dim % self.heads or self.d_model % self.heads):
             raise ValueError(
                 f"heads ({self.heads}) must divide read_dim ({self.read_dim}) and d_model ({self.d_model})"
             )
@@ -197,7 +233,15 @@ def mean_nll(
     )
 
 
-def applicable_interventions(arm: str) -> tuple[str, ...]:
+def applicable_interventions(
+    arm: str, encoder: str | None = None, reader: str | None = None
+) -> tuple[str, ...]:
+    if arm == "factorial":  # pair_break where there is a Butterfly, detail_shuffle where a FOLD
+        return (
+            "source_shuffle",
+            *(("pair_break",) if encoder in BUTTERFLY_ENCODERS else ()),
+            *(("detail_shuffle",) if reader in TREE_READERS else ()),
+        )
     if arm == "target_only":
         return ()
     if arm in DENSE_ARMS:
@@ -301,10 +345,10 @@ class TranslatorStudy(Study):
             "peak_mem_mb",
         }
         names |= {f"{m}_{d}" for m in ("test_nll", "bleu", "chrf") for d in config.directions}
-        names |= {f"damage_{i}" for i in applicable_interventions(config.arm)}
-        if config.arm in (*TREE_ARMS, "all_nodes"):
+        names |= {f"damage_{i}" for i in _interventions(config)}
+        if config.arm in (*TREE_ARMS, "all_nodes") or config.reader in TREE_READERS:
             names |= {f"stop_mass_depth_{k}" for k in range(config.depth + 1)}
-        if config.arm in ("lifting", "bilinear", "root_only", "all_nodes"):
+        if _has_unfold(config):
             names.add("unfold_mse")
         if config.keep_best:
             names.add("best_val_step")
@@ -419,13 +463,13 @@ class TranslatorStudy(Study):
         clean = total / tokens
         metrics["test_nll"], metrics["test_ppl"] = clean, math.exp(min(clean, 50.0))
         depth_mass = depth_mass / tokens if depth_mass is not None else None
-        for intervention in applicable_interventions(config.arm):
+        for intervention in _interventions(config):
             metrics[f"damage_{intervention}"] = (
                 mean_nll(model, test, config.batch_size, intervention, seed)[0] - clean
             )
         if depth_mass is not None:
             metrics.update({f"stop_mass_depth_{k}": float(v) for k, v in enumerate(depth_mass)})
-        if config.arm in ("lifting", "bilinear", "root_only", "all_nodes"):
+        if _has_unfold(config):
             metrics["unfold_mse"] = unfold_mse(model, test[:256])
 
         samples, bleus, chrfs = [], [], []
@@ -454,6 +498,17 @@ class TranslatorStudy(Study):
         if attach is not None:
             attach("samples.txt", "\n".join(samples))
         return metrics
+
+
+def _interventions(config: TranslatorConfig) -> tuple[str, ...]:
+    return applicable_interventions(config.arm, config.encoder, config.reader)
+
+
+def _has_unfold(config: TranslatorConfig) -> bool:
+    """The lifting-form folds, whose UNFOLD rebuilds the leaves (unfold_mse)."""
+    return config.arm in ("lifting", "bilinear", "root_only", "all_nodes") or (
+        config.reader in TREE_READERS
+    )
 
 
 def _one_step(model: Translator, train: list[Example], config: TranslatorConfig, generator) -> None:
