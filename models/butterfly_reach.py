@@ -575,10 +575,11 @@ def _declared() -> dict[str, Metric]:
     # the load task: per load M, every message of the load's test set (test_acc),
     # those at near (1 .. D-1) and far (> D) pair distances, and whole examples with all M right; the
     # pooled `exact_match` averages the loads (test_acc, accuracy_near and accuracy_far likewise)
-    metrics["exact_match"] = proportion("higher", "test")
-    for m in range(1, MAX_LEAVES // 2 + 1):
-        for name in ("test_acc", "near_acc", "far_acc", "exact_match"):
-            metrics[f"{name}_m{m}"] = proportion("higher", "test")
+    metrics["exact_match"] = proportion("higher", "test", unit="share of examples")
+    for m in range(1, MAX_LEAVES // 2 + 1):  # loads compared with each other: shares of one thing
+        for name in ("test_acc", "near_acc", "far_acc"):
+            metrics[f"{name}_m{m}"] = proportion("higher", "test", unit="share of messages")
+        metrics[f"exact_match_m{m}"] = proportion("higher", "test", unit="share of examples")
     return metrics
 
 

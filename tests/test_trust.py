@@ -317,7 +317,7 @@ def test_the_quickstart_reproduces_a_recorded_claim_with_cpu_torch():
     assert first.startswith(
         "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu && "
     )
-    contract = re.search(r"gates run (contracts/[\w.-]+\.yaml)$", first).group(1)
+    contract = re.search(r"gates run (contracts/[\w.-]+\.yaml)( --[\w-]+( \w+)?)*$", first).group(1)
     contract_id = Path(contract).stem
     committed = subprocess.run(
         ["git", "ls-files", "--error-unmatch", f"runs/{contract_id}/evidence.json", contract],

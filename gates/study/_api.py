@@ -111,9 +111,12 @@ class Metric:
         return f"{self.direction}, {self.role}{span}{extra}"
 
 
-def proportion(direction: Direction, role: Role, chance: float | None = None) -> Metric:
-    """A share or rate in [0, 1] (accuracy, recall, hit rate); `chance`: what guessing scores."""
-    return Metric(direction, role, 0.0, 1.0, chance=chance)
+def proportion(
+    direction: Direction, role: Role, chance: float | None = None, unit: str | None = None
+) -> Metric:
+    """A share or rate in [0, 1] (accuracy, recall, hit rate); `chance`: what guessing scores; `unit`:
+    a share of what (two metrics compared with each other must be shares of the same thing)."""
+    return Metric(direction, role, 0.0, 1.0, chance=chance, unit=unit)
 
 
 def nonnegative(direction: Direction, role: Role) -> Metric:
