@@ -112,3 +112,27 @@ def test_verify_replays_in_processes(workdir):
     path.write_text(json.dumps(doctored))
     (check,) = verify(workdir / "runs", workdir / "contracts", replay=True, jobs=2)
     assert check.status == "lost" and any("mean_rank replays as" in p for p in check.problems)
+
+
+def test_a_tuned_contract_on_a_new_store_in_processes_is_a_single_processs(workdir):
+    """Tuning trials as tasks on a new store (no optuna.db yet: the driver creates it, as tasks starting
+    together raced to and one failed on alembic_version): the same trials, best configs and evidence
+    as one process."""
+    from tests.test_tuning import tuned_c05
+
+    path = write_contract(workdir / "contracts", tuned_c05(), "c05-tuned-small.yaml")
+    tasks = run_processes(load_contract(path), "sqlite:///mlflow.db", workdir / "runs", 2).evidence
+    single = workdir / "single"
+    (single / "contracts").mkdir(parents=True)
+    alone_path = write_contract(single / "contracts", tuned_c05(), "c05-tuned-small.yaml")
+    os.chdir(single)
+    alone = run_contract(load_contract(alone_path), "sqlite:///mlflow.db", single / "runs")
+    assert comparable(tasks.as_dict()) == comparable(alone.as_dict())
+
+    def trials(ev):
+        return {
+            a: [(t["params"], t["value"]) for t in r["trials"]]
+            for a, r in ev.tuning.as_dict()["arms"].items()
+        }
+
+    assert trials(tasks) == trials(alone)

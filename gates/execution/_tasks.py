@@ -181,6 +181,10 @@ def drive(
 
         if fresh:
             distributed.delete_tuning_studies(loaded, parent, tuning_url)
+        # the storage's tables and each arm's study made here, once: tasks that start together on a
+        # new storage would race to create them (SQLite: a UNIQUE constraint on alembic_version)
+        for arm in loaded.contract.tuning.tuned_arms(loaded.contract.arms):
+            tuning.open_study(loaded, arm, tuning_url, parent.prov.code_sha256)
         trials = distributed.tune_jobs(loaded, task_url(tuning_url))
         for before, after in zip(trials, trials[1:]):
             if before["arm"] == after["arm"]:  # trial n samples with trial n - 1 finished
