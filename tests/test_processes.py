@@ -121,12 +121,16 @@ def test_a_tuned_contract_on_a_new_store_in_processes_is_a_single_processs(workd
     from tests.test_tuning import tuned_c05
 
     path = write_contract(workdir / "contracts", tuned_c05(), "c05-tuned-small.yaml")
-    tasks = run_processes(load_contract(path), "sqlite:///mlflow.db", workdir / "runs", 2).evidence
+    # absolute store paths: MLflow keeps one store per URI string in a process, whatever the folder
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    tasks = run_processes(load_contract(path), uri, workdir / "runs", 2).evidence
     single = workdir / "single"
     (single / "contracts").mkdir(parents=True)
     alone_path = write_contract(single / "contracts", tuned_c05(), "c05-tuned-small.yaml")
     os.chdir(single)
-    alone = run_contract(load_contract(alone_path), "sqlite:///mlflow.db", single / "runs")
+    alone = run_contract(
+        load_contract(alone_path), f"sqlite:///{single / 'mlflow.db'}", single / "runs"
+    )
     assert comparable(tasks.as_dict()) == comparable(alone.as_dict())
 
     def trials(ev):

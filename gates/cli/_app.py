@@ -514,6 +514,7 @@ def run(
             "no evidence was written"
             + ("; queued jobs stay queued for the workers" if storage else "")
             + ("; the Ray tasks still running were cancelled" if executor == "ray" else "")
+            + ("; the running jobs' processes were stopped" if jobs > 1 else "")
         )
         raise typer.Exit(130) from None
     evidence = outcome.evidence
@@ -575,8 +576,8 @@ def _check_executor(
         raise UserError("applies only with --executor ray", field="--ray-address")
     if jobs > 1 and (executor != "local" or storage is not None):
         raise UserError(
-            "local processes; --storage runs the jobs on `gates worker`s and --executor ray on "
-            "Ray's: expected one of them",
+            "--jobs runs the jobs in local processes, --storage on `gates worker`s, --executor ray "
+            "as Ray tasks: expected one of them",
             field="--jobs",
         )
     if executor == "ray":

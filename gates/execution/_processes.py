@@ -59,7 +59,7 @@ class ProcessBackend:
     """Tasks in `jobs` local processes (gates.execution._tasks.Backend)."""
 
     def __init__(self, jobs: int):
-        self.jobs = jobs
+        self.jobs, self.cancelled = jobs, False
         self.pool = futures.ProcessPoolExecutor(
             jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_start_process
         )
@@ -95,18 +95,30 @@ class ProcessBackend:
             ) from None
 
     def cancel(self, handles: list) -> None:
+        self.cancelled = True
         for handle in handles:
             handle.cancel()  # the queued ones
         running = [h for h in handles if not h.done()]
-        # the stdlib names its processes only privately; without them, the tasks run to their end
-        for process in list(getattr(self.pool, "_processes", {}).values()):
+        for process in self._processes():
             with contextlib.suppress(OSError):
                 os.kill(process.pid, signal.SIGTERM)
         if running:
             futures.wait(running, timeout=CANCEL_WAIT_SECONDS)
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        if not self.cancelled:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+            return
+        # after a cancel, never wait on the pool: a process killed while its queue was being written
+        # can leave the pool's manager thread waiting for good; what is still alive is killed
+        for process in self._processes():
+            with contextlib.suppress(OSError):
+                os.kill(process.pid, signal.SIGKILL)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def _processes(self) -> list:
+        # the stdlib names its processes only privately; without them, the tasks run to their end
+        return list((getattr(self.pool, "_processes", None) or {}).values())
 
     def __enter__(self) -> ProcessBackend:
         return self
