@@ -27,7 +27,6 @@ from pathlib import Path
 
 from gates.contract import LoadedContract
 from gates.errors import storage_error
-from gates.execution import _distributed as distributed
 from gates.execution import _runner as runner
 from gates.execution import _tasks as tasks
 from gates.execution._locks import contract_lock
@@ -170,12 +169,6 @@ def run_processes(
                 tuning_url,
                 fresh=fresh,
             )
-        except KeyboardInterrupt:
-            # a task interrupted before its run's own handler was in place left it RUNNING: closed
-            # now, as the next run would close it
-            distributed.close_leftovers(parent, [])
-            parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
-            raise
         finally:
             if own:
                 backend.close()

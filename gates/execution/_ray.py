@@ -312,20 +312,13 @@ def run_ray(
             )
         parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
         runner.own_parent(parent)
-        try:
-            return tasks.drive(
-                RayBackend(ray, parent, threads),
-                parent,
-                runs_root,
-                recording,
-                threads,
-                progress,
-                tuning_url,
-                fresh=fresh,
-            )
-        except KeyboardInterrupt:
-            # the tasks are cancelled; one interrupted before its run's own handler was in place (while
-            # MLflow created the run) left it RUNNING: closed now, as the next run would close it
-            distributed.close_leftovers(parent, [])
-            parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
-            raise
+        return tasks.drive(
+            RayBackend(ray, parent, threads),
+            parent,
+            runs_root,
+            recording,
+            threads,
+            progress,
+            tuning_url,
+            fresh=fresh,
+        )

@@ -168,7 +168,19 @@ def drive(
     fresh: bool,
 ) -> runner.Outcome:
     """The plan as tasks on `backend`: tuning trials (each arm's in order), the best configs applied,
-    then the arm x seed jobs look by look; the verdict and evidence written here, as by `execute`."""
+    then the arm x seed jobs look by look; the verdict and evidence written here, as by `execute`.
+    On Ctrl-C the tasks are cancelled and the parent run is marked KILLED, as a single process marks it."""
+    try:
+        return _drive(backend, parent, runs_root, recording, threads, progress, tuning_url, fresh)
+    except KeyboardInterrupt:
+        # a task interrupted before its run's own handler was in place (while MLflow created the run)
+        # left it RUNNING: closed now, as the next run would close it
+        distributed.close_leftovers(parent, [])
+        parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
+        raise
+
+
+def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url, fresh):
     info = distributed.queue_info(parent)
     info["gates.tracking_uri"] = task_url(parent.tracking_uri)
     tasks = Tasks(backend, parent, info, threads, progress)
