@@ -336,15 +336,17 @@ def test_a_full_disk_while_a_study_runs_stops_the_run_instead_of_failing_it(tmp_
     project = new_project(tmp_path / "project")
     monkeypatch.chdir(project)
     loaded = load_contract(project / "contracts" / f"{CLAIM}.yaml")
-    real = loaded.study.run
+    study_cls = type(loaded.study)
+    real = study_cls.run
     arms = list(loaded.arm_configs)
 
-    def run(cfg, seed, reporter):
+    def run(self, cfg, seed, reporter):
         if seed == 1 and cfg == loaded.arm_configs[arms[-1]]:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(project / "checkpoint.pt"))
-        return real(cfg, seed, reporter)
+        return real(self, cfg, seed, reporter)
 
-    monkeypatch.setattr(loaded.study, "run", run)
+    # on the class, not the registry's shared instance (see tests/test_audit.py's thread test)
+    monkeypatch.setattr(study_cls, "run", run)
     uri = f"sqlite:///{project / 'mlflow.db'}"
     with pytest.raises(OSError) as info:
         run_contract(loaded, uri, project / "runs")
