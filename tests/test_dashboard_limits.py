@@ -114,7 +114,7 @@ def test_connections_over_the_per_client_cap_get_503_at_once(site, capfd):
             for _ in range(3):
                 answer = request(port, timeout=5)
                 assert status(answer) == 503 and b"\r\nRetry-After: 5\r\n" in answer, answer
-            assert time.monotonic() - started < 1
+            assert time.monotonic() - started < 3  # at once: well under the 5 s deadline
             assert all(open_and_silent(s) for s in holding)  # the capped ones are still served
             with held(port, source="127.0.0.2") as other:  # another address has its own count
                 assert status(finish(other)) == 200
@@ -135,7 +135,7 @@ def test_connections_over_the_total_cap_get_503_at_once(site):
             started = time.monotonic()
             for _ in range(3):
                 assert status(request(port, timeout=5)) == 503
-            assert time.monotonic() - started < 1
+            assert time.monotonic() - started < 3  # at once: well under the 5 s deadline
             assert all(open_and_silent(s) for s in holding)
             assert status(finish(holding.pop())) == 200
             wait_until(lambda: status(request(port, timeout=5)) == 200, 2)
@@ -145,13 +145,14 @@ def test_connections_over_the_total_cap_get_503_at_once(site):
 
 
 def test_a_page_is_served_while_drip_clients_hold_connections(site):
-    with serving(site, request_deadline=3.0) as server:
+    # a page that waited on the drips would come after their 6 s deadline
+    with serving(site, request_deadline=6.0) as server:
         port = server.server_address[1]
         holding = [held(port) for _ in range(20)]
         try:
             started = time.monotonic()
-            assert status(request(port, timeout=5)) == 200
-            assert time.monotonic() - started < 1
+            assert status(request(port, timeout=10)) == 200
+            assert time.monotonic() - started < 3
             assert all(open_and_silent(s) for s in holding)
         finally:
             for s in holding:

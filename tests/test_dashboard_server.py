@@ -95,32 +95,60 @@ def burst(port: int, n: int, path: str = "/") -> tuple[list[int], float]:
     return [r[0] for r in results], max(r[1] for r in results)
 
 
+def listen_drops() -> int | None:
+    """The kernel's count of connections dropped at a full listen queue (TcpExt ListenDrops in
+    /proc/net/netstat; None where it cannot be read): what a too-small backlog does, seen without a
+    clock (a busy machine stretches every answer, never this count)."""
+    try:
+        lines = Path("/proc/net/netstat").read_text().splitlines()
+    except OSError:
+        return None
+    for names, values in zip(lines[::2], lines[1::2]):
+        if names.startswith("TcpExt:"):
+            row = dict(zip(names.split()[1:], values.split()[1:]))
+            return int(row["ListenDrops"]) if "ListenDrops" in row else None
+    return None
+
+
+def assert_none_dropped(before: int | None, n: int) -> None:
+    after = listen_drops()
+    if before is not None and after is not None:
+        assert after == before, f"{after - before} of {n} connections dropped at the listen queue"
+
+
 def test_a_burst_of_200_connections_is_served_without_waiting_on_the_backlog(server):
     """With the stdlib's listen backlog of 5, SYNs beyond it were dropped: clients waited 1, 3, 7 s for
-    retransmits (up to 8-15 s). Now each answer comes in well under the first retransmit."""
+    retransmits (up to 8-15 s). Now none is dropped at the listen queue (the kernel's count), and no
+    client waits out a chain of retransmits (a bound loose enough for a busy CI machine)."""
     port = server.server_address[1]
+    before = listen_drops()
     statuses, slowest = burst(port, 200)
     assert statuses == [200] * 200
-    assert slowest < 0.9, f"slowest of 200 took {slowest:.2f} s"
+    assert_none_dropped(before, 200)
+    assert slowest < 5, f"slowest of 200 took {slowest:.2f} s"
 
 
 def test_half_sent_requests_neither_starve_others_nor_stay_open(site):
-    server = start(site, read_timeout=1.0)
+    # a client starved by the half-sent ones would wait out their read timeout: 4 s, far above what
+    # an answer takes even on a busy machine
+    server = start(site, read_timeout=4.0)
     port = server.server_address[1]
     try:
         half = []
         for _ in range(60):
-            s = socket.create_connection(("127.0.0.1", port), timeout=10)
+            s = socket.create_connection(("127.0.0.1", port), timeout=20)
             s.sendall(
                 f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n".encode()
             )  # and never the blank line
             half.append(s)
+        before = listen_drops()
         statuses, slowest = burst(port, 50)
-        assert statuses == [200] * 50 and slowest < 0.9, (statuses, slowest)
+        assert statuses == [200] * 50 and slowest < 3, (statuses, slowest)
+        assert_none_dropped(before, 50)
         t = time.perf_counter()
         for s in half:  # the server drops each after its read timeout
             assert s.recv(100) == b""
-        assert time.perf_counter() - t < 5
+        assert time.perf_counter() - t < 12
         for s in half:
             s.close()
     finally:
