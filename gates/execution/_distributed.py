@@ -429,8 +429,6 @@ def run_distributed(
     study = open_queue(parent, storage)
     result = Enqueued(study.study_name, _safe(storage.url))
     if getattr(loaded.contract, "tuning", None) is not None:
-        from gates.execution import _tuning as tuning
-
         tuning_url = optuna_storage or storage_url
         if fresh:
             delete_tuning_studies(loaded, parent, tuning_url)
@@ -441,21 +439,9 @@ def run_distributed(
                 on_enqueued(result)
             return result
         wait_for_jobs(storage, study.study_name, jobs, progress, poll=poll)
-        parent.loaded, parent.tuning = tuning.tune_and_apply(
-            loaded,
-            tracking_uri,
-            parent_run_id=parent.parent_id,
-            experiment_id=parent.experiment_id,
-            storage_url=tuning_url,
-            progress=progress,
-            prov=parent.prov,
-        )
+        parent.apply_tuning(tuning_url, progress)
     records: list[dict] = []
-    while (
-        seeds := plan.next_seeds(parent.loaded, records)
-    ) is not None:  # one look at a time (gates/plan.py)
-        if any(r["seed"] in seeds for r in records):
-            raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
+    for seeds in plan.seeds_by_look(parent.loaded, records):  # one look at a time (gates/plan.py)
         jobs = run_jobs(parent, seeds)
         enqueue(study, storage, parent, jobs, result)
         if on_enqueued is not None:
@@ -467,9 +453,7 @@ def run_distributed(
         )
     close_leftovers(parent, records)
     run_keys = {plan.job_key(r["arm"], r["seed"]) for r in records}
-    reuse.total, reuse.reused = len(records), len(run_keys & set(result.reused))
-    reuse.skipped = sum(r.get("status") == "skipped" for r in records)
-    reuse.trained = reuse.total - reuse.reused - reuse.skipped
+    reuse.tally(records, reused=len(run_keys & set(result.reused)))
     return runner.finish(parent, records, runs_root, recording, reuse)
 
 

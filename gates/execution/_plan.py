@@ -16,6 +16,7 @@ Both ask `next_seeds` the same question with the records they have, so the looks
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from gates.contract import LoadedContract
@@ -115,6 +116,16 @@ def failing_streak(loaded: LoadedContract, records: list[dict], arm: str) -> lis
         streak.append(r)
     limit = loaded.contract.stop_rules.failures.max_consecutive
     return streak[::-1] if len(streak) >= limit else []
+
+
+def seeds_by_look(loaded: LoadedContract, records: list[dict]) -> Iterator[list[int]]:
+    """Each look's seeds (`next_seeds`), asked once the caller has added the last look's records to
+    `records` (its own list, grown between looks); a plan that asks again for seeds with records is a
+    bug, raised rather than run twice."""
+    while (seeds := next_seeds(loaded, records)) is not None:
+        if any(r["seed"] in seeds for r in records):
+            raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
+        yield seeds
 
 
 def next_seeds(loaded: LoadedContract, records: list[dict]) -> list[int] | None:

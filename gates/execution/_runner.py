@@ -143,6 +143,22 @@ class ParentRun:
     def budget(self) -> Budget:
         return Budget(self.loaded.contract.budget.steps, self.loaded.contract.budget.eval_every)
 
+    def apply_tuning(self, storage_url: str | None, progress, *, fresh: bool = False) -> None:
+        """The tuning (gates.execution._tuning.tune_and_apply: its trials run here, or are found done in
+        `storage_url`) recorded under this parent run, and its best configs made the contract's."""
+        from gates.execution._tuning import tune_and_apply
+
+        self.loaded, self.tuning = tune_and_apply(
+            self.loaded,
+            self.tracking_uri,
+            parent_run_id=self.parent_id,
+            experiment_id=self.experiment_id,
+            storage_url=storage_url,
+            fresh=fresh,
+            progress=progress,
+            prov=self.prov,
+        )
+
 
 def prepare_parent(
     loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False
@@ -278,6 +294,12 @@ class Reuse:
             )
         return text
 
+    def tally(self, records: list[dict], reused: int) -> None:
+        """The counts of a run whose `records` are all in, `reused` of them taken from MLflow."""
+        self.total, self.reused = len(records), reused
+        self.skipped = sum(r.get("status") == "skipped" for r in records)
+        self.trained = self.total - self.reused - self.skipped
+
     def as_dict(self) -> dict:
         return dict(self.__dict__)
 
@@ -373,19 +395,8 @@ def _run_contract(
     if (
         c.tuning is not None
     ):  # tune first (gates/tuning.py): the seeds run each tuned arm's best config
-        from gates.execution._tuning import tune_and_apply
-
-        loaded, parent.tuning = tune_and_apply(
-            loaded,
-            tracking_uri,
-            parent_run_id=parent.parent_id,
-            experiment_id=parent.experiment_id,
-            storage_url=optuna_storage,
-            fresh=fresh,
-            progress=progress,
-            prov=parent.prov,
-        )
-        parent.loaded = loaded
+        parent.apply_tuning(optuna_storage, progress, fresh=fresh)
+        loaded = parent.loaded
 
     records: list[dict] = []
     budget = parent.budget
@@ -393,11 +404,7 @@ def _run_contract(
     try:
         # the plan (gates/plan.py): one look's arm x seed jobs at a time, seed-major, the arms that
         # relative futility rules judge last in each seed; between looks, the decision point
-        while (seeds := plan.next_seeds(loaded, records)) is not None:
-            if any(r["seed"] in seeds for r in records):
-                raise RuntimeError(
-                    f"the plan asked again for seeds {seeds} that already have records"
-                )
+        for seeds in plan.seeds_by_look(loaded, records):
             seed_histories: dict[
                 int, dict[str, dict]
             ] = {}  # seed -> arm -> metric -> [(step, value)]

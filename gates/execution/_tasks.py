@@ -202,25 +202,12 @@ def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url,
             if before["arm"] == after["arm"]:  # trial n samples with trial n - 1 finished
                 after["after"] = [before["job"]]
         tasks.run(trials)
-        parent.loaded, parent.tuning = tuning.tune_and_apply(
-            loaded,
-            parent.tracking_uri,
-            parent_run_id=parent.parent_id,
-            experiment_id=parent.experiment_id,
-            storage_url=tuning_url,
-            progress=progress,
-            prov=parent.prov,
-        )
+        parent.apply_tuning(tuning_url, progress)
     records: list[dict] = []
-    while (seeds := plan.next_seeds(parent.loaded, records)) is not None:  # look by look
-        if any(r["seed"] in seeds for r in records):
-            raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
+    for seeds in plan.seeds_by_look(parent.loaded, records):  # look by look
         records += tasks.run(distributed.run_jobs(parent, seeds), reused=done)
     distributed.close_leftovers(parent, records)  # dead attempts' runs
-    reuse.total = len(records)
-    reuse.reused = sum((r["arm"], r["seed"]) in done for r in records)
-    reuse.skipped = sum(r.get("status") == "skipped" for r in records)
-    reuse.trained = reuse.total - reuse.reused - reuse.skipped
+    reuse.tally(records, reused=sum((r["arm"], r["seed"]) in done for r in records))
     return runner.finish(parent, records, runs_root, recording, reuse)
 
 
