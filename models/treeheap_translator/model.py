@@ -594,31 +594,21 @@ def _beam(model, memory, start, beam_size, max_len):
 # ------------------------------------------------------------------------------------ sizes
 def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
     """Multiply-adds x 2 of one example's forward pass with every leaf full and T = N target steps."""
-    d, h, m, n, depth = (
-        config.d_model,
-        config.hidden,
-        config.read_dim,
-        config.n_leaves,
-        config.depth,
-    )
+    d, h, m, n = config.d_model, config.hidden, config.read_dim, config.n_leaves
     arm, nodes = config.arm, 2 * n - 1
     if arm == "factorial":
         return _cell_flops(config, vocab_size)
-    encoder = (
-        0
-        if arm in ("target_only", *DENSE_ARMS)
-        else depth * (n // 2) * 2 * (2 * d * (config.butterfly_hidden or h))
-    )  # F and G on every pair
+    encoder = 0 if arm in ("target_only", *DENSE_ARMS) else _butterfly_flops(config)
     if arm in FOLD_ARMS:
         per_parent = 2 * d * h + {
             "mlp": 3 * d * config.merge_hidden,
             "bilinear": 2 * d * h + 3 * d * config.relation_rank,
         }.get(config.arm, 2 * d * h)
         encoder += (n - 1) * per_parent
-    per_step = 3 * (2 * d * d + d * d) + 2 * d * vocab_size  # GRU cell, output layer
+    per_step = _decoder_step_flops(d, vocab_size)
     if arm in TREE_ARMS:
-        encoder += nodes * 2 * d * m
-        per_step += 2 * d * m + 2 * nodes * m + nodes * d
+        keys, step = _tree_read_flops(d, m, nodes)
+        encoder, per_step = encoder + keys, per_step + step
     if arm == "flat_seq":
         encoder += n * (d * config.attn_hidden + config.attn_hidden * m)
         per_step += d * m + n * m + n * d
@@ -626,43 +616,68 @@ def forward_flops(config: TranslatorConfig, vocab_size: int) -> int:
         encoder += nodes * d * 2 * m
         per_step += d * 2 * m + nodes * 2 * m + nodes * d
     if arm in DENSE_ARMS:
-        e = 2 * config.gru_hidden if arm == "bahdanau" else d
-        if arm == "bahdanau":  # two directions over every leaf
-            encoder += n * 2 * 3 * config.gru_hidden * (d + config.gru_hidden)
-        else:  # q, k, v, output maps, scores and their weighted sum, the MLP
-            encoder += n * (4 * d * d + 2 * n * d + 2 * d * config.ffn_hidden)
-        encoder += n * (e * m + e * d) + e * d  # keys, values, h_0
-        per_step += d * m + n * m + n * d + d * d  # query, scores, weighted values, output map
+        if arm == "bahdanau":
+            e = 2 * config.gru_hidden
+            encoder += _bigru_flops(n, d, config.gru_hidden)
+        else:
+            e = d
+            encoder += _transformer_layer_flops(n, d, config.ffn_hidden)
+        keys, step = _dense_read_flops(n, d, m, e)
+        encoder += keys + e * d  # keys and values, h_0
+        per_step += step
     return 2 * (encoder + n * per_step)
 
 
 def _cell_flops(config: TranslatorConfig, vocab_size: int) -> int:
     """`forward_flops` of a factorial cell: its encoder, its reader, h_0, the decoder."""
-    d, h, m, n, depth = (
-        config.d_model,
-        config.hidden,
-        config.read_dim,
-        config.n_leaves,
-        config.depth,
-    )
+    d, h, m, n = config.d_model, config.hidden, config.read_dim, config.n_leaves
     nodes = 2 * n - 1
-    if config.encoder in BUTTERFLY_ENCODERS:  # F and G on every pair (relay: on every pair anyway)
-        encoder = depth * (n // 2) * 2 * (2 * d * (config.butterfly_hidden or h))
-    elif config.encoder == "bigru":  # two directions over every leaf, then the map back to d
-        g = config.gru_hidden
-        encoder = n * 2 * 3 * g * (d + g) + n * 2 * g * d
-    else:  # per layer: q, k, v, output maps, scores and their weighted sum, the MLP
-        encoder = TRANSFORMER_LAYERS * n * (4 * d * d + 2 * n * d + 2 * d * config.ffn_hidden)
+    if config.encoder in BUTTERFLY_ENCODERS:  # relay: F and G on every pair anyway
+        encoder = _butterfly_flops(config)
+    elif config.encoder == "bigru":  # then the map back to d
+        encoder = _bigru_flops(n, d, config.gru_hidden) + n * 2 * config.gru_hidden * d
+    else:
+        encoder = TRANSFORMER_LAYERS * _transformer_layer_flops(n, d, config.ffn_hidden)
     encoder += d * d  # h_0
-    per_step = 3 * (2 * d * d + d * d) + 2 * d * vocab_size  # GRU cell, output layer
+    per_step = _decoder_step_flops(d, vocab_size)
     if config.reader in TREE_READERS:
         encoder += (n - 1) * 2 * (2 * d * h)  # the lifting FOLD's P and U~ at every parent
-        encoder += nodes * 2 * d * m  # stop and branch keys (all_nodes: one key of width 2m)
-        per_step += 2 * d * m + 2 * nodes * m + nodes * d
-    else:  # keys, values; per step the query, scores, weighted values, output map
-        encoder += n * (d * m + d * d)
-        per_step += d * m + n * m + n * d + d * d
-    return 2 * (encoder + n * per_step)
+        keys, step = _tree_read_flops(d, m, nodes)  # all_nodes: one key of width 2m, the same count
+    else:
+        keys, step = _dense_read_flops(n, d, m, d)
+    return 2 * (encoder + keys + n * (per_step + step))
+
+
+# the parts both count (multiply-adds); a read part is (once per example, per target step)
+def _butterfly_flops(config: TranslatorConfig) -> int:
+    """F and G on every pair at every level."""
+    d, n = config.d_model, config.n_leaves
+    return config.depth * (n // 2) * 2 * (2 * d * (config.butterfly_hidden or config.hidden))
+
+
+def _bigru_flops(n: int, d: int, g: int) -> int:
+    """Two directions of a GRU of width g over every leaf."""
+    return n * 2 * 3 * g * (d + g)
+
+
+def _transformer_layer_flops(n: int, d: int, ffn: int) -> int:
+    """q, k, v and output maps, scores and their weighted sum, the MLP."""
+    return n * (4 * d * d + 2 * n * d + 2 * d * ffn)
+
+
+def _decoder_step_flops(d: int, vocab_size: int) -> int:
+    """The GRU cell and the output layer."""
+    return 3 * (2 * d * d + d * d) + 2 * d * vocab_size
+
+
+def _tree_read_flops(d: int, m: int, nodes: int) -> tuple[int, int]:
+    """Stop and branch keys at every node; per step the query and the descent."""
+    return nodes * 2 * d * m, 2 * d * m + 2 * nodes * m + nodes * d
+
+
+def _dense_read_flops(n: int, d: int, m: int, e: int) -> tuple[int, int]:
+    """Keys and values of n states of width e; per step the query, scores, weighted values, output map."""
+    return n * (e * m + e * d), d * m + n * m + n * d + d * d
 
 
 # ------------------------------------------------------------------------------------ parameters
