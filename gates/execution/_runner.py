@@ -392,9 +392,8 @@ def _run_contract(
     done = finished_runs(parent)
     reuse = Reuse()
     reuse.other_code, reuse.other_code_sha256 = runs_under_other_code(parent)
-    if (
-        c.tuning is not None
-    ):  # tune first (gates/tuning.py): the seeds run each tuned arm's best config
+    # tune first (gates/tuning.py): the seeds run each tuned arm's best config
+    if c.tuning is not None:
         parent.apply_tuning(optuna_storage, progress, fresh=fresh)
         loaded = parent.loaded
 
