@@ -20,9 +20,11 @@ def _share_the_cores() -> None:
     """Under pytest-xdist, each worker computes on its share of the cores (and so do the `gates`
     processes its tests start, through OMP_NUM_THREADS): N workers each on torch's default of every
     core would oversubscribe them, and busy-waiting OpenMP threads slow small models many times over."""
+    from gates.execution import threads_per_job
+
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
-        threads = max(1, (os.cpu_count() or 1) // workers)
+        threads = threads_per_job(workers)
         os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = str(threads)
         torch.set_num_threads(threads)
 

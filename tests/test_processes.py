@@ -15,9 +15,9 @@ import sys
 import pytest
 
 from gates.contract import load_contract
-from gates.execution import run_contract, run_processes
+from gates.execution import run_contract, run_processes, threads_per_job
 from gates.verify import verify
-from tests.conftest import write_contract
+from tests.conftest import ROOT, write_contract
 from tests.test_distributed import JOB_ENV, comparable, dist_contract, reference  # noqa: F401
 from tests.test_ray import children
 
@@ -50,7 +50,7 @@ def test_two_processes_match_a_single_process(reference, workdir):
     assert sum(line["event"] == "run" for line in lines) == 8
     evidence = json.loads((workdir / "runs" / "c05-dist" / "evidence.json").read_text())
     assert comparable(evidence) == comparable(reference)
-    threads = str(max(1, (os.cpu_count() or 1) // 2))
+    threads = str(threads_per_job(2))
     assert {r["environment"]["threads"] for r in evidence["runs"]} == {threads}
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     finished = [r for r in children(uri, "c05-dist") if r.info.status == "FINISHED"]
@@ -112,6 +112,27 @@ def test_verify_replays_in_processes(workdir):
     path.write_text(json.dumps(doctored))
     (check,) = verify(workdir / "runs", workdir / "contracts", replay=True, jobs=2)
     assert check.status == "lost" and any("mean_rank replays as" in p for p in check.problems)
+
+
+def test_a_replay_in_processes_computes_on_the_recorded_count_else_on_the_shared_cores():
+    """Runs recorded without a thread count (older evidence) replay in N processes on the cores shared
+    out, not N x every core (which made CI's replays many times slower); a recorded count decides
+    whatever the processes; in one process the count is left as it is."""
+    from gates.record import as_evidence
+    from gates.verify._verify import replay_threads
+
+    data = json.loads(
+        (ROOT / "tests/fixtures/claims/runs/c05-baseline-control/evidence.json").read_text()
+    )
+    for run in data["runs"]:
+        (run.get("environment") or {}).pop("threads", None)
+    unrecorded = as_evidence(data)
+    assert (
+        replay_threads(unrecorded, 2) == threads_per_job(2) and replay_threads(unrecorded) is None
+    )
+    for run in data["runs"]:
+        run["environment"] = {**(run.get("environment") or {}), "threads": "3"}
+    assert replay_threads(as_evidence(data), 2) == replay_threads(as_evidence(data)) == 3
 
 
 def test_a_tuned_contract_on_a_new_store_in_processes_is_a_single_processs(workdir):

@@ -13,7 +13,6 @@ JSON object on stdout ({"error": {"code", "message", ...}}, main()).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import time
@@ -451,7 +450,9 @@ def run(
         counts = {recorded_threads(r.environment) for r in recording.recorded.runs}
         threads = counts.pop() if len(counts) == 1 else None
     if threads is None and jobs > 1:  # the cores shared out, not jobs x cores threads
-        threads = max(1, (os.cpu_count() or 1) // jobs)
+        from gates.execution import threads_per_job
+
+        threads = threads_per_job(jobs)
     retain_freed_memory()  # this process trains: keep its large buffers between steps
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:
@@ -852,7 +853,8 @@ def verify(
         "--jobs",
         min=1,
         help="With --replay: run the replays' arm x seed runs in this many local processes (each "
-        "on the thread count its run recorded).",
+        "on the thread count its runs recorded; where none was recorded, the cores divided among "
+        "the processes).",
     ),
 ):
     """Fail (exit 1) when a claim lost its evidence: contract edited after the fact, evidence missing or

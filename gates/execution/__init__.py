@@ -46,6 +46,7 @@ _FACE = {
     "run_processes": ("_processes", "run_processes"),
     "run_ray": ("_ray", "run_ray"),
     "run_tuning_trial": ("_tuning", "run_tuning_trial"),
+    "threads_per_job": ("_processes", "threads_per_job"),
     "skipped_record": ("_runner", "skipped_record"),
     "tune": ("_tuning", "tune"),
     "tuned_config": ("_tuning", "tuned_config"),

@@ -54,6 +54,13 @@ def _run_task(info: dict, attrs: dict, readable: dict, threads: int) -> dict:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
+def threads_per_job(jobs: int) -> int:
+    """The CPU threads of each of `jobs` processes when no recorded count decides: the cores shared
+    out. Each process on torch's default of every core would oversubscribe them, and busy-waiting
+    OpenMP threads slow small models many times over."""
+    return max(1, (os.cpu_count() or 1) // jobs)
+
+
 class ProcessBackend:
     """Tasks in `jobs` local processes (gates.execution._tasks.Backend)."""
 
