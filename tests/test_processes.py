@@ -118,21 +118,21 @@ def test_a_replay_in_processes_computes_on_the_recorded_count_else_on_the_shared
     """Runs recorded without a thread count (older evidence) replay in N processes on the cores shared
     out, not N x every core (which made CI's replays many times slower); a recorded count decides
     whatever the processes; in one process the count is left as it is."""
+    from gates.execution import job_threads
     from gates.record import as_evidence
-    from gates.verify._verify import replay_threads
 
     data = json.loads(
         (ROOT / "tests/fixtures/claims/runs/c05-baseline-control/evidence.json").read_text()
     )
     for run in data["runs"]:
         (run.get("environment") or {}).pop("threads", None)
-    unrecorded = as_evidence(data)
-    assert (
-        replay_threads(unrecorded, 2) == threads_per_job(2) and replay_threads(unrecorded) is None
-    )
+    unrecorded = as_evidence(data).runs
+    assert job_threads(unrecorded, 2) == threads_per_job(2) and job_threads(unrecorded) is None
     for run in data["runs"]:
         run["environment"] = {**(run.get("environment") or {}), "threads": "3"}
-    assert replay_threads(as_evidence(data), 2) == replay_threads(as_evidence(data)) == 3
+    recorded = as_evidence(data).runs
+    assert job_threads(recorded, 2) == job_threads(recorded) == 3
+    assert job_threads(None, 2) == threads_per_job(2) and job_threads(None) is None
 
 
 def test_a_tuned_contract_on_a_new_store_in_processes_is_a_single_processs(workdir):

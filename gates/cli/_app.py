@@ -432,7 +432,7 @@ def run(
         run_processes,
     )
     from gates.record import REPRODUCE, plan_recording, resolve_uri
-    from gates.study import cpu_threads, recorded_threads
+    from gates.study import cpu_threads
 
     _check_executor(executor, ray_address, storage, jobs)
     loaded = _load(contract)
@@ -444,15 +444,11 @@ def run(
     recording = plan_recording(
         loaded, runs_dir, record=record, reason=reason
     )  # bad flags: exit 2 before any step
-    if (
-        threads is None and recording.mode == REPRODUCE
-    ):  # the thread count the record's runs were computed on
-        counts = {recorded_threads(r.environment) for r in recording.recorded.runs}
-        threads = counts.pop() if len(counts) == 1 else None
-    if threads is None and jobs > 1:  # the cores shared out, not jobs x cores threads
-        from gates.execution import threads_per_job
+    if threads is None:  # reproducing: the count the record's runs were computed on
+        from gates.execution import job_threads
 
-        threads = threads_per_job(jobs)
+        reproduced = recording.recorded.runs if recording.mode == REPRODUCE else None
+        threads = job_threads(reproduced, jobs)
     retain_freed_memory()  # this process trains: keep its large buffers between steps
     uri = resolve_uri(tracking_uri)
     if no_wait and storage is None:

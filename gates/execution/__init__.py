@@ -35,6 +35,7 @@ _FACE = {
     "grace_seconds": ("_distributed", "grace_seconds"),
     "import_ray": ("_ray", "import_ray"),
     "is_converged": ("_stop_rules", "is_converged"),
+    "job_threads": ("_processes", "job_threads"),
     "open_storage": ("_distributed", "open_storage"),
     "open_study": ("_tuning", "open_study"),
     "preflight": ("_preflight", "preflight"),

@@ -61,6 +61,17 @@ def threads_per_job(jobs: int) -> int:
     return max(1, (os.cpu_count() or 1) // jobs)
 
 
+def job_threads(recorded_runs, jobs: int = 1) -> int | None:
+    """The CPU threads a run's jobs compute on, when no --threads says: reproducing or replaying a
+    record (`recorded_runs`, its RunRecords; None: nothing recorded), the count its runs all recorded;
+    else, in `jobs` > 1 processes, `threads_per_job`; else None (the count as it is)."""
+    from gates.study import recorded_threads
+
+    counts = {recorded_threads(r.environment) for r in recorded_runs or ()}
+    recorded = counts.pop() if len(counts) == 1 else None
+    return recorded if recorded is not None or jobs == 1 else threads_per_job(jobs)
+
+
 class ProcessBackend:
     """Tasks in `jobs` local processes (gates.execution._tasks.Backend)."""
 

@@ -417,29 +417,17 @@ def _short(x, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def replay_threads(ev: Evidence, jobs: int = 1) -> int | None:
-    """The CPU threads a replay's runs compute on: the count its runs recorded (when they all recorded
-    the same one); else, in `jobs` > 1 processes, the cores shared out among them (`threads_per_job`:
-    each on every core would oversubscribe them); else None, the count as it is."""
-    from gates.execution import threads_per_job
-    from gates.study import recorded_threads
-
-    counts = {recorded_threads(r.environment) for r in ev.runs}
-    threads = counts.pop() if len(counts) == 1 else None
-    return threads if threads is not None or jobs == 1 else threads_per_job(jobs)
-
-
 def _replay(loaded: LoadedContract, ev: Evidence, processes=None) -> list[str]:
     """Re-run the contract into a throwaway store and compare with the evidence, on the CPU thread count
     its runs recorded (when they all recorded the same one); its runs in `processes` where given (on
     the cores shared out among them when no count is recorded)."""
-    from gates.execution import run_contract, run_processes
+    from gates.execution import job_threads, run_contract, run_processes
     from gates.study import cpu_threads
 
     tol = loaded.contract.replay
     with (
         tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp,
-        cpu_threads(replay_threads(ev, processes.jobs if processes is not None else 1)),
+        cpu_threads(job_threads(ev.runs, processes.jobs if processes is not None else 1)),
     ):
         store, runs = f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs"
         if processes is None:
