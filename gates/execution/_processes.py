@@ -164,22 +164,17 @@ def run_processes(
     import torch
 
     progress = progress or runner.SilentProgress()
-    tuning_url = None
-    if loaded.contract.tuning is not None:
-        from gates.execution import _tuning as tuning
-
-        tuning_url = optuna_storage or tuning.default_storage(tracking_uri)
+    tuning_url = tasks.tuning_storage(loaded, tracking_uri, optuna_storage)
     threads = torch.get_num_threads()  # the driver's, under --threads: every task's
     recording = recording or plan_recording(loaded, runs_root, record=record, reason=reason)
     with contract_lock(runs_root, loaded.id):
-        parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
-        runner.own_parent(parent)
         own = backend is None
         backend = backend or ProcessBackend(jobs)
         try:
             return tasks.drive(
-                backend,
-                parent,
+                lambda parent: backend,
+                loaded,
+                tracking_uri,
                 runs_root,
                 recording,
                 threads,

@@ -288,11 +288,8 @@ def run_ray(
     ray = import_ray()
     progress = progress or runner.SilentProgress()
     stores = {"--tracking-uri": tracking_uri}
-    tuning_url = None
-    if loaded.contract.tuning is not None:
-        from gates.execution import _tuning as tuning
-
-        tuning_url = optuna_storage or tuning.default_storage(tracking_uri)
+    tuning_url = tasks.tuning_storage(loaded, tracking_uri, optuna_storage)
+    if tuning_url is not None:
         stores["--optuna-storage"] = tuning_url
     refuse_local_store(ray, stores, address)
     # the thread count the runs compute on (each records it): the driver's, under --threads
@@ -310,11 +307,10 @@ def run_ray(
                 f"fewer, or larger nodes",
                 field="--threads",
             )
-        parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
-        runner.own_parent(parent)
         return tasks.drive(
-            RayBackend(ray, parent, threads),
-            parent,
+            lambda parent: RayBackend(ray, parent, threads),
+            loaded,
+            tracking_uri,
             runs_root,
             recording,
             threads,

@@ -27,9 +27,11 @@ cancelled, finished runs are kept) and cancels what is outstanding.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from gates.contract import LoadedContract
 from gates.execution import _distributed as distributed
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
@@ -156,9 +158,22 @@ class Tasks:
                 self.progress.start(attrs["arm"], attrs["seed"], steps)
 
 
+def tuning_storage(
+    loaded: LoadedContract, tracking_uri: str, optuna_storage: str | None
+) -> str | None:
+    """Where a tuned contract's trials are stored: `optuna_storage`, else the default beside the
+    tracking store; None for a contract that tunes nothing."""
+    if loaded.contract.tuning is None:
+        return None
+    from gates.execution import _tuning as tuning
+
+    return optuna_storage or tuning.default_storage(tracking_uri)
+
+
 def drive(
-    backend: Backend,
-    parent: runner.ParentRun,
+    backend_for: Callable[[runner.ParentRun], Backend],
+    loaded: LoadedContract,
+    tracking_uri: str,
     runs_root: Path,
     recording: Recording,
     threads: int,
@@ -167,9 +182,13 @@ def drive(
     *,
     fresh: bool,
 ) -> runner.Outcome:
-    """The plan as tasks on `backend`: tuning trials (each arm's in order), the best configs applied,
-    then the arm x seed jobs look by look; the verdict and evidence written here, as by `execute`.
-    On Ctrl-C the tasks are cancelled and the parent run is marked KILLED, as a single process marks it."""
+    """The contract's parent run prepared and owned here, then its plan as tasks on
+    `backend_for(parent)`: tuning trials (each arm's in order), the best configs applied, then the arm x
+    seed jobs look by look; the verdict and evidence written here, as by `execute`. On Ctrl-C the tasks
+    are cancelled and the parent run is marked KILLED, as a single process marks it."""
+    parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
+    runner.own_parent(parent)
+    backend = backend_for(parent)
     try:
         return _drive(backend, parent, runs_root, recording, threads, progress, tuning_url, fresh)
     except KeyboardInterrupt:
