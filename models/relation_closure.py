@@ -221,7 +221,7 @@ def _metrics() -> dict[str, Metric]:
     )
     metrics.update(
         {
-            f"mass_kept_vs_oracle_top_{share}_at_depth_{t}": nonnegative("higher", "test")
+            f"mass_kept_vs_oracle_top_{share}_at_depth_{t}": positive("higher", "test")
             for share, first in (("half", 1), ("quarter", 2))
             for t in range(first, MAX_DEPTH + 1)
         }
@@ -229,7 +229,9 @@ def _metrics() -> dict[str, Metric]:
     # how peaked the dense posterior is (nats over the tree's leaves; log N is uniform): a property of
     # the data regime that a positive control reads, recorded per arm; linear, as it sits away from 0 (no
     # unit: nats, but not to be compared with the KLs, which are on the log scale)
-    metrics["dense_entropy"] = nonnegative("lower", "test")
+    metrics["dense_entropy"] = nonnegative(
+        "lower", "test", "an entropy near log N, at most log N: away from 0, spread symmetric"
+    )
     metrics["dense_entropy_ratio"] = proportion("lower", "test")  # dense_entropy / log N
     metrics["teacher_heldout_loss"] = nonnegative(
         "lower", "diagnostic"
@@ -241,7 +243,9 @@ def _metrics() -> dict[str, Metric]:
     metrics["fit_topk_recall_10"] = proportion(
         "higher", "train"
     )  # the beam calibration's, on fit queries
-    metrics["visited_nodes"] = nonnegative("lower", "cost")  # a count per query, at most 2N - 1
+    metrics["visited_nodes"] = nonnegative(
+        "lower", "cost", "an average over queries of a count at most 2N - 1: roughly normal"
+    )
     # wall-clock medians and byte accountings: positive, multiplicative (a ratio to the dense read is the
     # question of spr096-read-cost: latency_ms vs dense_latency_ms, one unit)
     metrics.update(
@@ -255,7 +259,7 @@ def _metrics() -> dict[str, Metric]:
     )
     metrics["visited_share"] = proportion("lower", "cost")
     metrics["index_bytes_per_key"] = nonnegative(
-        "lower", "cost"
+        "lower", "cost", "a byte accounting fixed by the tree's shape"
     )  # what the read keeps in memory, per leaf key
     metrics["beam_width"] = Metric("lower", "diagnostic", 1.0, None)
     metrics["overflow_share"] = proportion("lower", "diagnostic")

@@ -65,7 +65,34 @@ def c05_current() -> dict:
     data["controls"] = copy.deepcopy(C05_CONTROLS)
     data["convergence"] = {"metric": "train_acc", "window": 100, "max_rel_improvement": 0.02}
     data["seeds"] = len(data["seeds"])
+    data["decision"] = copy.deepcopy(C05_LOSS_DECISION)
     return data
+
+
+# The decision of c05_current: its accuracy bars as test-loss bars (positive, log scale: the t-test of
+# their geometric means). At 3 seeds no test of a median or of a bounded metric's mean (the committed
+# contract's accuracies) can reach alpha (engine 4), so the design rules would refuse it.
+C05_LOSS_DECISION = {
+    "alpha": 0.05,
+    "supported_if": [
+        {"kind": "threshold", "arm": arm, "metric": "test_loss", "direction": d, "value": v}
+        for arm, d, v in (
+            ("subheap_kernel", "lower", 0.5),
+            ("path_subheap_kernel", "lower", 0.5),
+            ("flat_address", "higher", 2.0),
+            ("path_only", "higher", 2.0),
+        )
+    ],
+    "refuted_if": [
+        {"kind": "threshold", "arm": arm, "metric": "test_loss", "direction": d, "value": v}
+        for arm, d, v in (
+            ("subheap_kernel", "higher", 0.5),
+            ("path_subheap_kernel", "higher", 0.5),
+            ("flat_address", "lower", 2.0),
+            ("path_only", "lower", 2.0),
+        )
+    ],
+}
 
 
 def small_c05(**overrides) -> dict:

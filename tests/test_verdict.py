@@ -108,8 +108,10 @@ def test_threshold_in_the_undetermined_zone_says_how_many_seeds():
     )
 
 
-def test_zero_spread_gets_the_exact_sign_test_p_not_zero():
-    """Three seeds that agree are three observations: p = 1/8, never 0 (engine 3: the sign test)."""
+def test_zero_spread_is_no_evidence_about_a_mean_and_the_declared_median_gets_the_sign_test():
+    """Three seeds that agree are three observations, never p = 0 (engine 4): with no declared range the
+    t-test of the mean is undefined without spread (undetermined); with estimand median the sign test
+    gives 1/8; nothing switches between the two on the data."""
     d = decision(
         [
             thr("a", "acc", "higher", 0.95),
@@ -122,15 +124,30 @@ def test_zero_spread_gets_the_exact_sign_test_p_not_zero():
     v = decide(d, rs)
     for label in ("supported_if[0]", "supported_if[1]"):
         c = cond(v, label)
+        assert (c.p_hold, c.p_fail) == (1.0, 1.0) and c.test == "one-sample t"
+        assert "no spread" in c.note and c.outcome == "undetermined"
+        assert c.estimand == f"mean of {c.description.split()[0]} across seeds"
+    assert v.verdict == "inconclusive"
+    json.dumps(v.to_dict(), allow_nan=False)
+
+    median = decision(
+        [
+            thr("a", "acc", "higher", 0.95, estimand="median"),
+            thr("b", "acc", "lower", 0.25, estimand="median"),
+            thr("c", "acc", "higher", 0.95, estimand="median"),
+        ],
+        [thr("a", "acc", "lower", 0.5, estimand="median")],
+    )
+    v = decide(median, rs)
+    for label in ("supported_if[0]", "supported_if[1]"):
+        c = cond(v, label)
         assert (c.p_hold, c.p_fail) == (1 / 8, 1.0) and c.test == "sign (exact)"
-        assert "no spread" in c.test_reason and c.outcome == "undetermined"
         assert c.ci_low == c.ci_high == c.estimate  # the per-seed range of the effect
         assert c.estimand == f"median of {c.description.split()[0]} across seeds"
     tie = cond(v, "supported_if[2]")  # exactly at the bar: no evidence either way
     assert tie.estimate == 0.0 and (tie.p_hold, tie.p_fail) == (1.0, 1.0)
     r = cond(v, "refuted_if[0]")
     assert (r.p_hold, r.p_fail) == (1.0, 1 / 8) and r.outcome == "undetermined"
-    assert v.verdict == "inconclusive"
     json.dumps(v.to_dict(), allow_nan=False)
 
 
@@ -273,7 +290,7 @@ def test_trend_tie_at_zero_spread_is_not_a_strict_trend():
     t = {"kind": "trend", "direction": "lower", "metric": "err", "arms": ["a", "b"]}
     v = decide(decision([t]), runs("a", err=[0.5] * 3) + runs("b", err=[0.5] * 3))
     c = cond(v, "supported_if[0]")
-    assert c.test == "permutation (exact)" and (c.p_hold, c.p_fail) == (1.0, 1.0)
+    assert c.test == "welch t" and (c.p_hold, c.p_fail) == (1.0, 1.0) and "no spread" in c.note
     assert c.outcome == "undetermined" and v.verdict == "inconclusive"
 
 
@@ -428,9 +445,9 @@ def test_bootstrap_is_deterministic_and_order_free():
     first, second = decide(d, rs).to_dict(), decide(d, list(reversed(rs))).to_dict()
     assert first == second
     r = first["conditions"][0]
-    # p from the exact permutation test (5 + 6 seeds: 462 splits), the interval from the bootstrap
-    assert r["test"] == "permutation (exact)" and "bootstrap" in r["test_reason"]
-    assert 1 / 462 <= r["p_hold"] < 0.05 and r["ci_low"] < r["estimate"] < r["ci_high"]
+    # p from the estimand's test (the mean, no declared range: Welch), the interval from the bootstrap
+    assert r["test"] == "welch t" and "bootstrap" in r["test_reason"]
+    assert r["p_hold"] < 0.05 and r["ci_low"] < r["estimate"] < r["ci_high"]
     assert r["ci_level"] == pytest.approx(0.9) and BOOTSTRAP_RESAMPLES == 10_000
     assert "bootstrap" in decide(d, rs).signature()
 
@@ -451,7 +468,7 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
 def test_signature_names_the_settings():
     v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
     assert (
-        v.signature() == "engine=3|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
+        v.signature() == "engine=4|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
     )
 
 
@@ -561,8 +578,8 @@ def test_seeds_the_contract_expects_without_a_run_are_lost():
 def test_a_bar_beyond_the_ceiling_makes_the_verdict_invalid():
     from gates.study import proportion
 
-    d = decision([thr("a", "acc", "higher", 0.95)])
-    rs = runs("a", acc=[0.96, 0.97, 0.98])
+    d = decision([thr("a", "acc", "higher", 0.95, estimand="median")])
+    rs = runs("a", acc=[0.96, 0.97, 0.98, 0.975, 0.965])
     metrics = {"acc": proportion("higher", "test")}
     ceiling = {"supported_if[0]": {"why": "10% label noise", "value": 0.9}}
     v = decide(d, rs, metrics, ceilings=ceiling)
@@ -580,23 +597,24 @@ def test_a_bar_beyond_the_ceiling_makes_the_verdict_invalid():
     )
 
 
-def test_linear_skew_notes_name_unbounded_positive_linear_metrics():
-    from gates.inference import linear_skew_notes
-    from gates.study import nonnegative, positive, proportion
+def test_estimand_notes_name_each_condition_s_estimand_and_test():
+    from gates.inference import estimand_notes
+    from gates.study import positive, proportion
 
     d = decision(
         [
-            thr("a", "lat", "lower", 3.0),
             thr("a", "acc", "higher", 0.5),
             thr("a", "loss", "lower", 1.0),
+            thr("a", "acc", "higher", 0.5, estimand="median"),
         ]
     )
-    notes = linear_skew_notes(
-        d,
-        {
-            "lat": nonnegative("lower", "cost"),
-            "acc": proportion("higher", "test"),
-            "loss": positive("lower", "test"),
-        },
+    metrics = {"acc": proportion("higher", "test"), "loss": positive("lower", "test")}
+    notes = estimand_notes(d, 5, metrics)
+    assert notes[0] == (
+        "note: supported_if[0] estimates the mean of a.acc across seeds (its metrics' default), "
+        "by the bounded-mean test"
     )
-    assert len(notes) == 1 and notes[0].startswith("note: lat is declared on the linear scale")
+    assert "geometric mean of a.loss" in notes[1] and "the t-test" in notes[1]
+    assert "median of a.acc" in notes[2] and "(declared), by the sign test" in notes[2]
+    # 5 seeds: the sign test reaches 1/32 only if every seed agrees
+    assert any("could hold only if every seed" in n and "supported_if[2]" in n for n in notes)

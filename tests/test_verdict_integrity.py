@@ -16,7 +16,7 @@ from gates.cli import app, check
 from gates.contract import Decision, load_contract
 from gates.design import require_current_rules, rule_flags
 from gates.errors import UserError
-from gates.inference import decide, smallest_p, unreachable
+from gates.inference import decide, unreachable
 from gates.study import Metric, proportion
 from tests.conftest import C05, c05_current, small_c05, write_contract
 from tests.test_verdict import decision, runs, thr

@@ -160,7 +160,7 @@ def check(
     evidence recorded under older rules is shown with the rules it predates instead of refused."""
     from gates.design import require_current_rules, rule_flags
     from gates.execution import check_existing_evidence, preflight
-    from gates.inference import exact_test_notes, linear_skew_notes, predictions
+    from gates.inference import estimand_notes, predictions
 
     loaded = _load(contract)
     check_existing_evidence(
@@ -170,9 +170,7 @@ def check(
     c = loaded.contract
     report = preflight(loaded)
     power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
-    notes = exact_test_notes(c.decision, len(c.seeds), loaded.study.metrics) + linear_skew_notes(
-        c.decision, loaded.study.metrics
-    )
+    notes = estimand_notes(c.decision, len(c.seeds), loaded.study.metrics)
     flags = rule_flags(loaded)
     if as_json:
         print(json.dumps(_check_json(loaded, report, power, notes, flags), indent=2))
@@ -190,17 +188,16 @@ class _ReportedErrors(UserErrors):
     so that stdout stays one JSON document."""
 
 
-def _looks(c) -> list[dict]:
+def _looks(c, metrics) -> list[dict]:
     """A sequential contract's looks: seeds, the alpha each spends and in all, and whether the look could
-    stop the claim supported ("yes", "t_test_only": not when values tie or sit at a bound, "no")."""
+    stop the claim supported ("yes", "no": the tests of its estimands cannot reach that alpha there)."""
     from gates.inference import spent, supportable
 
     looks = []
     for n, (cum, here) in zip(
         c.sequential.looks, spent(c.sequential.spending, c.sequential.looks, c.decision.alpha)
     ):
-        t_ok, exact_ok = (supportable(c.decision, n, here, exact) for exact in (False, True))
-        stop = "yes" if exact_ok else "t_test_only" if t_ok else "no"
+        stop = "yes" if supportable(c.decision, n, here, metrics) else "no"
         looks.append({"seeds": n, "alpha": here, "alpha_spent": cum, "could_stop_supported": stop})
     return looks
 
@@ -231,7 +228,7 @@ def _check_json(loaded, report, power, notes: list[str], flags: list[str]) -> di
             },
             "sequential": None
             if c.sequential is None
-            else {"spending": c.sequential.spending, "looks": _looks(c)},
+            else {"spending": c.sequential.spending, "looks": _looks(c, loaded.study.metrics)},
             "tuning": None if c.tuning is None else c.tuning.model_dump(mode="json"),
             "controls": [ctl.control for ctl in c.controls],
             "notes": notes,
@@ -318,13 +315,12 @@ def _print_check(loaded, report, power, notes: list[str], flags: list[str]) -> N
             f"each look tested at the alpha it spends, union bound over looks)",
             markup=False,
         )
-        for k, look in enumerate(_looks(c)):
+        for k, look in enumerate(_looks(c, loaded.study.metrics)):
             stop = look["could_stop_supported"]
             out.print(
                 f"  look {k + 1}: {look['seeds']} seeds, alpha {look['alpha']:.4g} here "
                 f"({look['alpha_spent']:.4g} spent in all); could stop supported here: "
-                f"{'only if the t-test applies' if stop == 't_test_only' else stop}"
-                f"{' (values that tie or sit at a bound need the exact test)' if stop == 't_test_only' else ''}",
+                f"{stop}",
                 markup=False,
             )
     for i, ctl in enumerate(c.controls):

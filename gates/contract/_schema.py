@@ -246,15 +246,44 @@ class _Condition(Strict):
     # computed at the family's alpha is not a valid test, so there is none.
     interval: Literal["t", "bootstrap"] = Field(
         default="t",
-        description="t: t-test where the per-seed values "
-        "allow it, else an exact test (sign test, permutation); "
-        "bootstrap: bootstrap interval, p-values from the exact test",
+        description="the interval shown: t (the test's own) or bootstrap (percentile "
+        "bootstrap); the p-values always come from the estimand's test",
     )
     ceiling: CeilingRef | None = Field(
         default=None,
         description="what the best possible arm reaches on this "
         "condition's metric (threshold and compare conditions)",
     )
+    # What the condition is about, fixed before the data: the test follows from it and from the metrics'
+    # declarations, never from the values (gates.inference: the estimands and their tests)
+    estimand: Literal["mean", "geometric_mean", "median", "proportion"] | None = Field(
+        default=None,
+        description="what the condition estimates: the mean (default on a linear metric), the "
+        "geometric_mean (default on a log-scale metric), the median, or the proportion of seeds "
+        "on the condition's side (with `share`)",
+    )
+    share: float | None = Field(
+        default=None,
+        gt=0,
+        lt=1,
+        description="estimand proportion: the condition holds when more than this share of seeds "
+        "fall on its side of the bar",
+    )
+    estimand_reason: str | None = Field(
+        default=None,
+        min_length=1,
+        description="why the condition estimates another quantity than the claim's words name "
+        "(a claim about a mean judged on the median, say)",
+    )
+
+    @model_validator(mode="after")
+    def _share_with_proportion(self):
+        if (self.estimand == "proportion") != (self.share is not None):
+            raise ValueError(
+                "estimand proportion takes a share (0 < share < 1), and share goes only with "
+                "estimand proportion"
+            )
+        return self
 
 
 class Threshold(_Condition):

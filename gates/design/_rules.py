@@ -12,6 +12,7 @@ verifying and is flagged wherever it is shown ("recorded under older rules: ..."
 
 from __future__ import annotations
 
+import re
 import weakref
 from pathlib import Path
 
@@ -29,11 +30,22 @@ from gates.contract import (
 from gates.errors import UserError, UserErrors
 from gates.study import CONTROL_ROLES, DECISION_ROLES, Study
 
+# what a claim's words name: a mean (arithmetic or geometric: the metric's scale decides which), a
+# median, a share of seeds
+ESTIMAND_WORDS = {
+    "mean": re.compile(r"\b(?:mean|average|averaged|on average)\b", re.IGNORECASE),
+    "median": re.compile(r"\bmedians?\b", re.IGNORECASE),
+    "proportion": re.compile(
+        r"\b(?:share|proportion|fraction|majority)\s+of\s+(?:the\s+)?seeds\b", re.IGNORECASE
+    ),
+}
+
 # each rule's short name, which ends its messages "(rule: ...)" and names it in flags of recorded contracts
 RULES = {
     "roles": "decisions read only test and cost metrics, controls also validation ones",
     "ranges_and_chance": "no bar outside the arm's range or cleared by an arm at chance",
     "scales": "metrics compared on their declared scale and unit",
+    "estimands": "each condition estimates what the claim's words name, by a test valid on its metrics",
     "controls": "a positive control asserts its arm works",
     "negative_results": "negative results need a working arm",
     "ceilings": "no bar beyond a known ceiling",
@@ -255,6 +267,17 @@ class _Rules:
                         f"(positive, right-skewed: judged by ratios of geometric means); "
                         f"expected a `relative_margin` instead of an absolute margin",
                     )
+            for loc, metric in metric_locs(c):
+                spec = self.spec(metric)
+                if spec is not None and spec.skewed_linear:
+                    self.add(
+                        base + loc,
+                        f"{metric!r} is positive, unbounded above and better lower (a loss, an error, a "
+                        f"latency), but study {self.study.name!r} declares it linear without saying why: a "
+                        f"t-test on right-skewed values does not keep its level (lognormal at the bar: "
+                        f"20-24% false support); expected `positive(...)` (the log scale) or a "
+                        f"`linear_reason` in the study's declaration",
+                    )
             metrics = list(dict.fromkeys(m for _, m in condition_terms(c)))
             if len(metrics) > 1:
                 units = {getattr(self.spec(m), "unit", None) for m in metrics}
@@ -269,6 +292,51 @@ class _Rules:
                         f"does not declare on one unit; expected metrics with the same `unit`, or a paired "
                         f"test within one arm (the same runs)",
                     )
+
+    def estimands(self) -> None:
+        """Each condition's estimand has a test that keeps its level on its metrics (a geometric mean
+        needs positive metrics and a ratio; no arithmetic mean of a right-skewed metric unbounded
+        above), and a decision condition estimates what the claim's words (the claim, gates 3 and 5)
+        name, or says why not (`estimand_reason`)."""
+        from gates.inference import condition_estimand, log_able
+
+        metrics = self.study.metrics
+        pf = self.c.preflight
+        words = " ".join(
+            [self.c.claim, pf.predicted_ablation.statement, pf.falsifiable_point.statement]
+        )
+        named = {e for e, pattern in ESTIMAND_WORDS.items() if pattern.search(words)}
+        for base, c in self.located:
+            estimand = condition_estimand(c, metrics)
+            if estimand == "geometric_mean" and not log_able(c, metrics):
+                self.add(
+                    base + ("estimand",),
+                    "a geometric mean needs positive metrics (declared low >= 0) and a ratio (a "
+                    "threshold above 0, a compare with a relative margin or none, a trend); expected "
+                    "estimand mean or median",
+                )
+            skewed = [
+                m
+                for _, m in condition_terms(c)
+                if (spec := metrics.get(m)) is not None
+                and spec.scale == "log"
+                and spec.high is None
+            ]
+            if c.estimand == "mean" and skewed:
+                self.add(
+                    base + ("estimand",),
+                    f"the arithmetic mean of {skewed[0]!r}, a positive right-skewed metric unbounded "
+                    f"above, has no test that keeps its level at a few seeds; expected estimand "
+                    f"geometric_mean (its default) or median",
+                )
+            family = {"geometric_mean": "mean"}.get(estimand, estimand)
+            if base[0] == "decision" and named and family not in named and not c.estimand_reason:
+                self.add(
+                    base + ("estimand",),
+                    f"the claim's words speak of the {' or '.join(sorted(named))}, but this condition "
+                    f"estimates the {estimand.replace('_', ' ')}; expected estimand "
+                    f"{' or '.join(sorted(named))}, or an `estimand_reason` saying why it differs",
+                )
 
     def controls(self) -> None:
         """A positive control asserts that its arm works: a threshold or compare in the metric's better
@@ -516,7 +584,9 @@ class _Rules:
             return
         from gates.inference import unreachable
 
-        for list_name, i, why in unreachable(self.c.decision, len(self.c.seeds)):
+        for list_name, i, why in unreachable(
+            self.c.decision, len(self.c.seeds), self.study.metrics
+        ):
             self.add(("decision", list_name, i, "interval"), why)
 
 

@@ -61,9 +61,8 @@ verdict from the recorded metrics and compares it with the one recorded. Choices
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -78,27 +77,15 @@ from gates.study import Metric
 # Bumped whenever a change can change a recorded verdict; the claims index records it.
 # 3: intersection-union for supported_if and controls, log scale, sign test, arms not run as designed,
 #    ceilings, tuning edges, lost seeds of a look
-ENGINE_VERSION = "3"
+# 4: the estimand is declared (or given by the metrics' declarations), never chosen by the data: no
+#    switch to the sign or permutation test on ties or bounds; a bounded metric's mean by the
+#    bounded-mean betting test; the median by the sign test; a share of seeds by the binomial test
+ENGINE_VERSION = "4"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 20240601
-RANDOMIZATION_EXACT_LIMIT = 1 << 16  # arrangements enumerated exactly; beyond, Monte Carlo
-RANDOMIZATION_DRAWS = 20_000
-RANDOMIZATION_SEED = 20261130
 MAX_SEEDS_SEARCHED = 1000
 POWER = 0.8
 CORRECTION = "iut+holm"  # supported_if and controls: intersection-union; the refutation: Holm
-
-T_TEST_REASON = (
-    "per-seed values taken as roughly normal on the condition's scale: every term has spread, no "
-    "repeated value, none at a bound"
-)
-PAIRED_T_REASON = (
-    "paired differences taken as roughly normal: they have spread and no repeated value"
-)
-BOOTSTRAP_REASON = (
-    "interval: bootstrap; its own p-value does not hold its level at few seeds, so p comes "
-    "from the exact test and the bootstrap gives the interval"
-)
 
 
 # ---------------------------------------------------------------------------------- results
@@ -175,7 +162,7 @@ class Verdict:
         tests = ",".join(sorted({c.test for c in self.conditions}))
         boot = (
             f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
-            if any(c.ci_level and "t" not in c.test.split() for c in self.conditions)
+            if any("bootstrap" in c.test_reason for c in self.conditions)
             else ""
         )
         return (
@@ -225,20 +212,80 @@ class _Effect:
     log: bool = False
 
 
-def condition_scale(c, metrics: Mapping[str, Metric]) -> str:
-    """'log' when every metric the condition reads is declared log-scale and the condition is
-    multiplicative (a threshold above 0, a compare with a relative margin or none, a trend); else
-    'linear'. A compare with an absolute margin on log-scale metrics stays linear (refused for new
-    contracts: a log-scale metric compares by ratio)."""
-    if not condition_terms(c) or not all(
-        getattr(metrics.get(m), "scale", "linear") == "log" for _, m in condition_terms(c)
-    ):
-        return "linear"
+ESTIMANDS = ("mean", "geometric_mean", "median", "proportion")
+# each estimand's test, chosen from the contract and the metrics' declarations before any data
+TESTS = {
+    "t": "the t-test on its scale",
+    "bounded": "the bounded-mean test",
+    "sign": "the sign test",
+    "binomial": "the binomial test",
+}
+
+
+def _multiplicative(c) -> bool:
+    """A threshold above 0, a compare with a relative margin or none, a trend: conditions that a ratio
+    (the log scale) can state."""
     if isinstance(c, Threshold):
-        return "log" if c.value > 0 else "linear"
+        return c.value > 0
     if isinstance(c, Compare):
-        return "log" if not c.margin else "linear"
-    return "log"
+        return not c.margin
+    return True
+
+
+def log_able(c, metrics: Mapping[str, Metric]) -> bool:
+    """Whether the condition can be judged on the log scale: every metric it reads is positive
+    (declared low >= 0) and the condition is multiplicative."""
+    terms = condition_terms(c)
+    return (
+        bool(terms)
+        and _multiplicative(c)
+        and all(metrics.get(m) is not None and metrics[m].nonnegative for _, m in terms)
+    )
+
+
+def condition_estimand(c, metrics: Mapping[str, Metric]) -> str:
+    """What the condition estimates: its declared `estimand`, else what its metrics' declarations give
+    (the geometric mean where every metric is declared log-scale and the condition is multiplicative,
+    else the mean). Never the data."""
+    declared = getattr(c, "estimand", None)
+    if declared:
+        return declared
+    terms = condition_terms(c)
+    if (
+        terms
+        and _multiplicative(c)
+        and all(getattr(metrics.get(m), "scale", "linear") == "log" for _, m in terms)
+    ):
+        return "geometric_mean"
+    return "mean"
+
+
+def condition_scale(c, metrics: Mapping[str, Metric]) -> str:
+    """'log' when the condition estimates a geometric mean (its terms' logs), else 'linear'."""
+    return (
+        "log"
+        if condition_estimand(c, metrics) == "geometric_mean" and log_able(c, metrics)
+        else "linear"
+    )
+
+
+def bounded(metric: Metric | None) -> bool:
+    return metric is not None and metric.low is not None and metric.high is not None
+
+
+def condition_test(c, metrics: Mapping[str, Metric]) -> str:
+    """The test of the condition's estimand (a key of TESTS): the median by the sign test, a proportion
+    by the binomial test, a mean whose every term has a declared range by the bounded-mean test (valid
+    with ties, values at the bounds and collapsed seeds, where no t-test is), any other mean or
+    geometric mean by the t-test on its scale."""
+    estimand = condition_estimand(c, metrics)
+    if estimand == "median":
+        return "sign"
+    if estimand == "proportion":
+        return "binomial"
+    if estimand == "mean" and all(bounded(metrics.get(m)) for _, m in condition_terms(c)):
+        return "bounded"
+    return "t"
 
 
 def _effects(c, log: bool = False) -> list[_Effect]:
@@ -280,28 +327,30 @@ def _effects(c, log: bool = False) -> list[_Effect]:
     ]
 
 
-def _estimand(c, log: bool, exact_test: bool) -> str:
-    """What the condition's estimate estimates, in words (the test decides between mean and median)."""
+def _estimand(c, estimand: str, by_seed: bool) -> str:
+    """What the condition's estimate estimates, in words: its estimand (declared, or its metrics'
+    default) over the seeds, per seed (`by_seed`: paired differences or ratios) or per arm."""
+    ratio = estimand == "geometric_mean"
+    centre = {"mean": "mean", "geometric_mean": "geometric mean", "median": "median"}.get(estimand)
 
-    def pair(a: str, b: str, paired: bool) -> str:
-        if paired:
-            what = "per-seed ratios" if log else "per-seed differences"
-            centre = "median" if exact_test else "geometric mean" if log else "mean"
-            return f"{centre} of the {what} {a} {'/' if log else '-'} {b}"
-        if log:
-            return f"ratio of the geometric means {a} / {b}" + (
-                " (permutation test)" if exact_test else ""
-            )
-        return f"difference of the means {a} - {b}" + (" (permutation test)" if exact_test else "")
+    def pair(a: str, b: str) -> str:
+        if estimand == "proportion":
+            return f"share of seeds whose {a} {'/' if ratio else '-'} {b} clears the bar"
+        if by_seed:
+            return f"{centre} of the per-seed {'ratios' if ratio else 'differences'} {a} {'/' if ratio else '-'} {b}"
+        return (
+            f"ratio of the geometric means {a} / {b}"
+            if ratio
+            else f"difference of the {centre}s {a} - {b}"
+        )
 
     if isinstance(c, Threshold):
-        centre = "median" if exact_test else "geometric mean" if log else "mean"
+        if estimand == "proportion":
+            return f"share of seeds with {_describe(c)}"
         return f"{centre} of {c.arm}.{c.metric} across seeds"
     if isinstance(c, Compare):
-        return pair(
-            f"{c.arm}.{c.metric}", f"{c.other}.{c.other_metric or c.metric}", c.test == "paired"
-        )
-    return "each consecutive pair: " + pair("item k", "item k-1", c.test == "paired")
+        return pair(f"{c.arm}.{c.metric}", f"{c.other}.{c.other_metric or c.metric}")
+    return "each consecutive pair: " + pair("item k", "item k-1")
 
 
 def _describe(c) -> str:
@@ -325,7 +374,8 @@ def _describe(c) -> str:
 # ---------------------------------------------------------------------------------- statistics
 @dataclass
 class _Stat:
-    """One effect's estimate: p-values and seeds_needed under interval evaluation, outcome under exact."""
+    """One effect's estimate: p-values (and a planner for seeds_needed) under interval evaluation,
+    outcome under exact."""
 
     theta: float | None
     ci_low: float | None = None
@@ -337,18 +387,13 @@ class _Stat:
     test: str = ""
     test_reason: str = ""
     ci_level: float | None = None
-    plan: tuple | None = (
-        None  # (spread_parts, one_sample, sizes): seeds_needed, computed when asked
-    )
-    exact_test: bool = (
-        False  # tested by the sign or permutation test (its estimand: a median, exchangeability)
-    )
+    # level -> seeds per arm for 80% power at the observed effect (None: not estimable); computed when asked
+    planner: Callable[[float], int | None] | None = None
 
     def needed(self, level: float) -> int | None:
-        if self.plan is None or self.theta is None:
+        if self.planner is None or self.theta is None:
             return None
-        spread_parts, one_sample, sizes = self.plan
-        return _seeds_needed(self.theta, spread_parts, level, one_sample, sizes)
+        return self.planner(level)
 
 
 def _mean(x: np.ndarray) -> float:
@@ -362,9 +407,7 @@ def _var(x: np.ndarray) -> float:
 
 def _log(x: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(
-            x
-        )  # 0 -> -inf (a value at the bound of a positive metric); the t-test is then unfit
+        return np.log(x)  # 0 -> -inf: a value at the bound of a positive metric
 
 
 def _lacking(
@@ -386,86 +429,93 @@ def _lacking(
     )
 
 
-def _t_unfit(
-    effect: _Effect,
-    raw: list[np.ndarray],
-    scaled: list[np.ndarray],
-    d: np.ndarray | None,
-    paired: bool,
-    metrics: Mapping[str, Metric],
-) -> str:
-    """Why the t-test's normality cannot hold for what it reads ('' when nothing contradicts it): the paired
-    differences for a paired test, else each term's values."""
-    if paired:
-        if not np.all(np.isfinite(d)):
-            return "a paired ratio has a value at 0 (log scale)"
-        if np.all(d == d[0]):
-            return "the paired differences have no spread"
-        if len(np.unique(d)) < len(d):
-            return "the paired differences repeat a value"
-        return ""
-    for t, col, values in zip(effect.terms, raw, scaled):
-        if np.all(col == col[0]):
-            return f"{t.key} has no spread across seeds"
-        if len(np.unique(col)) < len(col):
-            return f"{t.key} repeats a value across seeds (a few discrete values)"
-        spec = metrics.get(t.metric)
-        if spec is not None and any(spec.at_bound(float(v)) for v in col):
-            return f"{t.key} has a value at its bound ({spec.low if np.any(col == spec.low) else spec.high:g})"
-        if not np.all(np.isfinite(values)):
-            return f"{t.key} has a value at 0 (log scale)"
-    return ""
-
-
 def _interval(
     effect: _Effect,
     raw: list[np.ndarray],
-    paired: bool,
+    by_seed: bool,
     alpha: float,
     bootstrap: bool,
     metrics: Mapping[str, Metric],
     counts: dict[str, int],
+    kind: str,
+    share: float | None,
 ) -> _Stat:
-    note = _lacking(effect, raw, 2, paired, counts)
+    """The effect tested by `kind`, the test of the condition's estimand (`condition_test`): chosen before
+    the data, so ties, bounds and collapsed seeds never switch what is estimated."""
+    note = _lacking(effect, raw, 2, by_seed, counts)
     if note:
         return _Stat(theta=None, note=note)
     columns = [_log(c) for c in raw] if effect.log else raw
-    one_sample = paired or len(columns) == 1
+    if not all(np.all(np.isfinite(c)) for c in columns):
+        return _Stat(
+            theta=None,
+            note="a value at 0 on a log-scale metric: its geometric mean is 0 and the log-scale "
+            "effect undefined",
+        )
+    one_sample = by_seed or len(columns) == 1
     d = (
         effect.const + sum(t.coef * col for t, col in zip(effect.terms, columns))
         if one_sample
         else None
     )
-    unfit = _t_unfit(effect, raw, columns, d, paired, metrics)
-    if bootstrap or unfit:
-        stat = _exact_test(effect, columns, d)
-        stat.test_reason = (
-            BOOTSTRAP_REASON if bootstrap else f"{unfit}: the t-test's normality cannot hold"
+    if kind == "bounded":
+        stat = _bounded_test(effect, d, metrics, alpha)
+    elif kind in ("sign", "binomial"):
+        stat = _share_test(d, 0.5 if kind == "sign" else share, alpha, kind)
+    else:
+        stat = _t_test(effect, columns, d, by_seed, one_sample, alpha)
+    if bootstrap and stat.theta is not None and kind in ("t", "bounded"):
+        stat.ci_low, stat.ci_high = (
+            float(q) for q in np.quantile(_bootstrap(effect, columns, d), [alpha, 1 - alpha])
         )
-        if stat.theta is not None and bootstrap:
-            draws = _bootstrap(effect, columns, d)
-            stat.ci_low, stat.ci_high = (float(q) for q in np.quantile(draws, [alpha, 1 - alpha]))
-            stat.ci_level = 1 - 2 * alpha
-        if stat.theta is not None and np.all(
-            np.isfinite(d if d is not None else np.concatenate(columns))
-        ):
-            stat.plan = _plan(effect, columns, d, one_sample)
-        return stat
+        stat.ci_level = 1 - 2 * alpha
+        stat.test_reason += "; interval: the percentile bootstrap of the mean (p from the test)"
+    return stat
+
+
+def _t_test(
+    effect: _Effect,
+    columns: list[np.ndarray],
+    d: np.ndarray | None,
+    paired: bool,
+    one_sample: bool,
+    alpha: float,
+) -> _Stat:
+    """The t-test of a mean on the condition's scale (of the logs: a geometric mean), which assumes
+    roughly normal per-seed values there. Without spread it is undefined: undetermined."""
+    test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
+    reason = (
+        "the mean on the log scale (a geometric mean): per-seed values taken as roughly lognormal"
+        if effect.log
+        else "the mean: per-seed values taken as roughly normal"
+    )
     if one_sample:
-        theta, n = _mean(d), len(d)
+        theta, sizes = _mean(d), [len(d)]
         spread_parts = [_var(d)]
-        se, df = math.sqrt(spread_parts[0] / n), n - 1.0
+        se, df = math.sqrt(spread_parts[0] / len(d)), len(d) - 1.0
     else:
         theta = effect.const + sum(t.coef * _mean(col) for t, col in zip(effect.terms, columns))
+        sizes = [len(c) for c in columns]
         spread_parts = [t.coef**2 * _var(col) for t, col in zip(effect.terms, columns)]
         parts = [s / len(col) for s, col in zip(spread_parts, columns)]
         se = math.sqrt(sum(parts))
-        df = sum(parts) ** 2 / sum(p**2 / (len(col) - 1) for p, col in zip(parts, columns))  # Welch
+        df = (
+            sum(parts) ** 2 / sum(p**2 / (len(col) - 1) for p, col in zip(parts, columns))
+            if se > 0
+            else 1.0
+        )  # Welch
+    if se == 0:
+        return _Stat(
+            theta,
+            test=test,
+            test_reason=reason,
+            note="no spread across seeds: the t-test of the mean is undefined (declare the metric's "
+            "range for the bounded-mean test, or estimand median)",
+        )
     t_obs = theta / se
     # Student t through scipy.special (stdtr, stdtrit): what stats.t.cdf / sf / ppf compute, without their
     # argument checking, which was half of a verdict's time (simulations judge hundreds of thousands)
     half = float(special.stdtrit(df, 1 - alpha)) * se
-    test = "paired t" if paired else "one-sample t" if one_sample else "welch t"
     return _Stat(
         theta,
         theta - half,
@@ -473,123 +523,161 @@ def _interval(
         float(special.stdtr(df, -t_obs)),
         float(special.stdtr(df, t_obs)),
         test=test,
-        test_reason=PAIRED_T_REASON if paired else T_TEST_REASON,
+        test_reason=reason,
         ci_level=1 - 2 * alpha,
-        plan=_plan(effect, columns, d, one_sample),
+        planner=lambda level: _seeds_needed(theta, spread_parts, level, one_sample, sizes),
     )
 
 
-def _plan(
-    effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None, one_sample: bool
-) -> tuple:
-    if one_sample:
-        return [_var(d)], True, [len(d)]
-    return (
-        [t.coef**2 * _var(col) for t, col in zip(effect.terms, columns)],
-        False,
-        [len(c) for c in columns],
-    )
+# The bounded-mean test (Waudby-Smith & Ramdas 2023, "Estimating means of bounded random variables by
+# betting"): with x in [0, 1] and H0: E x <= m, each constant bet lambda in [0, 1/m] makes
+# prod_i (1 + lambda (x_i - m)) a nonnegative supermartingale of mean <= 1 under H0, and so does their
+# average over a fixed grid of bets; Markov's inequality makes 1 / capital a valid p-value whatever the
+# distribution in [0, 1] (ties, values at the bounds, seeds that collapse). The average over constant bets
+# does not depend on the seeds' order. Its smallest p with n seeds is reached when every seed sits at the
+# best bound: (mean_f (1 + f (1 - m) / m)^n)^-1.
+BET_FRACTIONS = np.arange(1, 21) / 20.0  # each bet as a share of the largest, 1 / m
 
 
-def _exact_test(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> _Stat:
-    """The sign test (one term, or paired differences: about the median) or the two-sample
-    permutation test of theta (the arms exchangeable at the bar)."""
-    if d is not None:
-        return _sign_test(d)
-    if not all(np.all(np.isfinite(c)) for c in columns):
-        return _Stat(
-            theta=None,
-            note="a value at 0 on a log-scale metric: the ratio of geometric means is undefined",
-        )
-    # theta = mean(x) - mean(y) with x = coef_a * a and y = -(const + coef_b * b)
-    (ta, a), (tb, b) = zip(effect.terms, columns)
-    x, y = ta.coef * a, -(effect.const + tb.coef * b)
-    diffs, exact = _permutation_diffs(x, y)
-    observed = _mean(x) - _mean(y)
-    # ties count against the condition: a tolerance keeps float noise from breaking exact ties
-    tol = 1e-12 * max(1.0, float(np.max(np.abs(diffs))))
-    k_hold, k_fail = int(np.sum(diffs >= observed - tol)), int(np.sum(diffs <= observed + tol))
-    if exact:
-        total = len(diffs)
-        p_hold, p_fail = k_hold / total, k_fail / total
-    else:  # Monte Carlo: the observed arrangement counts as one draw
-        total = len(diffs) + 1
-        p_hold, p_fail = (k_hold + 1) / total, (k_fail + 1) / total
-    note = (
-        f"exact permutation test over {total} arrangements"
-        if exact
-        else f"permutation test, {RANDOMIZATION_DRAWS} random arrangements (seed {RANDOMIZATION_SEED})"
-    )
+def _capital(x: np.ndarray, m: float) -> float:
+    if m >= 1:
+        return 1.0  # E x <= 1 always: nothing can be evidence against it
+    if m <= 0:  # H0: x = 0 almost surely; any value above it contradicts it
+        return math.inf if np.any(x > 1e-12) else 1.0
+    factors = 1.0 + (BET_FRACTIONS / m)[:, None] * (x[None, :] - m)
+    return float(np.mean(np.prod(np.clip(factors, 0.0, None), axis=1)))
+
+
+def _bet_p(x: np.ndarray, m: float) -> float:
+    capital = _capital(x, m)
+    return 1.0 if capital <= 1.0 else 1.0 / capital
+
+
+def _bet_lower(x: np.ndarray, alpha: float) -> float:
+    """The lower 1 - alpha confidence bound for E x (x in [0, 1]): the largest m the test rejects at
+    alpha (its p grows with m)."""
+    if _bet_p(x, 1e-9) > alpha:
+        return 0.0
+    low, high = 1e-9, 1.0
+    for _ in range(40):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _bet_p(x, mid) <= alpha else (low, mid)
+    return low
+
+
+def _bet_needed(x: np.ndarray, m: float, level: float) -> int | None:
+    """Seeds for the average capital to reach 1 / level if further seeds spread as these do: log(J / level)
+    over the best bet's growth per seed (the average keeps at least 1 / J of the best bet's capital)."""
+    if not 0 < m < 1:
+        return None
+    with np.errstate(divide="ignore"):
+        growth = np.log(
+            np.clip(1.0 + (BET_FRACTIONS / m)[:, None] * (x[None, :] - m), 0.0, None)
+        ).mean(axis=1)
+    best = float(np.max(growth))
+    if not best > 0:
+        return None
+    n = math.ceil(math.log(len(BET_FRACTIONS) / level) / best)
+    return max(n, len(x) + 1) if n <= MAX_SEEDS_SEARCHED else None
+
+
+def effect_range(effect: _Effect, metrics: Mapping[str, Metric]) -> tuple[float, float]:
+    """The range of a per-seed effect whose terms' metrics all declare a range."""
+    low = high = effect.const
+    for t in effect.terms:
+        spec = metrics[t.metric]
+        a, b = t.coef * spec.low, t.coef * spec.high
+        low, high = low + min(a, b), high + max(a, b)
+    return low, high
+
+
+def _bounded_test(
+    effect: _Effect, d: np.ndarray, metrics: Mapping[str, Metric], alpha: float
+) -> _Stat:
+    low, high = effect_range(effect, metrics)
+    theta = _mean(d)
+    if not high > low:
+        return _Stat(theta, note="the effect's declared range is empty")
+    width = high - low
+    x = np.clip((d - low) / width, 0.0, 1.0)
+    m = min(1.0, max(0.0, -low / width))  # theta = 0 on the [0, 1] scale
+    p_hold, p_fail = _bet_p(x, m), _bet_p(1.0 - x, 1.0 - m)
     return _Stat(
-        observed,
-        None,
-        None,
-        min(1.0, p_hold),
-        min(1.0, p_fail),
-        note=note,
-        test="permutation (exact)" if exact else "permutation (Monte Carlo)",
-        exact_test=True,
+        theta,
+        low + width * _bet_lower(x, alpha),
+        high - width * _bet_lower(1.0 - x, alpha),
+        p_hold,
+        p_fail,
+        test="bounded mean (betting)",
+        test_reason=f"the mean of an effect within its declared range [{low:g}, {high:g}]: valid for "
+        "any per-seed distribution there (ties, values at a bound, collapsed seeds)",
+        ci_level=1 - 2 * alpha,
+        planner=lambda level: (
+            _bet_needed(x, m, level) if theta > 0 else _bet_needed(1 - x, 1 - m, level)
+        ),
     )
 
 
-def _sign_test(d: np.ndarray) -> _Stat:
-    """Exact sign test of the median of d: under H0 (median at 0) each value falls on either side with
-    probability 1/2 whatever the distribution; a value at 0 (a tie) counts against both sides."""
+def _share_test(d: np.ndarray, share: float, alpha: float, kind: str) -> _Stat:
+    """The exact binomial test of the share of seeds on the condition's side of its bar: H0 share <= q
+    (to hold) and share >= q (to fail). The sign test is q = 1/2, whose estimand is the median. A value
+    at the bar (a tie) counts against the condition on both sides."""
+    from scipy import stats
+
     finite = np.abs(d[np.isfinite(d)])
     tol = 1e-12 * max(1.0, float(finite.max()) if len(finite) else 1.0)
     n, above, below = len(d), int(np.sum(d > tol)), int(np.sum(d < -tol))
-    from scipy import stats
-
-    p_hold, p_fail = (
-        float(stats.binom.sf(above - 1, n, 0.5)),
-        float(stats.binom.sf(below - 1, n, 0.5)),
-    )
+    p_hold = float(stats.binom.sf(above - 1, n, share))
+    p_fail = float(stats.binom.cdf(n - below, n, share))
+    if kind == "sign":
+        theta, low, high, level = float(np.median(d)), float(np.min(d)), float(np.max(d)), None
+        test, reason = (
+            "sign (exact)",
+            "the median: the sign test assumes nothing about the per-seed distribution",
+        )
+    else:  # Clopper-Pearson bounds on the share, shown as share - q
+        theta = above / n - share
+        low = (float(stats.beta.ppf(alpha, above, n - above + 1)) if above else 0.0) - share
+        high = (
+            float(stats.beta.ppf(1 - alpha, above + 1, n - above)) if above < n else 1.0
+        ) - share
+        level = 1 - 2 * alpha
+        test, reason = (
+            "binomial (exact)",
+            f"the share of seeds on the condition's side against {share:g}: assumes nothing about "
+            "the per-seed distribution",
+        )
     return _Stat(
-        float(np.median(d)),
-        float(np.min(d)),
-        float(np.max(d)),
+        theta,
+        low,
+        high,
         p_hold,
         p_fail,
-        test="sign (exact)",
-        note=f"exact sign test: {above} of {n} seeds on the condition's side of its bar, {below} on the other",
-        exact_test=True,
+        test=test,
+        test_reason=reason,
+        ci_level=level,
+        note=f"{above} of {n} seeds on the condition's side of its bar, {below} on the other",
+        planner=lambda lvl: (
+            _binomial_needed(above / n, share, lvl)
+            if theta > 0
+            else _binomial_needed(below / n, 1 - share, lvl)
+        ),
     )
 
 
-def _permutation_diffs(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, bool]:
-    pooled, n1 = np.concatenate([x, y]), len(x)
-    total = len(pooled)
-    if math.comb(total, n1) <= RANDOMIZATION_EXACT_LIMIT:
-        masks = np.zeros((math.comb(total, n1), total), dtype=bool)
-        for row, chosen in enumerate(itertools.combinations(range(total), n1)):
-            masks[row, list(chosen)] = True
-    else:
-        rng = np.random.default_rng(RANDOMIZATION_SEED)
-        order = np.argsort(rng.random((RANDOMIZATION_DRAWS, total)), axis=1)
-        masks = np.zeros((RANDOMIZATION_DRAWS, total), dtype=bool)
-        np.put_along_axis(masks, order[:, :n1], True, axis=1)
-    sums = masks.astype(float) @ pooled
-    diffs = sums / n1 - (pooled.sum() - sums) / (total - n1)
-    return diffs, math.comb(total, n1) <= RANDOMIZATION_EXACT_LIMIT
+def _binomial_needed(observed: float, share: float, level: float) -> int | None:
+    """Seeds for 80% power of the exact binomial test of H0 share <= `share` at `level`, at the observed
+    share: the smallest n whose critical count the observed share reaches 80% of the time."""
+    if observed <= share:
+        return None
+    from scipy import stats
 
-
-def smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
-    """The smallest p-value the exact test can give with these numbers of seeds (sign test: 2^-n;
-    permutation: 1 / C(n1 + n2, n1))."""
-    if paired_or_one_term:
-        return 2.0 ** -min(sizes)
-    return 1 / math.comb(
-        sum(sizes), sizes[0]
-    )  # exactly 1/20 at 3 + 3 (int / int: huge counts give 0.0)
-
-
-def second_smallest_p(paired_or_one_term: bool, sizes: list[int]) -> float:
-    """The next p-value the exact test can give: the sign test with one seed disagreeing ((n+1) / 2^n),
-    the permutation test with the two samples' extremes swapped once (2 / C(n1 + n2, n1))."""
-    if paired_or_one_term:
-        n = min(sizes)
-        return (n + 1) * 2.0**-n
-    return 2 * smallest_p(False, sizes)
+    n = np.arange(1, MAX_SEEDS_SEARCHED + 1)
+    critical = stats.binom.isf(level, n, share)  # reject when the count exceeds it
+    reachable = stats.binom.sf(critical, n, share) <= level
+    power = stats.binom.sf(critical, n, observed)
+    ok = np.nonzero(reachable & (power >= POWER))[0]
+    return int(n[ok[0]]) if len(ok) else None
 
 
 def _bootstrap(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None) -> np.ndarray:
@@ -607,16 +695,11 @@ def _bootstrap(effect: _Effect, columns: list[np.ndarray], d: np.ndarray | None)
 def _seeds_needed(
     theta: float, spread_parts: list[float], level: float, one_sample: bool, sizes: list[int]
 ) -> int | None:
-    """Seeds per arm for 80% power at `level` at the observed effect and spread (noncentral t), and
-    at least as many as the exact test needs to reach `level` at all (zero spread: if every further
-    seed agrees). None when the observed effect is 0 or more than MAX_SEEDS_SEARCHED would be needed."""
+    """Seeds per arm for the t-test's 80% power at `level` at the observed effect and spread (noncentral
+    t). None when the observed effect is 0 or more than MAX_SEEDS_SEARCHED would be needed."""
     if theta == 0 or not math.isfinite(theta):
         return None
-    floor = next(
-        k
-        for k in range(2, MAX_SEEDS_SEARCHED + 1)
-        if smallest_p(one_sample, [k] * len(sizes)) <= level
-    )
+    floor = 2
     s2 = sum(spread_parts)
     if s2 <= 0:
         return floor
@@ -700,8 +783,16 @@ def _evaluate(
 ) -> tuple[ConditionResult, list[_Stat]]:
     """One condition's result (outcome still open under interval evaluation) and its effects' stats."""
     terms = list(dict.fromkeys(condition_terms(c)))
-    # paired tests (and exact trends, judged seed by seed) use the seeds every term has
-    by_seed = getattr(c, "test", None) == "paired" or (exact and isinstance(c, Trend))
+    estimand = condition_estimand(c, metrics)
+    kind = None if exact else condition_test(c, metrics)
+    # paired tests, exact trends (judged seed by seed) and the tests of per-seed effects (the bounded
+    # mean, the median, a share of seeds: an unpaired compare paired by seed, which is valid whatever
+    # the arms' correlation) use the seeds every term has
+    by_seed = (
+        getattr(c, "test", None) == "paired"
+        or (exact and isinstance(c, Trend))
+        or kind in ("bounded", "sign", "binomial")
+    )
     per_term = {t: samples.get(t, {}) for t in terms}
     counts = {f"{a}.{m}": len(v) for (a, m), v in per_term.items()}
     if by_seed:
@@ -716,7 +807,7 @@ def _evaluate(
         pair_stats.append(
             _exact(effect, cols, by_seed, counts)
             if exact
-            else _interval(effect, cols, by_seed, alpha, bootstrap, metrics, counts)
+            else _interval(effect, cols, by_seed, alpha, bootstrap, metrics, counts, kind, c.share)
         )
     known = [s for s in pair_stats if s.theta is not None]
     weakest = min(known, key=lambda s: s.theta) if known else _Stat(theta=None)
@@ -764,8 +855,7 @@ def _evaluate(
         outcome=outcome,
         note="; ".join(notes),
         test_reason=reason,
-        estimand=_estimand(c, log, any(s.exact_test for s in pair_stats))
-        + (" (on the log scale)" if log else ""),
+        estimand=_estimand(c, estimand, by_seed) + (" (on the log scale)" if log else ""),
         scale="log" if log else "linear",
     )
     return result, pair_stats
@@ -1302,23 +1392,32 @@ def _settle_line(r: ConditionResult, withheld: dict | None = None) -> str:
 # ---------------------------------------------------------------------------------- preflight
 # Can this contract reach a verdict at all? Every supported_if condition is tested at alpha itself
 # (intersection-union); a refuted_if condition, in the Holm family of the m ways to refute, needs at
-# best m * p <= alpha. A condition tested exactly cannot go below the smallest p its seeds can give.
-def _one_sample_shape(c) -> bool:
-    return isinstance(c, Threshold) or getattr(c, "test", None) == "paired"
+# best m * p <= alpha. The tests of the median, of a share of seeds and of a bounded mean have a
+# smallest p their seeds can give; the t-test has none.
+def _p_at(c, n_seeds: int, metrics: Mapping[str, Metric], against: int = 0) -> float:
+    """The p-value (to hold) of the condition's test with `n_seeds` seeds, all but `against` of them at
+    the best value the condition can see and those at the worst: its smallest p with against = 0."""
+    kind = condition_test(c, metrics)
+    if kind == "t":
+        return 0.0
+    if kind in ("sign", "binomial"):
+        from scipy import stats
 
-
-def _sizes(c, n_seeds: int) -> list[int]:
-    return [n_seeds] * (1 if _one_sample_shape(c) else 2)
-
-
-def _p_floor(c, n_seeds: int, exact_everywhere: bool) -> float:
-    if c.interval == "t" and not exact_everywhere:
-        return 0.0  # a t-test can give any p (where its assumption holds)
-    return smallest_p(_one_sample_shape(c), _sizes(c, n_seeds))
+        share = 0.5 if kind == "sign" else c.share
+        return float(stats.binom.sf(n_seeds - against - 1, n_seeds, share))
+    worst = 0.0
+    for effect in _effects(c, False):
+        low, high = effect_range(effect, metrics)
+        if not high > low:
+            return 1.0
+        x = np.ones(n_seeds)
+        x[:against] = 0.0
+        worst = max(worst, _bet_p(x, min(1.0, max(0.0, -low / (high - low)))))
+    return worst
 
 
 def _unreachable_at(
-    decision: Decision, n_seeds: int, exact_everywhere: bool
+    decision: Decision, n_seeds: int, metrics: Mapping[str, Metric]
 ) -> list[tuple[str, int, float, float]]:
     """(list, index, the smallest p its test can give, the level it must reach) of each condition that
     cannot reach its level with `n_seeds` seeds."""
@@ -1327,110 +1426,73 @@ def _unreachable_at(
     return [
         (name, i, q, levels[name])
         for name, i, c in decision.conditions()
-        if (q := _p_floor(c, n_seeds, exact_everywhere)) > levels[name]
+        if (q := _p_at(c, n_seeds, metrics)) > levels[name]
     ]
 
 
-def _seeds_to_reach(decision: Decision, exact_everywhere: bool, start: int) -> int | None:
-    for n in range(start, 65):
-        if not _unreachable_at(decision, n, exact_everywhere):
+def _seeds_to_reach(decision: Decision, metrics: Mapping[str, Metric], start: int) -> int | None:
+    for n in range(start, MAX_SEEDS_SEARCHED + 1):
+        if not _unreachable_at(decision, n, metrics):
             return n
     return None
 
 
-def supportable(decision: Decision, n_seeds: int, alpha: float, exact_everywhere: bool) -> bool:
+def supportable(
+    decision: Decision, n_seeds: int, alpha: float, metrics: Mapping[str, Metric]
+) -> bool:
     """Whether every supported_if condition could hold with `n_seeds` seeds at `alpha` (a sequential
-    look's share), best case, with the exact test everywhere or only where declared."""
+    look's share), best case."""
     at = decision.model_copy(update={"alpha": alpha})
-    return not any(
-        name == "supported_if" for name, *_ in _unreachable_at(at, n_seeds, exact_everywhere)
-    )
+    return not any(name == "supported_if" for name, *_ in _unreachable_at(at, n_seeds, metrics))
 
 
-def unreachable(decision: Decision, n_seeds: int) -> list[tuple[str, int, str]]:
+def unreachable(
+    decision: Decision, n_seeds: int, metrics: Mapping[str, Metric]
+) -> list[tuple[str, int, str]]:
     """(list, index, why) for each condition that can never hold at the decision's alpha with
-    `n_seeds` seeds, because its test cannot give a small enough p-value."""
+    `n_seeds` seeds, because the test of its estimand cannot give a small enough p-value."""
     out = []
-    enough = _seeds_to_reach(decision, False, n_seeds)
-    for name, i, q, level in _unreachable_at(decision, n_seeds, False):
+    enough = _seeds_to_reach(decision, metrics, n_seeds)
+    listed = {(name, i): c for name, i, c in decision.conditions()}
+    for name, i, q, level in _unreachable_at(decision, n_seeds, metrics):
         how = (
             "each supported_if is tested at alpha"
             if name == "supported_if"
             else f"a refuted_if is in the Holm family of the {len(decision.conditions())} ways to refute"
         )
+        test = TESTS[condition_test(listed[(name, i)], metrics)]
         why = (
             f"with {n_seeds} seeds, {name}[{i}] cannot hold at alpha {decision.alpha:g} ({how}): the smallest p "
-            f"its exact test can give is {q:.3g}, above {level:.3g}; expected at least {enough or 'more than 64'} "
-            f"seeds, or the t-test (interval: t)"
+            f"{test} can give is {q:.3g}, above {level:.3g}; expected at least "
+            f"{enough or f'more than {MAX_SEEDS_SEARCHED}'} seeds"
         )
         out.append((name, i, why))
     return out
 
 
-def exact_test_notes(decision: Decision, n_seeds: int, metrics: Mapping[str, Metric]) -> list[str]:
-    """Warnings for `gates check` about conditions the exact test may decide (interval: bootstrap, or a
-    metric whose values may tie or reach a bound): one that could then not hold at all, and one that
-    could hold only if every seed agrees, each with the seeds that would do."""
+def estimand_notes(decision: Decision, n_seeds: int, metrics: Mapping[str, Metric]) -> list[str]:
+    """For `gates check`: what each condition estimates and by which test (declared, or its metrics'
+    default), and each supported_if that could hold only if every seed agrees."""
     if decision.evaluation != "interval":
         return []
     notes = []
-    alpha = decision.alpha
-    for i, c in enumerate(decision.supported_if):
-        bounded = [
-            m
-            for _, m in condition_terms(c)
-            if m in metrics and (metrics[m].low is not None or metrics[m].high is not None)
-        ]
-        if c.interval != "bootstrap" and not bounded:
-            continue
-        when = (
-            "its p-values come from the exact test"
-            if c.interval == "bootstrap"
-            else f"if the per-seed values of {', '.join(dict.fromkeys(bounded))} tie or reach a bound, the exact test "
-            f"replaces the t-test, and"
+    for name, i, c in decision.conditions():
+        estimand, kind = condition_estimand(c, metrics), condition_test(c, metrics)
+        by_seed = getattr(c, "test", None) == "paired" or kind != "t"
+        how = "declared" if getattr(c, "estimand", None) else "its metrics' default"
+        notes.append(
+            f"note: {name}[{i}] estimates the {_estimand(c, estimand, by_seed)} ({how}), by "
+            f"{TESTS[kind]}"
         )
-        one = _one_sample_shape(c)
-        floor, next_p = (
-            smallest_p(one, _sizes(c, n_seeds)),
-            second_smallest_p(one, _sizes(c, n_seeds)),
-        )
-        if floor > alpha:
-            enough = next(
-                (n for n in range(n_seeds, 65) if smallest_p(one, _sizes(c, n)) <= alpha), None
-            )
+        if name != "supported_if" or kind == "t" or _p_at(c, n_seeds, metrics) > decision.alpha:
+            continue  # a condition that cannot hold at all is the `reachable` rule's error
+        if _p_at(c, n_seeds, metrics, against=1) > decision.alpha:
             notes.append(
-                f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could not hold at alpha {alpha:g} "
-                f"(smallest p {floor:.3g}); {enough or 'more than 64'} seeds could"
-            )
-        elif next_p > alpha:
-            enough = next(
-                (n for n in range(n_seeds, 65) if second_smallest_p(one, _sizes(c, n)) <= alpha),
-                None,
-            )
-            every = "every seed agrees" if one else "the two arms' values do not overlap at all"
-            notes.append(
-                f"note: supported_if[{i}]: {when} with {n_seeds} seeds it could hold only if {every} "
-                f"(p {floor:.3g}; one seed the other way gives {next_p:.3g} > alpha {alpha:g}); "
-                f"{enough or 'more than 64'} seeds would allow one seed to disagree"
+                f"note: {name}[{i}]: with {n_seeds} seeds it could hold only if every seed sits at the best "
+                f"value it can see (one seed at the worst gives p "
+                f"{_p_at(c, n_seeds, metrics, against=1):.3g} > alpha {decision.alpha:g})"
             )
     return notes
-
-
-def linear_skew_notes(decision: Decision, metrics: Mapping[str, Metric]) -> list[str]:
-    """A note for each metric a condition reads that is positive and unbounded but declared linear: if its
-    per-seed values are right-skewed (losses, errors, latencies) a t-test on them does not keep its level."""
-    read = dict.fromkeys(m for _, _, c in decision.conditions() for _, m in condition_terms(c))
-    return [
-        f"note: {m} is declared on the linear scale ({metrics[m].describe()}): the t-test assumes its per-seed "
-        f"values are roughly symmetric; a right-skewed positive metric (a loss near 0, an error, a KL, a "
-        f"latency) is declared `positive(...)` by its study and judged on the log scale"
-        for m in read
-        if m in metrics
-        and metrics[m].scale == "linear"
-        and metrics[m].low is not None
-        and metrics[m].low >= 0
-        and metrics[m].high is None
-    ]
 
 
 # ---------------------------------------------------------------------------------- the gates, measured

@@ -62,6 +62,9 @@ class Metric:
     scale: Scale = "linear"
     chance: float | None = None
     unit: str | None = None
+    # why a metric that is positive, unbounded above and better lower (a loss, an error, a latency) stays
+    # linear: the design rules refuse conditions reading such a metric without it (`scales`)
+    linear_reason: str | None = None
 
     def __post_init__(self):
         if self.direction not in ("higher", "lower"):
@@ -78,6 +81,19 @@ class Metric:
             )
         if self.chance is not None and not self.contains(self.chance):
             raise ValueError(f"chance {self.chance} lies outside the range {self.describe()}")
+
+    @property
+    def skewed_linear(self) -> bool:
+        """Positive, unbounded above, better lower, declared linear with no reason given: what a loss,
+        an error or a latency looks like, whose right-skewed per-seed values a t-test on the linear
+        scale does not judge at its level."""
+        return (
+            self.scale == "linear"
+            and self.direction == "lower"
+            and self.nonnegative
+            and self.high is None
+            and not self.linear_reason
+        )
 
     @property
     def nonnegative(self) -> bool:
@@ -119,10 +135,11 @@ def proportion(
     return Metric(direction, role, 0.0, 1.0, chance=chance, unit=unit)
 
 
-def nonnegative(direction: Direction, role: Role) -> Metric:
+def nonnegative(direction: Direction, role: Role, linear_reason: str | None = None) -> Metric:
     """A count, size or score >= 0 with no upper bound whose per-seed spread is roughly symmetric (it
-    may be exactly 0). A right-skewed positive metric (a loss, error, KL or latency) is `positive`."""
-    return Metric(direction, role, 0.0, None)
+    may be exactly 0). A right-skewed positive metric (a loss, error, KL or latency) is `positive`; one
+    better lower that stays linear says why (`linear_reason`)."""
+    return Metric(direction, role, 0.0, None, linear_reason=linear_reason)
 
 
 def positive(direction: Direction, role: Role, unit: str | None = None) -> Metric:

@@ -283,19 +283,16 @@ class TranslatorStudy(Study):
 
     name = "treeheap_translator"
     Config = TranslatorConfig
-    # NLLs are nats per target token, far from 0 with a small symmetric seed spread (test_nll 2.70-2.72 for
-    # one arm): linear, one unit with the NLL differences damage_*. test_ppl = exp(test_nll), so its log
-    # scale is test_nll's linear one. unfold_mse is float rounding (~3e-14) and peak_mem_mb is often exactly
-    # 0 (a step that does not raise the peak RSS): linear. Throughput is multiplicative: log scale.
+    # NLLs are nats per target token: positive, on the log scale (a geometric mean; far from 0 with a small
+    # seed spread, test_nll 2.70-2.72 for one arm, it differs little from the mean), one unit with the NLL
+    # differences damage_* (linear: they can be negative). unfold_mse and peak_mem_mb stay linear (their
+    # reasons below). Throughput is multiplicative: log scale.
     metrics: ClassVar[dict[str, Metric]] = {
-        "train_loss": Metric("lower", "train", 0.0, None, unit="nats"),
-        "val_nll": Metric("lower", "validation", 0.0, None, unit="nats"),
-        "test_nll": Metric("lower", "test", 0.0, None, unit="nats"),
+        "train_loss": positive("lower", "train", unit="nats"),
+        "val_nll": positive("lower", "validation", unit="nats"),
+        "test_nll": positive("lower", "test", unit="nats"),
         "test_ppl": Metric("lower", "test", 1.0, None, scale="log"),
-        **{
-            f"test_nll_{d}": Metric("lower", "test", 0.0, None, unit="nats")
-            for d in ("zh2en", "en2zh")
-        },
+        **{f"test_nll_{d}": positive("lower", "test", unit="nats") for d in ("zh2en", "en2zh")},
         "bleu": Metric("higher", "test", 0.0, 100.0),
         "chrf": Metric("higher", "test", 0.0, 100.0),
         **{
@@ -305,10 +302,12 @@ class TranslatorStudy(Study):
         },
         # NLL differences on the test split: no range (an intervention can lower the NLL)
         **{f"damage_{i}": Metric("higher", "test", unit="nats") for i in INTERVENTIONS},
-        "unfold_mse": nonnegative("lower", "diagnostic"),
+        "unfold_mse": nonnegative("lower", "diagnostic", "float rounding (about 3e-14)"),
         **{f"stop_mass_depth_{k}": proportion("higher", "diagnostic") for k in range(11)},
         "train_tokens_per_s": positive("higher", "cost", unit="tokens/s"),
-        "peak_mem_mb": nonnegative("lower", "cost"),
+        "peak_mem_mb": nonnegative(
+            "lower", "cost", "often exactly 0: a step that does not raise the peak RSS"
+        ),
         "best_val_step": nonnegative(
             "higher", "diagnostic"
         ),  # keep_best: the step whose weights were measured
