@@ -105,6 +105,18 @@ FAMILIES = {
     "t2": ("t2", 1.0, "linear"),
 }
 SKEWED = {f"lognormal-{s:g}-linear": ("lognormal", s, "linear") for s in (0.25, 0.5, 1.0)}
+# Accuracies in [0, 1] (a `proportion` metric), judged on a declared estimand (block `bounded`): the mean
+# (the bounded-mean test) or the median (the sign test), with the truth at the bar of that estimand.
+# discrete: k / 20 test items right, k ~ Binomial(20, 0.9): few values, many ties (mean 0.9, median 0.9);
+# collapsed: uniform in [0.96, 1] with probability 0.9, else 0.3 (a seed that collapsed): mean 0.912,
+# median 0.96 + 0.04 * 0.4 / 0.9. Issue #38: a switch to the sign test on ties gave 33-50% false support
+# of the mean here.
+BOUNDED_TRUTH = {
+    ("acc-discrete", "mean"): 0.9,
+    ("acc-discrete", "median"): 0.9,
+    ("acc-collapsed", "mean"): 0.9 * 0.98 + 0.1 * 0.3,
+    ("acc-collapsed", "median"): 0.96 + 0.04 * 0.4 / 0.9,
+}
 
 
 def slack(draws: int, alpha: float = ALPHA) -> float:
@@ -176,6 +188,12 @@ def ci_cells() -> list[Cell]:
         Cell("control", "normal", "lower", 5, shape="welch", spread=2.0),
     ]
     cells.append(Cell("linear-skew", "lognormal-1-linear", "lower", 5))
+    cells += [
+        Cell("bounded", f"{acc}-{estimand}", "higher", n, shape="threshold")
+        for acc in ("acc-discrete", "acc-collapsed")
+        for estimand in ("mean", "median")
+        for n in (5, 10)
+    ]
     return cells
 
 
@@ -226,7 +244,61 @@ def full_cells() -> list[Cell]:
     for family in SKEWED:
         for direction in ("lower", "higher"):
             cells += [Cell("linear-skew", family, direction, n) for n in ns]
+    for acc, estimand in BOUNDED_TRUTH:
+        for direction in ("lower", "higher"):
+            for n in (3, 5, 8, 10):
+                cells += [
+                    Cell("bounded", f"{acc}-{estimand}", direction, n, shape=shape)
+                    for shape in ("threshold", "paired", "welch")
+                ]
+            cells += [
+                Cell("bounded", f"{acc}-{estimand}", direction, 10, shape="sequential", spending=sp)
+                for sp in ("obrien-fleming", "pocock")
+            ]
     return cells
+
+
+def _accuracies(family: str, rng: np.random.Generator, size) -> np.ndarray:
+    if family == "acc-discrete":
+        return rng.binomial(20, 0.9, size=size) / 20.0
+    collapsed = rng.random(size) < 0.1
+    return np.where(collapsed, 0.3, rng.uniform(0.96, 1.0, size=size))
+
+
+def _build_bounded(cell: Cell) -> Sim:
+    """An accuracy threshold at its estimand's true value, or two arms of one accuracy distribution
+    compared without margin (paired by seed, or Welch: the bounded-mean and sign tests pair by seed)."""
+    acc, estimand = cell.family.rsplit("-", 1)
+    d, n = cell.direction, cell.n
+    metrics = {"x": Metric("higher", "test", 0.0, 1.0)}
+    declared = {"estimand": estimand}
+    if cell.shape in ("threshold", "sequential"):
+        bar = BOUNDED_TRUTH[(acc, estimand)]
+        supported, refuted = (
+            _thr("a", "x", d, bar, **declared),
+            _thr("a", "x", _flip(d), bar, **declared),
+        )
+        arms = ("a",)
+    else:
+        supported, refuted = _cmp(d, cell.shape, **declared), _cmp(_flip(d), cell.shape, **declared)
+        arms = ("a", "b")
+    decision = Decision.model_validate(
+        {"alpha": ALPHA, "supported_if": [supported], "refuted_if": [refuted]}
+    )
+
+    def draw(rng, draws):
+        return {(arm, "x"): _accuracies(acc, rng, (draws, n)) for arm in arms}
+
+    sim = Sim(decision, metrics, [], draw)
+    if cell.shape == "sequential":
+        sim.contract = SimpleNamespace(
+            decision=decision,
+            seeds=list(range(n)),
+            arms={"a": {}},
+            controls=[],
+            sequential=Sequential(looks=LOOKS, spending=cell.spending),
+        )
+    return sim
 
 
 # ---------------------------------------------------------------------------------- values
@@ -375,6 +447,8 @@ def build(cell: Cell) -> Sim:
     fam, d, n = cell.family, cell.direction, cell.n
     if cell.block == "mixed":
         return _build_mixed(cell)
+    if cell.block == "bounded":
+        return _build_bounded(cell)
     metric, centre = _declared(fam), _centre(fam)
     metrics = {"x": metric, "z": metric}
     interval = {"interval": "bootstrap"} if cell.block == "exact" else {}
@@ -605,7 +679,17 @@ def _rate(r: dict, key: str) -> str:
     return f"{rate:.3f} ± {r['se_' + key]:.3f}{flag}"
 
 
-PROMISED = ("threshold", "paired", "welch", "sequential", "refutation", "iut", "control", "exact")
+PROMISED = (
+    "threshold",
+    "paired",
+    "welch",
+    "sequential",
+    "refutation",
+    "iut",
+    "control",
+    "exact",
+    "bounded",
+)
 
 
 def summary(results: dict[str, dict]) -> list[str]:

@@ -24,40 +24,21 @@ def _verdict(values, **kw):
     return decide(d, runs("a", x=list(values)), ACC)
 
 
-def test_ties_and_bounds_never_switch_a_mean_to_the_median():
-    """The issue's reproduction: seven seeds at 1.0 and one collapsed at 0.3 were 'supported' by the sign
-    test (a median), while the same claim on untied values was judged on the mean. Both are now judged on
-    the mean, by one test, and neither supports a mean of 0.91 at a bar of 0.85 with 8 seeds."""
-    tied = _verdict([1, 1, 1, 1, 1, 1, 1, 0.3])
-    untied = _verdict([0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.3])
-    for v in (tied, untied):
+def test_ties_and_bounds_never_switch_what_is_estimated():
+    """The issue's reproduction: seven seeds at 1.0 and one collapsed at 0.3 were judged on the median
+    (the sign test), the same claim on untied values on the mean (the t-test). Now one declaration gives
+    one estimand and one test for both: an accuracy's default, the median (printed by `gates check`),
+    holds on both; the mean, when declared, is judged by the bounded-mean test on both, and neither
+    supports a mean of 0.91 at a bar of 0.85 with 8 seeds."""
+    tied, untied = [1, 1, 1, 1, 1, 1, 1, 0.3], [0.99, 0.98, 0.97, 0.96, 0.95, 0.94, 0.93, 0.3]
+    for values in (tied, untied):
+        c = cond(_verdict(values), "supported_if[0]")
+        assert c.test == "sign (exact)" and c.estimand == "median of a.x across seeds"
+        assert c.p_hold == pytest.approx(9 / 256) and c.outcome == "holds"
+        v = _verdict(values, estimand="mean")
         c = cond(v, "supported_if[0]")
-        assert v.verdict != "supported"
         assert c.test == "bounded mean (betting)" and c.estimand == "mean of a.x across seeds"
-    # declared: the median is what it says, and the sign test decides it
-    median = cond(_verdict([1, 1, 1, 1, 1, 1, 1, 0.3], estimand="median"), "supported_if[0]")
-    assert median.test == "sign (exact)" and median.p_hold == pytest.approx(9 / 256)
-
-
-def test_the_test_is_chosen_before_the_data():
-    """Whatever the values (ties, bounds, spread), one contract and one declaration give one test."""
-    rng = np.random.default_rng(0)
-    draws = [
-        [1.0] * 5,
-        [0.0, 1.0, 1.0, 1.0, 1.0],
-        list(rng.uniform(0.8, 1.0, 5)),
-        [0.9, 0.9, 0.95, 0.95, 1.0],
-    ]
-    for estimand, test in (
-        (None, "bounded mean (betting)"),
-        ("median", "sign (exact)"),
-        ("proportion", "binomial (exact)"),
-    ):
-        kw = {"estimand": estimand} if estimand else {}
-        if estimand == "proportion":
-            kw["share"] = 0.5
-        seen = {cond(_verdict(values, **kw), "supported_if[0]").test for values in draws}
-        assert seen == {test}, (estimand, seen)
+        assert v.verdict != "supported"
 
 
 @pytest.mark.parametrize("n", [5, 8, 10])
@@ -71,13 +52,18 @@ def test_collapsed_seeds_at_the_mean_bar_keep_the_level(n):
             rng.random(n) < 0.1, 0.3, np.clip(rng.normal(0.995, 0.004, n), 0, 1)
         ).round(3)
         bar = 0.1 * 0.3 + 0.9 * 0.995  # the true mean
-        d = decision([thr("a", "x", "higher", bar)], [thr("a", "x", "lower", bar)])
+        d = decision(
+            [thr("a", "x", "higher", bar, estimand="mean")],
+            [thr("a", "x", "lower", bar, estimand="mean")],
+        )
         supported += decide(d, runs("a", x=list(values)), ACC).verdict == "supported"
     assert supported / draws <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / draws)
 
 
 def test_the_bounded_mean_test_holds_where_the_data_allow_it_and_its_interval_covers():
-    v = _verdict([1.0] * 30)  # 30 seeds at 1.0 against 0.85: 1 / 0.85^30 is large enough
+    v = _verdict(
+        [1.0] * 30, estimand="mean"
+    )  # 30 seeds at 1.0 against 0.85: 1 / 0.85^30 is large enough
     c = cond(v, "supported_if[0]")
     assert c.outcome == "holds" and c.p_hold < 0.05
     assert c.ci_low <= c.estimate <= c.ci_high and c.ci_low > 0
@@ -89,6 +75,7 @@ def test_the_bounded_mean_test_holds_where_the_data_allow_it_and_its_interval_co
         "other": "b",
         "direction": "higher",
         "margin": 0.05,
+        "estimand": "mean",
     }
     d = Decision.model_validate({"supported_if": [cmp_], "refuted_if": [thr("a", "x", "lower", 0)]})
     v = decide(d, runs("a", x=[0.95] * 40) + runs("b", x=[0.5] * 40), ACC)
@@ -109,7 +96,15 @@ def test_share_goes_with_proportion_only():
             decision([thr("a", "x", "higher", 0.5, **bad)])
 
 
-def test_a_geometric_mean_is_the_default_of_a_log_metric_and_a_mean_of_a_linear_one():
+def test_each_metric_declaration_gives_its_default_estimand():
+    """The geometric mean on a log-scale metric, the median of a metric bounded on both sides, else the
+    mean; a study may declare another default for a metric."""
+    assert positive("lower", "test").default_estimand == "geometric_mean"
+    assert proportion("higher", "test").default_estimand == "median"
+    assert Metric("higher", "test").default_estimand == "mean"
+    assert Metric("higher", "test", 0.0, 1.0, estimand="mean").default_estimand == "mean"
+    with pytest.raises(ValueError, match="estimand"):
+        Metric("higher", "test", estimand="proportion")
     metrics = {"loss": positive("lower", "test"), "d": Metric("higher", "test")}
     assert (
         condition_test(

@@ -605,16 +605,16 @@ def test_estimand_notes_name_each_condition_s_estimand_and_test():
         [
             thr("a", "acc", "higher", 0.5),
             thr("a", "loss", "lower", 1.0),
-            thr("a", "acc", "higher", 0.5, estimand="median"),
+            thr("a", "acc", "higher", 0.5, estimand="mean"),
         ]
     )
     metrics = {"acc": proportion("higher", "test"), "loss": positive("lower", "test")}
     notes = estimand_notes(d, 5, metrics)
     assert notes[0] == (
-        "note: supported_if[0] estimates the mean of a.acc across seeds (its metrics' default), "
-        "by the bounded-mean test"
+        "note: supported_if[0] estimates the median of a.acc across seeds (its metrics' default), "
+        "by the sign test"
     )
-    assert "geometric mean of a.loss" in notes[1] and "the t-test" in notes[1]
-    assert "median of a.acc" in notes[2] and "(declared), by the sign test" in notes[2]
+    assert "geometric mean of a.loss" in notes[2] and "the t-test" in notes[2]
+    assert "mean of a.acc" in notes[3] and "(declared), by the bounded-mean test" in notes[3]
     # 5 seeds: the sign test reaches 1/32 only if every seed agrees
-    assert any("could hold only if every seed" in n and "supported_if[2]" in n for n in notes)
+    assert "could hold only if every seed" in notes[1] and "supported_if[0]" in notes[1]

@@ -244,20 +244,19 @@ def log_able(c, metrics: Mapping[str, Metric]) -> bool:
 
 
 def condition_estimand(c, metrics: Mapping[str, Metric]) -> str:
-    """What the condition estimates: its declared `estimand`, else what its metrics' declarations give
-    (the geometric mean where every metric is declared log-scale and the condition is multiplicative,
-    else the mean). Never the data."""
+    """What the condition estimates: its declared `estimand`, else the default its metrics' declarations
+    give when they agree (`Metric.default_estimand`: the geometric mean on the log scale, the median of a
+    metric bounded on both sides, else the mean; a geometric mean only where the condition is a ratio),
+    else the mean. Never the data."""
     declared = getattr(c, "estimand", None)
     if declared:
         return declared
-    terms = condition_terms(c)
-    if (
-        terms
-        and _multiplicative(c)
-        and all(getattr(metrics.get(m), "scale", "linear") == "log" for _, m in terms)
-    ):
-        return "geometric_mean"
-    return "mean"
+    defaults = {
+        metrics[m].default_estimand if metrics.get(m) is not None else "mean"
+        for _, m in condition_terms(c)
+    }
+    default = defaults.pop() if len(defaults) == 1 else "mean"
+    return "mean" if default == "geometric_mean" and not _multiplicative(c) else default
 
 
 def condition_scale(c, metrics: Mapping[str, Metric]) -> str:
