@@ -378,7 +378,7 @@ def test_supersedes_chain_in_evidence_report_and_status(project, monkeypatch):
         rows["c05-small"]["superseded_by"] == ["c05-small-v2"]
         and rows["c05-small"]["verdict"] is not None
     )
-    table = gates(root, "status")
+    table = gates(root, "status", "-v")
     assert "superseded by c05-small-v2" in table.stdout and "supersedes c05-small" in table.stdout
     result = gates(root, "verify")
     assert result.returncode == 0, result.stdout
@@ -402,7 +402,7 @@ def test_status_and_verify_name_stale_files(project):
     record_entry(root / "runs", evidence, "rederived", "test: code fingerprint of another checkout")
     row = status_json(root)["c05-small"]
     assert row["stale"] is True and row["stale_files"] == ["models/c05_probe.py"]
-    table = gates(root, "status")
+    table = gates(root, "status", "-v")
     assert "stale: models/c05_probe.py" in table.stdout
     result = gates(root, "verify")
     assert (
