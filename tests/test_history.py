@@ -415,6 +415,29 @@ def test_status_and_verify_name_stale_files(project):
     assert "models/c05_probe.py" in strict.stdout
 
 
+def test_a_reproduction_of_a_stale_claim_names_the_contract_and_gates_certify(project):
+    """After a code change, `gates run` reproduces the claim ("reproduced") and says how to clear its
+    staleness: `gates certify` with the contract's path (never the literal CONTRACT), and the path in
+    the hint to record another attempt."""
+    root, uri = project
+    evidence = root / "runs" / "c05-small" / "evidence.json"
+    ev = json.loads(evidence.read_text())
+    ev["code_files"]["models/c05_probe.py"] = "0" * 64  # computed with another c05_probe.py
+    ev["code_sha256"] = "1" * 64
+    evidence.write_text(json.dumps(ev, indent=2) + "\n")
+    from gates.record import render_report
+
+    (root / "runs" / "c05-small" / "verdict.md").write_text(render_report(ev))
+    record_entry(root / "runs", evidence, "rederived", "test: code fingerprint of another checkout")
+    done = gates(root, "run", "contracts/c05-small.yaml", "--tracking-uri", uri)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reproduced: " in done.stdout and "CONTRACT" not in done.stdout
+    assert "gates run contracts/c05-small.yaml --record --reason TEXT" in done.stdout
+    (hint,) = [line for line in done.stdout.splitlines() if line.startswith("the claim is stale")]
+    assert "models/c05_probe.py" in hint
+    assert "`gates certify contracts/c05-small.yaml --reason TEXT`" in hint
+
+
 def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):
     """The dashboard's index and contract pages: a withdrawn claim as withdrawn (its record kept), the
     supersedes chain both ways with links, stale code naming the files."""

@@ -267,17 +267,22 @@ def claims(
                 checks.append(_withdrawn(contract_id, index[contract_id]))
             else:
                 checks.append(check(evidence))
-        for contract_id in sorted((set(contracts) | set(index)) - with_evidence):
+        # files that are no contract (broken YAML, no id), by their name; a claim's own contract
+        # that no longer loads is lost, named with its evidence
+        unread = {
+            Path(p).stem: Path(p)
+            for p in (contracts.unloadable if check_contract is not None else ())
+            if Path(p).stem not in with_evidence
+        }
+        for contract_id in sorted((set(contracts) | set(index) | set(unread)) - with_evidence):
             if is_withdrawn(index.get(contract_id)):
                 checks.append(_withdrawn(contract_id, index[contract_id]))
             elif contract_id in contracts:
                 checks.append(_pending(contract_id, contracts, check_contract))
+            elif contract_id in unread:
+                checks.append(_broken(contract_id, check_contract(unread[contract_id])))
             else:  # indexed, neither evidence nor contract: history.check says what disappeared
                 checks.append(ClaimCheck(contract_id, "lost"))
-        named = {c.contract_id for c in checks}
-        for path in contracts.unloadable if check_contract is not None else ():
-            if path.stem not in named:  # (a claim's own contract that no longer loads is lost)
-                checks.append(_broken(path.stem, check_contract(path)))
     evidence = {
         c.contract_id: raw_evidence(evidence_dir(runs_root, c.contract_id) / EVIDENCE)
         for c in checks
