@@ -118,7 +118,8 @@ def test_it_trains_on_its_training_depths():
 
 
 # Seed 0 of each arm of c05-structural-probe-v3 (its contract's configs, 300 steps, one thread), as the
-# code before the generic arm computed it: the same numbers as runs/c05-structural-probe-v3/evidence.json.
+# code before the generic arm computed it: the same numbers as runs/c05-structural-probe-v3/evidence.json,
+# bit for bit on the machine they were recorded on; another CPU rounds its sums otherwise.
 V3_SEED0 = {
     "flat_address": {
         "train_loss": 1.8059496879577637,
@@ -165,17 +166,32 @@ V3_SEED0 = {
         "val_acc": 1.0,
     },
 }
-LOSSES = ("train_loss", "test_loss", "val_loss")
+# Another CPU's rounding, measured: on an AMD EPYC, path_only's mean_rank came out 47.84 against 47.56
+# recorded (0.6% relative: a blind arm at chance ranks near-tied scores, which rounding reorders) and a
+# loss 6e-4 relative from the record (a 1e-5 tolerance failed there). The recorded values are compared
+# within what CI's audit allows across machines (`--audit-tolerance 0.01,0.01`: abs + rel x |value|,
+# 1.7x the measured rank drift and 16x the loss drift), the blind arms' mean_rank within 5% (8x); a
+# change of data, initialisation or defaults moves these metrics by whole percents or by factors (the
+# kernels' losses). That the code is unchanged is checked exactly against the reference code path on
+# this machine (`test_the_kernels_are_unchanged`).
+ACROSS_CPUS = (0.01, 0.01)
+BLIND_RANK_REL = 0.05
+
+
+def _train(features: str) -> dict[str, float]:
+    config = C05ProbeConfig(**V3_ARM, features=features, device="cpu")  # as recorded
+    with cpu_threads(1):
+        return STUDY.run(config, 0, NullReporter(Budget(300, 25)))
 
 
 @pytest.mark.parametrize("features", sorted(V3_SEED0))
-def test_the_kernels_are_unchanged(features):
+def test_the_kernels_are_unchanged(features, monkeypatch):
     """Every kernel arm builds and initialises exactly as before (the same module, the same draws from
-    the RNG) and trains to v3's recorded seed-0 metrics: bit-identical on the machine they were recorded
-    on; the counting metrics exactly, the losses within 1e-5 relative, so that another CPU's float
-    rounding does not fail it while any change of data, initialisation or defaults (metrics apart by
-    whole percents) does."""
-    config = C05ProbeConfig(**V3_ARM, features=features, device="cpu")  # as recorded
+    the RNG) and trains, on this machine, to exactly the metrics the code before the generic arm
+    computes here (the study's run with its kernel built as it was then, `StructuralKernel(config)`)."""
+    from gates.models import c05_probe
+
+    config = C05ProbeConfig(**V3_ARM, features=features, device="cpu")
     torch.manual_seed(0)
     built = make_kernel(config)
     after = torch.get_rng_state()
@@ -184,13 +200,23 @@ def test_the_kernels_are_unchanged(features):
     assert type(built) is StructuralKernel and torch.equal(after, torch.get_rng_state())
     for a, b in zip(built.state_dict().values(), reference.state_dict().values(), strict=True):
         assert torch.equal(a, b)
-    with cpu_threads(1):
-        final = STUDY.run(config, 0, NullReporter(Budget(300, 25)))
+    final = _train(features)
+    with monkeypatch.context() as before:  # the reference code path: the kernel built directly
+        before.setattr(c05_probe, "make_kernel", StructuralKernel)
+        assert _train(features) == final  # bit for bit: the same machine, the same code path
+
+
+@pytest.mark.parametrize("features", sorted(V3_SEED0))
+def test_the_kernels_train_to_the_recorded_metrics_on_any_cpu(features):
+    """v3's recorded seed-0 metrics, within another CPU's rounding (ACROSS_CPUS, measured above)."""
+    from gates.verify._audit import within_tolerance
+
+    final = _train(features)
     expected = V3_SEED0[features]
     assert set(final) == set(expected)
     for name, value in expected.items():
-        if name in LOSSES:
-            assert final[name] == pytest.approx(value, rel=1e-5), name
+        if name == "mean_rank" and features in ("flat_address", "path_only"):
+            assert final[name] == pytest.approx(value, rel=BLIND_RANK_REL), name
         else:
-            assert final[name] == value, name
+            assert within_tolerance(final[name], value, *ACROSS_CPUS), (name, final[name], value)
     assert np.isfinite(list(final.values())).all()

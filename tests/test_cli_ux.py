@@ -172,15 +172,16 @@ LONG_IDS = (
 
 def test_status_at_80_columns_keeps_every_id_whole(tmp_path):
     project = copy_claims(tmp_path, *LONG_IDS)
-    done = gates(project, "status", columns=80)
-    assert done.returncode == 0, done.stderr
-    lines = done.stdout.splitlines()
-    assert [line for line in lines if len(line) > 80] == []
-    for contract_id in LONG_IDS:
-        assert any(line.split()[:1] == [contract_id] for line in lines), (contract_id, lines)
-    assert "…" not in done.stdout
+    for view in ((), ("-v",)):  # one line per claim; the details, a block per claim
+        done = gates(project, "status", *view, columns=80)
+        assert done.returncode == 0, done.stderr
+        lines = done.stdout.splitlines()
+        assert [line for line in lines if len(line) > 80] == []
+        for contract_id in LONG_IDS:
+            assert any(line.split()[:1] == [contract_id] for line in lines), (contract_id, lines)
+        assert "…" not in done.stdout
     assert "superseded by c05-structural-probe-v2" in done.stdout  # the notes are there
-    wide = gates(project, "status", columns=200)
+    wide = gates(project, "status", "--details", columns=200)
     assert "┃ contract" in wide.stdout  # a wide terminal keeps the table
 
 
@@ -195,12 +196,12 @@ def test_check_imports_no_scipy_stats_nor_mlflow_nor_a_torch_the_study_does_not(
         site, project["name"], project["version"], project["entry-points"]["gates.studies"]
     )
     shutil.copytree(EXAMPLE / "my_study", site / "my_study")
-    (tmp_path / "plugin").mkdir()
-    shutil.copy(EXAMPLE / "contracts" / "circle-quadratic.yaml", tmp_path / "plugin")
+    (tmp_path / "plugin" / "contracts").mkdir(parents=True)
+    shutil.copy(EXAMPLE / "contracts" / "circle-quadratic.yaml", tmp_path / "plugin" / "contracts")
     done, imported = imported_by(
         tmp_path / "plugin",
         "check",
-        "circle-quadratic.yaml",
+        "contracts/circle-quadratic.yaml",
         "--runs-dir",
         "runs",
         pythonpath=os.pathsep.join([str(site), str(ROOT)]),
@@ -210,10 +211,15 @@ def test_check_imports_no_scipy_stats_nor_mlflow_nor_a_torch_the_study_does_not(
     assert not [m for m in imported if m.split(".")[0] in ("torch", "mlflow", "optuna")], imported
     assert "scipy.stats" not in imported, imported
 
-    (tmp_path / "c05").mkdir()
-    contract = write_contract(tmp_path / "c05", small_c05(), "c05-small.yaml")
+    (tmp_path / "c05" / "contracts").mkdir(parents=True)
+    write_contract(tmp_path / "c05" / "contracts", small_c05(), "c05-small.yaml")
     done, imported = imported_by(
-        tmp_path / "c05", "check", contract.name, "--runs-dir", "runs", pythonpath=str(ROOT)
+        tmp_path / "c05",
+        "check",
+        "contracts/c05-small.yaml",
+        "--runs-dir",
+        "runs",
+        pythonpath=str(ROOT),
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "torch" in imported  # by gates.models.c05_probe, at its top

@@ -378,7 +378,7 @@ def test_supersedes_chain_in_evidence_report_and_status(project, monkeypatch):
         rows["c05-small"]["superseded_by"] == ["c05-small-v2"]
         and rows["c05-small"]["verdict"] is not None
     )
-    table = gates(root, "status")
+    table = gates(root, "status", "-v")
     assert "superseded by c05-small-v2" in table.stdout and "supersedes c05-small" in table.stdout
     result = gates(root, "verify")
     assert result.returncode == 0, result.stdout
@@ -402,7 +402,7 @@ def test_status_and_verify_name_stale_files(project):
     record_entry(root / "runs", evidence, "rederived", "test: code fingerprint of another checkout")
     row = status_json(root)["c05-small"]
     assert row["stale"] is True and row["stale_files"] == ["models/c05_probe.py"]
-    table = gates(root, "status")
+    table = gates(root, "status", "-v")
     assert "stale: models/c05_probe.py" in table.stdout
     result = gates(root, "verify")
     assert (
@@ -413,6 +413,29 @@ def test_status_and_verify_name_stale_files(project):
     assert strict.returncode == 1
     assert "LOST c05-small" in strict.stdout and "stale (--strict-code)" in strict.stdout
     assert "models/c05_probe.py" in strict.stdout
+
+
+def test_a_reproduction_of_a_stale_claim_names_the_contract_and_gates_certify(project):
+    """After a code change, `gates run` reproduces the claim ("reproduced") and says how to clear its
+    staleness: `gates certify` with the contract's path (never the literal CONTRACT), and the path in
+    the hint to record another attempt."""
+    root, uri = project
+    evidence = root / "runs" / "c05-small" / "evidence.json"
+    ev = json.loads(evidence.read_text())
+    ev["code_files"]["models/c05_probe.py"] = "0" * 64  # computed with another c05_probe.py
+    ev["code_sha256"] = "1" * 64
+    evidence.write_text(json.dumps(ev, indent=2) + "\n")
+    from gates.record import render_report
+
+    (root / "runs" / "c05-small" / "verdict.md").write_text(render_report(ev))
+    record_entry(root / "runs", evidence, "rederived", "test: code fingerprint of another checkout")
+    done = gates(root, "run", "contracts/c05-small.yaml", "--tracking-uri", uri)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "reproduced: " in done.stdout and "CONTRACT" not in done.stdout
+    assert "gates run contracts/c05-small.yaml --record --reason TEXT" in done.stdout
+    (hint,) = [line for line in done.stdout.splitlines() if line.startswith("the claim is stale")]
+    assert "models/c05_probe.py" in hint
+    assert "`gates certify contracts/c05-small.yaml --reason TEXT`" in hint
 
 
 def test_dashboard_shows_withdrawn_superseded_and_stale_claims(project):

@@ -199,7 +199,7 @@ def test_fixing_the_bug_keeps_the_first_attempt_on_the_record(site, buggy, tmp_p
     ]
     listed = json.loads(gates(fixed_site, root, "status", "--json").stdout)[0]
     assert listed["attempts"] == 2 and listed["earlier_attempts"][0].startswith("attempt 1 invalid")
-    table = gates(fixed_site, root, "status")
+    table = gates(fixed_site, root, "status", "-v")
     assert "attempt 2; earlier: attempt 1 invalid" in " ".join(table.stdout.split())
     verified = gates(fixed_site, root, "verify")
     assert verified.returncode == 0 and "ok circle-bug: supported" in verified.stdout, (

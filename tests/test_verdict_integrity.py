@@ -377,9 +377,8 @@ def test_a_condition_that_can_never_hold_is_refused_before_any_run(tmp_path):
 def test_check_prints_seeds_for_power_and_the_exact_fallback(tmp_path):
     data = small_c05(seeds=3)
     data["preflight"]["predicted_ablation"]["sd"] = 0.2
-    result = CliRunner().invoke(
-        app, ["check", str(write_contract(tmp_path, data)), "--runs-dir", str(tmp_path)]
-    )
+    where = ["--runs-dir", str(tmp_path), "--contracts-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, ["check", str(write_contract(tmp_path, data)), *where])
     assert result.exit_code == 0, result.output
     assert "with sd 0.2 per seed:" in result.output and "80% power" in result.output
     assert (
@@ -390,7 +389,7 @@ def test_check_prints_seeds_for_power_and_the_exact_fallback(tmp_path):
     # other way 6/32 > 0.05; 8 seeds allow one (9/256)
     result = CliRunner().invoke(
         app,
-        ["check", str(write_contract(tmp_path, small_c05(seeds=5))), "--runs-dir", str(tmp_path)],
+        ["check", str(write_contract(tmp_path, small_c05(seeds=5))), *where],
     )
     assert result.exit_code == 0, result.output
     assert (

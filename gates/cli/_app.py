@@ -98,24 +98,6 @@ def _sigterm_as_interrupt(*_):
     raise KeyboardInterrupt
 
 
-def _load(contract: Path):
-    """Load a contract for check or run: refused while `gates new` placeholders are left (each named), and
-    a study that cannot be used is named at the contract's `study` line."""
-    from gates.contract import load_contract, require_filled
-    from gates.study import StudyError
-
-    require_filled(contract)
-    try:
-        return load_contract(contract)
-    except StudyError as e:
-        from gates.contract import MAX_CONTRACT_BYTES, load_yaml
-
-        _, lines = load_yaml(contract, max_bytes=MAX_CONTRACT_BYTES)
-        raise UserError(
-            e.message, file=str(contract), line=lines.get(("study",)), field="study"
-        ) from None
-
-
 @app.command()
 def new(
     contract_id: str = typer.Argument(
@@ -146,6 +128,7 @@ def new(
 def check(
     contract: Path = typer.Argument(..., help="Contract YAML file."),
     runs_dir: Path = RUNS_DIR,
+    contracts_dir: Path = CONTRACTS_DIR,
     as_json: bool = typer.Option(
         False,
         "--json",
@@ -157,18 +140,15 @@ def check(
 ):
     """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
     each condition can reach significance with its seeds), without training anything. A contract with
-    evidence recorded under older rules is shown with the rules it predates instead of refused."""
-    from gates.design import require_current_rules, rule_flags
-    from gates.execution import check_existing_evidence, preflight
+    evidence recorded under older rules is shown with the rules it predates instead of refused; a
+    contract outside the contracts folder is refused, as `gates run` refuses it."""
+    from gates.design import rule_flags
+    from gates.execution import check_contract
     from gates.inference import estimand_notes, predictions
 
-    loaded = _load(contract)
-    check_existing_evidence(
-        loaded, runs_dir
-    )  # edited after its evidence: refused here as by run and verify
-    require_current_rules(loaded, runs_dir)
+    # the checks `gates run` and `gates verify` apply too (gates.execution.check_contract)
+    loaded, report = check_contract(contract, runs_dir, contracts_dir)
     c = loaded.contract
-    report = preflight(loaded)
     power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
     notes = estimand_notes(c.decision, len(c.seeds), loaded.study.metrics)
     flags = rule_flags(loaded)
@@ -306,8 +286,9 @@ def _print_check(loaded, report, power, notes: list[str], flags: list[str]) -> N
         f"decision: alpha {c.decision.alpha:g} "
         f"({'explicit' if 'alpha' in c.decision.model_fields_set else 'default'}), "
         f"{c.decision.evaluation} evaluation; {len(c.decision.supported_if)} supported_if (all must hold: each "
-        f"tested at alpha), {len(c.decision.refuted_if)} refuted_if (the {len(c.conditions())} ways to refute "
-        f"Holm-corrected at alpha)"
+        f"tested at alpha), {len(c.decision.refuted_if)} refuted_if; "
+        f"{ways_to_refute(len(c.decision.supported_if), len(c.decision.refuted_if))}",
+        markup=False,
     )
     if c.sequential is not None:
         out.print(
@@ -332,6 +313,18 @@ def _print_check(loaded, report, power, notes: list[str], flags: list[str]) -> N
         out.print(note, markup=False)
     for flag in flags:
         out.print(f"recorded under older rules: {flag}", markup=False)
+
+
+def ways_to_refute(supported: int, refuted: int) -> str:
+    """The claim's ways to refute, counted and named: each refuted_if holding, each supported_if
+    failing (one Holm family at alpha; a single way is tested at alpha as it is)."""
+    named = ((refuted, "refuted_if", "holding"), (supported, "supported_if", "failing"))
+    m = supported + refuted
+    if m == 1:
+        name, verb = next((name, verb) for n, name, verb in named if n)
+        return f"one way to refute (the {name} {verb}), tested at alpha"
+    ways = ", ".join(f"{n} {name} {verb}" for n, name, verb in named if n)
+    return f"{m} ways to refute ({ways}), Holm-corrected at alpha"
 
 
 @app.command()
@@ -420,23 +413,14 @@ def run(
     --record --reason TEXT records another attempt. Finished runs of the same contract and code are reused
     (never runs recorded under other code). A contract with `tuning` first searches each tuned arm's config
     (Optuna trials, same budget per arm); the best config per arm then runs over the seeds."""
-    from gates.design import require_current_rules
-    from gates.execution import (
-        check_existing_evidence,
-        execute,
-        retain_freed_memory,
-        run_processes,
-    )
+    from gates.execution import admit, execute, retain_freed_memory, run_processes
     from gates.record import REPRODUCE, plan_recording, resolve_uri
     from gates.study import cpu_threads
 
     _check_executor(executor, ray_address, storage, jobs)
-    loaded = _load(contract)
-    _require_in_contracts(loaded, contracts_dir)
-    check_existing_evidence(
-        loaded, runs_dir
-    )  # edited after its evidence: said as such, before any rule
-    require_current_rules(loaded, runs_dir)
+    loaded = admit(
+        contract, runs_dir, contracts_dir
+    )  # what `gates check` checks before its preflight
     recording = plan_recording(
         loaded, runs_dir, record=record, reason=reason
     )  # bad flags: exit 2 before any step
@@ -538,7 +522,9 @@ def run(
             )
         )
     else:
-        _print_verdict(evidence, runs_dir, outcome)
+        _print_verdict(evidence, runs_dir, outcome, contract=loaded.path)
+        if outcome.reproduction is not None and outcome.reproduction.reproduces:
+            _print_stale_hint(loaded.path, runs_dir, contracts_dir)
         out.print(
             f"MLflow: {uri} (experiment {evidence.contract_id!r}); "
             f"open with `mlflow ui --backend-store-uri {uri}`",
@@ -614,42 +600,6 @@ def _run_tasks(display, run, *args, **kwargs):
             print(json.dumps({"error": {"code": e.code, "message": str(e)}}), flush=True)
         err.print(f"error: {e}", markup=False, highlight=False)
         raise typer.Exit(1) from None
-
-
-def _require_in_contracts(loaded, contracts_dir: Path) -> None:
-    """A claim's contract lives in the project's contracts folder, where `gates verify`, `status` and the
-    dashboard find it by its id: a run of a file elsewhere (whose evidence verify would call LOST), or of
-    a second file with an id another contract there has, is refused."""
-    folder = contracts_dir.resolve()
-    path = loaded.path.resolve()
-    if path.parent != folder:
-        raise UserError(
-            f"the contract is outside the project's contracts folder {contracts_dir}/ (where `gates verify` "
-            f"finds a claim's contract by its id); expected contracts/{loaded.id}.yaml: copy it there "
-            f"(cp {loaded.path} {contracts_dir / (loaded.id + '.yaml')}) and run that file, or pass "
-            f"--contracts-dir",
-            file=str(loaded.path),
-            field="id",
-        )
-    from gates.contract import MAX_CONTRACT_BYTES, load_yaml
-
-    others = []
-    for other in sorted(list(folder.glob("*.yaml")) + list(folder.glob("*.yml"))):
-        if other == path:
-            continue
-        try:
-            data, _ = load_yaml(other, max_bytes=MAX_CONTRACT_BYTES)
-        except UserError:
-            continue
-        if isinstance(data, dict) and data.get("id") == loaded.id:
-            others.append(other.name)
-    if others:
-        raise UserError(
-            f"{', '.join(others)} in {contracts_dir}/ also has id {loaded.id!r}; expected exactly one "
-            f"contract per id (a new version needs a new id)",
-            file=str(loaded.path),
-            field="id",
-        )
 
 
 def _fetch_corpora(loaded, console) -> None:
@@ -880,7 +830,7 @@ def verify(
         log=log,
     )
     lost = [c for c in checks if c.status == "lost"]
-    withdrawn = [c for c in checks if c.status == "withdrawn"]
+    broken = [c for c in checks if c.status == "broken"]
     unaudited = [c for c in checks if UNAUDITED in c.codes]
     if as_json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
@@ -890,13 +840,15 @@ def verify(
                 "ok": "[green]ok[/]",
                 "lost": "[red]LOST[/]",
                 "pending": "[yellow]pending[/]",
+                "broken": "[red]BROKEN[/]",
                 "withdrawn": "[magenta]withdrawn[/]",
             }[c.status]
             n = len(c.audited)
             extra = (" (replayed)" if c.replayed else "") + (
                 f" (audited {n} run{'s' * (n != 1)})" if n else ""
             )
-            out.print(f"{mark} {c.contract_id}: {c.verdict or '-'}{extra}")
+            shown = c.verdict or ("does not check" if c.status == "broken" else "-")
+            out.print(f"{mark} {c.contract_id}: {shown}{extra}", highlight=False)
             for p in c.problems:
                 out.print(f"    {p}", markup=False, highlight=False)
             notes = _claim_notes(c, lambda files: describe_stale(files, shown=3), short=True)
@@ -904,19 +856,37 @@ def verify(
                 notes if not strict_code else [n for n in notes if not n.startswith("stale")]
             ):
                 out.print(f"    note: {note}", markup=False, highlight=False)
-        held = len(checks) - len(lost) - len(withdrawn)
-        out.print(
-            f"{held} of {len(checks) - len(withdrawn)} claims hold their evidence"
-            + (f"; {len(withdrawn)} withdrawn" if withdrawn else "")
-            + (f"; lost: {', '.join(c.contract_id for c in lost)}" if lost else "")
-            + (
-                f"; unaudited runs in: {', '.join(c.contract_id for c in unaudited)}"
-                if unaudited
-                else ""
-            )
-        )
-    if lost or (audit_strict and unaudited):
+        out.print(_verify_summary(checks, unaudited), markup=False, highlight=False)
+    if lost or broken or (audit_strict and unaudited):
         raise typer.Exit(1)
+
+
+def _verify_summary(checks, unaudited) -> str:
+    """`gates verify`'s last line: how many claims with evidence hold it (pending contracts, without
+    evidence, and withdrawn claims are counted apart), then the lost claims and broken contracts."""
+    by_status: dict[str, list[str]] = {}
+    for c in checks:
+        by_status.setdefault(c.status, []).append(c.contract_id)
+    held, lost = by_status.get("ok", []), by_status.get("lost", [])
+    pending, broken = by_status.get("pending", []), by_status.get("broken", [])
+    withdrawn = by_status.get("withdrawn", [])
+    return (
+        f"{len(held)} of {len(held) + len(lost)} claims hold their evidence"
+        + (f"; {len(pending)} pending (no evidence yet)" if pending else "")
+        + (f"; {len(withdrawn)} withdrawn" if withdrawn else "")
+        + (f"; lost: {', '.join(lost)}" if lost else "")
+        + (
+            f"; {len(broken)} contract{'s do' if len(broken) > 1 else ' does'} not check: "
+            f"{', '.join(broken)}"
+            if broken
+            else ""
+        )
+        + (
+            f"; unaudited runs in: {', '.join(c.contract_id for c in unaudited)}"
+            if unaudited
+            else ""
+        )
+    )
 
 
 def _tolerance(text: str | None, option: str) -> tuple[float, float] | None:
@@ -1041,6 +1011,7 @@ def certify(
     tolerance. When all reproduce, a `certified` entry with today's code fingerprint and the runs
     re-run is appended to the claims history, and the claim is no longer stale (stale means: not
     checked against today's code). Exit 1 when any run does not reproduce; nothing is written then."""
+    from gates.execution import load_checked, require_in_contracts
     from gates.verify import certify as certify_claim
 
     if not reason.strip():
@@ -1048,8 +1019,8 @@ def certify(
     default_tolerance = _tolerance(tolerance, "--tolerance")
     failed = []
     for path in contracts:
-        loaded = _load(path)
-        _require_in_contracts(loaded, contracts_dir)
+        loaded = load_checked(path)
+        require_in_contracts(loaded, contracts_dir)
         done = certify_claim(
             loaded,
             runs_dir,
@@ -1080,6 +1051,18 @@ def certify(
 
 @app.command()
 def status(
+    ids: list[str] | None = typer.Argument(
+        None,
+        metavar="[ID-or-glob...]",
+        help="Only these claims: ids, or shell-style patterns (quoted: 'c05-*').",
+    ),
+    details: bool = typer.Option(
+        False,
+        "--details",
+        "-v",
+        help="Each claim with its hash check, code (stale files), notes and problems (a table on a "
+        "terminal of 120 columns or more, else a block per claim), not one line.",
+    ),
     runs_dir: Path = RUNS_DIR,
     contracts_dir: Path = CONTRACTS_DIR,
     as_json: bool = typer.Option(
@@ -1097,11 +1080,12 @@ def status(
         "seconds instead of a fraction of one).",
     ),
 ):
-    """A table of every contract: verdict (withdrawn, superseded), date, whether its hash still matches its
-    evidence, whether its code changed since (stale, naming the files), rules it predates, problems
-    (narrower than 120 columns: one block per contract, its id whole, each line cut to the width).
-    Read from runs/*/evidence.json, the contracts' hashes and the claims history (runs/INDEX.jsonl),
-    without importing any study: rules a contract predates are those its evidence recorded, and the
+    """Every claim (or those named) in one line: its id, verdict (withdrawn, superseded), date and
+    state (ok, lost, pending, withdrawn; stale: its code changed since). With --details (-v): whether
+    its hash still matches its evidence, the stale files, notes, rules it predates and problems (narrower
+    than 120 columns: one block per claim, its id whole, each line cut to the width). Read from
+    runs/*/evidence.json, the contracts' hashes and the claims history (runs/INDEX.jsonl), without
+    importing any study: rules a contract predates are those its evidence recorded, and the
     re-derivation of each verdict is `gates verify`'s (or `--full`)."""
     if full:
         from gates.verify import verify as verify_claims
@@ -1111,6 +1095,8 @@ def status(
         from gates.verify import claims
 
         checks = claims(runs_dir, contracts_dir)
+    if ids:
+        checks = _named_claims(checks, ids)
     if as_json:
         print(
             json.dumps(
@@ -1144,7 +1130,9 @@ def status(
         )
         return
     rows = [_status_row(c) for c in checks]
-    if out.width >= WIDE_STATUS:
+    if not details:
+        _print_status_lines(rows, out.width)
+    elif out.width >= WIDE_STATUS:
         table = Table("contract", "verdict", "recorded", "hash ok", "code", "notes and problems")
         for row in rows:
             code = f"stale: {row.stale_files}" if row.code == "stale" else row.code
@@ -1154,13 +1142,59 @@ def status(
         _print_status_blocks(rows, out.width)
     if not full:
         out.print(
-            "from the evidence, contract hashes and claims history; `gates verify` also re-derives every "
-            "verdict, `gates check` applies today's rules",
+            ("" if details else "`gates status -v [ID...]`: hash, code, notes and problems; ")
+            + "from the evidence, contract hashes and claims history; `gates verify` also re-derives "
+            "every verdict, `gates check` applies today's rules",
             markup=False,
             highlight=False,
             style="dim",
             soft_wrap=False,  # prose: wrapped at the terminal's width
         )
+
+
+def _named_claims(checks: list, patterns: list[str]) -> list:
+    """The claims whose id is one of `patterns` or matches it as a shell-style pattern (fnmatch), in
+    their order; a pattern no claim matches is bad input (exit 2)."""
+    from fnmatch import fnmatchcase
+
+    from gates.errors import did_you_mean
+
+    ids = [c.contract_id for c in checks]
+    for pattern in patterns:
+        if not any(fnmatchcase(i, pattern) for i in ids):
+            raise UserError(
+                f"no claim matches {pattern!r}{did_you_mean(pattern, ids)}; expected a claim's id or "
+                f"a pattern such as 'c05-*' (`gates status` lists them)",
+                field="ids",
+            )
+    return [c for c in checks if any(fnmatchcase(c.contract_id, p) for p in patterns)]
+
+
+def _print_status_lines(rows: list[_StatusRow], width: int) -> None:
+    """One line per claim, in columns: id, verdict, date, state (ok, lost, pending, withdrawn, broken;
+    "stale" where its code changed since); a line that does not fit the width drops the padding, then
+    is cut (the id first, whole)."""
+    from rich.text import Text
+
+    if not rows:
+        return
+    id_w = max(len(r.id) for r in rows)
+    shown_w = max(len(r.shown) for r in rows)
+    for row in rows:
+        state = row.status + (" stale" if row.code == "stale" else "")
+        parts = (row.id, row.shown, row.recorded, state)
+        line = f"{row.id:<{id_w}}  {row.shown:<{shown_w}}  {row.recorded:<10}  {state}"
+        if len(line) > width:
+            line = "  ".join(parts)
+        if len(line) > width:
+            line = line[: max(width - 3, len(row.id))] + "..."
+        style = {"lost": "red", "broken": "red", "pending": "yellow"}.get(row.status, "")
+        text = Text(line)
+        text.stylize("bold", 0, len(row.id))
+        at = line.rfind(state)
+        if style and at > len(row.id):
+            text.stylize(style, at, at + len(state))
+        out.print(text, highlight=False, soft_wrap=False, overflow="ignore", crop=False)
 
 
 # `gates status` below this many columns: one block per claim, as a table's six columns wrap into a
@@ -1177,6 +1211,7 @@ class _StatusRow:
     code: str  # "current", "stale" or "-"
     stale_files: str  # which files changed, when stale
     notes: list[str]  # notes, then the first problem
+    status: str = "ok"  # the check's: ok, lost, pending, withdrawn, broken
 
 
 def _status_row(c) -> _StatusRow:
@@ -1197,6 +1232,7 @@ def _status_row(c) -> _StatusRow:
         "stale" if c.stale else ("current" if c.created_at else "-"),
         describe_stale(c.stale_files, shown=0) if c.stale else "",
         notes,
+        c.status,
     )
 
 
@@ -1492,7 +1528,26 @@ def studies(
 
 
 # ---------------------------------------------------------------------------------- output
-def _print_verdict(ev: Evidence, runs_dir: Path, outcome=None) -> None:
+def _print_stale_hint(contract: Path, runs_dir: Path, contracts_dir: Path) -> None:
+    """After a reproduction that reproduces: where the claim is stale (its code changed since its
+    evidence or certification, as `gates status` says), the command that clears it."""
+    from gates.verify import claims
+
+    for check in claims(runs_dir, contracts_dir, [contract]):
+        if not check.stale:
+            continue
+        out.print(
+            f"the claim is stale: code changed since its evidence ({describe_stale(check.stale_files)}); "
+            f"`gates certify {contract} --reason TEXT` re-runs its runs under today's code and, when they "
+            f"reproduce, records that (the claim is then current)",
+            markup=False,
+            highlight=False,
+        )
+
+
+def _print_verdict(
+    ev: Evidence, runs_dir: Path, outcome=None, contract: Path | None = None
+) -> None:
     from gates.record import condition_label, condition_rows, signature
 
     colour = {
@@ -1548,7 +1603,7 @@ def _print_verdict(ev: Evidence, runs_dir: Path, outcome=None) -> None:
         out.print(line, markup=False, highlight=False)
     out.print(
         f"nothing was written under {runs_dir}/ (the record: {path}); to record this run as attempt "
-        f"{outcome.recording.number + 1}: gates run CONTRACT --record --reason TEXT",
+        f"{outcome.recording.number + 1}: gates run {contract or 'CONTRACT'} --record --reason TEXT",
         markup=False,
         highlight=False,
     )

@@ -495,6 +495,11 @@ def _seed_list(value):
                 f"0 <= S <= 2**32 - N (every seed below 2**32), got {value}"
             )
         return list(range(start, start + count))
+    if not isinstance(value, (list, tuple)):  # `seeds: '5'`, `seeds: 5.0`: none of the forms
+        raise ValueError(
+            "expected a count (seeds: 5 runs seeds 0..4), {count: N, start: S} or a list of distinct "
+            "ints (seeds: [0, 1, 2])"
+        )
     return value
 
 

@@ -106,10 +106,15 @@ class _Rules:
             (("controls", i), c) for i, c in enumerate(contract.controls)
         ]
 
-    def add(self, loc: tuple, msg: str) -> None:
+    def add(self, loc: tuple, msg: str, at: tuple | None = None) -> None:
+        """An error at field `loc`; `at`: the field whose line it is said at, when `loc` may be absent
+        from the file (a missing `differences`: the line of the arm's value that needs it)."""
         if "(rule: " not in msg:
             msg = f"{msg} (rule: {self.current})"
-        self.errors.append(self.err(loc, msg))
+        error = self.err(loc, msg)
+        if at is not None:
+            error.line = self.err(at, msg).line
+        self.errors.append(error)
 
     # ------------------------------------------------------------------ what a metric is
     def spec(self, metric: str):
@@ -467,12 +472,15 @@ class _Rules:
             shown = ", ".join(f"{arm} {value!r}" for arm, value in values[:4]) + (
                 " ..." if len(values) > 4 else ""
             )
+            field = ("factor",) if self.c.factor is None else ("differences",)
             self.add(
-                ("factor",) if self.c.factor is None else ("differences",),
+                field,
                 f"the arms the decision compares differ in {key!r} ({shown}), which the contract does not "
                 f"declare; expected `factor: [...]` naming the config fields under test and `differences: "
                 f"{{{key}: why}}` for any other (a comparator handicapped by a setting nobody declared "
                 f"cannot pass as evidence)",
+                # said where the field is written, else at the value of an arm that differs in it
+                at=None if field[0] in self.c.model_fields_set else ("arms", values[1][0], key),
             )
 
     def identical_arms(self) -> None:

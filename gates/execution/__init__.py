@@ -6,7 +6,7 @@
 reporter hears their metrics.
 
 Private modules: `_plan`, `_runner`, `_distributed`, `_tasks`, `_ray`, `_processes`, `_tuning`,
-`_stop_rules`, `_reporter`, `_preflight`, `_locks`, `_allocator`.
+`_stop_rules`, `_reporter`, `_preflight`, `_check`, `_locks`, `_allocator`.
 """
 
 from gates._face import lazy_face
@@ -23,8 +23,11 @@ _FACE = {
     "StudyInterfaceError": ("_runner", "StudyInterfaceError"),
     "TrialRules": ("_tuning", "TrialRules"),
     "Worker": ("_distributed", "Worker"),
+    "admit": ("_check", "admit"),
+    "check_contract": ("_check", "check_contract"),
     "check_existing_evidence": ("_runner", "check_existing_evidence"),
     "check_tuning_evidence": ("_tuning", "check_evidence"),
+    "contract_errors": ("_check", "contract_errors"),
     "contract_lock": ("_locks", "contract_lock"),
     "convergence": ("_stop_rules", "convergence"),
     "default_storage": ("_tuning", "default_storage"),
@@ -36,10 +39,12 @@ _FACE = {
     "import_ray": ("_ray", "import_ray"),
     "is_converged": ("_stop_rules", "is_converged"),
     "job_threads": ("_processes", "job_threads"),
+    "load_checked": ("_check", "load_checked"),
     "open_storage": ("_distributed", "open_storage"),
     "open_study": ("_tuning", "open_study"),
     "preflight": ("_preflight", "preflight"),
     "rederive": ("_runner", "rederive"),
+    "require_in_contracts": ("_check", "require_in_contracts"),
     "retain_freed_memory": ("_allocator", "retain_freed_memory"),
     "returned_metrics": ("_runner", "returned_metrics"),
     "run_contract": ("_runner", "run_contract"),

@@ -21,8 +21,9 @@ class PreflightReport:
         return {"arms": self.arms, "notes": self.notes}
 
 
-def preflight(loaded: LoadedContract) -> PreflightReport:
-    """Measure what can be measured before any step and refuse a run outside the declared bounds."""
+def preflight(loaded: LoadedContract, *, here: bool = True) -> PreflightReport:
+    """Measure what can be measured before any step and refuse a run outside the declared bounds.
+    `here`: also refuse an arm this machine cannot run (its pinned device, a corpus not fetched)."""
     c, study = loaded.contract, loaded.study
     report = PreflightReport()
 
@@ -30,7 +31,7 @@ def preflight(loaded: LoadedContract) -> PreflightReport:
         report.errors.append(loaded.error(loc, msg))
 
     for arm, cfg in loaded.arm_configs.items():
-        why = study.why_not_ready(cfg)
+        why = study.why_not_ready(cfg) if here else None
         if why:
             refuse(("arms", arm), f"arm cannot run here: {why}")
         report.arms[arm] = {"params": study.param_count(cfg), "flops": study.flops(cfg)}

@@ -679,12 +679,7 @@ def _run_one(
             # no failure of the study: the whole run stops, and its runs so far are reused next time
             raise
         status, halt_reason, final = "failed", "error", dict(reporter.last)
-        frame = traceback.extract_tb(e.__traceback__)[-1]  # where it raised: the innermost frame
-        error = {
-            "type": type(e).__name__,
-            "message": _one_line(e),
-            "where": code_location(frame.filename, frame.lineno),
-        }
+        error = study_error(e, study)  # where in the study's own code, not in torch's
         halt_detail = (
             f"study {c.study!r} raised {type(e).__name__} at {error['where']} in run(): {e}\n"
             f"{traceback.format_exc(limit=-8)}"
@@ -791,6 +786,65 @@ def code_location(filename: str, line: int | None) -> str:
     else:
         shown = path.name
     return f"{shown}:{line}" if line else shown
+
+
+def study_error(e: BaseException, study) -> dict:
+    """A study's exception as the evidence records it: its type, its message in a line, and `where`:
+    the innermost frame of the traceback in the study's own code (its package's folder, or its module
+    when it is a top-level one), else the innermost outside the installed libraries, the standard
+    library and the platform, else the innermost; a shape error raised deep in torch is said at the
+    study's line that called torch. The whole traceback is the caller's to keep."""
+    frames = traceback.extract_tb(e.__traceback__)
+    own, foreign = _own_code(study), _library_roots()
+
+    def under(filename: str, roots) -> bool:
+        path = _resolved(filename)
+        return any(path == root or root in path.parents for root in roots)
+
+    frame = (
+        next((f for f in reversed(frames) if under(f.filename, own)), None)
+        or next((f for f in reversed(frames) if not under(f.filename, foreign)), None)
+        or (frames[-1] if frames else None)
+    )
+    return {
+        "type": type(e).__name__,
+        "message": _one_line(e),
+        "where": code_location(frame.filename, frame.lineno) if frame else "?",
+    }
+
+
+def _resolved(filename: str) -> Path:
+    try:
+        return Path(filename).resolve()
+    except (OSError, RuntimeError):
+        return Path(filename)
+
+
+def _own_code(study) -> list[Path]:
+    """The study's own source: the folder of the package its class's module is in, or that module's
+    file when it is a top-level module (whose folder may be site-packages itself)."""
+    import sys
+
+    module = type(study).__module__
+    package = module.rpartition(".")[0]
+    found = sys.modules.get(package) if package else None
+    if found is not None and getattr(found, "__file__", None):
+        return [_resolved(found.__file__).parent]
+    mine = getattr(sys.modules.get(module), "__file__", None)
+    return [_resolved(mine)] if mine else []
+
+
+def _library_roots() -> list[Path]:
+    """Where code that is not a study's lives: the standard library, the installed packages and the
+    platform (gates/)."""
+    import site
+    import sysconfig
+
+    paths = {sysconfig.get_path(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")}
+    with contextlib.suppress(AttributeError):
+        paths |= set(site.getsitepackages()) | {site.getusersitepackages()}
+    roots = [_resolved(p) for p in paths if p]
+    return roots + [Path(__file__).resolve().parents[1]]
 
 
 def _source_of(function) -> tuple[str, int | None]:

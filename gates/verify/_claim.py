@@ -36,6 +36,9 @@ CONTRACT_UNLOADABLE = "contract_unloadable"  # the contract file no longer loads
 CONTRACT_ID_CHANGED = "contract_id_changed"
 CONTRACT_EDITED = "contract_edited"  # its sha256 is not the recorded one
 NOT_RUN = "not_run"  # a contract without evidence (pending)
+# a contract of the folder without evidence that `gates check` refuses (a typo, a wrong arm, bad
+# seeds, an unknown study, broken YAML): status "broken", which fails `gates verify`
+CONTRACT_INVALID = "contract_invalid"
 # The re-derive phase (`check_claim`): what the recorded per-seed values and today's code say.
 RUNS = "runs"  # not exactly the contract's arms x seeds
 CONVERGENCE = "convergence"
@@ -70,7 +73,9 @@ BEFORE_HASH = {
 @dataclass
 class ClaimCheck:
     contract_id: str
-    status: str  # "ok" | "lost" | "pending" | "withdrawn"
+    status: (
+        str  # "ok" | "lost" | "pending" | "broken" (a contract that does not check) | "withdrawn"
+    )
     verdict: str | None = None
     created_at: str | None = None
     problems: list[Problem] = field(default_factory=list)

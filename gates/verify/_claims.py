@@ -49,6 +49,7 @@ from gates.verify._claim import (
     CONTRACT_AMBIGUOUS,
     CONTRACT_EDITED,
     CONTRACT_ID_CHANGED,
+    CONTRACT_INVALID,
     CONTRACT_MISSING,
     CONTRACT_UNLOADABLE,
     EVIDENCE_FOREIGN,
@@ -216,6 +217,7 @@ def claims(
     deep: Callable[[Path, ContractIndex], ClaimCheck] | None = None,
     today_rules: Callable[[Path], list[str] | None] | None = None,
     strict_code: bool = False,
+    check_contract: Callable[[Path], list[str]] | None = None,
 ) -> list[ClaimCheck]:
     """Every claim in `runs_root` (or only the contracts named), each checked by its files phase
     (`check_files`) or by `deep` (`gates verify` passes its re-derivation, which starts with the
@@ -226,7 +228,11 @@ def claims(
     is reported as withdrawn. Each claim is annotated with its supersedes chain, its attempts, the
     claims it shares runs or a regime with, the rules its contract predates (`today_rules(path)`
     where given, else those its evidence recorded) and whether its code changed since its evidence
-    (`strict_code`: a stale claim is lost)."""
+    (`strict_code`: a stale claim is lost).
+
+    `check_contract(path)` (`gates verify` passes `gates check`'s checks: each refusal in a line) is
+    asked of every contract file of the folder without evidence, and of every file there that does
+    not read as a contract at all (broken YAML, no id): one it refuses is "broken", not pending."""
     runs_root, contracts_root = Path(runs_root), Path(contracts_root)
     contracts = find_contracts(contracts_root)
     index = latest_entries(runs_root)
@@ -261,11 +267,20 @@ def claims(
                 checks.append(_withdrawn(contract_id, index[contract_id]))
             else:
                 checks.append(check(evidence))
-        for contract_id in sorted((set(contracts) | set(index)) - with_evidence):
+        # files that are no contract (broken YAML, no id), by their name; a claim's own contract
+        # that no longer loads is lost, named with its evidence
+        unread = {
+            Path(p).stem: Path(p)
+            for p in (contracts.unloadable if check_contract is not None else ())
+            if Path(p).stem not in with_evidence
+        }
+        for contract_id in sorted((set(contracts) | set(index) | set(unread)) - with_evidence):
             if is_withdrawn(index.get(contract_id)):
                 checks.append(_withdrawn(contract_id, index[contract_id]))
             elif contract_id in contracts:
-                checks.append(_pending(contract_id, contracts))
+                checks.append(_pending(contract_id, contracts, check_contract))
+            elif contract_id in unread:
+                checks.append(_broken(contract_id, check_contract(unread[contract_id])))
             else:  # indexed, neither evidence nor contract: history.check says what disappeared
                 checks.append(ClaimCheck(contract_id, "lost"))
     evidence = {
@@ -281,7 +296,16 @@ def claims(
     return checks
 
 
-def _pending(contract_id: str, contracts: ContractIndex) -> ClaimCheck:
+def _pending(
+    contract_id: str,
+    contracts: ContractIndex,
+    check_contract: Callable[[Path], list[str]] | None = None,
+) -> ClaimCheck:
+    """A contract without evidence: pending, or broken where `check_contract` refuses it."""
+    if check_contract is not None:
+        refused = check_contract(Path(contracts[contract_id]))
+        if refused:
+            return _broken(contract_id, refused)
     todo = placeholders(contracts.raw[contract_id], {}, str(contracts[contract_id]))
     pending = ClaimCheck(contract_id, "pending")
     left = (
@@ -292,6 +316,14 @@ def _pending(contract_id: str, contracts: ContractIndex) -> ClaimCheck:
     )
     pending.add(NOT_RUN, "no evidence yet (not run)" + left)
     return pending
+
+
+def _broken(contract_id: str, refused: list[str]) -> ClaimCheck:
+    """A contract file `gates check` refuses, each refusal a problem (file:line: field: ...)."""
+    broken = ClaimCheck(contract_id, "broken")
+    for message in refused or ["does not read as a contract; `gates check` says why"]:
+        broken.add(CONTRACT_INVALID, message)
+    return broken
 
 
 def _withdrawn(contract_id: str, entry: dict) -> ClaimCheck:

@@ -498,6 +498,7 @@ def verify(
             ),
             today_rules=today_rule_flags,
             strict_code=strict_code,
+            check_contract=lambda path: check_refusals(path, runs_root, contracts_root),
         )
     lineage = check_lineage(Path(runs_root))  # the history only grew across the git commits
     lose_history(checks, lineage.problems, named=bool(only))
@@ -517,6 +518,17 @@ def verify(
             default_tolerance=audit_tolerance,
         )
     return checks
+
+
+def check_refusals(path: Path, runs_root: Path, contracts_root: Path) -> list[str]:
+    """What `gates check` refuses in the contract at `path`, a line each (file:line: field: ...)."""
+    from gates.execution import contract_errors
+
+    return [
+        line
+        for e in contract_errors(path, Path(runs_root), Path(contracts_root))
+        for line in e.render().splitlines()
+    ]
 
 
 def today_rule_flags(path: Path) -> list[str] | None:
