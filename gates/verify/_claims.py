@@ -27,11 +27,12 @@ from gates.contract import (
 )
 from gates.errors import UserError
 from gates.record import (
+    CERTIFICATION_IGNORED,
     EVIDENCE,
     REPORT,
     Evidence,
     annotate_siblings,
-    certifications,
+    check_certifications,
     check_history,
     claim_attempts,
     describe_stale,
@@ -325,7 +326,9 @@ def lose_history(checks: list[ClaimCheck], problems: dict[str, list[str]], *, na
             checks.append(check)
         if check.status == "pending":
             check.problems = []
-        check.lose(HISTORY, found)
+        codes = dict.fromkeys(getattr(text, "code", HISTORY) for text in found)
+        for code in codes:  # the history's own codes (a link, a malformed entry), else HISTORY
+            check.lose(code, [text for text in found if getattr(text, "code", HISTORY) == code])
 
 
 def _annotate(
@@ -350,7 +353,9 @@ def _annotate(
     )
     annotate_siblings(checks, evidence)
     _flag_unlinked_successors(checks, contracts, evidence)
-    attempts, certified, today = claim_attempts(runs_root), certifications(runs_root), {}
+    attempts, today = claim_attempts(runs_root), {}
+    certs = check_certifications(runs_root)
+    certified = certs.valid
     for check in checks:
         cid = check.contract_id
         tried = attempts.get(cid, [])
@@ -362,6 +367,8 @@ def _annotate(
             check.rule_flags = [f for f in ev["rule_flags"] if isinstance(f, str)]
         if ev is None or not isinstance(ev.get("study"), str):
             continue
+        if cid in certs.notes:
+            check.add(CERTIFICATION_IGNORED, certs.notes[cid])
         cert = certified.get(cid)
         if cert is not None:
             check.certified = (

@@ -1,0 +1,188 @@
+"""Issue #39: what a forger who edits files and commits can no longer do to the claims history unseen:
+follow a link put in place of it, write a certification by hand, or break a reader with a malformed
+entry."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gates.record import INDEX, line_sha256, read_index
+from tests.conftest import copy_project, run_project, small_c05
+from tests.conftest import gates_cli as gates
+from tests.test_certify import pretend_older_code, rewrite_evidence
+from tests.test_history_integrity import CID, committed, evidence_path, git, one_line
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    return run_project(tmp_path_factory.mktemp("project"), small_c05())
+
+
+@pytest.fixture
+def project(recorded, tmp_path):
+    return copy_project(recorded, tmp_path)
+
+
+def status(project: Path) -> dict:
+    done = gates(project, "status", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    return {c["id"]: c for c in json.loads(done.stdout)}[CID]
+
+
+def append_by_hand(runs: Path, entry: dict) -> None:
+    """Append an entry as a forger would: chained onto the last line (`prev` right), written by hand."""
+    path = runs / INDEX
+    last = path.read_bytes().rstrip(b"\n").rsplit(b"\n", 1)[-1]
+    line = json.dumps({**entry, "prev": line_sha256(last)}, separators=(", ", ": "))
+    with path.open("a") as f:
+        f.write(line + "\n")
+
+
+# ---------------------------------------------------------------------------------- finding 1: a link
+@pytest.mark.parametrize("where", ["inside", "outside"])
+def test_a_history_replaced_by_a_link_is_never_followed(project, tmp_path, where):
+    committed(project)
+    index = project / "runs" / INDEX
+    # the forged history: the same entries (a refuted claim could be left out of it)
+    target = project / "runs" / "forged.jsonl" if where == "inside" else tmp_path / "forged.jsonl"
+    shutil.copy(index, target)
+    index.unlink()
+    os.symlink(target, index)
+    done = gates(project, "verify")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "symbolic link" in one_line(done) and "never followed" in done.stdout
+    assert "history_not_a_file" in status(project)["problem_codes"]
+    git(project, "add", "-A")
+    git(project, "commit", "-qm", "a quiet fix")
+    done = gates(project, "verify")
+    assert done.returncode == 1 and "symbolic link" in one_line(done)
+    # nothing is appended through it either
+    before = target.read_bytes()
+    done = gates(project, "withdraw", CID, "--reason", "x")
+    assert done.returncode == 2 and "symbolic link" in one_line(done)
+    assert target.read_bytes() == before
+
+
+def test_a_runs_folder_replaced_by_a_link_is_never_followed(project, tmp_path):
+    committed(project)
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(project / "runs", elsewhere)
+    os.symlink(elsewhere, project / "runs")
+    done = gates(project, "verify")
+    assert done.returncode == 1 and "symbolic link" in one_line(done)
+
+
+# ---------------------------------------------------------------------------------- finding 4: malformed
+def certified_by_hand(project: Path, **fields) -> dict:
+    """A `certified` entry as `gates certify` wrote one before issue #39, with today's code: what a
+    forger appends to make a changed study read current."""
+    from gates.record import current_provenance
+    from gates.study import study_module
+
+    ev = json.loads(evidence_path(project).read_text())
+    latest = [e for e in read_index(project / "runs") if e["contract_id"] == CID][-1]
+    prov = current_provenance(study_module(ev["study"]))
+    n = sum(r["status"] == "completed" for r in ev["runs"])
+    entry = {
+        **{k: v for k, v in latest.items() if k != "rederived_from"},
+        "kind": "certified",
+        "reason": "after a refactor",
+        "code_sha256": prov.code_sha256,
+        "code_files": prov.code_files,
+        "reran": f"{n} of {n} completed runs",
+        "tolerance": {"abs": 1e-6, "rel": 1e-6},
+    }
+    entry.update(fields)
+    return entry
+
+
+def test_a_malformed_entry_is_one_line_with_a_code_in_every_reader(project):
+    append_by_hand(project / "runs", certified_by_hand(project, tolerance={"abs": "huge"}))
+    for args in (("verify",), ("status",), ("report", "--html", "r")):
+        done = gates(project, *args)
+        text = one_line(done)  # no traceback
+        assert done.returncode in (0, 1), (args, text)
+    done = gates(project, "verify")
+    assert done.returncode == 1 and 'tolerance.abs is "huge"' in done.stdout
+    assert "history_malformed" in status(project)["problem_codes"]
+    from gates.dashboard.site import Site
+
+    site = Site(project / "runs", project / "contracts", "sqlite:///none.db", "http://x")
+    assert CID in site.index() and "history" in site.contract(CID)  # pages, not a 500
+
+
+# ---------------------------------------------------------------------------------- finding 3: by hand
+def stale(project: Path) -> None:
+    rewrite_evidence(project, pretend_older_code, "test: evidence from other code")
+    assert status(project)["stale"]
+
+
+def test_a_certification_written_by_hand_does_not_make_a_changed_study_current(project):
+    stale(project)
+    append_by_hand(project / "runs", certified_by_hand(project))
+    found = status(project)
+    assert found["stale"] and found["certified"] is None
+    assert "certification_ignored" in found["problem_codes"]
+    assert gates(project, "verify", "--strict-code").returncode == 1
+    assert gates(project, "verify").returncode == 0  # a note: the claim itself still holds
+
+
+def test_a_certification_whose_reruns_contradict_the_evidence_loses_the_claim(project):
+    stale(project)
+    ev = json.loads(evidence_path(project).read_text())
+    reran = [
+        {"arm": r["arm"], "seed": r["seed"], "metrics": dict(r["metrics"])}
+        for r in ev["runs"]
+        if r["status"] == "completed"
+    ]
+    append_by_hand(project / "runs", certified_by_hand(project, reran_runs=reran))
+    found = status(project)  # values copied from the evidence: consistent, counted
+    assert not found["stale"] and found["certified"]
+    reran[0]["metrics"]["test_acc"] += 0.25  # a re-run that gave something else
+    append_by_hand(project / "runs", certified_by_hand(project, reran_runs=reran))
+    done = gates(project, "verify")
+    assert done.returncode == 1 and "the entry vouches for re-runs the evidence" in done.stdout
+    found = status(project)
+    assert "certification_invalid" in found["problem_codes"] and found["stale"]
+
+
+def test_gates_certify_records_the_reruns_and_they_verify(project):
+    stale(project)
+    done = gates(project, "certify", f"contracts/{CID}.yaml", "--reason", "r", "--sample", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    entry = read_index(project / "runs")[-1]
+    assert len(entry["reran_runs"]) == 1 and entry["reran_runs"][0]["metrics"]
+    assert gates(project, "verify", "--strict-code").returncode == 0
+
+
+def test_a_certification_committed_with_other_code_than_it_names_loses_the_claim(project):
+    """The history and the code in one repository (as here): the fingerprint a certification names
+    must be the code of the commit that added it."""
+    root = Path(__file__).resolve().parent.parent
+    for package in ("gates", "models"):
+        shutil.copytree(
+            root / package, project / package, ignore=shutil.ignore_patterns("__pycache__")
+        )
+    committed(project)
+    stale(project)
+    ev = json.loads(evidence_path(project).read_text())
+    reran = [
+        {"arm": r["arm"], "seed": r["seed"], "metrics": dict(r["metrics"])}
+        for r in ev["runs"]
+        if r["status"] == "completed"
+    ]
+    entry = certified_by_hand(project, reran_runs=reran)
+    append_by_hand(project / "runs", entry)
+    git(project, "commit", "-qam", "certified with the code of this commit")
+    assert gates(project, "verify", "--strict-code").returncode == 0
+    append_by_hand(project / "runs", {**entry, "code_sha256": "ab" * 32})
+    git(project, "commit", "-qam", "certified under code that is not here")
+    done = gates(project, "verify")
+    assert done.returncode == 1 and "is not the code of commit" in done.stdout
