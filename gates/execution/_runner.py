@@ -573,7 +573,9 @@ def finish(
     # contract under a withdrawn id supersedes its own id: that evidence is this one now, and the old
     # attempt's run already says withdrawn)
     if recording.mode == RECORD and c.supersedes not in (None, c.id):
-        note = supersede_claim_run(evidence_dir(runs_root, c.supersedes) / EVIDENCE, c.id)
+        note = supersede_claim_run(
+            evidence_dir(runs_root, c.supersedes) / EVIDENCE, c.id, parent.tracking_uri
+        )
     return Outcome(evidence, recording, reuse or Reuse(total=len(records)), reproduction, note)
 
 
