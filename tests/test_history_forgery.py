@@ -186,3 +186,26 @@ def test_a_certification_committed_with_other_code_than_it_names_loses_the_claim
     git(project, "commit", "-qam", "certified under code that is not here")
     done = gates(project, "verify")
     assert done.returncode == 1 and "is not the code of commit" in done.stdout
+
+
+# ---------------------------------------------------------------------------------- finding 7: memory
+@pytest.mark.parametrize("shape", ["many values", "many bytes"])
+def test_evidence_past_its_caps_is_refused_in_one_line_before_it_is_parsed(project, shape):
+    """Memory follows the number of JSON values: 59 MB of small objects took 3 GB to verify. Past
+    either cap the evidence is refused (the claim lost, one line), never parsed."""
+    # the caps this test asks for: well below what a machine has (gates.record._files holds them)
+    MAX_EVIDENCE_BYTES, MAX_JSON_VALUES = 16 * 1024 * 1024, 250_000
+    ev = json.loads(evidence_path(project).read_text())
+    if shape == "many values":  # under the byte cap, past the values cap
+        ev["pad"] = [0] * (MAX_JSON_VALUES + 1)
+        expected = f"more than {MAX_JSON_VALUES} values"
+    else:  # past the byte cap, few values
+        ev["pad"] = "x" * (MAX_EVIDENCE_BYTES + 1)
+        expected = f"larger than {MAX_EVIDENCE_BYTES} bytes"
+    text = json.dumps(ev)
+    assert len(text) <= MAX_EVIDENCE_BYTES or shape == "many bytes"
+    evidence_path(project).write_text(text)
+    for args in (("verify",), ("status",)):
+        done = gates(project, *args)
+        assert done.returncode in (0, 1) and expected in one_line(done), (args, done.stdout)
+    assert gates(project, "verify").returncode == 1
