@@ -209,3 +209,52 @@ def test_evidence_past_its_caps_is_refused_in_one_line_before_it_is_parsed(proje
         done = gates(project, *args)
         assert done.returncode in (0, 1) and expected in one_line(done), (args, done.stdout)
     assert gates(project, "verify").returncode == 1
+
+
+# ---------------------------------------------------------------------------------- finding 11: successors
+def registered_again(project: Path, **changes) -> Path:
+    """The withdrawn claim's contract under a new id, reworded, with an easier bar: the same study,
+    arms and kinds of conditions."""
+    import yaml
+
+    from tests.conftest import write_contract
+
+    data = yaml.safe_load((project / "contracts" / f"{CID}.yaml").read_text())
+    data["id"] = "c05-fresh-start"
+    data["claim"] = "An entirely different sentence about kernels and trees, nothing alike."
+    data["decision"]["supported_if"][0]["value"] = 0.1
+    data.update(changes)
+    return write_contract(project / "contracts", data, "c05-fresh-start.yaml")
+
+
+def test_a_withdrawn_claim_registered_again_unlinked_is_refused(project):
+    assert gates(project, "withdraw", CID, "--reason", "refuted").returncode == 0
+    registered_again(project)
+    done = gates(project, "check", "contracts/c05-fresh-start.yaml")
+    assert done.returncode == 2 and f"supersedes: {CID}" in one_line(done), done.stdout
+    registered_again(project, supersedes=CID)
+    done = gates(project, "check", "contracts/c05-fresh-start.yaml")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_withdrawn_claim_recorded_again_unlinked_loses_the_new_claim(project):
+    from gates.contract import load_contract
+    from gates.record import record_entry, write_report
+
+    assert gates(project, "withdraw", CID, "--reason", "refuted").returncode == 0
+    folder = project / "runs" / "c05-fresh-start"
+    shutil.copytree(project / "runs" / CID, folder)
+    path = registered_again(project)
+    shutil.rmtree(project / "runs" / CID)  # its evidence may go: the withdrawal keeps its design
+    (project / "contracts" / f"{CID}.yaml").unlink()
+    ev = json.loads((folder / "evidence.json").read_text())
+    ev["contract_id"], ev["contract_sha256"] = "c05-fresh-start", load_contract(path).sha256
+    ev["claim"] = json.loads(json.dumps(load_contract(path).contract.claim))
+    ev.pop("attempt", None)
+    (folder / "evidence.json").write_text(json.dumps(ev, indent=2) + "\n")
+    write_report(folder)
+    record_entry(project / "runs", folder / "evidence.json", "recorded")
+    done = gates(project, "verify")
+    assert done.returncode == 1 and f"supersedes: {CID}" in done.stdout, done.stdout
+    found = {c["id"]: c for c in json.loads(gates(project, "status", "--json").stdout)}
+    assert "unlinked_successor" in found["c05-fresh-start"]["problem_codes"]

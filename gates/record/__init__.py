@@ -62,6 +62,8 @@ _FACE = {
     "HISTORY_NOT_A_FILE": ("_history", "HISTORY_NOT_A_FILE"),
     "index_location_problem": ("_history", "index_location_problem"),
     "within_tolerance": ("_history", "within_tolerance"),
+    "design_of": ("_history", "design_of"),
+    "successor_problem": ("_history", "successor_problem"),
     "check_history": ("_history", "check"),
     "claim_attempts": ("_history", "attempts"),
     "code_files": ("_provenance", "code_files"),

@@ -80,7 +80,7 @@ CERTIFIED_FIELDS = (
 )  # what a `certified` entry adds (`reran_runs`: each re-run's values, since issue #39)
 # what later entries add: the recorded values' hash (every kind but `withdrawn`) and, on a `rederived`
 # entry, the engine and rules the evidence had before (what changed, so re-deriving was due)
-ADDED_FIELDS = ("values_sha256", "rederived_from")
+ADDED_FIELDS = ("values_sha256", "rederived_from", "design")  # design: a withdrawal's (design_of)
 VALUES = (
     "runs",
     "tuning",
@@ -211,6 +211,9 @@ def record(
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "reason": reason,
         **({"values_sha256": values_sha256(evidence)} if evidence and kind != "withdrawn" else {}),
+        # what was withdrawn, kept though its evidence and contract may go: a claim registered
+        # again on the same design must name it (`successor_problem`)
+        **({"design": design_of(evidence)} if kind == "withdrawn" and design_of(evidence) else {}),
         **(extra or {}),
         "prev": None,
     }
@@ -499,6 +502,7 @@ def entry_problems(entry: dict) -> list[str]:
         want("evidence_sha256", _is_sha, "a sha256 (64 hex digits)")
     want("values_sha256", _is_sha, "a sha256 (64 hex digits)", optional=True)
     want("rederived_from", lambda v: isinstance(v, dict), "an object", optional=True)
+    want("design", _is_design, "[study, [arm, ...], [[list, kind], ...]]", optional=True)
     if kind == "certified":
         want("code_sha256", _is_sha, "a sha256 (64 hex digits)")
         want(
@@ -715,6 +719,104 @@ def _change_problem(
             f"{said}, withdrawn since; a new contract under the same id declares what it supersedes "
             f"(`supersedes: {cid}`)"
         )
+    return None
+
+
+# ---------------------------------------------------------------------------------- successors
+CONDITION_LISTS = ("supported_if", "refuted_if")
+
+
+def design_of(source: dict | None) -> list | None:
+    """What a claim tests, never its wording: [study, [arm names], [[condition list, kind], ...]],
+    from a contract's YAML mapping or from evidence (plain JSON); None when it does not say. Two claims
+    with one design test the same arms of the same study with the same kinds of conditions (their
+    bars, margins and claim text may differ: an easier bar is the same design)."""
+    if not isinstance(source, dict) or not isinstance(source.get("study"), str):
+        return None
+    if isinstance(source.get("decision"), dict):  # a contract
+        arms = source.get("arms")
+        conditions = [
+            (name, c.get("kind"))
+            for name in CONDITION_LISTS
+            for c in source["decision"].get(name) or []
+            if isinstance(c, dict)
+        ]
+    else:  # evidence
+        settings = source.get("settings")
+        arms = settings.get("arm_configs") if isinstance(settings, dict) else None
+        conditions = [
+            (c.get("list_name"), c.get("kind"))
+            for c in source.get("conditions") or []
+            if isinstance(c, dict)
+        ]
+    if not isinstance(arms, dict) or not arms or not conditions:
+        return None
+    return [
+        source["study"],
+        sorted(map(str, arms)),
+        sorted([str(a), str(b)] for a, b in conditions),
+    ]
+
+
+def _is_design(value) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and _is_text(value[0])
+        and isinstance(value[1], list)
+        and all(map(_is_text, value[1]))
+        and isinstance(value[2], list)
+        and all(isinstance(c, list) and len(c) == 2 and all(map(_is_text, c)) for c in value[2])
+    )
+
+
+def successor_problem(
+    runs_root: Path,
+    contract_id: str,
+    design: list | None,
+    supersedes: str | None,
+    entries: list[dict] | None = None,
+) -> str | None:
+    """Why the claim `contract_id` (of `design`, declaring `supersedes`) may not stand: a claim withdrawn
+    before it was first recorded (or, not recorded yet, before now) has the same design, and its
+    supersedes chain (what it declares, then what each evidence declares) does not reach it. Withdraw,
+    then register the same experiment again under a new id unlinked, and the withdrawal would read as
+    a fresh start; naming what it replaces puts the earlier attempt on its record. None otherwise."""
+    runs_root = Path(runs_root)
+    if design is None:
+        return None
+    if entries is None:
+        entries = _entries(runs_root)[0]
+    first: int | None = None  # the line of this claim's first attempt
+    withdrawn: dict[str, tuple[int, list | None]] = {}
+    for e in entries:
+        cid = e.get("contract_id")
+        if not isinstance(cid, str):
+            continue
+        if cid == contract_id and e.get("kind") in ATTEMPT_KINDS and first is None:
+            first = e["_line"]
+        if e.get("kind") == "withdrawn":
+            withdrawn[cid] = (e["_line"], e.get("design") if _is_design(e.get("design")) else None)
+        elif e.get("kind") in ATTEMPT_KINDS:
+            withdrawn.pop(cid, None)  # recorded anew since: standing again
+    if not withdrawn:
+        return None
+    chain, at = set(), supersedes
+    while isinstance(at, str) and at not in chain:
+        chain.add(at)
+        ev = read_json_object(runs_root / at / EVIDENCE, MAX_EVIDENCE_BYTES)
+        at = ev.get("supersedes") if ev else None
+    for cid, (line, said) in sorted(withdrawn.items()):
+        if cid == contract_id or cid in chain or (first is not None and first < line):
+            continue
+        if said is None:
+            said = design_of(read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES))
+        if said == design:
+            return (
+                f"it tests what withdrawn {cid} tested ({INDEX} line {line}: study {design[0]}, "
+                f"arms {', '.join(design[1])}, the same kinds of conditions) without naming it: "
+                f"declare `supersedes: {cid}` (the withdrawn attempt goes on its record)"
+            )
     return None
 
 
