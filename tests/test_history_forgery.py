@@ -258,3 +258,19 @@ def test_a_withdrawn_claim_recorded_again_unlinked_loses_the_new_claim(project):
     assert done.returncode == 1 and f"supersedes: {CID}" in done.stdout, done.stdout
     found = {c["id"]: c for c in json.loads(gates(project, "status", "--json").stdout)}
     assert "unlinked_successor" in found["c05-fresh-start"]["problem_codes"]
+
+
+# ---------------------------------------------------------------------------------- finding 2: the verifier
+def test_a_commit_that_changes_the_verifier_with_the_claims_is_named(project):
+    """CI runs the verifier of the commit it checks: one that changes gates/ and the claims history at
+    once is named for review (the threat model says what would close it)."""
+    (project / "gates").mkdir()
+    (project / "gates" / "lenient.py").write_text("LENIENT = True\n")
+    committed(project)  # one commit: the claims and gates/
+    done = gates(project, "verify")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "changed gates/ together with runs/INDEX.jsonl" in done.stdout
+    assert "recorded c05-small" in done.stdout  # the commit, by its subject
+    (project / "gates" / "lenient.py").write_text("LENIENT = False\n")
+    git(project, "commit", "-qam", "only the platform")
+    assert "1 commit changed gates/" in gates(project, "verify").stdout  # that one is not counted

@@ -104,6 +104,9 @@ def check_lineage(runs_root: Path) -> Lineage:
         except OSError:
             now = None
         _compare(head, now, "the working copy", rel, problems)
+    together = _verifier_changed_with_claims(top, rel)
+    if together:
+        notes.append(together)
     if shallow or git("rev-parse", "--is-shallow-repository", root=top) == "true":
         oldest = git("log", "--reverse", "--format=%h %cs", "--max-parents=0", "HEAD", root=top)
         notes.append(
@@ -111,6 +114,51 @@ def check_lineage(runs_root: Path) -> Lineage:
             f"({(oldest or '?').splitlines()[0]}); `git fetch --unshallow` to check it from the start"
         )
     return Lineage(problems, notes, len(changed))
+
+
+PLATFORM = "gates"  # the verifier's own code, where the repository holds it (this one does)
+
+
+def _verifier_changed_with_claims(top: Path, rel: str) -> str | None:
+    """A note naming each commit (and the working copy) that changed the platform's code (gates/)
+    together with the claims history: CI runs the verifier of the commit it checks, so a commit that
+    records claims and changes the verifier at once is checked by a verifier it wrote. The docs' threat
+    model says what closes that (a verifier from outside the repository); this makes such commits
+    visible for review. None when there are none, or the repository does not hold gates/."""
+    if not (top / PLATFORM).is_dir():
+        return None
+    log = git(
+        "log", "--format=@%H %s", "--name-only", "--full-history", "--", rel, PLATFORM, root=top
+    )
+    found, commit, names = [], None, set()
+
+    def close() -> None:
+        if commit and rel in names and any(n.startswith(f"{PLATFORM}/") for n in names):
+            found.append(commit)
+
+    for row in (log or "").splitlines():
+        if row.startswith("@"):
+            close()
+            commit, names = row[1:], set()
+        elif row.strip():
+            names.add(row.strip())
+    close()
+    dirty = git("status", "--porcelain", "--", rel, PLATFORM, root=top) or ""
+    changed = {row[3:].strip() for row in dirty.splitlines() if len(row) > 3}
+    if rel in changed and any(n.startswith(f"{PLATFORM}/") for n in changed):
+        found.insert(0, "the working copy")
+    if not found:
+        return None
+    shown = [
+        c if c == "the working copy" else f"{c[:12]} ({json.dumps(c[41:][:50])[1:-1]})"
+        for c in found[:5]
+    ]
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return (
+        f"{len(found)} commit{'s' * (len(found) > 1)} changed {PLATFORM}/ together with {rel}: "
+        f"{', '.join(shown)}{more}; the verifier that checked each is its own: review its "
+        f"{PLATFORM}/ changes apart from its claims (docs/verify.md, threat model)"
+    )
 
 
 def _lexical(path: Path, top: Path) -> str:
