@@ -62,6 +62,22 @@ class UserErrors(UserError):
         return {**first, "errors": [e.as_dict() for e in self.errors]}
 
 
+# ---------------------------------------------------------------------------------- problems
+class Problem(str):
+    """A problem with a claim: its message (a str, as every command prints it) and `code`, what a
+    reader matches on (the dashboard's hash status, CI filters), never the English text."""
+
+    code: str
+
+    def __new__(cls, code: str, message: str) -> Problem:
+        self = super().__new__(cls, message)
+        self.code = code
+        return self
+
+    def __reduce__(self):
+        return (Problem, (self.code, str(self)))
+
+
 def did_you_mean(name: str, choices) -> str:
     """' (did you mean 'x'?)' for a near miss, else ''."""
     import difflib

@@ -144,7 +144,7 @@ def test_withdrawal_with_an_unreachable_store_says_so_in_one_line(tmp_path, uri)
     cwd = os.getcwd()
     os.chdir(tmp_path)
     try:
-        note = withdraw_claim_run(evidence, "wrong corpus")
+        note = withdraw_claim_run(evidence, "wrong corpus", uri)
     finally:
         os.chdir(cwd)
     assert note.startswith("MLflow tags not updated") and "\n" not in note, note
@@ -164,3 +164,36 @@ def test_gates_withdraw_succeeds_without_its_store(tmp_path):
     assert len(lines) == 2 and lines[1].startswith("MLflow tags not updated"), done.stdout
     assert not (root / "mlflow.db").exists()
     assert '"kind": "withdrawn"' in (root / "runs" / "INDEX.jsonl").read_text()
+
+
+def test_withdraw_never_connects_to_the_store_the_evidence_names(tmp_path):
+    """Evidence is data anyone can edit: its `mlflow.tracking_uri` pointed at a server must not make
+    `gates withdraw` send it anything. The user's store (here the default, absent) is the one used."""
+    import socket
+
+    from tests.conftest import copy_claims
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    try:
+        root = copy_claims(tmp_path, "c05-structural-probe")
+        evidence = root / "runs" / "c05-structural-probe" / "evidence.json"
+        ev = json.loads(evidence.read_text())
+        ev["mlflow"]["tracking_uri"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        evidence.write_text(json.dumps(ev))
+        done = subprocess.run(
+            [sys.executable, "-m", "gates", "withdraw", "c05-structural-probe", "--reason", "x"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": ""},
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert "sqlite:///mlflow.db" in done.stdout  # the user's store, not found: one line
+        listener.setblocking(False)
+        with pytest.raises(BlockingIOError):  # no connection was ever made to the recorded one
+            listener.accept()
+    finally:
+        listener.close()

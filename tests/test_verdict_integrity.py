@@ -17,7 +17,7 @@ from gates.contract import Decision, load_contract
 from gates.design import require_current_rules, rule_flags
 from gates.errors import UserError
 from gates.inference import decide, unreachable
-from gates.study import Metric, proportion
+from gates.study import Metric, get_study, proportion
 from tests.conftest import C05, c05_current, small_c05, write_contract
 from tests.test_verdict import decision, runs, thr
 
@@ -340,61 +340,58 @@ def test_futility_rules_on_comparators_are_refused(tmp_path):
 
 
 # ---------------------------------------------------------------------------------- preflight
-def test_smallest_attainable_p():
-    assert smallest_p(True, [3]) == 1 / 8 and smallest_p(False, [3, 3]) == pytest.approx(1 / 20)
-
-
 def test_a_condition_that_can_never_hold_is_refused_before_any_run(tmp_path):
     def mutate(d):
         for c in d["decision"]["supported_if"] + d["decision"]["refuted_if"]:
-            c["interval"] = "bootstrap"
+            c["estimand"] = "median"
 
     out = c05_with(tmp_path, mutate)
     first = out.splitlines()[0]
     assert "contract.yaml:" in first and "decision.supported_if.0.interval:" in first
-    # engine 3: a supported_if is tested at alpha itself (intersection-union), a refuted_if at alpha / m (Holm
-    # over the 8 ways to refute); the sign test's smallest p with 3 seeds is 1/8
+    # a supported_if is tested at alpha itself (intersection-union), a refuted_if at alpha / m (Holm over the
+    # 8 ways to refute); the sign test's smallest p with 3 seeds is 1/8
     assert (
         "with 3 seeds, supported_if[0] cannot hold at alpha 0.05 (each supported_if is tested at alpha): the "
-        "smallest p its exact test can give is 0.125, above 0.05; expected at least 8 seeds"
+        "smallest p the sign test can give is 0.125, above 0.05; expected at least 8 seeds"
     ) in first
     refuted = next(line for line in out.splitlines() if "decision.refuted_if.0.interval:" in line)
     assert "in the Holm family of the 8 ways to refute" in refuted and "above 0.00625" in refuted
     d = Decision.model_validate({**yaml.safe_load(C05.read_text())["decision"]})
-    assert unreachable(d, 3) == []  # t-tests can reach any p where their assumption holds
-    # with 5 seeds every supported_if could hold (2^-5 <= 0.05), the refuted_if conditions could not (> 0.05 / 8)
-    bootstrap = Decision.model_validate(
+    assert unreachable(d, 3, {}) == []  # undeclared metrics: the t-test of a mean reaches any p
+    # the study's declarations: test_acc is bounded, so its default estimand is the median (the sign
+    # test); with 5 seeds every supported_if could hold (2^-5 <= 0.05), no refuted_if could (> 0.05 / 8)
+    metrics = get_study("c05_probe").metrics
+    assert {name for name, _, _ in unreachable(d, 5, metrics)} == {"refuted_if"}
+    assert unreachable(d, 8, metrics) == []
+    # the mean of a bounded metric by the bounded-mean test: all 10 seeds at 1.0 cannot show a mean above
+    # 0.95 (1.0 with probability 0.95, else 0, gives ten 1.0s 60% of the time)
+    mean = Decision.model_validate(
         {
             **d.model_dump(),
-            "supported_if": [{**c.model_dump(), "interval": "bootstrap"} for c in d.supported_if],
-            "refuted_if": [{**c.model_dump(), "interval": "bootstrap"} for c in d.refuted_if],
+            "supported_if": [{**c.model_dump(), "estimand": "mean"} for c in d.supported_if],
         }
     )
-    assert {name for name, _, _ in unreachable(bootstrap, 5)} == {"refuted_if"}
-    assert unreachable(bootstrap, 8) == []
+    assert "bounded-mean test" in unreachable(mean, 10, metrics)[0][2]
 
 
-def test_check_prints_seeds_for_power_and_the_exact_fallback(tmp_path):
-    data = small_c05(seeds=3)
+def test_check_prints_seeds_for_power_and_what_each_condition_estimates(tmp_path):
+    data = small_c05(seeds=5)
     data["preflight"]["predicted_ablation"]["sd"] = 0.2
+    for c in data["decision"]["supported_if"]:
+        c["estimand"] = "median"
     where = ["--runs-dir", str(tmp_path), "--contracts-dir", str(tmp_path)]
     result = CliRunner().invoke(app, ["check", str(write_contract(tmp_path, data)), *where])
     assert result.exit_code == 0, result.output
     assert "with sd 0.2 per seed:" in result.output and "80% power" in result.output
     assert (
-        "if the per-seed values of test_acc tie or reach a bound, the exact test replaces the t-test, and with 3 "
-        "seeds it could not hold at alpha 0.05 (smallest p 0.125); 5 seeds could"
-    ) in result.output
-    # engine 3 also warns where the claim could hold only if every seed agrees: 5 seeds give 2^-5, one seed the
-    # other way 6/32 > 0.05; 8 seeds allow one (9/256)
-    result = CliRunner().invoke(
-        app,
-        ["check", str(write_contract(tmp_path, small_c05(seeds=5))), *where],
+        "supported_if[0] estimates the median of subheap_kernel.test_loss across seeds (declared), by "
+        "the sign test" in result.output
     )
-    assert result.exit_code == 0, result.output
+    assert "refuted_if[0] estimates the geometric mean" in result.output
+    # 5 seeds give 2^-5, one seed the other way 6/32 > 0.05
     assert (
-        "could hold only if every seed agrees (p 0.0312; one seed the other way gives 0.188 > alpha 0.05); 8 "
-        "seeds would allow one seed to disagree" in result.output
+        "with 5 seeds it could hold only if every seed sits at the best value it can see (one seed at "
+        "the worst gives p 0.188 > alpha 0.05)" in result.output
     )
     assert "ready to run" in result.output
 

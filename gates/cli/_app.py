@@ -1264,11 +1264,19 @@ def withdraw(
         ..., "--reason", help="Why it is withdrawn (recorded in the index)."
     ),
     runs_dir: Path = RUNS_DIR,
+    tracking_uri: str | None = typer.Option(
+        None,
+        "--tracking-uri",
+        help="MLflow store whose parent run of the claim is tagged withdrawn (default: "
+        "$MLFLOW_TRACKING_URI, else sqlite:///mlflow.db); never the store the evidence names.",
+    ),
 ):
     """Withdraw a recorded claim: append a `withdrawn` entry with the reason to runs/INDEX.jsonl. Its
     evidence and contract stay (they may be removed afterwards); status, the dashboard and verify show
     it as withdrawn, never as lost. Running the contract again records it anew. Its MLflow parent run
-    is tagged withdrawn (`gates.verdict = withdrawn`) when its store can be reached."""
+    is tagged withdrawn (`gates.verdict = withdrawn`) in your store (`--tracking-uri`, else
+    $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db) when it can be reached; the store the evidence
+    recorded is never connected to."""
     from gates.record import (
         EVIDENCE,
         INDEX,
@@ -1278,6 +1286,7 @@ def withdraw(
         latest_entries,
         record_entry,
         require_index_file,
+        resolve_uri,
         withdraw_claim_run,
     )
 
@@ -1313,7 +1322,7 @@ def withdraw(
         highlight=False,
     )
     # after the entry: the claims history is the record, the MLflow parent run's tags only a view
-    note = withdraw_claim_run(evidence, reason.strip())
+    note = withdraw_claim_run(evidence, reason.strip(), resolve_uri(tracking_uri))
     if note:
         out.print(f"{note}; the withdrawal stands", markup=False, highlight=False)
 

@@ -95,7 +95,14 @@ class SilentProgress:
 def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
     """Refuse (exit 2, before any training) a contract that is not the one its id was recorded under:
     by the evidence in place, or by the claims history (evidence replaced along with the contract)."""
-    from gates.record import contract_change, is_withdrawn, latest_entries, require_index_file
+    from gates.record import (
+        contract_change,
+        design_of,
+        is_withdrawn,
+        latest_entries,
+        require_index_file,
+        successor_problem,
+    )
 
     try:  # the run will append to the claims history: a folder or FIFO there is refused now
         require_index_file(runs_root)
@@ -120,6 +127,14 @@ def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
     changed = contract_change(runs_root, loaded.id, loaded.sha256, loaded.contract.supersedes)
     if changed:  # the evidence was replaced along with the contract: the history still says
         raise UserError(changed, file=str(loaded.path), line=1, field="id")
+    unlinked = successor_problem(
+        runs_root,
+        loaded.id,
+        design_of(loaded.contract.model_dump(mode="json")),
+        loaded.contract.supersedes,
+    )
+    if unlinked:  # withdrawn, then registered again under a new id: it names what it replaces
+        raise UserError(unlinked, file=str(loaded.path), line=1, field="supersedes")
 
 
 @dataclass
@@ -573,7 +588,9 @@ def finish(
     # contract under a withdrawn id supersedes its own id: that evidence is this one now, and the old
     # attempt's run already says withdrawn)
     if recording.mode == RECORD and c.supersedes not in (None, c.id):
-        note = supersede_claim_run(evidence_dir(runs_root, c.supersedes) / EVIDENCE, c.id)
+        note = supersede_claim_run(
+            evidence_dir(runs_root, c.supersedes) / EVIDENCE, c.id, parent.tracking_uri
+        )
     return Outcome(evidence, recording, reuse or Reuse(total=len(records)), reproduction, note)
 
 

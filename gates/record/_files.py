@@ -22,14 +22,30 @@ def fsync_dir(folder: Path) -> None:
 
 
 MAX_JSON_DEPTH = 64  # records nest a few levels; deeper is a damaged or hostile file
-MAX_EVIDENCE_BYTES = 64 * 1024 * 1024
+# What a record may hold. Memory follows the number of JSON values far more than the bytes (a small
+# object costs ~200 bytes of Python objects for ~10 of JSON, and verify holds a few views of a claim's
+# evidence at once): 59 MB of small objects took 3 GB and 90 s to verify. The largest evidence here
+# (butterfly-reach-v4) is 240 KB with ~13,000 values; the caps leave 60x and 20x room, and hold the
+# peak memory of one verify to a few hundred MB (docs/verify.md, "Files that are not what they
+# should be").
+MAX_EVIDENCE_BYTES = 16 * 1024 * 1024
+MAX_JSON_VALUES = 250_000  # per JSON document (an evidence file, a history line)
 MAX_INDEX_BYTES = 256 * 1024 * 1024  # the claims history: ~500 bytes a line, half a million lines
 
 
 def parse_json(data: bytes | str):
     """JSON from bytes or text, or ValueError in one line: not UTF-8, not JSON, or nested deeper than
     MAX_JSON_DEPTH (a 200,000-deep value would otherwise raise RecursionError here or in any
-    recursive reader after it)."""
+    recursive reader after it), or holding more than MAX_JSON_VALUES values: counted on the bytes
+    before any is parsed (every value but the first follows a `,`, `:` or opening bracket; those
+    within strings count too: an upper bound), so that no memory goes to a file that is refused."""
+    raw = data.encode() if isinstance(data, str) else bytes(data)
+    values = sum(raw.count(c) for c in (b",", b":", b"[", b"{"))
+    if values > MAX_JSON_VALUES:
+        raise ValueError(
+            f"JSON with more than {MAX_JSON_VALUES} values (about {values}); expected a record of "
+            f"at most {MAX_JSON_VALUES}"
+        )
     try:
         value = json.loads(data)
     except RecursionError:

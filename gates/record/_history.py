@@ -36,6 +36,7 @@ import errno
 import fcntl
 import hashlib
 import json
+import math
 import os
 import stat
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from pathlib import Path
 
 import gates
 from gates.contract import read_capped
-from gates.errors import storage_error
+from gates.errors import Problem, storage_error
 from gates.record._files import (
     MAX_EVIDENCE_BYTES,
     MAX_INDEX_BYTES,
@@ -53,6 +54,7 @@ from gates.record._files import (
     read_json,
     read_json_object,
 )
+from gates.record._provenance import git
 
 INDEX = "INDEX.jsonl"
 GENESIS = "0" * 64
@@ -74,10 +76,11 @@ CERTIFIED_FIELDS = (
     "code_files",
     "reran",
     "tolerance",
-)  # what a `certified` entry adds
+    "reran_runs",
+)  # what a `certified` entry adds (`reran_runs`: each re-run's values, since issue #39)
 # what later entries add: the recorded values' hash (every kind but `withdrawn`) and, on a `rederived`
 # entry, the engine and rules the evidence had before (what changed, so re-deriving was due)
-ADDED_FIELDS = ("values_sha256", "rederived_from")
+ADDED_FIELDS = ("values_sha256", "rederived_from", "design")  # design: a withdrawal's (design_of)
 VALUES = (
     "runs",
     "tuning",
@@ -85,9 +88,56 @@ VALUES = (
 )  # what a run records; the verdict is derived from it
 EVIDENCE = "evidence.json"  # = gates.record._evidence.EVIDENCE (which pulls in pydantic)
 
+# Problem codes of the claims history (gates.errors.Problem: what readers match on, never the text);
+# every other history problem is gates.verify's HISTORY. Each loses the claims concerned.
+HISTORY_NOT_A_FILE = "history_not_a_file"  # a symbolic link (never followed), folder, FIFO, too big
+HISTORY_MALFORMED = "history_malformed"  # an entry whose fields are not what the kind writes
+# a certified entry that vouches for re-runs the evidence contradicts, or for code that was not the
+# code committed with it
+CERTIFICATION_INVALID = "certification_invalid"
+# a note, not a loss: a certified entry in the format before re-run values were recorded, added
+# after that format ended (or where git cannot say when): not counted, the claim is measured from
+# the code its evidence recorded
+CERTIFICATION_IGNORED = "certification_ignored"
+
 
 def index_path(runs_root: Path) -> Path:
     return Path(runs_root) / INDEX
+
+
+def _shown(runs_root: Path) -> str:
+    path = index_path(runs_root)
+    return f"runs/{INDEX}" if path.parent.name == "runs" else str(path)
+
+
+def index_location_problem(runs_root: Path) -> str | None:
+    """One line when the claims history is not a file of the repository itself: the file, or the runs
+    folder it is in, is a symbolic link (its target, anywhere, would be read as the history; git keeps
+    the link, not the file). A link is never followed. None otherwise (a missing index included)."""
+    runs_root = Path(runs_root)
+    for path, what in ((runs_root, "its folder"), (index_path(runs_root), "it")):
+        if os.path.islink(path):
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            return (
+                f"{_shown(runs_root)}: {what} is a symbolic link (to {target}), never followed; "
+                f"expected the claims history as a regular file in the repository"
+            )
+    return None
+
+
+def _read_index(runs_root: Path) -> bytes:
+    """The claims history's bytes: ValueError (one line) for a link, a folder, a FIFO, a device or a
+    file over its cap."""
+    problem = index_location_problem(runs_root)
+    if problem:
+        raise ValueError(problem)
+    try:
+        return read_capped(index_path(runs_root), MAX_INDEX_BYTES)
+    except ValueError as e:
+        raise ValueError(f"{_shown(runs_root)}: {e}") from None
 
 
 def sha256_file(path: Path, max_bytes: int = MAX_EVIDENCE_BYTES) -> str:
@@ -161,6 +211,9 @@ def record(
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "reason": reason,
         **({"values_sha256": values_sha256(evidence)} if evidence and kind != "withdrawn" else {}),
+        # what was withdrawn, kept though its evidence and contract may go: a claim registered
+        # again on the same design must name it (`successor_problem`)
+        **({"design": design_of(evidence)} if kind == "withdrawn" and design_of(evidence) else {}),
         **(extra or {}),
         "prev": None,
     }
@@ -199,10 +252,14 @@ def backfill(runs_root: Path) -> list[dict]:
 
 def _append(runs_root: Path, entry: dict) -> dict:
     path = index_path(runs_root)
+    problem = index_location_problem(runs_root)
+    if problem:
+        raise ValueError(problem)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         created = not path.exists()
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # O_NOFOLLOW: a link put in place since the check above is refused, never written through
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
     except OSError as e:
         _unwritable(e, path)
         raise
@@ -292,24 +349,25 @@ def require_index_file(runs_root: Path) -> None:
     """ValueError (one line) unless the claims history is absent or a readable regular file within
     its cap: what a command that will append to it checks first (a run, before any training)."""
     path = index_path(Path(runs_root))
+    problem = index_location_problem(Path(runs_root))
+    if problem:
+        raise ValueError(problem)
     if os.path.lexists(path):
-        try:
-            read_capped(path, MAX_INDEX_BYTES)
-        except ValueError as e:
-            raise ValueError(f"{path}: {e}") from None
+        _read_index(Path(runs_root))
 
 
 def _entries(runs_root: Path) -> tuple[list[dict], list[tuple[int, str | None, str]]]:
     """(entries with their line number under `_line`, problems as (line number, contract id or None,
     text)), chain breaks included."""
     path = index_path(runs_root)
-    where = f"runs/{INDEX}" if path.parent.name == "runs" else str(path)
-    if not os.path.lexists(path):
+    where = _shown(runs_root)
+    if not os.path.lexists(path) and not os.path.islink(runs_root):
         return [], []
-    try:  # capped and type-checked as evidence is: a folder or FIFO here must not hang or crash a reader
-        data = read_capped(path, MAX_INDEX_BYTES)
+    try:  # capped and type-checked as evidence is: a folder or FIFO here must not hang or crash a
+        # reader, and a symbolic link is never followed
+        data = _read_index(runs_root)
     except ValueError as e:
-        return [], [(0, None, f"{where}: {e}")]
+        return [], [(0, None, Problem(HISTORY_NOT_A_FILE, str(e)))]
     entries, problems = [], []
     prev_line: bytes | None = None
     prev_id: str | None = None
@@ -362,6 +420,22 @@ def _entries(runs_root: Path) -> tuple[list[dict], list[tuple[int, str | None, s
                     + (f"lacks {', '.join(missing)}" if missing else f"kind {entry.get('kind')!r}"),
                 )
             )
+        else:
+            wrong = entry_problems(entry)
+            if wrong:
+                entry["_malformed"] = True  # readers skip what it says (certifications)
+                problems.append(
+                    (
+                        number,
+                        cid,
+                        Problem(
+                            HISTORY_MALFORMED,
+                            f"{where} line {number} ({cid or '?'}, {entry['kind']}): {wrong[0]}"
+                            + (f" (and {len(wrong) - 1} more)" if len(wrong) > 1 else "")
+                            + "; the entry was not written by gates",
+                        ),
+                    )
+                )
         if torn and number == len(raw_lines):
             problems.append(
                 (
@@ -374,6 +448,98 @@ def _entries(runs_root: Path) -> tuple[list[dict], list[tuple[int, str | None, s
         entries.append({**entry, "_line": number})
         prev_line, prev_id = raw, cid
     return entries, problems
+
+
+def _is_text(v) -> bool:
+    return isinstance(v, str)
+
+
+def _is_sha(v) -> bool:
+    return isinstance(v, str) and len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def tolerance_problem(tolerance) -> str | None:
+    """Why a recorded tolerance is not {"abs": number >= 0, "rel": number >= 0}, or None."""
+    if not isinstance(tolerance, dict):
+        return f'tolerance is {_brief(tolerance)}; expected {{"abs": number, "rel": number}}'
+    for key in ("abs", "rel"):
+        value = tolerance.get(key)
+        if not _is_number(value) or value < 0:
+            return f"tolerance.{key} is {_brief(value)}; expected a finite number >= 0"
+    return None
+
+
+def _brief(value) -> str:
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def entry_problems(entry: dict) -> list[str]:
+    """What is wrong with the fields of one claims-history entry (a known kind with every FIELD): the
+    one validation every reader relies on (`gates verify`, `status`, `report`, the dashboard), so that a
+    hand-edited field is a one-line problem, never a traceback. Each: "FIELD is X; expected Y"."""
+    out = []
+    kind = entry.get("kind")
+
+    def want(field: str, ok, expected: str, optional: bool = False) -> None:
+        if optional and field not in entry:
+            return
+        if not ok(entry.get(field)):
+            out.append(f"{field} is {_brief(entry.get(field))}; expected {expected}")
+
+    want("contract_id", _is_text, "a contract id")
+    for field in ("gates_version", "engine_version", "time", "reason", "prev"):
+        want(field, _is_text, "a string")
+    want("verdict", lambda v: v is None or _is_text(v), "a verdict or null")
+    want("contract_sha256", lambda v: v is None or _is_sha(v), "a sha256 (64 hex digits)")
+    if kind == "withdrawn":
+        want("evidence_sha256", lambda v: v is None, "null (a withdrawal vouches for no evidence)")
+    else:
+        want("evidence_sha256", _is_sha, "a sha256 (64 hex digits)")
+    want("values_sha256", _is_sha, "a sha256 (64 hex digits)", optional=True)
+    want("rederived_from", lambda v: isinstance(v, dict), "an object", optional=True)
+    want("design", _is_design, "[study, [arm, ...], [[list, kind], ...]]", optional=True)
+    if kind == "certified":
+        want("code_sha256", _is_sha, "a sha256 (64 hex digits)")
+        want(
+            "code_files",
+            lambda v: isinstance(v, dict) and v and all(map(_is_sha, v.values())),
+            "an object of file -> sha256",
+        )
+        want("reran", _is_text, "a string")
+        if "tolerance" in entry and (why := tolerance_problem(entry["tolerance"])):
+            out.append(why)
+        if "reran_runs" in entry:
+            why = reran_runs_problem(entry["reran_runs"])
+            if why:
+                out.append(why)
+    return out
+
+
+def reran_runs_problem(reran) -> str | None:
+    """Why a certified entry's `reran_runs` is not a list of {"arm", "seed", "metrics"} (metric ->
+    number or null), or None."""
+    if not isinstance(reran, list) or not reran:
+        return f"reran_runs is {_brief(reran)}; expected the re-runs' values, a non-empty list"
+    for i, run in enumerate(reran):
+        ok = (
+            isinstance(run, dict)
+            and _is_text(run.get("arm"))
+            and isinstance(run.get("seed"), int)
+            and not isinstance(run.get("seed"), bool)
+            and isinstance(run.get("metrics"), dict)
+            and all(v is None or _is_number(v) for v in run["metrics"].values())
+        )
+        if not ok:
+            return (
+                f'reran_runs.{i} is {_brief(run)}; expected {{"arm": name, "seed": integer, '
+                f'"metrics": {{name: number or null}}}}'
+            )
+    return None
 
 
 def latest(runs_root: Path) -> dict[str, dict]:
@@ -423,6 +589,8 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
 
     for cid, text in _values_problems(entries):
         add(cid, text)
+    for cid, text in check_certifications(runs_root, entries).problems:
+        add(cid, text)
     for cid, text in _contract_problems(entries, runs_root):
         add(cid, text)
     last = latest(runs_root)
@@ -441,7 +609,10 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
                 f"expected the evidence, or `gates withdraw {cid} --reason ...`",
             )
             continue
-        actual = sha256_file(evidence)
+        try:
+            actual = sha256_file(evidence)
+        except ValueError:  # over its cap, or not a regular file: check_files says what is wrong
+            continue
         if actual != entry.get("evidence_sha256"):
             add(
                 cid,
@@ -551,6 +722,104 @@ def _change_problem(
     return None
 
 
+# ---------------------------------------------------------------------------------- successors
+CONDITION_LISTS = ("supported_if", "refuted_if")
+
+
+def design_of(source: dict | None) -> list | None:
+    """What a claim tests, never its wording: [study, [arm names], [[condition list, kind], ...]],
+    from a contract's YAML mapping or from evidence (plain JSON); None when it does not say. Two claims
+    with one design test the same arms of the same study with the same kinds of conditions (their
+    bars, margins and claim text may differ: an easier bar is the same design)."""
+    if not isinstance(source, dict) or not isinstance(source.get("study"), str):
+        return None
+    if isinstance(source.get("decision"), dict):  # a contract
+        arms = source.get("arms")
+        conditions = [
+            (name, c.get("kind"))
+            for name in CONDITION_LISTS
+            for c in source["decision"].get(name) or []
+            if isinstance(c, dict)
+        ]
+    else:  # evidence
+        settings = source.get("settings")
+        arms = settings.get("arm_configs") if isinstance(settings, dict) else None
+        conditions = [
+            (c.get("list_name"), c.get("kind"))
+            for c in source.get("conditions") or []
+            if isinstance(c, dict)
+        ]
+    if not isinstance(arms, dict) or not arms or not conditions:
+        return None
+    return [
+        source["study"],
+        sorted(map(str, arms)),
+        sorted([str(a), str(b)] for a, b in conditions),
+    ]
+
+
+def _is_design(value) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == 3
+        and _is_text(value[0])
+        and isinstance(value[1], list)
+        and all(map(_is_text, value[1]))
+        and isinstance(value[2], list)
+        and all(isinstance(c, list) and len(c) == 2 and all(map(_is_text, c)) for c in value[2])
+    )
+
+
+def successor_problem(
+    runs_root: Path,
+    contract_id: str,
+    design: list | None,
+    supersedes: str | None,
+    entries: list[dict] | None = None,
+) -> str | None:
+    """Why the claim `contract_id` (of `design`, declaring `supersedes`) may not stand: a claim withdrawn
+    before it was first recorded (or, not recorded yet, before now) has the same design, and its
+    supersedes chain (what it declares, then what each evidence declares) does not reach it. Withdraw,
+    then register the same experiment again under a new id unlinked, and the withdrawal would read as
+    a fresh start; naming what it replaces puts the earlier attempt on its record. None otherwise."""
+    runs_root = Path(runs_root)
+    if design is None:
+        return None
+    if entries is None:
+        entries = _entries(runs_root)[0]
+    first: int | None = None  # the line of this claim's first attempt
+    withdrawn: dict[str, tuple[int, list | None]] = {}
+    for e in entries:
+        cid = e.get("contract_id")
+        if not isinstance(cid, str):
+            continue
+        if cid == contract_id and e.get("kind") in ATTEMPT_KINDS and first is None:
+            first = e["_line"]
+        if e.get("kind") == "withdrawn":
+            withdrawn[cid] = (e["_line"], e.get("design") if _is_design(e.get("design")) else None)
+        elif e.get("kind") in ATTEMPT_KINDS:
+            withdrawn.pop(cid, None)  # recorded anew since: standing again
+    if not withdrawn:
+        return None
+    chain, at = set(), supersedes
+    while isinstance(at, str) and at not in chain:
+        chain.add(at)
+        ev = read_json_object(runs_root / at / EVIDENCE, MAX_EVIDENCE_BYTES)
+        at = ev.get("supersedes") if ev else None
+    for cid, (line, said) in sorted(withdrawn.items()):
+        if cid == contract_id or cid in chain or (first is not None and first < line):
+            continue
+        if said is None:
+            said = design_of(read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES))
+        if said == design:
+            return (
+                f"it tests what withdrawn {cid} tested ({INDEX} line {line}: study {design[0]}, "
+                f"arms {', '.join(design[1])}, the same kinds of conditions) without naming it: "
+                f"declare `supersedes: {cid}` (the withdrawn attempt goes on its record)"
+            )
+    return None
+
+
 def _contract_problems(entries: list[dict], runs_root: Path) -> list[tuple[str, str]]:
     """(contract id, problem) for each attempt recorded under another contract than the attempt before
     it (`contract_change`); the latest attempt's `supersedes` is read from its evidence (an older
@@ -605,19 +874,181 @@ class Attempt:
 ATTEMPT_KINDS = ("recorded", "backfilled")
 
 
+# Certified entries before issue #39 carried no re-run values (`reran_runs`): such an entry counts only
+# when the commit that added it is this one or an ancestor (the last commit whose `gates certify` wrote
+# that format); added later, or where git cannot say when, it is not counted (CERTIFICATION_IGNORED).
+LEGACY_CERTIFIED_UNTIL = "f1c68bcbd1eef13ad8616d691421631dad1b91c3"
+
+
+def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
+    """A re-run value `a` against the recorded `b` (None: not finite, as evidence stores it)."""
+    if a is None or b is None:
+        return a is None and b is None
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    return abs(a - b) <= abs_tol + rel_tol * abs(b)
+
+
+@dataclass
+class Certifications:
+    """What the claims history's certified entries establish (`check_certifications`): `valid`
+    (contract id -> its latest certified entry that still concerns its evidence and holds: staleness
+    is measured from its code), `problems` ((contract id, Problem) for entries that do not hold: the
+    claim is lost) and `notes` (contract id -> why an entry was not counted)."""
+
+    valid: dict[str, dict]
+    problems: list[tuple[str, Problem]]
+    notes: dict[str, str]
+
+
 def certifications(runs_root: Path) -> dict[str, dict]:
     """contract id -> its latest `certified` entry that still concerns its evidence (no attempt
-    recorded since: a new attempt's evidence is measured against the code that computed it)."""
-    out: dict[str, dict] = {}
-    for e in _entries(Path(runs_root))[0]:
+    recorded since: a new attempt's evidence is measured against the code that computed it) and holds
+    (`check_certifications`)."""
+    return check_certifications(runs_root).valid
+
+
+def check_certifications(runs_root: Path, entries: list[dict] | None = None) -> Certifications:
+    """Check each claim's standing certified entry: a certification is what only a re-run produces,
+    so it carries the re-runs' values (`reran_runs`), which must be the recorded runs' within the
+    entry's tolerance, and its code fingerprint, which must be the code of the commit that added it
+    (where the claims history and the code are one repository and the study's code is in it). An
+    entry from before re-run values were recorded counts only when committed by LEGACY_CERTIFIED_UNTIL
+    (or an ancestor); a malformed entry never counts (`entry_problems` names it)."""
+    runs_root = Path(runs_root)
+    if entries is None:
+        entries = _entries(runs_root)[0]
+    standing: dict[str, dict] = {}
+    for e in entries:
         cid = e.get("contract_id")
         if not isinstance(cid, str):
             continue
-        if e.get("kind") == "certified" and isinstance(e.get("code_files"), dict):
-            out[cid] = e
+        if e.get("kind") == "certified" and not e.get("_malformed"):
+            standing[cid] = e
         elif e.get("kind") in ATTEMPT_KINDS:
-            out.pop(cid, None)
+            standing.pop(cid, None)
+    found = Certifications({}, [], {})
+    if not standing:
+        return found
+    commits = _line_commits(runs_root)
+    for cid, e in standing.items():
+        line = e["_line"]
+        said = f"{INDEX} line {line} (certified {str(e.get('time'))[:10]})"
+        commit = commits.get(line) if commits is not None else None
+        if "reran_runs" not in e:
+            if commit and _is_ancestor(runs_root, commit, LEGACY_CERTIFIED_UNTIL):
+                found.valid[cid] = e
+            else:
+                when = (
+                    "git cannot say when it was added"
+                    if commit is None
+                    else "it is not committed"
+                    if not commit
+                    else f"it was added in commit {commit[:12]}"
+                )
+                found.notes[cid] = (
+                    f"{said} is not counted: it records no re-run values (the format before "
+                    f"certifications carried them) and {when}; `gates certify` records a new one"
+                )
+            continue
+        why = _reran_problem(runs_root, cid, e) or _code_problem(runs_root, e, commit)
+        if why:
+            found.problems.append((cid, Problem(CERTIFICATION_INVALID, f"{said}: {why}")))
+        else:
+            found.valid[cid] = e
+    return found
+
+
+def _reran_problem(runs_root: Path, cid: str, entry: dict) -> str | None:
+    """Why the entry's re-run values are not the recorded runs' within its tolerance, or None."""
+    why = tolerance_problem(entry.get("tolerance"))
+    if why:
+        return f"{why} (a certification records the tolerance it compared with)"
+    ev = read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES)
+    if ev is None or not isinstance(ev.get("runs"), list):
+        return None  # the evidence's own check says what is wrong with it
+    recorded = {
+        (r.get("arm"), r.get("seed")): r
+        for r in ev["runs"]
+        if isinstance(r, dict) and r.get("status") == "completed"
+    }
+    tol, seen = entry["tolerance"], set()
+    for run in entry["reran_runs"]:
+        key, name = (run["arm"], run["seed"]), f"{run['arm']}/seed {run['seed']}"
+        if key in seen:
+            return f"re-run {name} is listed twice"
+        seen.add(key)
+        if key not in recorded:
+            return f"re-run {name} is no completed run of the evidence"
+        metrics = recorded[key].get("metrics") if isinstance(recorded[key], dict) else None
+        metrics = metrics if isinstance(metrics, dict) else {}
+        if not run["metrics"]:
+            return f"re-run {name} records no metric"
+        for metric, value in run["metrics"].items():
+            was = metrics.get(metric)
+            if not (was is None or _is_number(was)) or not within_tolerance(
+                value, was, tol["abs"], tol["rel"]
+            ):
+                return (
+                    f"re-run {name}: {metric} {value} is not the recorded {_brief(was)} within "
+                    f"abs {tol['abs']:g}, rel {tol['rel']:g}: the entry vouches for re-runs the "
+                    f"evidence contradicts"
+                )
+    if entry.get("reran") != f"{len(seen)} of {len(recorded)} completed runs":
+        return (
+            f"reran says {_brief(entry.get('reran'))}, its re-run values are {len(seen)} of "
+            f"{len(recorded)} completed runs"
+        )
+    return None
+
+
+def _code_problem(runs_root: Path, entry: dict, commit: str | None) -> str | None:
+    """Why the entry's code fingerprint is not the code of the commit that added it, or None (also
+    when that cannot be told: not committed yet, no git, a study whose code is not in the repository
+    of the claims history)."""
+    from gates.record._provenance import files_at_commit, plugin_files
+    from gates.study import study_module
+
+    if not commit:
+        return None
+    ev = read_json_object(runs_root / str(entry.get("contract_id")) / EVIDENCE, MAX_EVIDENCE_BYTES)
+    study = ev.get("study") if ev else None
+    module = study_module(study) if isinstance(study, str) else None
+    top = git("rev-parse", "--show-toplevel", root=index_path(runs_root).absolute().parent)
+    if module is None or not top or plugin_files(module) is not None:
+        return None
+    if not (Path(top) / "gates").is_dir():  # the platform's code is elsewhere: not this history's
+        return None
+    at = files_at_commit(commit, module, Path(top))
+    if at is None or at[0] == entry.get("code_sha256"):
+        return None
+    return (
+        f"its code fingerprint {str(entry.get('code_sha256'))[:12]} is not the code of commit "
+        f"{commit[:12]}, which added it ({at[0][:12]}): a certification is committed with the code "
+        f"it was made under"
+    )
+
+
+def _line_commits(runs_root: Path) -> dict[int, str] | None:
+    """line number of the claims history -> the commit that added it ("" for a line not committed
+    yet), from `git blame`; None outside a git checkout (or where git cannot tell)."""
+    folder = index_path(runs_root).absolute().parent
+    if not folder.is_dir() or not git("rev-parse", "--show-toplevel", root=folder):
+        return None
+    blamed = git("blame", "--porcelain", "--", INDEX, root=folder)
+    if blamed is None:
+        return {}  # never committed: every line is new
+    out = {}
+    for row in blamed.splitlines():
+        parts = row.split(" ")
+        if len(parts) >= 3 and len(parts[0]) == 40 and parts[2].isdigit():
+            out[int(parts[2])] = "" if set(parts[0]) == {"0"} else parts[0]
     return out
+
+
+def _is_ancestor(runs_root: Path, commit: str, of: str) -> bool:
+    folder = index_path(runs_root).absolute().parent
+    return git("merge-base", "--is-ancestor", commit, of, root=folder) is not None
 
 
 def attempts(runs_root: Path, contract_id: str | None = None) -> dict[str, list[Attempt]]:

@@ -338,9 +338,10 @@ def run_summary(run: Any) -> dict:
 _IMPATIENT = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
 
 
-def withdraw_claim_run(evidence: Path, reason: str) -> str | None:
-    """Say on a withdrawn claim's parent run that it is withdrawn: `gates.verdict = withdrawn`, the
-    verdict its evidence records kept as `gates.recorded_verdict`. None, or why not (tag_claim_run)."""
+def withdraw_claim_run(evidence: Path, reason: str, uri: str) -> str | None:
+    """Say on a withdrawn claim's parent run, in the store `uri`, that it is withdrawn:
+    `gates.verdict = withdrawn`, the verdict its evidence records kept as `gates.recorded_verdict`.
+    None, or why not (tag_claim_run)."""
     return tag_claim_run(
         evidence,
         lambda recorded: {
@@ -349,21 +350,25 @@ def withdraw_claim_run(evidence: Path, reason: str) -> str | None:
             "gates.verdict": "withdrawn",
             "gates.recorded_verdict": str(recorded.get("verdict") or ""),
         },
+        uri,
     )
 
 
-def supersede_claim_run(evidence: Path, new_id: str) -> str | None:
-    """Tag the parent run of the claim a newly recorded contract supersedes with the new id."""
-    return tag_claim_run(evidence, lambda recorded: {"gates.superseded_by": new_id})
+def supersede_claim_run(evidence: Path, new_id: str, uri: str) -> str | None:
+    """Tag the parent run of the claim a newly recorded contract supersedes with the new id, in `uri`."""
+    return tag_claim_run(evidence, lambda recorded: {"gates.superseded_by": new_id}, uri)
 
 
-def tag_claim_run(evidence: Path, tags: Callable[[dict], dict[str, str]]) -> str | None:
+def tag_claim_run(evidence: Path, tags: Callable[[dict], dict[str, str]], uri: str) -> str | None:
     """Set tags (`tags` of the evidence as plain JSON) on the MLflow parent run of the claim whose
-    evidence.json is `evidence`, in the store it records (`mlflow.tracking_uri`, `parent_run_id`).
+    evidence.json is `evidence` (its `mlflow.parent_run_id`), in the store `uri`: the user's (the
+    command's `--tracking-uri`, else $MLFLOW_TRACKING_URI, else the default: `resolve_uri`). The
+    store the evidence recorded (`mlflow.tracking_uri`) is never connected to: evidence is data anyone
+    can edit, and must not decide where the platform sends requests.
 
-    The claims history is the record and MLflow a view of it: a store that cannot be reached (another
-    machine's path, a missing file, a server that does not answer) or that lacks the run is no error.
-    Returns None once the tags are set, else one line saying why they were not. Never creates a store."""
+    The claims history is the record and MLflow a view of it: a store that cannot be reached (a
+    missing file, a server that does not answer) or that lacks the run is no error. Returns None once
+    the tags are set, else one line saying why they were not. Never creates a store."""
     from urllib.parse import urlparse
 
     from gates.errors import UserError
@@ -374,8 +379,8 @@ def tag_claim_run(evidence: Path, tags: Callable[[dict], dict[str, str]]) -> str
     if recorded is None:
         return f"MLflow tags not updated: {evidence} is missing or unreadable (it names the run)"
     where = recorded.get("mlflow") if isinstance(recorded.get("mlflow"), dict) else {}
-    uri, run_id = where.get("tracking_uri"), where.get("parent_run_id")
-    if not (isinstance(uri, str) and uri and isinstance(run_id, str) and run_id):
+    run_id = where.get("parent_run_id")
+    if not (isinstance(run_id, str) and run_id):
         return f"MLflow tags not updated: {evidence} names no MLflow parent run"
     parsed = urlparse(uri)
     # a store file or folder that is not here (recorded on another machine, or from another folder:

@@ -36,7 +36,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gates.contract import load_contract_cached
-from gates.record import EVIDENCE, Evidence, RunRecord, as_evidence, evidence_dir, read_evidence
+from gates.record import (
+    EVIDENCE,
+    Evidence,
+    RunRecord,
+    as_evidence,
+    evidence_dir,
+    read_evidence,
+    within_tolerance,  # one rule for a re-run value against the record: audit, replay, certify
+)
 from gates.study import NullReporter
 from gates.verify._claim import AUDIT, UNAUDITED
 
@@ -87,14 +95,6 @@ class _Deadline(NullReporter):
         need = (now - self.started) / max(step, 1) * self.budget.steps
         if now >= self.deadline or need > self.left:
             raise _OutOfTime(step, self.budget.steps, need, self.left)
-
-
-def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
-    if a is None or b is None:
-        return a is None and b is None
-    if not (math.isfinite(a) and math.isfinite(b)):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    return abs(a - b) <= abs_tol + rel_tol * abs(b)
 
 
 def commit_seed() -> tuple[int, str]:

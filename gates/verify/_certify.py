@@ -5,7 +5,9 @@ moves files changes no number but makes every claim stale. Certifying re-runs th
 runs (all, or a seeded sample) under today's code, each bare and on the CPU thread count it recorded
 (as the audit does), and compares every recorded metric within the contract's replay tolerance. Only
 when every re-run reproduces is a `certified` entry appended to the claims history, with today's code
-fingerprint and which runs were re-run; staleness is then measured from that code. So "stale" means
+fingerprint, which runs were re-run and what each re-run gave (`reran_runs`: `gates verify` checks
+them against the recorded runs, and the fingerprint against the code committed with the entry, in
+gates.record's `check_certifications`); staleness is then measured from that code. So "stale" means
 "not checked against today's code", never "a file was touched". Nothing is written otherwise.
 """
 
@@ -91,12 +93,17 @@ def certify(
             f"{arm}: cannot run here: {why}" for arm, why in sorted(unready.items())
         ]
         return result
+    values = []  # what the re-runs gave, per run: the entry carries it (what only a re-run produces)
     for run in chosen:
         name = f"{run.arm}/seed {run.seed}"
         started = time.perf_counter()
         try:
             metrics = rerun(loaded, ev, run.arm, run.seed)
             problems = compare(loaded, run, metrics, default_tolerance)
+            compared = [m for m in run.metrics if m not in loaded.study.machine_metrics]
+            values.append(
+                {"arm": run.arm, "seed": run.seed, "metrics": {m: metrics.get(m) for m in compared}}
+            )
         except Exception as e:  # a study that crashes on a re-run does not reproduce its record
             if storage_error(e) is not None:  # but a full disk says nothing of the record: stop
                 raise
@@ -119,6 +126,7 @@ def certify(
             "code_files": prov.code_files,
             "reran": f"{len(chosen)} of {len(runs)} completed runs",
             "tolerance": {"abs": used.abs_tolerance, "rel": used.rel_tolerance},
+            "reran_runs": values,
         },
     )
     return result

@@ -8,23 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gates.errors import Problem  # defined there: the record layer codes its problems too
 from gates.record import RegimeLeft
-
-
-class Problem(str):
-    """A problem with a claim: its message (a str, as every command prints it) and `code`, what a
-    reader matches on (the dashboard's hash status, CI filters), never the English text."""
-
-    code: str
-
-    def __new__(cls, code: str, message: str) -> Problem:
-        self = super().__new__(cls, message)
-        self.code = code
-        return self
-
-    def __reduce__(self):
-        return (Problem, (self.code, str(self)))
-
 
 # Problem codes. The files phase (`check_files`): the evidence, the contract file and its hash.
 EVIDENCE_UNREADABLE = "evidence_unreadable"  # not valid evidence (shape, JSON, size)

@@ -11,7 +11,6 @@ passes its re-derivation), with pending and withdrawn contracts, the claims hist
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 from collections.abc import Callable
 from pathlib import Path
@@ -27,14 +26,16 @@ from gates.contract import (
 )
 from gates.errors import UserError
 from gates.record import (
+    CERTIFICATION_IGNORED,
     EVIDENCE,
     REPORT,
     Evidence,
     annotate_siblings,
-    certifications,
+    check_certifications,
     check_history,
     claim_attempts,
     describe_stale,
+    design_of,
     evidence_dir,
     is_withdrawn,
     latest_entries,
@@ -43,6 +44,7 @@ from gates.record import (
     read_evidence,
     render_report,
     staleness,
+    successor_problem,
 )
 from gates.study import study_module
 from gates.verify._claim import (
@@ -357,7 +359,9 @@ def lose_history(checks: list[ClaimCheck], problems: dict[str, list[str]], *, na
             checks.append(check)
         if check.status == "pending":
             check.problems = []
-        check.lose(HISTORY, found)
+        codes = dict.fromkeys(getattr(text, "code", HISTORY) for text in found)
+        for code in codes:  # the history's own codes (a link, a malformed entry), else HISTORY
+            check.lose(code, [text for text in found if getattr(text, "code", HISTORY) == code])
 
 
 def _annotate(
@@ -381,8 +385,10 @@ def _annotate(
         evidence,
     )
     annotate_siblings(checks, evidence)
-    _flag_unlinked_successors(checks, contracts, evidence)
-    attempts, certified, today = claim_attempts(runs_root), certifications(runs_root), {}
+    _flag_unlinked_successors(checks, runs_root, contracts, evidence)
+    attempts, today = claim_attempts(runs_root), {}
+    certs = check_certifications(runs_root)
+    certified = certs.valid
     for check in checks:
         cid = check.contract_id
         tried = attempts.get(cid, [])
@@ -394,6 +400,8 @@ def _annotate(
             check.rule_flags = [f for f in ev["rule_flags"] if isinstance(f, str)]
         if ev is None or not isinstance(ev.get("study"), str):
             continue
+        if cid in certs.notes:
+            check.add(CERTIFICATION_IGNORED, certs.notes[cid])
         cert = certified.get(cid)
         if cert is not None:
             check.certified = (
@@ -419,46 +427,31 @@ def _annotate(
             )
 
 
-SAME_CLAIM = (
-    0.6  # word-sequence similarity (difflib ratio) above which two claims say nearly the same
-)
-
-
 def _flag_unlinked_successors(
-    checks: list[ClaimCheck], contracts: ContractIndex, evidence: dict[str, dict | None]
+    checks: list[ClaimCheck],
+    runs_root: Path,
+    contracts: ContractIndex,
+    evidence: dict[str, dict | None],
 ) -> None:
-    """Flag each standing claim on the study of a withdrawn one whose claim text nearly matches it
-    and whose supersedes chain does not reach it: a withdrawal followed by an easier claim registered
-    unlinked would otherwise read as a first attempt."""
-
-    def said(cid: str) -> tuple[str, str] | None:
-        for source in (evidence.get(cid), contracts.raw.get(cid)):
-            if isinstance(source, dict) and isinstance(source.get("claim"), str):
-                return str(source.get("study")), source["claim"]
-        return None
-
-    by_id = {c.contract_id: c for c in checks}
-    withdrawn = [(c.contract_id, said(c.contract_id)) for c in checks if c.withdrawn]
-    withdrawn = [(cid, s) for cid, s in withdrawn if s is not None]
+    """Lose each standing claim registered after the withdrawal of a claim with the same design (study,
+    arms, kinds of conditions: `successor_problem`, the rule `gates run` and `gates check` refuse by)
+    that does not name it in its supersedes chain; a pending contract is told so (`gates run` refuses
+    it)."""
+    entries = latest_entries(runs_root)
+    if not any(is_withdrawn(e) for e in entries.values()):
+        return
     for check in checks:
-        mine = said(check.contract_id) if not check.withdrawn else None
-        if mine is None or not withdrawn:
+        if check.withdrawn:
             continue
-        chain, at = set(), check
-        while at is not None and at.supersedes and at.supersedes not in chain:
-            chain.add(at.supersedes)
-            at = by_id.get(at.supersedes)
-        for cid, (study, claim) in withdrawn:
-            if cid == check.contract_id or cid in chain or study != mine[0]:
-                continue
-            ratio = difflib.SequenceMatcher(None, claim.lower().split(), mine[1].lower().split())
-            if ratio.ratio() >= SAME_CLAIM:
-                check.add(
-                    UNLINKED_SUCCESSOR,
-                    f"says nearly what withdrawn {cid} claimed on the same study ({study}) "
-                    f"(similarity {ratio.ratio():.2f}) without declaring it supersedes it: "
-                    f"declare `supersedes: {cid}` if it is a new version, else reword the claim",
-                )
+        cid = check.contract_id
+        design = design_of(evidence.get(cid)) or design_of(contracts.raw.get(cid))
+        why = successor_problem(runs_root, cid, design, check.supersedes)
+        if why is None:
+            continue
+        if check.status == "pending":
+            check.add(UNLINKED_SUCCESSOR, why)
+        else:
+            check.lose(UNLINKED_SUCCESSOR, [why])
 
 
 MAX_REPORT_BYTES = 16 * 1024 * 1024

@@ -18,11 +18,20 @@ checked: `notes` says what was not.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.record import INDEX, git, index_path, parse_json
+from gates.errors import Problem
+from gates.record import (
+    HISTORY_NOT_A_FILE,
+    INDEX,
+    git,
+    index_location_problem,
+    index_path,
+    parse_json,
+)
 
 GIT_TIMEOUT_S = 60
 
@@ -39,14 +48,19 @@ class Lineage:
 def check_lineage(runs_root: Path) -> Lineage:
     """Check that runs_root/INDEX.jsonl only grew across the commits of the repository it is in."""
     path = index_path(Path(runs_root)).absolute()
-    top = git("rev-parse", "--show-toplevel", root=path.parent if path.parent.is_dir() else None)
+    # asked from the folder above the runs folder: the runs folder may be a link to elsewhere
+    above = path.parent.parent
+    top = git("rev-parse", "--show-toplevel", root=above if above.is_dir() else None)
     if not top:
         return Lineage(
             notes=[f"{INDEX}: not in a git checkout; its growth across commits is not checked"]
         )
     top = Path(top)
+    linked = index_location_problem(Path(runs_root))
     try:
-        rel = path.resolve().relative_to(top.resolve()).as_posix()
+        # never resolved through a link (a linked file or folder is linked's problem): the path in
+        # the repository, whose committed versions are compared
+        rel = _lexical(path, top)
     except ValueError:
         return Lineage(
             notes=[f"{path} is outside the git checkout {top}; not checked across commits"]
@@ -78,12 +92,21 @@ def check_lineage(runs_root: Path) -> Lineage:
             where = f"commit {commit[:12]} ({_subject(top, commit)})"
             _compare(before, child, where, rel, problems)
     head = blobs.get(f"HEAD:{rel}")
-    if head is not None:
+    if linked:  # never followed: the claims of the committed history are lost, whatever it names
+        ids = set()
+        for blob in blobs.values():  # every committed version (a link committed in place: its text)
+            ids |= _ids((blob or b"").splitlines())
+        for cid in sorted(ids) or ["(index)"]:
+            _add(problems, cid, Problem(HISTORY_NOT_A_FILE, linked))
+    elif head is not None:
         try:
             now = path.read_bytes() if path.is_file() else None
         except OSError:
             now = None
         _compare(head, now, "the working copy", rel, problems)
+    together = _verifier_changed_with_claims(top, rel)
+    if together:
+        notes.append(together)
     if shallow or git("rev-parse", "--is-shallow-repository", root=top) == "true":
         oldest = git("log", "--reverse", "--format=%h %cs", "--max-parents=0", "HEAD", root=top)
         notes.append(
@@ -91,6 +114,59 @@ def check_lineage(runs_root: Path) -> Lineage:
             f"({(oldest or '?').splitlines()[0]}); `git fetch --unshallow` to check it from the start"
         )
     return Lineage(problems, notes, len(changed))
+
+
+PLATFORM = "gates"  # the verifier's own code, where the repository holds it (this one does)
+
+
+def _verifier_changed_with_claims(top: Path, rel: str) -> str | None:
+    """A note naming each commit (and the working copy) that changed the platform's code (gates/)
+    together with the claims history: CI runs the verifier of the commit it checks, so a commit that
+    records claims and changes the verifier at once is checked by a verifier it wrote. The docs' threat
+    model says what closes that (a verifier from outside the repository); this makes such commits
+    visible for review. None when there are none, or the repository does not hold gates/."""
+    if not (top / PLATFORM).is_dir():
+        return None
+    log = git(
+        "log", "--format=@%H %s", "--name-only", "--full-history", "--", rel, PLATFORM, root=top
+    )
+    found, commit, names = [], None, set()
+
+    def close() -> None:
+        if commit and rel in names and any(n.startswith(f"{PLATFORM}/") for n in names):
+            found.append(commit)
+
+    for row in (log or "").splitlines():
+        if row.startswith("@"):
+            close()
+            commit, names = row[1:], set()
+        elif row.strip():
+            names.add(row.strip())
+    close()
+    dirty = git("status", "--porcelain", "--", rel, PLATFORM, root=top) or ""
+    changed = {row[3:].strip() for row in dirty.splitlines() if len(row) > 3}
+    if rel in changed and any(n.startswith(f"{PLATFORM}/") for n in changed):
+        found.insert(0, "the working copy")
+    if not found:
+        return None
+    shown = [
+        c if c == "the working copy" else f"{c[:12]} ({json.dumps(c[41:][:50])[1:-1]})"
+        for c in found[:5]
+    ]
+    more = f" and {len(found) - 5} more" if len(found) > 5 else ""
+    return (
+        f"{len(found)} commit{'s' * (len(found) > 1)} changed {PLATFORM}/ together with {rel}: "
+        f"{', '.join(shown)}{more}; the verifier that checked each is its own: review its "
+        f"{PLATFORM}/ changes apart from its claims (docs/verify.md, threat model)"
+    )
+
+
+def _lexical(path: Path, top: Path) -> str:
+    """`path` (runs/INDEX.jsonl) relative to the checkout `top`, resolving the folders above its runs
+    folder but neither the runs folder nor the file (either may be a link: never followed); ValueError
+    when it is not under `top`."""
+    above = Path(os.path.realpath(path.parent.parent))
+    return (above / path.parent.name / path.name).relative_to(top.resolve()).as_posix()
 
 
 def _compare(before: bytes, after: bytes | None, where: str, rel: str, problems: dict) -> None:
