@@ -200,7 +200,7 @@ def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
     del data["blind"]["flat_address"]  # neither blind nor shown to work
     path = write_contract(tmp_path, data)
     with pytest.raises(UserError) as info:
-        check(path, runs_dir=tmp_path / "runs")
+        check(path, runs_dir=tmp_path / "runs", contracts_dir=path.parent, as_json=False)
     out = info.value.render()
     assert (
         "decision.supported_if.0: compares with baseline arm 'flat_address', but no positive control asserts "

@@ -40,7 +40,7 @@ def refused(tmp_path, mutate) -> list[str]:
     mutate(data)
     path = write_contract(tmp_path, data)
     with pytest.raises(UserError) as info:
-        check(path, runs_dir=tmp_path / "runs")
+        check(path, runs_dir=tmp_path / "runs", contracts_dir=path.parent, as_json=False)
     lines = info.value.render().splitlines()
     assert all(line.startswith(f"{path}:") for line in lines), lines
     return lines
@@ -292,7 +292,8 @@ def test_a_negative_result_needs_a_working_arm_or_a_blind_declaration(tmp_path):
 
 
 def test_a_bar_beyond_a_ceiling_known_before_the_run_is_refused(tmp_path):
-    def capped(d):
+    def capped(d):  # an accuracy bar
+        d["decision"]["supported_if"][0].update(metric="test_acc", direction="higher", value=0.95)
         d["decision"]["supported_if"][0]["ceiling"] = {
             "value": 0.9,
             "why": "10% of the test trees are ambiguous",
@@ -337,11 +338,11 @@ def test_tuning_stopped_at_an_edge_leaves_its_arms_undetermined(tmp_path):
         found["subheap_kernel"]
         == "lr = 0.003 is the lowest of the 2 values tried; widen the search below 0.003"
     )
-    good, bad = [0.97, 0.98, 0.99, 0.975, 0.985], [0.01, 0.02, 0.015, 0.005, 0.012]
+    good, bad = [0.1, 0.12, 0.11, 0.105, 0.115], [3.0, 3.1, 2.9, 3.05, 2.95]  # test losses
     measured = [
-        r for arm in ("subheap_kernel", "path_subheap_kernel") for r in runs(arm, test_acc=good)
+        r for arm in ("subheap_kernel", "path_subheap_kernel") for r in runs(arm, test_loss=good)
     ]
-    measured += [r for arm in ("flat_address", "path_only") for r in runs(arm, test_acc=bad)]
+    measured += [r for arm in ("flat_address", "path_only") for r in runs(arm, test_loss=bad)]
     v = decide(loaded.contract.decision, measured, loaded.study.metrics, edges=found)
     assert (
         decide(loaded.contract.decision, measured, loaded.study.metrics).verdict == "supported"

@@ -212,6 +212,6 @@ def test_gates_check_prints_each_condition_s_estimand(tmp_path, capsys):
     data = c05_current()
     data["id"] = "c05-estimands"
     path = write_contract(tmp_path, data)
-    check(path, runs_dir=tmp_path / "runs", as_json=False)
+    check(path, runs_dir=tmp_path / "runs", contracts_dir=path.parent, as_json=False)
     out = capsys.readouterr().out
     assert "supported_if[0] estimates the geometric mean of subheap_kernel.test_loss" in out

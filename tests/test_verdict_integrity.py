@@ -45,13 +45,13 @@ def test_agreeing_seeds_get_the_p_their_number_can_give():
 
 
 def test_the_sign_test_counts_seeds_above_the_bar_and_estimates_the_median():
-    """Engine 3: tied or bounded values go to the sign test: p(hold) = P(Binomial(n, 1/2) >= seeds strictly
-    above the bar), the estimate is the median effect (the sign-flip test assumed symmetry)."""
+    """An accuracy is bounded, so its default estimand is the median, by the sign test: p(hold) =
+    P(Binomial(n, 1/2) >= seeds strictly above the bar), the estimate is the median effect."""
     from scipy import stats
 
     x = [1.0, 1.0, 1.0, 1.0, 0.9, 1.0]  # at accuracy's bound, one seed below the bar
     c = decide(decision([thr("a", "acc", "higher", 0.95)]), runs("a", acc=x), ACC).conditions[0]
-    assert c.test == "sign (exact)" and "repeats a value" in c.test_reason
+    assert c.test == "sign (exact)" and "the median" in c.test_reason
     assert c.p_hold == pytest.approx(stats.binom.sf(5 - 1, 6, 0.5)) == pytest.approx(7 / 64)
     assert c.p_fail == pytest.approx(stats.binom.sf(1 - 1, 6, 0.5))
     assert c.estimate == pytest.approx(
@@ -69,23 +69,21 @@ def test_the_sign_test_counts_seeds_above_the_bar_and_estimates_the_median():
     assert tie.conditions[0].p_hold == pytest.approx(stats.binom.sf(3 - 1, 4, 0.5))
 
 
-def test_a_paired_test_judges_ties_on_the_differences_not_the_columns():
-    """Raw columns at accuracy's bound, but the paired differences spread without ties: the paired t-test."""
-    from scipy import stats
-
+def test_a_declared_mean_of_paired_accuracies_is_judged_by_the_bounded_mean_test_whatever_the_ties():
+    """The mean of the paired differences of two bounded arms: the bounded-mean test, with or without ties
+    (engine 3 took the t-test, then the sign test when the differences repeated a value)."""
     a, b = [1.0, 0.9, 0.95, 1.0], [0.5, 0.45, 0.52, 0.41]
-    v = decide(
-        decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b), ACC
-    )
-    c = v.conditions[0]
-    assert c.test == "paired t" and "paired differences" in c.test_reason
-    assert c.p_hold == pytest.approx(stats.ttest_rel(a, b, alternative="greater").pvalue, rel=1e-9)
-    # differences that repeat a value go to the sign test, whatever the columns look like
     b_tied = [0.5, 0.4, 0.45, 0.5]  # differences 0.5, 0.5, 0.5, 0.5
-    c = decide(
-        decision([compare("a", "b", test="paired")]), runs("a", acc=a) + runs("b", acc=b_tied), ACC
-    ).conditions[0]
-    assert c.test == "sign (exact)" and "paired differences" in c.test_reason and c.p_hold == 1 / 16
+    for other in (b, b_tied):
+        c = decide(
+            decision([compare("a", "b", test="paired", estimand="mean")]),
+            runs("a", acc=a) + runs("b", acc=other),
+            ACC,
+        ).conditions[0]
+        assert (
+            c.test == "bounded mean (betting)" and "mean of the per-seed differences" in c.estimand
+        )
+        assert c.ci_low <= c.estimate <= c.ci_high
 
 
 def test_two_paired_seeds_cannot_support():
@@ -98,19 +96,22 @@ def test_two_paired_seeds_cannot_support():
     assert unpaired.verdict == "inconclusive"
 
 
-def test_a_value_at_the_bound_is_tested_like_no_spread():
-    """[1, 1] and [1, 1 - 1e-12] must not differ: both sit at accuracy's bound."""
+def test_a_value_at_the_bound_is_tested_like_any_other():
+    """[1, 1] and [1, 1 - 1e-12] must not differ: the sign test counts both seeds above the bar."""
     d = decision([thr("a", "acc", "higher", 0.95)])
     flat, nudged = (
         decide(d, runs("a", acc=x), ACC).conditions[0] for x in ([1.0, 1.0], [1.0, 1 - 1e-12])
     )
     assert flat.p_hold == nudged.p_hold == 0.25
-    assert "bound" in nudged.test_reason and nudged.outcome == flat.outcome == "undetermined"
+    assert flat.test == nudged.test == "sign (exact)"
+    assert nudged.outcome == flat.outcome == "undetermined"
 
 
-def test_t_test_is_used_and_says_so_where_nothing_contradicts_it():
+def test_the_t_test_is_the_mean_s_test_on_a_metric_without_a_range():
     c = decide(
-        decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.81, 0.86, 0.83]), ACC
+        decision([thr("a", "d", "higher", 0.5)]),
+        runs("a", d=[0.81, 0.86, 0.83]),
+        {"d": Metric("higher", "test")},
     ).conditions[0]
     assert c.test == "one-sample t" and "roughly normal" in c.test_reason
 
@@ -158,7 +159,7 @@ def c05_with(tmp_path, mutate) -> str:
     mutate(data)
     path = write_contract(tmp_path, data)
     with pytest.raises(UserError) as info:  # `gates` prints it as one line per error and exits 2
-        check(path, runs_dir=tmp_path / "runs")
+        check(path, runs_dir=tmp_path / "runs", contracts_dir=path.parent, as_json=False)
     return info.value.render()
 
 
@@ -202,7 +203,10 @@ def test_non_finite_numbers_are_refused(tmp_path, field, value):
     ],
 )
 def test_vacuous_thresholds_are_refused(tmp_path, value, word):
-    out = c05_with(tmp_path, lambda d: d["decision"]["supported_if"][0].update(value=value))
+    def mutate(d):  # an accuracy bar (range [0, 1])
+        d["decision"]["supported_if"][0].update(metric="test_acc", direction="higher", value=value)
+
+    out = c05_with(tmp_path, mutate)
     assert "supported_if.0.value" in out and word in out
 
 
@@ -422,12 +426,10 @@ def test_gates_3_and_5_are_compared_with_what_was_measured():
     met = [{"seed": 0, "met": True}, {"seed": 1, "met": True}, {"seed": 2, "met": False}]
     got = predictions(contract, rs, met)
     assert got["predicted_ablation"]["measured_size"] == pytest.approx(0.98)
-    # a 7-sd effect is powered at 2 seeds by the t-test; engine 3 tests a supported_if at alpha itself
-    # (intersection-union; engine 2: alpha / 8), where the exact permutation test (what decides if the values
-    # tie or sit at a bound) needs 1 / C(2n, n) <= 0.05: n = 3 (1/20 = 0.05, which holds: p <= alpha)
+    # a 7-sd effect is powered at 2 seeds by the t-test (a supported_if is tested at alpha itself)
     assert (
         got["predicted_ablation"]["came_true"] is True
-        and got["predicted_ablation"]["seeds_for_80pct_power"] == 3
+        and got["predicted_ablation"]["seeds_for_80pct_power"] == 2
     )
     assert got["falsifiable_point"] == {"met_on": 2, "of": 3, "came_true": False}
     short = runs("subheap_kernel", test_acc=[0.6, 0.61, 0.62]) + runs(

@@ -284,8 +284,8 @@ class TranslatorStudy(Study):
     name = "treeheap_translator"
     Config = TranslatorConfig
     # NLLs are nats per target token: positive, on the log scale (a geometric mean; far from 0 with a small
-    # seed spread, test_nll 2.70-2.72 for one arm, it differs little from the mean), one unit with the NLL
-    # differences damage_* (linear: they can be negative). unfold_mse and peak_mem_mb stay linear (their
+    # seed spread, test_nll 2.70-2.72 for one arm, it differs little from the mean); the NLL differences
+    # damage_* can be negative (linear), so their unit is another. unfold_mse and peak_mem_mb stay linear (their
     # reasons below). Throughput is multiplicative: log scale.
     metrics: ClassVar[dict[str, Metric]] = {
         "train_loss": positive("lower", "train", unit="nats"),
@@ -301,7 +301,9 @@ class TranslatorStudy(Study):
             for d in ("zh2en", "en2zh")
         },
         # NLL differences on the test split: no range (an intervention can lower the NLL)
-        **{f"damage_{i}": Metric("higher", "test", unit="nats") for i in INTERVENTIONS},
+        **{
+            f"damage_{i}": Metric("higher", "test", unit="nats (difference)") for i in INTERVENTIONS
+        },
         "unfold_mse": nonnegative("lower", "diagnostic", "float rounding (about 3e-14)"),
         **{f"stop_mass_depth_{k}": proportion("higher", "diagnostic") for k in range(11)},
         "train_tokens_per_s": positive("higher", "cost", unit="tokens/s"),
