@@ -215,7 +215,9 @@ def gates_cli(project: Path, *args: str, timeout: float = 120):
         cwd=project,
         capture_output=True,
         text=True,
-        env={**os.environ, "COLUMNS": "250"},
+        # PYTHONSAFEPATH: the project folder is not put on sys.path, as the `gates` script does not put
+        # it there (a project with a folder named gates/ must not shadow the platform)
+        env={**os.environ, "COLUMNS": "250", "PYTHONSAFEPATH": "1"},
         timeout=timeout,
     )
 

@@ -1,5 +1,5 @@
 """The claims dashboard, for real: two small C05 contracts run through the runner into a temp MLflow
-store (one inconclusive, one refuted by futility halts, its claim full of markup), one pending contract;
+store (one supported, one refuted by futility halts, its claim full of markup), one pending contract;
 `gates dashboard` started as a subprocess and read over HTTP and in headless Chromium (Playwright
 driving Debian's /usr/bin/chromium); `gates report --html` read the same way from files."""
 
@@ -115,7 +115,7 @@ def test_index_lists_every_contract_with_verdict_and_hash_status(server):
         "script-src" not in headers["Content-Security-Policy"]
         and "default-src 'none'" in headers["Content-Security-Policy"]
     )
-    assert "v-inconclusive" in row(html, "c05-small") and ">ok<" in row(html, "c05-small")
+    assert "v-supported" in row(html, "c05-small") and ">ok<" in row(html, "c05-small")
     assert "v-refuted" in row(html, "markup-claim")
     pending = row(html, "c05-pending")
     assert "v-pending" in pending and "evidence missing" in pending
@@ -161,12 +161,12 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
     for r in halted:
         assert f"{r['arm']} seed {r['seed']} halted at step 40" in html
     # the bars drawn come from the evidence: one per mirrored pair; gate 5 where its metric is
-    assert "supported_if[0] + refuted_if[0]: subheap_kernel.test_acc &gt;= 0.95" in html
+    assert "supported_if[0] + refuted_if[0]: subheap_kernel.test_loss &lt;= 0.5" in html
     assert html.count('<g class="gate5">') == 1
     assert "gate 5: subheap_kernel.test_acc &gt;= 0.95 by step 60" in html
     # which test each condition got and why; the halted arms' values listed as lost; gate 3 measured
-    assert "sign (exact)" in html and "the t-test&#x27;s normality cannot hold" in html
-    assert "<h2>Lost values</h2>" in html and "flat_address.test_acc seed 0: halted" in html
+    assert "one-sample t" in html and "roughly lognormal" in html
+    assert "<h2>Lost values</h2>" in html and "flat_address.test_loss seed 0: halted" in html
     assert "<h2>Predicted ablation (gate 3)</h2>" in html
     exp = ev["mlflow"]["experiment_id"]
     for r in ev["runs"]:
@@ -207,7 +207,7 @@ def test_without_mlflow_store_the_evidence_shows_without_curves(project, tmp_pat
         '<svg class="learning-curve"' not in html
         and conditions_table(html).count('<svg class="condition-interval"') == 4  # mirrors merged
     )
-    assert "v-inconclusive" in row(site.index(), "c05-small")
+    assert "v-supported" in row(site.index(), "c05-small")
     assert not (clone / "mlflow.db").exists()
 
 
@@ -292,7 +292,7 @@ def open_page(browser):
 
 def check_in_browser(page, dialogs, index_url: str, shots: Path, name: str):
     page.goto(index_url)
-    assert page.locator("#row-c05-small .verdict .v").inner_text().strip() == "inconclusive"
+    assert page.locator("#row-c05-small .verdict .v").inner_text().strip() == "supported"
     assert page.locator("#row-markup-claim .verdict .v").inner_text().strip() == "refuted"
     assert page.locator("#row-c05-pending .verdict .v").inner_text().strip() == "pending"
     assert MARKUP in page.locator("#row-markup-claim").inner_text()  # shown as text

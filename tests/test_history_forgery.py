@@ -105,7 +105,7 @@ def certified_by_hand(project: Path, **fields) -> dict:
 
 def test_a_malformed_entry_is_one_line_with_a_code_in_every_reader(project):
     append_by_hand(project / "runs", certified_by_hand(project, tolerance={"abs": "huge"}))
-    for args in (("verify",), ("status",), ("report", "--html", "r")):
+    for args in (("verify",), ("status", "-v"), ("report", "--html", "r")):
         done = gates(project, *args)
         text = one_line(done)  # no traceback
         assert done.returncode in (0, 1), (args, text)
@@ -205,7 +205,7 @@ def test_evidence_past_its_caps_is_refused_in_one_line_before_it_is_parsed(proje
     text = json.dumps(ev)
     assert len(text) <= MAX_EVIDENCE_BYTES or shape == "many bytes"
     evidence_path(project).write_text(text)
-    for args in (("verify",), ("status",)):
+    for args in (("verify",), ("status", "-v")):
         done = gates(project, *args)
         assert done.returncode in (0, 1) and expected in one_line(done), (args, done.stdout)
     assert gates(project, "verify").returncode == 1

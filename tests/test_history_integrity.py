@@ -229,7 +229,12 @@ def test_a_withdrawn_claim_re_registered_unlinked_is_flagged(project):
 
 
 # ---------------------------------------------------------------------------------- strange files
-COMMANDS = (("verify",), ("status",), ("withdraw", CID, "--reason", "x"), ("report", "--html", "r"))
+COMMANDS = (
+    ("verify",),
+    ("status", "-v"),
+    ("withdraw", CID, "--reason", "x"),
+    ("report", "--html", "r"),
+)
 
 
 @pytest.mark.parametrize("kind", ["folder", "fifo"])
