@@ -128,6 +128,8 @@ def test_studies_json():
         "scale": "linear",
         "chance": None,
         "unit": None,
+        "linear_reason": None,
+        "estimand": "median",  # what a condition on it estimates unless it declares otherwise
     }
 
 

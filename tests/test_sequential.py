@@ -303,13 +303,15 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
 
 @pytest.mark.usefixtures("one_thread")
 def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
-    """3 seeds can never give p below 1/8: undetermined at every look, inconclusive at the last. The
-    first `gates run` is killed in look 2; the next one reuses every finished run and ends the sequence."""
+    """Look 1 (2 seeds) cannot decide (p 1/4); look 2 (5 seeds) can (1/32). The first `gates run` is killed
+    in look 2; the next one reuses every finished run and ends the sequence at its last look. (Engine 4
+    judges the bounded test_acc on its median: a 3-seed sequence, whose smallest p 1/8 never reaches
+    alpha, is refused before any run.)"""
     from gates.execution import run_contract
     from gates.verify import verify
     from gates.verify._verify import _check_runs
 
-    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 3, [2, 3]))
+    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 5, [2, 5]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
@@ -333,16 +335,15 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     ev = run_contract(loaded, uri, workdir / "runs")
     ids = {(r.arm, r.seed): r.mlflow_run_id for r in ev.runs}
     assert all(ids[(a, s)] == run_id for a, s, run_id in finished)  # reused, not redone
-    assert len(ev.runs) == 6 and ev.verdict == "inconclusive"
+    assert len(ev.runs) == 10 and ev.verdict == "supported"  # flat_address at about 0 on every seed
     assert [x["look"] for x in ev.looks] == [1, 2] and ev.looks[-1]["alpha_spent"] == pytest.approx(
         0.1
     )
-    assert ev.settle[0].startswith("a sequential version with more seeds")
     assert verify(workdir / "runs", workdir / "contracts")[0].status == "ok"
 
     # drop look 2's runs: re-derived, the sequence stops at look 1 ("continue"), not what was recorded
     cut = ev.as_dict()  # as evidence.json holds it, to forge
-    cut["runs"] = [r for r in cut["runs"] if r["seed"] != 2]
+    cut["runs"] = [r for r in cut["runs"] if r["seed"] < 2]
     (workdir / "runs" / "c05-seq-last" / "evidence.json").write_text(json.dumps(cut))
     check = verify(workdir / "runs", workdir / "contracts")[0]
     assert check.status == "lost" and any("looks" in p or "settle" in p for p in check.problems), (

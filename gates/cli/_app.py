@@ -1499,7 +1499,10 @@ def studies(
                 continue
             doc = (s.__doc__ or "").strip().splitlines()
             row["doc"] = doc[0] if doc else ""
-            row["metrics"] = {m: asdict(metric) for m, metric in s.metrics.items()}
+            row["metrics"] = {
+                m: {**asdict(metric), "estimand": metric.default_estimand}
+                for m, metric in s.metrics.items()
+            }
     if as_json:
         print(json.dumps(rows, indent=2))
         if broken:
