@@ -324,6 +324,7 @@ def test_replay_compares_model_metrics_but_not_machine_metrics(tmp_path, monkeyp
     """`verify --replay` re-runs the contract: a recorded number the replay does not reproduce is
     lost evidence, except the study's machine metrics (speed, memory), which belong to the machine."""
     from gates.models.c05_probe import C05ProbeStudy
+    from gates.verify import MACHINE_BOUND
 
     data = small_c05(replay={"ci": True, "abs_tolerance": 1e-6, "rel_tolerance": 1e-6})
     (tmp_path / "contracts").mkdir()
@@ -345,3 +346,4 @@ def test_replay_compares_model_metrics_but_not_machine_metrics(tmp_path, monkeyp
     assert check.replayed and check.status == "lost"
     assert any("mean_rank replays as" in p for p in check.problems)
     assert not any("hit_at_3" in p for p in check.problems)
+    assert MACHINE_BOUND not in check.codes  # the decision reads no machine metric here

@@ -765,15 +765,17 @@ def verify(
         "replay, in an order seeded from the git commit (printed) that "
         "nothing recorded steers, for this many seconds; a run whose metrics "
         "do not reproduce within the contract's replay tolerance loses its "
-        "claim, a run the time left cannot finish is stopped early and "
-        "named unaudited, the runs not reached are counted.",
+        "claim; a run whose recorded seconds x 2 exceed the budget is not "
+        "started and named unaudited, one that no longer fits the time left "
+        "is passed over and listed, one that overruns its projection is "
+        "stopped early and named unaudited; the runs not reached are counted.",
     ),
     audit_strict: bool = typer.Option(
         False,
         "--audit-strict",
-        help="Also fail when the audit stopped a "
-        "run it started for lack of time (unaudited; without it, only "
-        "reported).",
+        help="Also fail when the audit left runs "
+        "unaudited for lack of time: too long for the budget, or stopped "
+        "(without it, only reported).",
     ),
     audit_seed: int | None = typer.Option(
         None,

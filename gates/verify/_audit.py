@@ -13,16 +13,32 @@ Which runs: the audit exists to catch a forged record, so its choice must not de
 forger can write. Choosing by the recorded seconds did: a forged run recorded as taking a million
 seconds was never chosen. So every completed run is a candidate, in a fixed order shuffled by an RNG
 seeded from the current git commit (successive commits' CI covers different runs; `seed` fixes it),
-never filtered or weighted by what it records. The audit walks that order against the clock: each
-run is re-run with a deadline, and its reporter stops it at a report once the time is spent or once
-its projection (elapsed / step x the contract's steps) exceeds the time it had left, so an honestly
-expensive run costs about one evaluation interval before it is stopped. A stopped run is named
-UNAUDITED with what it would need (no failure, unless `gates verify --audit-strict`), and the walk
-goes on while at least MIN_LEFT_S are left; the runs never reached are counted (successive commits
-reach them). Recorded seconds are printed as information only. Runs that cannot run here (a corpus
-not fetched) or would first need a long setup before their first report, where no deadline can stop
-them (`Study.setup_missing`: a teacher not yet trained on this machine), are left out and named:
-that depends on the machine, not on the evidence.
+never filtered or weighted by what it records.
+
+Within the budget: the audit never starts a run it cannot finish (issue #39: a translator run
+started with 2.3 s of 100 left ran on for minutes, because a run can be stopped only at a report). A
+run's cost is judged before it starts from the seconds recorded (`RunRecord.seconds`, its wall
+time), times SAFETY_FACTOR. A run judged to need more than the whole budget is never started and is
+named UNAUDITED with why, one line per claim (that budget can never audit it); the others are walked
+in the order, and one judged to need more than the time left is passed over and listed with why
+(like a run not reached, a later commit's audit may re-run it), the walk going on to runs that still
+fit. So that the recorded seconds still cannot steer the audit away from a forged run, a run's
+estimate is the smaller of its own seconds and the lower median of its arm's (same config, same
+steps): one run recorded as slow is judged as its siblings are; inflating most of an arm's seconds
+makes its runs named, never silently skipped. A run with no recorded seconds (none in this
+repository) is started. Once started, its reporter still stops it at a report once the time is spent
+or once its projection (elapsed / step x the contract's steps) exceeds the time it had left (a
+machine slower than the factor allows), also named UNAUDITED. UNAUDITED is no failure, unless
+`gates verify --audit-strict`; the walk goes on while at least MIN_LEFT_S are left, and the runs
+never reached are counted (successive commits reach them). Runs that cannot run here (a corpus not
+fetched) or would first need a long setup before their first report, where no deadline can stop them
+(`Study.setup_missing`: a teacher not yet trained on this machine), are left out and named: that
+depends on the machine, not on the evidence.
+
+Machine metrics (`Study.machine_metrics`: wall-clock speed, memory) measure the machine that ran
+them and are never compared. A claim whose conditions read one cannot be re-checked by a re-run at
+all: `machine_bound` names those metrics, and `gates verify` lists such a claim (MACHINE_BOUND) with
+the reason.
 """
 
 from __future__ import annotations
@@ -51,6 +67,13 @@ from gates.verify._claim import AUDIT, UNAUDITED
 # no run starts with less time left: building its config and the study's setup before its first
 # report take about this long, and a run stopped at its first report audits nothing
 MIN_LEFT_S = 0.5
+# a run starts only when its recorded seconds x this fit the time left. The re-run is bare (no MLflow
+# logging, no stop rules) on the thread count the run recorded, so on a machine like the recording
+# one it takes at most its recorded time; 2 lets a machine half as fast (a shared 2-core CI runner
+# against a workstation) finish what it starts. A slower machine is caught by the projection at the
+# run's first report, as before
+SAFETY_FACTOR = 2.0
+SHOWN_RUNS = 3  # runs named per claim in a line of runs not started
 
 
 @dataclass(frozen=True)
@@ -59,6 +82,8 @@ class Candidate:
     arm: str
     seed: int
     seconds: float | None  # as recorded: printed, never used to choose (the evidence controls it)
+    # seconds it is judged to need before it starts (`estimate`); None: unknown, started
+    need: float | None = None
 
     @property
     def name(self) -> str:
@@ -105,6 +130,26 @@ def commit_seed() -> tuple[int, str]:
     if commit:
         return int(commit[:16], 16), f"from commit {commit[:12]}"
     return int.from_bytes(os.urandom(8), "big"), "random: not a git checkout"
+
+
+def estimate(seconds: float | None, arm_seconds: list[float]) -> float | None:
+    """The seconds a run is judged to need before it starts: SAFETY_FACTOR x the smaller of its own
+    recorded seconds and the lower median of its arm's completed runs' (`arm_seconds`), so that one
+    run recorded as slow does not keep itself from the audit; None when nothing was recorded."""
+    known = sorted(arm_seconds)
+    typical = known[(len(known) - 1) // 2] if known else None
+    base = min((x for x in (seconds, typical) if x is not None), default=None)
+    return None if base is None else SAFETY_FACTOR * base
+
+
+def machine_bound(loaded) -> list[str]:
+    """The machine metrics (`Study.machine_metrics`) that a contract's decision or controls read:
+    what no re-run on another machine can reproduce, so no replay or audit re-checks them."""
+    from gates.contract import metric_locs
+
+    conditions = [c for _, _, c in loaded.contract.conditions()] + list(loaded.contract.controls)
+    read = {metric for c in conditions for _, metric in metric_locs(c)}
+    return sorted(read & set(loaded.study.machine_metrics))
 
 
 def choose(candidates: list[Candidate], seed: int) -> list[Candidate]:
@@ -197,9 +242,11 @@ def audit(
 ) -> list[Candidate]:
     """Re-run runs of the claims in `checks` (gates.verify.ClaimCheck) that hold their evidence and
     were not replayed by this verify (`check.replayed`), in the seeded order of `choose`, within
-    `seconds`: a run that does not reproduce loses its claim; a run its time cannot finish is stopped
-    and named under UNAUDITED (no failure); no run starts with less than MIN_LEFT_S left, and the runs
-    not reached are counted. `default_tolerance`: (abs, rel) for contracts without a `replay`
+    `seconds`: a run that does not reproduce loses its claim; a run judged (`estimate`) to need more
+    than `seconds` is never started and named under UNAUDITED (no failure), one judged to need more
+    than the time left is passed over and listed, one whose projection overshoots is stopped at a
+    report and named under UNAUDITED; no run starts with less than MIN_LEFT_S left, and the runs not
+    reached are counted. `default_tolerance`: (abs, rel) for contracts without a `replay`
     section (default: `Replay()`'s). Returns the runs compared with their record."""
 
     say = log or (lambda line: None)
@@ -219,6 +266,10 @@ def audit(
         if loaded is None or ev is None:
             continue
         sources[check.contract_id] = (loaded, ev)
+        arm_seconds: dict[str, list[float]] = {}
+        for run in ev.runs:
+            if run.status == "completed" and run.seconds is not None:
+                arm_seconds.setdefault(run.arm, []).append(float(run.seconds))
         for run in ev.runs:
             if run.status != "completed":
                 continue
@@ -227,7 +278,8 @@ def audit(
                 cannot.setdefault(why, set()).add(check.contract_id)
                 continue
             recorded = float(run.seconds) if run.seconds is not None else None
-            found.append(Candidate(check.contract_id, run.arm, run.seed, recorded))
+            need = estimate(recorded, arm_seconds.get(run.arm, []))
+            found.append(Candidate(check.contract_id, run.arm, run.seed, recorded, need))
     if seed is None:
         seed, origin = commit_seed()
     else:
@@ -236,22 +288,43 @@ def audit(
     total = sum(c.seconds or 0.0 for c in found)
     say(
         f"audit: seed {seed} ({origin}), budget {seconds:g} s: {len(found)} completed runs of "
-        f"{len({c.contract_id for c in found})} claims in a seeded order, each re-run against the "
-        f"clock (recorded {total:.1f} s in all: information, not used to choose)"
+        f"{len({c.contract_id for c in found})} claims in a seeded order; a run starts when its "
+        f"recorded seconds x {SAFETY_FACTOR:g} fit the time left (recorded {total:.1f} s in all)"
     )
     replayed = sorted(c.contract_id for c in checks if c.replayed)
     if replayed:
         say(f"audit: left to the replay: {', '.join(replayed)}")
     for why, ids in sorted(cannot.items()):
         say(f"audit: cannot run here ({why}): runs of {', '.join(sorted(ids))} left out")
+    # runs that no budget of `seconds` lets finish are named once, up front; the others are walked
+    # (filtering after the shuffle keeps their order: what a run records does not move another)
+    too_long = [c for c in order if c.need is not None and c.need > seconds]
+    order = [c for c in order if c.need is None or c.need <= seconds]
+    for contract_id, runs in _by_claim(too_long).items():
+        # UNAUDITED: the claim's runs that this budget can never re-run (stopped at a report, they
+        # would only overrun it)
+        why = _listed(
+            runs,
+            f"not started: judged to need more than the audit's budget of {seconds:g} s "
+            f"(recorded seconds x {SAFETY_FACTOR:g})",
+            lambda c: f"about {c.need:.1f} s",
+        )
+        by_id[contract_id].add(UNAUDITED, f"audit: {why}")
+        say(f"audit: {contract_id}: UNAUDITED ({why})")
     started = time.perf_counter()
     deadline = started + seconds
     done, stopped, reached = [], 0, 0
+    passed_over: list[tuple[Candidate, float]] = []  # reached, but no longer fitting the time left
     for c in order:
         left = deadline - time.perf_counter()
         if left < MIN_LEFT_S:
             break
         reached += 1
+        if c.need is not None and c.need > left:
+            # never started: a run is stopped only at a report, and this one would overrun; a later
+            # run in the order may still fit
+            passed_over.append((c, left))
+            continue
         loaded, ev = sources[c.contract_id]
         threads = run_threads(ev, c.arm, c.seed)
         on = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
@@ -297,13 +370,40 @@ def audit(
                 f"({describe_stale(check.stale_files, shown=3)}): a difference may come from "
                 f"the code rather than the record",
             )
+    left_at = {id(c): left for c, left in passed_over}
+    for contract_id, runs in _by_claim([c for c, _ in passed_over]).items():
+        # listed, not a problem of the claim: like a run not reached, a later commit's audit (its
+        # order, its full budget) may re-run it
+        why = _listed(
+            runs,
+            f"not started: judged to need more than the time left (recorded seconds x "
+            f"{SAFETY_FACTOR:g})",
+            lambda c: f"about {c.need:.1f} s, {left_at[id(c)]:.1f} s left",
+        )
+        say(f"audit: {contract_id}: {why}")
     unreached = len(order) - reached
     say(
-        f"audit: {reached} runs started in {time.perf_counter() - started:.1f} s: {len(done)} "
-        f"compared, {stopped} unaudited"
+        f"audit: {reached - len(passed_over)} runs started in {time.perf_counter() - started:.1f} s: "
+        f"{len(done)} compared, {stopped} unaudited"
+        + (f"; {len(passed_over)} not started (no longer fitting)" if passed_over else "")
+        + (f"; {len(too_long)} too long for the budget" if too_long else "")
         + (f"; {unreached} runs not reached; successive commits cover others" if unreached else "")
     )
     return done
+
+
+def _by_claim(runs: list[Candidate]) -> dict[str, list[Candidate]]:
+    out: dict[str, list[Candidate]] = {}
+    for c in runs:
+        out.setdefault(c.contract_id, []).append(c)
+    return dict(sorted(out.items()))
+
+
+def _listed(runs: list[Candidate], what: str, detail: Callable[[Candidate], str]) -> str:
+    """One line for a claim's runs: how many, what, the first SHOWN_RUNS named with their detail."""
+    named = ", ".join(f"{c.arm}/seed {c.seed} ({detail(c)})" for c in runs[:SHOWN_RUNS])
+    more = f" and {len(runs) - SHOWN_RUNS} more" if len(runs) > SHOWN_RUNS else ""
+    return f"{len(runs)} run{'s' * (len(runs) != 1)} {what}: {named}{more}"
 
 
 def not_ready(loaded, ev: Evidence, arm: str) -> str | None:

@@ -40,6 +40,9 @@ AUDIT = "audit"  # a re-run of a recorded run did not reproduce it
 # an audited run stopped before its end: the audit's time could not finish it (a failure only
 # with `gates verify --audit-strict`)
 UNAUDITED = "unaudited"
+# a claim whose conditions read machine metrics (wall-clock speed, memory: `Study.machine_metrics`):
+# no replay or audit re-checks those on another machine; reported, never a failure
+MACHINE_BOUND = "machine_bound"
 # a claim on the study of a withdrawn one, saying nearly the same, that does not declare it supersedes
 # it (withdraw, then re-register an easier version unlinked): reported, not lost, until it declares
 UNLINKED_SUCCESSOR = "unlinked_successor"

@@ -32,6 +32,7 @@ from gates.verify._claim import (
     CONTRACT_UNLOADABLE,
     CONVERGENCE,
     DERIVED,
+    MACHINE_BOUND,
     REPLAY,
     RUNS,
     SETTINGS,
@@ -56,7 +57,8 @@ def check_claim(
     the contract's arms x seeds, each once), the settings and claim text (the contract's), everything
     derived from the per-seed values (re-derived by today's code), verdict.md (the rendering of the
     evidence), the tuning record and, with `replay`, a re-run of a contract marked for it. Every
-    problem found is named."""
+    problem found is named; a claim decided on machine metrics is named as not re-checkable
+    (MACHINE_BOUND), not lost."""
     check, ev, loaded = check_files(evidence_path, contracts)
     if any(code in BEFORE_HASH or code == CONTRACT_EDITED for code in check.codes):
         return check  # no usable contract (or evidence) to re-derive with
@@ -93,6 +95,14 @@ def check_claim(
         from gates.execution import check_tuning_evidence
 
         check.lose(TUNING, check_tuning_evidence(loaded, stored))
+    bound = audit.machine_bound(loaded)
+    if bound:  # said, never lost: the record is what it is; no re-run can vouch for these
+        check.add(
+            MACHINE_BOUND,
+            f"not re-checkable by a re-run: its conditions read {', '.join(bound)}, machine "
+            f"metrics of study {loaded.study.name!r} (they measure the machine that ran it); "
+            f"replays and audits compare its other metrics only",
+        )
     if replay and loaded.contract.replay and loaded.contract.replay.ci:
         check.replayed = True
         check.lose(REPLAY, _replay(loaded, ev, processes))
