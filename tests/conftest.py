@@ -72,26 +72,23 @@ def c05_current() -> dict:
 # The decision of c05_current: its accuracy bars as test-loss bars (positive, log scale: the t-test of
 # their geometric means). At 3 seeds no test of a median or of a bounded metric's mean (the committed
 # contract's accuracies) can reach alpha (engine 4), so the design rules would refuse it.
+_C05_LOSS_BARS = (  # (arm, the direction the claim asserts, bar)
+    ("subheap_kernel", "lower", 0.5),
+    ("path_subheap_kernel", "lower", 0.5),
+    ("flat_address", "higher", 2.0),
+    ("path_only", "higher", 2.0),
+)
+_FLIP = {"lower": "higher", "higher": "lower"}
 C05_LOSS_DECISION = {
     "alpha": 0.05,
-    "supported_if": [
-        {"kind": "threshold", "arm": arm, "metric": "test_loss", "direction": d, "value": v}
-        for arm, d, v in (
-            ("subheap_kernel", "lower", 0.5),
-            ("path_subheap_kernel", "lower", 0.5),
-            ("flat_address", "higher", 2.0),
-            ("path_only", "higher", 2.0),
-        )
-    ],
-    "refuted_if": [
-        {"kind": "threshold", "arm": arm, "metric": "test_loss", "direction": d, "value": v}
-        for arm, d, v in (
-            ("subheap_kernel", "higher", 0.5),
-            ("path_subheap_kernel", "higher", 0.5),
-            ("flat_address", "lower", 2.0),
-            ("path_only", "lower", 2.0),
-        )
-    ],
+    **{
+        name: [
+            {"kind": "threshold", "arm": arm, "metric": "test_loss", "direction": d, "value": v}
+            for arm, asserted, v in _C05_LOSS_BARS
+            for d in [asserted if name == "supported_if" else _FLIP[asserted]]
+        ]
+        for name in ("supported_if", "refuted_if")
+    },
 }
 
 
