@@ -134,14 +134,19 @@ def test_a_certification_written_by_hand_does_not_make_a_changed_study_current(p
     assert gates(project, "verify").returncode == 0  # a note: the claim itself still holds
 
 
-def test_a_certification_whose_reruns_contradict_the_evidence_loses_the_claim(project):
-    stale(project)
+def recorded_values(project) -> list[dict]:
+    """Every completed run's values as the evidence records them: what a forger copies as re-runs."""
     ev = json.loads(evidence_path(project).read_text())
-    reran = [
+    return [
         {"arm": r["arm"], "seed": r["seed"], "metrics": dict(r["metrics"])}
         for r in ev["runs"]
         if r["status"] == "completed"
     ]
+
+
+def test_a_certification_whose_reruns_contradict_the_evidence_loses_the_claim(project):
+    stale(project)
+    reran = recorded_values(project)
     append_by_hand(project / "runs", certified_by_hand(project, reran_runs=reran))
     found = status(project)  # values copied from the evidence: consistent, counted
     assert not found["stale"] and found["certified"]
@@ -172,12 +177,7 @@ def test_a_certification_committed_with_other_code_than_it_names_loses_the_claim
         )
     committed(project)
     stale(project)
-    ev = json.loads(evidence_path(project).read_text())
-    reran = [
-        {"arm": r["arm"], "seed": r["seed"], "metrics": dict(r["metrics"])}
-        for r in ev["runs"]
-        if r["status"] == "completed"
-    ]
+    reran = recorded_values(project)
     entry = certified_by_hand(project, reran_runs=reran)
     append_by_hand(project / "runs", entry)
     git(project, "commit", "-qam", "certified with the code of this commit")
