@@ -134,8 +134,8 @@ def check(
         "--json",
         help="Print the report as one JSON object: id, sha256, claim, study, arms, seeds, budget, "
         "preflight (per arm: params, flops and their ratios to the baseline; notes), gates, "
-        "seeds_for_80pct_power, decision, sequential, tuning, controls, notes, rule_flags, errors "
-        "(the preflight's refusals, as error objects) and ready; exit 2 when not ready.",
+        "seeds_for_80pct_power, decision, sequential, tuning, controls, notes, family, rule_flags, "
+        "errors (the preflight's refusals, as error objects) and ready; exit 2 when not ready.",
     ),
 ):
     """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
@@ -212,6 +212,7 @@ def _check_json(loaded, report, power, notes: list[str], flags: list[str]) -> di
             "tuning": None if c.tuning is None else c.tuning.model_dump(mode="json"),
             "controls": [ctl.control for ctl in c.controls],
             "notes": notes,
+            "family": loaded.family.as_record(c.decision.alpha) if loaded.family else None,
             "rule_flags": flags,
             "errors": [e.as_dict() for e in report.errors],
             "ready": not report.errors,
@@ -227,6 +228,8 @@ def _print_check(loaded, report, power, notes: list[str], flags: list[str]) -> N
         f"study: {c.study}; arms: {', '.join(c.arms)}; seeds: {c.seeds}; "
         f"budget: {c.budget.steps} steps, eval every {c.budget.eval_every}"
     )
+    if loaded.family is not None:
+        out.print(f"claim family: {loaded.family.describe(c.decision.alpha)}", markup=False)
     table = Table("arm", "trainable params", "params ratio", "FLOPs/example", "FLOPs ratio")
     for arm, m in report.arms.items():
         table.add_row(
@@ -925,6 +928,8 @@ def _claim_notes(c, describe_stale, short: bool = False) -> list[str]:
         notes.append(describe_shared(c.shared_runs))
     if c.supersedes:
         notes.append(f"supersedes {c.supersedes}")
+    if c.family:
+        notes.append(c.family)
     if c.certified:
         notes.append(f"certified {c.certified}")
     if c.stale:
@@ -964,8 +969,11 @@ def rederive(
 
     if not reason.strip():
         raise UserError("give a reason: it is recorded in the claims index", field="--reason")
+    from gates.record import family_of
+
     for path in contracts:
         loaded = load_contract(path)
+        loaded.family = family_of(loaded.contract, runs_dir, Path(path).parent)
         changed = rederive_claim(loaded, runs_dir, reason.strip())
         if changed is None:
             out.print(f"{loaded.id}: unchanged", markup=False)
@@ -1071,8 +1079,9 @@ def status(
         False,
         "--json",
         help="Print a JSON list, per claim: id, verdict, status, "
-        "hash_ok, stale, stale_files, withdrawn, superseded_by, supersedes, "
-        "rule_flags, attempts, earlier_attempts, problems and their codes (problem_codes).",
+        "hash_ok, stale, stale_files, withdrawn, superseded_by, supersedes, family (its claim "
+        "family and the alpha it was judged at), rule_flags, attempts, earlier_attempts, problems "
+        "and their codes (problem_codes).",
     ),
     full: bool = typer.Option(
         False,
@@ -1115,6 +1124,7 @@ def status(
                         "withdrawal": c.withdrawal,
                         "superseded_by": c.superseded_by,
                         "supersedes": c.supersedes,
+                        "family": c.family,
                         "rule_flags": c.rule_flags,
                         "recorded": c.created_at,
                         "attempts": c.attempts,

@@ -371,6 +371,15 @@ class Decision(Strict):
         description="family-wise error rate of the Holm-corrected conditions, at most 0.1 "
         "(above 0.5 the 1 - 2 alpha intervals would invert)",
     )
+    family_alpha: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_ALPHA,
+        description="the alpha of the claim's whole family (this version and every later version that "
+        "supersedes it), declared on its first version only; default: `alpha`, which leaves a later "
+        "version none. Each version is tested at its own `alpha`, and the versions' alphas add up to at "
+        "most this (a re-try is not a fresh test at full alpha)",
+    )
     evaluation: Literal["interval", "exact"] = Field(
         default="interval",
         description="exact: no intervals; a condition holds when it holds on every seed "
@@ -784,6 +793,9 @@ class LoadedContract:
         # the tuning record of the run being judged (gates.tuning: a tuned arm's search may have stopped at
         # an edge); set by the runner after tuning and by verify from the evidence
         self.tuning_record: dict | None = None
+        # its claim family (gates.record.family_of: the alpha its verdict is judged at); set by whoever
+        # reads it with the record (admit, verify, rederive); None: judged at its own alpha
+        self.family = None
 
     def ceilings(self) -> dict[str, dict]:
         """condition label -> its ceiling ({why, value | metric | arm}): the contract's `ceiling`, else what
@@ -1013,6 +1025,24 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
             err(
                 ("decision", "evaluation"),
                 f"study {study.name!r} is not deterministic across seeds; expected 'interval'",
+            )
+        )
+    family_alpha = contract.decision.family_alpha
+    if family_alpha is not None and contract.supersedes is not None:
+        errors.append(
+            err(
+                ("decision", "family_alpha"),
+                f"a later version spends its family's alpha, declared by the first version; expected "
+                f"no family_alpha here (this contract supersedes {contract.supersedes!r})",
+            )
+        )
+    elif family_alpha is not None and family_alpha < contract.decision.alpha:
+        errors.append(
+            err(
+                ("decision", "family_alpha"),
+                f"family_alpha {family_alpha:g} is below this version's alpha "
+                f"{contract.decision.alpha:g}; expected family_alpha >= alpha (the family includes "
+                f"this version)",
             )
         )
     if contract.decision.evaluation == "interval" and len(contract.seeds) < 2:

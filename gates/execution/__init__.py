@@ -44,6 +44,7 @@ _FACE = {
     "open_study": ("_tuning", "open_study"),
     "preflight": ("_preflight", "preflight"),
     "rederive": ("_runner", "rederive"),
+    "require_family": ("_check", "require_family"),
     "require_in_contracts": ("_check", "require_in_contracts"),
     "retain_freed_memory": ("_allocator", "retain_freed_memory"),
     "returned_metrics": ("_runner", "returned_metrics"),

@@ -1,12 +1,13 @@
-"""The checks of a contract before any training step, one implementation for every command: what
-`gates check` reports, what `gates run` and `gates certify` require, and what `gates verify` applies to
-every contract of the contracts folder that has no evidence yet (a contract verify passes is one that
-check accepts and run runs).
+"""The checks of a contract before any training step, one implementation for every command: what `gates
+check` reports, what `gates run` and `gates certify` require, and what `gates verify` applies to
+every contract of the contracts folder that has no evidence yet (a contract verify passes is one
+that check accepts and run runs).
 
-`load_checked` (no `gates new` placeholder left, the contract and its study load), `require_in_contracts`
-(the file is the one contract with its id in the project's contracts folder), `admit` (those, then a
-contract unchanged since its evidence and today's design rules), `check_contract` (admitted, then the
-preflight's measurements and refusals) and `contract_errors` (the refusals of all of these as a list).
+`load_checked` (no `gates new` placeholder left, the contract and its study load),
+`require_in_contracts` (the file is the one contract with its id in the project's contracts folder),
+`admit` (those, then a contract unchanged since its evidence, today's design rules and its claim
+family's alpha and seeds), `check_contract` (admitted, then the preflight's measurements and
+refusals) and `contract_errors` (the refusals of all of these as a list).
 """
 
 from __future__ import annotations
@@ -82,7 +83,20 @@ def admit(path: Path, runs_dir: Path, contracts_dir: Path) -> LoadedContract:
     require_in_contracts(loaded, contracts_dir)
     check_existing_evidence(loaded, runs_dir)
     require_current_rules(loaded, runs_dir)
+    require_family(loaded, runs_dir, contracts_dir)
     return loaded
+
+
+def require_family(loaded: LoadedContract, runs_dir: Path, contracts_dir: Path) -> None:
+    """Set the contract's claim family (`loaded.family`: the alpha its verdict is judged at) and, for a
+    contract not yet recorded, refuse a version its family cannot take (`family_errors`)."""
+    from gates.record import family_errors, family_of
+
+    loaded.family = family_of(loaded.contract, runs_dir, contracts_dir)
+    if not loaded.recorded_in(runs_dir):
+        errors = family_errors(loaded, loaded.family, runs_dir)
+        if errors:
+            raise UserErrors(errors)
 
 
 def check_contract(

@@ -53,6 +53,7 @@ from gates.record import (
     condition_intervals,
     current_provenance,
     evidence_dir,
+    family_record,
     flatten_params,
     learning_curves,
     plan_recording,
@@ -916,6 +917,7 @@ def verdict_fields(loaded, evidence: dict, result) -> dict:
             if v
         },
         "rule_flags": list(rule_flags(loaded)),
+        **({"family": family} if (family := family_record(loaded)) else {}),
     }
 
 
@@ -971,16 +973,19 @@ def rederive(
             f"changed since): re-deriving starts only from evidence as it was indexed",
             file=str(loaded.path),
         )
-    if str(old.engine_version) == str(ENGINE_VERSION) and list(old.rule_flags) == rule_flags(
-        loaded
+    family = old.family.as_dict() if old.family is not None else None
+    if (
+        str(old.engine_version) == str(ENGINE_VERSION)
+        and list(old.rule_flags) == rule_flags(loaded)
+        and family == family_record(loaded)
     ):
-        return None  # derived by today's engine under today's rules: nothing to correct
+        return None  # derived by today's engine under today's rules and family: nothing to correct
     stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
     loaded.tuning_record = stored.get("tuning")
     fresh = {
         k: v
         for k, v in stored.items()
-        if k not in ("not_run", "beyond_ceiling", "tuning_edges", "design", "regime")
+        if k not in ("not_run", "beyond_ceiling", "tuning_edges", "design", "regime", "family")
     }
     new = verdict_fields(loaded, fresh, judge_claim(loaded, stored["runs"]))
     if new == stored:
@@ -988,6 +993,8 @@ def rederive(
     new = Evidence.of(new)
     written = write_evidence(runs_root, new)
     before = {"engine_version": str(old.engine_version), "rule_flags": list(old.rule_flags)}
+    if family is not None or new.family is not None:
+        before["family"] = family
     record_entry(runs_root, written, "rederived", reason, extra={"rederived_from": before})
     return old, new
 

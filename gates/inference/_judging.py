@@ -20,17 +20,23 @@ def judge(
     *,
     ceilings: Mapping[str, dict] | None = None,
     edges: Mapping[str, str] | None = None,
+    level: float | None = None,
 ) -> Verdict:
     """A contract's verdict on its runs: its decision with its controls over its seeds, and for a
     sequential contract look by look (gates.sequential). `ceilings` (condition label -> a resolved
     ceiling) and `edges` (tuned arm -> why its search stopped at an edge) come from the contract's study
-    and its tuning record (`judge_claim`)."""
+    and its tuning record (`judge_claim`); `level`: the alpha its claim family leaves it (default: the
+    decision's; its controls keep the decision's alpha: they judge the setup, not the claim)."""
     if getattr(contract, "sequential", None) is not None:
-        return judge_sequential(contract, runs, metrics, ceilings=ceilings, edges=edges)
+        return judge_sequential(
+            contract, runs, metrics, ceilings=ceilings, edges=edges, level=level
+        )
     return decide(
         contract.decision,
         runs,
         metrics,
+        alpha=level,
+        control_alpha=contract.decision.alpha,
         controls=contract.controls,
         seeds=list(contract.seeds),
         ceilings=ceilings,
@@ -40,18 +46,42 @@ def judge(
 
 def claim_inputs(loaded) -> dict:
     """What a verdict needs beyond the runs, from a loaded contract: each condition's ceiling (the contract's
-    or its study's) and the tuned arms whose search stopped at an edge (its tuning record, when it tunes)."""
+    or its study's), the tuned arms whose search stopped at an edge (its tuning record, when it tunes) and
+    the alpha its claim family leaves it (`loaded.family`, gates.record.family_of)."""
     edges = None
     record = getattr(loaded, "tuning_record", None)
     if record:
         edges = tuning_edges(loaded.contract, record)
-    return {"ceilings": loaded.ceilings(), "edges": edges}
+    family = getattr(loaded, "family", None)
+    level = family.level(loaded.contract.decision.alpha) if family is not None else None
+    return {"ceilings": loaded.ceilings(), "edges": edges, "level": level}
 
 
 def judge_claim(loaded, runs: list[dict]) -> Verdict:
     """The verdict of a loaded contract on its runs, with its study's metrics, its ceilings and its tuning
     record (`loaded.tuning_record`): what every caller (a run, verify, rederive) goes through."""
-    return judge(loaded.contract, runs, loaded.study.metrics, **claim_inputs(loaded))
+    result = judge(loaded.contract, runs, loaded.study.metrics, **claim_inputs(loaded))
+    family = getattr(loaded, "family", None)
+    if family is not None and family.recorded(loaded.contract.decision.alpha):
+        _family_notes(result, family, loaded.contract.decision.alpha)
+    return result
+
+
+def _family_notes(result: Verdict, family, own_alpha: float) -> None:
+    """The family line first among the reasons; with no alpha left, what could settle the claim is said
+    instead of seeds that cannot (any further seeds would be tested at alpha 0)."""
+    result.reasons = [family.describe(own_alpha)] + result.reasons
+    if family.level(own_alpha) > 0 or result.verdict != "inconclusive":
+        return
+    result.reasons.append(
+        f"its claim family ({family.root}) had no alpha left when it ran: the versions before it spent "
+        f"{family.spent:g} of {family.alpha:g}, so no decision condition could hold or fail"
+    )
+    result.settle = [
+        f"nothing within this claim family: its alpha is spent ({family.spent:g} of {family.alpha:g}). "
+        f"A new question is a new claim (a contract without `supersedes`), judged beside this "
+        f"family's record, which stays"
+    ] + [line for line in result.settle if line.startswith("controls[")]
 
 
 def tuning_edges(contract, record: dict) -> dict[str, str]:

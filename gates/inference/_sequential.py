@@ -89,6 +89,11 @@ def spent(spending: str, looks: list[int], alpha: float) -> list[tuple[float, fl
 
 
 # ---------------------------------------------------------------------------------- judging
+def _levels(seq, alpha: float) -> list[tuple[float, float]]:
+    """(spent so far, spent at the look) for each look; none at all when the family left no alpha."""
+    return spent(seq.spending, seq.looks, alpha) if alpha > 0 else [(0.0, 0.0)] * len(seq.looks)
+
+
 def _look_runs(runs: list[dict], seeds: list[int]) -> list[dict]:
     keep = set(seeds)
     return [r for r in runs if r["seed"] in keep]
@@ -101,15 +106,18 @@ def judge_sequential(
     *,
     ceilings=None,
     edges=None,
+    level: float | None = None,
 ):
     """The verdict of a sequential contract on its runs: its looks in order over the runs present,
     stopping at the first decided look; the Verdict of the look it stopped at, with `looks` filled.
+    `level`: the alpha the looks spend in all (what the claim's family leaves; default the decision's).
 
     Look k > 0 is judged when any run of a seed it adds is present (the runner records whole looks;
     a partial look is judged with the missing runs lost, so it cannot support)."""
-    seq, alpha, seeds = contract.sequential, contract.decision.alpha, list(contract.seeds)
+    seq, seeds = contract.sequential, list(contract.seeds)
+    alpha = contract.decision.alpha if level is None else level
     present = {r["seed"] for r in runs}
-    levels = spent(seq.spending, seq.looks, alpha)
+    levels, setup = _levels(seq, alpha), _levels(seq, contract.decision.alpha)
     looks: list[dict] = []
     result = None
     for k, n in enumerate(seq.looks):
@@ -122,6 +130,7 @@ def judge_sequential(
             _look_runs(runs, seeds[:n]),
             metrics,
             alpha=at_look,
+            control_alpha=setup[k][1],
             controls=contract.controls,
             seeds=seeds[:n],
             ceilings=ceilings,
@@ -171,12 +180,14 @@ def next_look(
     *,
     ceilings=None,
     edges=None,
+    level: float | None = None,
 ) -> list[int] | None:
     """The seeds to run next: those of the first look that some arm lacks a run for, once every
     earlier look was judged undetermined; None when a look decided or every look has run."""
     seq, seeds, arms = contract.sequential, list(contract.seeds), list(contract.arms)
     have = {(r["arm"], r["seed"]) for r in runs}
-    levels = spent(seq.spending, seq.looks, contract.decision.alpha)
+    alpha = contract.decision.alpha if level is None else level
+    levels, setup = _levels(seq, alpha), _levels(seq, contract.decision.alpha)
     for k, n in enumerate(seq.looks):
         lacking = [s for s in seeds[:n] if any((a, s) not in have for a in arms)]
         if lacking:
@@ -186,6 +197,7 @@ def next_look(
             _look_runs(runs, seeds[:n]),
             metrics,
             alpha=levels[k][1],
+            control_alpha=setup[k][1],
             controls=contract.controls,
             seeds=seeds[:n],
             ceilings=ceilings,

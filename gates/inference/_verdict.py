@@ -956,6 +956,7 @@ def decide(
     metrics: Mapping[str, Metric] | None = None,
     *,
     alpha: float | None = None,
+    control_alpha: float | None = None,
     controls=(),
     seeds: list[int] | None = None,
     ceilings: Mapping[str, dict] | None = None,
@@ -965,7 +966,8 @@ def decide(
 
     `metrics` is the study's metric declarations (scales, ranges); without it every metric is linear and
     no value counts as being at a bound. `alpha` replaces the decision's (a sequential look spends part
-    of it). `controls` must all hold, else the verdict is invalid. `seeds`: the seeds the runs should
+    of it, a claim's family leaves it less). `controls` must all hold, else the verdict is invalid; they are
+    judged at `control_alpha` (default: the decision's alpha, or `alpha` when given). `seeds`: the seeds the runs should
     cover (default: those any run has): a seed without a value is lost. A completed run recorded with
     `converged: false`, or a tuned arm whose search stopped at an edge (`edges`), leaves every decision
     condition reading its arm undetermined. `ceilings` (label -> {why, value | metric | arm}): a bar the
@@ -995,7 +997,9 @@ def decide(
         if r.get("status") == "halted"
     ]
     futile = [h for h in halts if h["arm"] in under_test and _is_futility(h["reason"])]
-    checked = _evaluate_controls(controls, samples, alpha, exact, metrics)
+    checked = _evaluate_controls(
+        controls, samples, alpha if control_alpha is None else control_alpha, exact, metrics
+    )
     read = [t for _, _, c in listed for t in condition_terms(c)] + [
         t for c in controls for t in condition_terms(c)
     ]

@@ -9,8 +9,9 @@ staleness (`current_provenance`, `staleness`), attempts at a claim and claims th
 regime (`compare_reproduction`, `annotate_siblings`).
 
 Private modules: `_tracking`, `_store`, `_evidence`, `_report`, `_history`, `_provenance`,
-`_attempts`, `_siblings`, `_plots`, `_files`, `_conditions` (a claim's conditions as a reviewer reads them:
-mirrors merged into one row, what each result means for the claim).
+`_attempts`, `_siblings`, `_family` (a claim's versions share one alpha), `_plots`, `_files`,
+`_conditions` (a claim's conditions as a reviewer reads them: mirrors merged into one row, what each
+result means for the claim).
 """
 
 from gates._face import lazy_face
@@ -29,6 +30,12 @@ _FACE = {
     "TermValue": ("_conditions", "TermValue"),
     "UNDETERMINED": ("_conditions", "UNDETERMINED"),
     "EVIDENCE": ("_evidence", "EVIDENCE"),
+    "Family": ("_family", "Family"),
+    "family_errors": ("_family", "family_errors"),
+    "family_of": ("_family", "family_of"),
+    "describe_family": ("_family", "describe_family"),
+    "Version": ("_family", "Version"),
+    "family_record": ("_family", "family_record"),
     "EVIDENCE_FORMAT": ("_evidence", "FORMAT"),
     "Evidence": ("_evidence", "Evidence"),
     "GENESIS": ("_history", "GENESIS"),

@@ -46,7 +46,13 @@ def plan_recording(
     loaded, runs_root: Path, *, record: bool = False, reason: str | None = None
 ) -> Recording:
     """Decide before any training whether this run records a new attempt or reproduces the recorded
-    one; UserError (exit 2) for flags that do not fit the claim's state."""
+    one; UserError (exit 2) for flags that do not fit the claim's state. Sets the contract's claim family
+    (`loaded.family`, the alpha its verdict is judged at) where its caller has not (`gates run` did, at
+    admission, with the family's refusals)."""
+    if getattr(loaded, "family", None) is None:
+        from gates.record._family import family_of
+
+        loaded.family = family_of(loaded.contract, runs_root, loaded.path.parent)
     reason = (reason or "").strip()
     if reason and not record:
         raise UserError(

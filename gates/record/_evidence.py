@@ -385,6 +385,21 @@ class AttemptRecord(_Record):
     earlier: list[EarlierAttemptRecord] = []
 
 
+class FamilyVersionRecord(_Record):
+    contract_id: str
+    level: Real
+
+
+class FamilyRecord(_Record):
+    """The claim family a version belongs to (gates.record._family): its first version, the family's
+    alpha, the recorded versions before it with the alpha each spent, and the alpha it was tested at."""
+
+    root: str
+    alpha: Real
+    earlier: list[FamilyVersionRecord] = []
+    level: Real
+
+
 class DesignRecord(_Record):
     factor: list[str] = []
     differences: dict[str, str] = {}
@@ -458,6 +473,7 @@ class Evidence(_Record):
     beyond_ceiling: list[BeyondCeilingRecord] = []
     tuning_edges: dict[str, str] = {}
     shared_runs: dict[str, list[str]] = {}
+    family: FamilyRecord | None = None  # absent: a first version, or recorded before families
 
     @classmethod
     def of(cls, data: dict) -> Evidence:

@@ -46,6 +46,9 @@ MACHINE_BOUND = "machine_bound"
 # a claim on the study of a withdrawn one, saying nearly the same, that does not declare it supersedes
 # it (withdraw, then re-register an easier version unlinked): reported, not lost, until it declares
 UNLINKED_SUCCESSOR = "unlinked_successor"
+# the claim family its evidence records (earlier versions, the alpha each spent, its own level) is not
+# what the record of its earlier versions gives (gates.record.family_of)
+FAMILY = "family"
 # codes that stop the files phase before the contract's hash is compared
 BEFORE_HASH = {
     EVIDENCE_UNREADABLE,
@@ -78,6 +81,9 @@ class ClaimCheck:
     )
     withdrawal: str | None = None  # its reason and time
     supersedes: str | None = None  # the id this contract replaces
+    family: str | None = (
+        None  # its claim family as its evidence records it (gates.record.describe_family)
+    )
     superseded_by: list[str] = field(
         default_factory=list
     )  # ids of the contracts that replace this one

@@ -34,6 +34,7 @@ from gates.record import (
     check_certifications,
     check_history,
     claim_attempts,
+    describe_family,
     describe_stale,
     design_of,
     evidence_dir,
@@ -400,6 +401,8 @@ def _annotate(
             check.rule_flags = [f for f in ev["rule_flags"] if isinstance(f, str)]
         if ev is None or not isinstance(ev.get("study"), str):
             continue
+        if isinstance(ev.get("family"), dict):
+            check.family = describe_family(ev["family"], (ev.get("settings") or {}).get("alpha"))
         if cid in certs.notes:
             check.add(CERTIFICATION_IGNORED, certs.notes[cid])
         cert = certified.get(cid)

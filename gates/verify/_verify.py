@@ -24,7 +24,7 @@ from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.design import rule_flags
 from gates.errors import UserError
 from gates.inference import Verdict, claim_inputs, judge_claim, predictions
-from gates.record import Evidence
+from gates.record import Evidence, family_of, family_record
 from gates.verify import _audit as audit
 from gates.verify._claim import (
     BEFORE_HASH,
@@ -32,6 +32,7 @@ from gates.verify._claim import (
     CONTRACT_UNLOADABLE,
     CONVERGENCE,
     DERIVED,
+    FAMILY,
     MACHINE_BOUND,
     REPLAY,
     RUNS,
@@ -85,6 +86,10 @@ def check_claim(
     # values is the record as stored: plain JSON
     stored = ev.as_dict()
     loaded.tuning_record = stored.get("tuning")
+    loaded.family = family_of(
+        loaded.contract, evidence_path.parent.parent, Path(contracts[check.contract_id]).parent
+    )
+    check.lose(FAMILY, _check_family(loaded, ev))
     check.lose(RUNS, _check_runs(loaded, ev))
     check.lose(CONVERGENCE, _check_convergence(loaded, ev))
     check.lose(SETTINGS, _check_settings(loaded, ev))
@@ -107,6 +112,22 @@ def check_claim(
         check.replayed = True
         check.lose(REPLAY, _replay(loaded, ev, processes))
     return check
+
+
+def _check_family(loaded: LoadedContract, ev: Evidence) -> list[str]:
+    """The claim family the evidence records is the one the record of its earlier versions gives: the
+    same versions, each having spent the same alpha, and so the same level (an earlier version erased
+    or added since would change what this one was judged at)."""
+    want = family_record(loaded)
+    have = ev.family.as_dict() if ev.family is not None else None
+    if have == want:
+        return []
+    if want is None:
+        return [f"its evidence records a claim family ({_short(have)}) the record does not give it"]
+    return [
+        f"its claim family is {loaded.family.describe(loaded.contract.decision.alpha)}, but its evidence "
+        f"records {_short(have) if have else 'none'}: re-derive it (gates rederive)"
+    ]
 
 
 def _rederive(again: Verdict, ev: Evidence) -> list[str]:

@@ -1,0 +1,184 @@
+"""A claim's versions are one family (issue #38 part 1): a version is judged at the alpha the versions
+before it left, on seeds none of them used, and the family is shown and verified with the claim."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from gates.contract import load_contract
+from gates.execution import run_contract
+from gates.record import Family, Version, family_of
+from tests.conftest import small_c05, write_contract
+
+
+def gates(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "250", "PYTHONSAFEPATH": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "gates", *args], cwd=root, capture_output=True, text=True, env=env
+    )
+
+
+def first_version(**decision) -> dict:
+    data = small_c05(id="fam")
+    data["seeds"] = 3
+    data["decision"].update(decision)
+    return data
+
+
+def next_version(previous: str, seeds, **decision) -> dict:
+    data = first_version(**decision)
+    data.update(id=f"{previous}-v2", supersedes=previous, seeds=seeds)
+    data["decision"].pop("family_alpha", None)
+    return data
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory):
+    """Two first versions run into a temp project: `fam` at full alpha (its family has none left) and
+    `keep` at alpha 0.025 of a family alpha of 0.05 (a re-try may spend the other 0.025)."""
+    root = tmp_path_factory.mktemp("families")
+    (root / "contracts").mkdir()
+    write_contract(root / "contracts", first_version(), "fam.yaml")
+    keep = first_version(alpha=0.025, family_alpha=0.05)
+    keep["id"] = "keep"
+    write_contract(root / "contracts", keep, "keep.yaml")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        for name in ("fam", "keep"):
+            run_contract(load_contract(f"contracts/{name}.yaml"), uri, root / "runs")
+    finally:
+        os.chdir(cwd)
+    return root
+
+
+@pytest.fixture
+def project(recorded, tmp_path):
+    copy = tmp_path / "p"
+    shutil.copytree(recorded, copy)
+    return copy
+
+
+def test_the_versions_spend_one_alpha_in_order():
+    """Each recorded version spends its own alpha up to what the versions before it left; a version
+    never recorded spends nothing; the next seeds follow every earlier version's, tuning seeds too."""
+    family = Family("a", 0.05)
+    family = Family("a", 0.05, (Version("a", family.level(0.02), (0, 1, 2), True),))
+    assert family.left == pytest.approx(0.03) and family.level(0.05) == pytest.approx(0.03)
+    family = Family("a", 0.05, (*family.earlier, Version("a-v2", 0.0, (3, 4, 100), False)))
+    assert family.left == pytest.approx(0.03) and family.next_seed == 101
+    spent = Family("a", 0.05, (Version("a", 0.05, (0, 1), True),))
+    assert spent.level(0.05) == 0 and spent.left == 0
+
+
+def test_a_retry_at_full_alpha_on_the_same_seeds_is_refused(project):
+    """The re-try the issue found four times on the record: a new version on the same seeds at full
+    alpha after the first spent it all. `gates check` names the spent family and the next seeds."""
+    write_contract(project / "contracts", next_version("fam", [0, 1, 2, 3, 4]), "fam-v2.yaml")
+    result = gates(project, "check", "contracts/fam-v2.yaml")
+    assert result.returncode == 2, result.stdout + result.stderr
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "decision.alpha" in said and "no alpha left" in said and "(fam)" in said
+    assert "seeds 0-4 are not the family's next 5" in said
+    assert "expected seeds: {count: 5, start: 3}" in said
+
+
+def test_a_first_version_starts_at_seed_0(project):
+    data = first_version()
+    data.update(id="shopped", seeds={"count": 3, "start": 17})
+    write_contract(project / "contracts", data, "shopped.yaml")
+    result = gates(project, "check", "contracts/shopped.yaml")
+    assert result.returncode == 2
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "a first version's seeds start at 0" in said and "expected seeds: 3" in said
+
+
+def test_family_alpha_is_declared_on_the_first_version_only(project):
+    data = next_version("keep", {"count": 3, "start": 3}, alpha=0.025, family_alpha=0.05)
+    data["decision"]["family_alpha"] = 0.05
+    write_contract(project / "contracts", data, "keep-v2.yaml")
+    result = gates(project, "check", "contracts/keep-v2.yaml")
+    assert result.returncode == 2
+    assert "decision.family_alpha" in result.stdout + result.stderr
+
+
+def test_a_retry_spends_what_its_family_kept(project):
+    """`keep` kept 0.025 of its family's 0.05: a version asking for more is refused; one at 0.025 on the
+    next seeds runs, is judged at 0.025, records its family, and verify re-derives it; a second
+    successor of the same version (a branch that would spend the same alpha again) is refused."""
+    too_much = next_version("keep", {"count": 3, "start": 3}, alpha=0.05)
+    write_contract(project / "contracts", too_much, "keep-v2.yaml")
+    result = gates(project, "check", "contracts/keep-v2.yaml")
+    assert result.returncode == 2
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "expected decision.alpha <= 0.025" in said
+    write_contract(
+        project / "contracts",
+        next_version("keep", {"count": 3, "start": 3}, alpha=0.025),
+        "keep-v2.yaml",
+    )
+    assert gates(project, "check", "contracts/keep-v2.yaml").returncode == 0
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    result = gates(project, "run", "contracts/keep-v2.yaml", "--tracking-uri", uri)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ev = json.loads((project / "runs" / "keep-v2" / "evidence.json").read_text())
+    assert ev["family"] == {
+        "root": "keep",
+        "alpha": 0.05,
+        "earlier": [{"contract_id": "keep", "level": 0.025}],
+        "level": 0.025,
+    }
+    assert ev["reasons"][0].startswith("version 2 of claim family keep")
+    assert (
+        "version 2 of claim family keep"
+        in (project / "runs" / "keep-v2" / "verdict.md").read_text()
+    )
+    assert "family keep" in gates(project, "status", "-v").stdout
+    verified = gates(project, "verify")
+    assert verified.returncode == 0, verified.stdout
+    branch = next_version("keep", {"count": 3, "start": 6}, alpha=0.025)
+    branch["id"] = "keep-v2b"
+    write_contract(project / "contracts", branch, "keep-v2b.yaml")
+    result = gates(project, "check", "contracts/keep-v2b.yaml")
+    said = " ".join((result.stdout + result.stderr).split())
+    assert "already superseded by recorded keep-v2" in said
+
+
+def test_a_version_with_no_alpha_left_cannot_decide(project, monkeypatch):
+    """Run past the check (the Python API), a re-try whose family spent its alpha is judged at alpha 0:
+    inconclusive, whatever its data, saying why and that no more seeds can settle it; verify agrees,
+    and names a family the record no longer gives (the first version's alpha edited after the fact)."""
+    write_contract(
+        project / "contracts", next_version("fam", {"count": 3, "start": 3}), "fam-v2.yaml"
+    )
+    monkeypatch.chdir(project)
+    evidence = run_contract(
+        load_contract("contracts/fam-v2.yaml"),
+        f"sqlite:///{project / 'mlflow.db'}",
+        project / "runs",
+    )
+    assert evidence.verdict == "inconclusive"
+    assert evidence.family.level == 0 and evidence.family.root == "fam"
+    assert any("no alpha left" in r for r in evidence.reasons)
+    assert evidence.settle and "its alpha is spent" in evidence.settle[0]
+    assert all(c.outcome == "undetermined" for c in evidence.conditions)
+    assert gates(project, "verify").returncode == 0
+    first = yaml.safe_load((project / "contracts" / "fam.yaml").read_text())
+    first["decision"]["family_alpha"] = 0.1
+    write_contract(project / "contracts", first, "fam.yaml")
+    rows = {r["id"]: r for r in json.loads(gates(project, "status", "--json", "--full").stdout)}
+    assert "family" in rows["fam-v2"]["problem_codes"], rows["fam-v2"]
+
+
+def test_family_of_reads_the_record(recorded):
+    first = load_contract(recorded / "contracts" / "fam.yaml").contract
+    assert family_of(first, recorded / "runs", recorded / "contracts") == Family("fam", 0.05)
