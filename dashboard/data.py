@@ -62,6 +62,9 @@ class Claim:
     withdrawal: str | None = None  # reason and time
     supersedes: str | None = None
     superseded_by: list[str] = field(default_factory=list)
+    family: str | None = (
+        None  # its claim family and the alpha it was judged at (gates.record.describe_family)
+    )
     stale: bool = False  # the code changed since the evidence
     stale_files: list[str] = field(default_factory=list)
     stale_note: str = ""
@@ -277,6 +280,7 @@ class Claims:
             **_design_flags(ev),
             study=study,
             certified=check.certified,
+            family=check.family,
         )
 
     def evidence(self, contract_id: str) -> Evidence | None:

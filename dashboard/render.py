@@ -155,6 +155,8 @@ def verdict_cell(c: Claim, links: Links) -> str:
         notes.append(
             f'supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>'
         )
+    if c.family:
+        notes.append(f'<span class="family">{e(c.family)}</span>')
     if c.regime_left:
         notes.append(
             f'<span class="regime-left" title="{e(c.regime_left.note)}">'
@@ -291,6 +293,8 @@ def history_notes(c: Claim, links: Links) -> str:
         out.append(
             f'<p class="small">Supersedes <a href="{e(links.contract(c.supersedes))}">{e(c.supersedes)}</a>.</p>'
         )
+    if c.family:
+        out.append(f'<p class="small family">Claim family: {e(c.family)}.</p>')
     if c.regime_left:
         out.append(f'<p class="note regime-left">Regime left: {e(c.regime_left.note)}.</p>')
     if c.stale:

@@ -169,7 +169,7 @@ def test_a_version_with_no_alpha_left_cannot_decide(project, monkeypatch):
     assert evidence.verdict == "inconclusive"
     assert evidence.family.level == 0 and evidence.family.root == "fam"
     assert any("no alpha left" in r for r in evidence.reasons)
-    assert evidence.settle and "its alpha is spent" in evidence.settle[0]
+    assert evidence.settle and "alpha is spent" in evidence.settle[0]
     assert all(c.outcome == "undetermined" for c in evidence.conditions)
     assert gates(project, "verify").returncode == 0
     first = yaml.safe_load((project / "contracts" / "fam.yaml").read_text())
@@ -182,3 +182,20 @@ def test_a_version_with_no_alpha_left_cannot_decide(project, monkeypatch):
 def test_family_of_reads_the_record(recorded):
     first = load_contract(recorded / "contracts" / "fam.yaml").contract
     assert family_of(first, recorded / "runs", recorded / "contracts") == Family("fam", 0.05)
+
+
+def test_an_inconclusive_verdict_says_what_its_family_leaves_a_retry(recorded):
+    """More seeds are never suggested as if a re-try were a fresh test: the last line says what a new
+    version would be (the family's next seeds, the alpha left) or that none is left."""
+    from gates.inference import Verdict
+    from gates.inference._judging import _family_notes
+
+    for name, want in (
+        ("fam", "more seeds cannot settle it as this claim"),
+        ("keep", "`seeds: {count: N, start: 3}` (the family's next) and `decision.alpha` at most 0.025"),
+    ):
+        contract = load_contract(recorded / "contracts" / f"{name}.yaml").contract
+        verdict = Verdict("inconclusive", ["r"], [], contract.decision.alpha, "interval", "iut+holm")
+        verdict.settle = ["supported_if[0] ...: about 9 seeds per arm for 80% power"]
+        _family_notes(verdict, family_of(contract, recorded / "runs"), contract)
+        assert len(verdict.settle) == 2 and want in verdict.settle[-1], verdict.settle

@@ -62,26 +62,48 @@ def judge_claim(loaded, runs: list[dict]) -> Verdict:
     record (`loaded.tuning_record`): what every caller (a run, verify, rederive) goes through."""
     result = judge(loaded.contract, runs, loaded.study.metrics, **claim_inputs(loaded))
     family = getattr(loaded, "family", None)
-    if family is not None and family.recorded(loaded.contract.decision.alpha):
-        _family_notes(result, family, loaded.contract.decision.alpha)
+    if family is not None:
+        _family_notes(result, family, loaded.contract)
     return result
 
 
-def _family_notes(result: Verdict, family, own_alpha: float) -> None:
-    """The family line first among the reasons; with no alpha left, what could settle the claim is said
-    instead of seeds that cannot (any further seeds would be tested at alpha 0)."""
-    result.reasons = [family.describe(own_alpha)] + result.reasons
-    if family.level(own_alpha) > 0 or result.verdict != "inconclusive":
+def _family_notes(result: Verdict, family, contract) -> None:
+    """The claim family's line first among the reasons (where the family is more than this version), and
+    for an inconclusive verdict a last line on what more seeds would be: a new version on the family's next
+    seeds at the alpha the family has left after this one, or, with none left, not this claim at all."""
+    own = contract.decision.alpha
+    level = family.level(own)
+    if family.recorded(own):
+        result.reasons = [family.describe(own)] + result.reasons
+    if result.verdict != "inconclusive":
         return
-    result.reasons.append(
-        f"its claim family ({family.root}) had no alpha left when it ran: the versions before it spent "
-        f"{family.spent:g} of {family.alpha:g}, so no decision condition could hold or fail"
+    if level <= 0:
+        result.reasons.append(
+            f"its claim family ({family.root}) had no alpha left when it ran: the versions before it "
+            f"spent {family.spent:g} of {family.alpha:g}, so no decision condition could hold or fail"
+        )
+        result.settle = [
+            f"nothing within this claim: its family's alpha is spent ({family.spent:g} of "
+            f"{family.alpha:g}); a new question is a new claim (a contract without `supersedes`), "
+            f"shown beside this family's record, which stays"
+        ] + [line for line in result.settle if line.startswith("controls[")]
+        return
+    after = family.left - level
+    if after < 1e-12:
+        result.settle.append(
+            f"more seeds cannot settle it as this claim: its family ({family.root}) spends its whole "
+            f"alpha {family.alpha:g} here, so a new version could neither support nor refute; the seed "
+            f"counts above are what a new claim (a contract without `supersedes`) would need"
+        )
+        return
+    used = [s for v in family.earlier for s in v.seeds] + list(contract.seeds)
+    if contract.tuning is not None:
+        used += list(contract.tuning.seeds)
+    result.settle.append(
+        f"more seeds are a new version: `supersedes: {contract.id}`, `seeds: {{count: N, start: "
+        f"{max(used) + 1}}}` (the family's next) and `decision.alpha` at most {round(after, 12):g}, what its "
+        f"family ({family.root}) has left after this version; the seed counts above are at alpha {level:g}"
     )
-    result.settle = [
-        f"nothing within this claim family: its alpha is spent ({family.spent:g} of {family.alpha:g}). "
-        f"A new question is a new claim (a contract without `supersedes`), judged beside this "
-        f"family's record, which stays"
-    ] + [line for line in result.settle if line.startswith("controls[")]
 
 
 def tuning_edges(contract, record: dict) -> dict[str, str]:

@@ -165,9 +165,9 @@ def judge_sequential(
             ] + result.settle
         else:
             result.settle = [
-                f"a sequential version with more seeds: every look was spent ({seq.looks[-1]} seeds, "
-                f"alpha {alpha:g}); a new contract id with a longer `seeds` list and `looks` "
-                f"(the estimates below say roughly how many)"
+                f"every look was spent ({seq.looks[-1]} seeds, alpha {alpha:g}): more seeds are a new "
+                f"version of the claim, with its own looks (the last line says on which seeds and at "
+                f"which alpha; the estimates below say roughly how many)"
             ] + result.settle
     result.looks = v.json_safe(looks)
     return result

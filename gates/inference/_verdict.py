@@ -80,7 +80,9 @@ from gates.study import Metric
 # 4: the estimand is declared (or given by the metrics' declarations), never chosen by the data: no
 #    switch to the sign or permutation test on ties or bounds; a bounded metric's mean by the
 #    bounded-mean betting test; the median by the sign test; a share of seeds by the binomial test
-ENGINE_VERSION = "4"
+# 5: claim families: a version is judged at the alpha the versions before it left (its controls at its
+#    own), and an inconclusive verdict says what its family leaves a re-try
+ENGINE_VERSION = "5"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 20240601
 MAX_SEEDS_SEARCHED = 1000
