@@ -62,9 +62,6 @@ class Claim:
     withdrawal: str | None = None  # reason and time
     supersedes: str | None = None
     superseded_by: list[str] = field(default_factory=list)
-    family: str | None = (
-        None  # its claim family and the alpha it was judged at (gates.record.describe_family)
-    )
     stale: bool = False  # the code changed since the evidence
     stale_files: list[str] = field(default_factory=list)
     stale_note: str = ""
@@ -89,6 +86,7 @@ class Claim:
     )  # tuned arms whose search stopped at an edge
     study: str = ""  # the evidence's study (the contract's while pending): the board filters by it
     certified: str | None = None  # the latest `gates certify` entry, in a line
+    family: str | None = None  # its claim family and the alpha it was judged at (describe_family)
 
 
 def hash_status(check: ClaimCheck) -> str:

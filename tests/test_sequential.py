@@ -154,7 +154,7 @@ def test_sequence_records_every_look_and_settle_lines(no_power_planning):
     assert result.looks[-1]["alpha_spent"] == ALPHA
     assert [x["seeds"] for x in result.looks] == [[0, 1, 2], list(range(6)), list(range(10))]
     assert set(result.looks[0]["outcomes"]) == {"supported_if[0]", "refuted_if[0]"}
-    assert result.settle[0].startswith("a sequential version with more seeds")
+    assert result.settle[0].startswith("every look was spent")
     mid = judge_sequential(contract, runs[:6])  # the runs of two looks only
     assert len(mid.looks) == 2 and mid.settle[0].startswith("continue to look 3 (10 seeds)")
     assert next_look(contract, runs[:6]) == [6, 7, 8, 9]

@@ -468,7 +468,7 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
 def test_signature_names_the_settings():
     v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
     assert (
-        v.signature() == "engine=4|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
+        v.signature() == "engine=5|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
     )
 
 

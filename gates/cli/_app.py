@@ -969,11 +969,8 @@ def rederive(
 
     if not reason.strip():
         raise UserError("give a reason: it is recorded in the claims index", field="--reason")
-    from gates.record import family_of
-
     for path in contracts:
         loaded = load_contract(path)
-        loaded.family = family_of(loaded.contract, runs_dir, Path(path).parent)
         changed = rederive_claim(loaded, runs_dir, reason.strip())
         if changed is None:
             out.print(f"{loaded.id}: unchanged", markup=False)

@@ -48,6 +48,7 @@ from gates.record import (
     Reproduction,
     Tracker,
     atomic_write_text,
+    attach_family,
     attempt_field,
     compare_reproduction,
     condition_intervals,
@@ -973,6 +974,7 @@ def rederive(
             f"changed since): re-deriving starts only from evidence as it was indexed",
             file=str(loaded.path),
         )
+    attach_family(loaded, runs_root)  # the family as the record stands (its contract's folder)
     family = old.family.as_dict() if old.family is not None else None
     if (
         str(old.engine_version) == str(ENGINE_VERSION)

@@ -33,6 +33,7 @@ _FACE = {
     "Family": ("_family", "Family"),
     "family_errors": ("_family", "family_errors"),
     "family_of": ("_family", "family_of"),
+    "attach_family": ("_family", "attach_family"),
     "describe_family": ("_family", "describe_family"),
     "Version": ("_family", "Version"),
     "family_record": ("_family", "family_record"),

@@ -49,10 +49,9 @@ def plan_recording(
     one; UserError (exit 2) for flags that do not fit the claim's state. Sets the contract's claim family
     (`loaded.family`, the alpha its verdict is judged at) where its caller has not (`gates run` did, at
     admission, with the family's refusals)."""
-    if getattr(loaded, "family", None) is None:
-        from gates.record._family import family_of
+    from gates.record._family import attach_family
 
-        loaded.family = family_of(loaded.contract, runs_root, loaded.path.parent)
+    attach_family(loaded, runs_root)
     reason = (reason or "").strip()
     if reason and not record:
         raise UserError(

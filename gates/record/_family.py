@@ -157,6 +157,14 @@ def family_of(contract, runs_root: Path, contracts_dir: Path | None = None) -> F
     return family
 
 
+def attach_family(loaded, runs_root: Path) -> Family:
+    """`loaded.family`, set from the record (`family_of`, the contracts folder being the contract's own)
+    where its caller has not set it: what a run and a re-derivation judge the verdict at."""
+    if getattr(loaded, "family", None) is None:
+        loaded.family = family_of(loaded.contract, runs_root, loaded.path.parent)
+    return loaded.family
+
+
 def family_record(loaded) -> dict | None:
     """What evidence records of a loaded contract's claim family (`loaded.family`), when it has one beyond
     itself: its earlier versions, the alpha each spent and the alpha this one is judged at."""
