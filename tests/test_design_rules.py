@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from gates.cli import app, check
 from gates.contract import Decision, load_contract
 from gates.design import rule_flags
+from gates.design._rules import RULES
 from gates.errors import UserError
 from gates.inference import decide
 from gates.record import render_report
@@ -459,3 +460,35 @@ def test_status_names_shared_runs_and_a_regime_left(tmp_path):
     assert any(change.startswith("pattern ") for change in left["changes"])
     assert rows["c05-structural-probe-v2"]["regime_left"] is not None  # same regime, still standing
     assert rows["c05-structural-probe-hard"]["regime_left"] is None
+
+
+# ---------------------------------------------------------------------------------- issue #38 part 4
+def flags_of(tmp_path, mutate, rule: str) -> list[str]:
+    """The flags of rule `rule` (its short name) on c05_current changed by `mutate`."""
+    data = c05_current()
+    mutate(data)
+    loaded = load_contract(write_contract(tmp_path, data, "accepted.yaml"))
+    return [f for f in rule_flags(loaded) if f.endswith(f"(rule: {RULES[rule]})")]
+
+
+def test_a_bar_looser_than_the_falsifiable_point_is_refused(tmp_path):
+    """Gate 5 says where the claim first fails; a supported_if bar on its (arm, metric) that is looser, or
+    in the other direction, lets a result the claim's own words refute support it."""
+
+    def point(**kw):  # c05_current's supported_if[0] is subheap_kernel.test_loss <= 0.5
+        return lambda d: d["preflight"]["falsifiable_point"].update(
+            {"metric": "test_loss", "direction": "lower", **kw}
+        )
+
+    line = one(refused(tmp_path, point(threshold=0.4)), "supported_if.0.value")
+    assert (
+        "the bar 0.5 is looser than the falsifiable point (gate 5: subheap_kernel.test_loss <= 0.4)"
+        in line
+        and f"(rule: {RULES['falsifiable_point']})" in line
+    )
+    line = one(
+        refused(tmp_path, point(threshold=0.5, direction="higher")), "supported_if.0.direction"
+    )
+    assert "contradicts the claim's own words; expected direction 'higher'" in line
+    assert flags_of(tmp_path, point(threshold=0.5), "falsifiable_point") == []
+    assert flags_of(tmp_path, point(threshold=0.6), "falsifiable_point") == []  # stricter bar

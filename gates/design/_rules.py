@@ -52,6 +52,7 @@ RULES = {
     "comparisons": "compared arms differ only in the declared factor",
     "identical_arms": "no two arms with one config",
     "prediction": "conditions follow the predicted direction",
+    "falsifiable_point": "supported_if bars at least as strict as the falsifiable point",
     "futility": "futility rules halt only arms under test",
     "seeds": "seeds are a count",
     "reported": "conditions read metrics the arm reports",
@@ -520,6 +521,30 @@ class _Rules:
                     f"ablation (gate 3) says {pa.direction}; expected a condition in the predicted direction",
                 )
 
+    def falsifiable_point(self) -> None:
+        """A supported_if threshold on the falsifiable point's (arm, metric) (gate 5) goes its direction,
+        with a bar at least as strict as its threshold: a looser bar lets a result the contract says
+        would refute the claim support it."""
+        fp = self.c.preflight.falsifiable_point
+        point = f"{fp.arm}.{fp.metric} {_SIGN[fp.direction]} {fp.threshold:g}"
+        for i, c in enumerate(self.c.decision.supported_if):
+            if not isinstance(c, Threshold) or (c.arm, c.metric) != (fp.arm, fp.metric):
+                continue
+            if c.direction != fp.direction:
+                self.add(
+                    ("decision", "supported_if", i, "direction"),
+                    f"says {c.arm}.{c.metric} {_SIGN[c.direction]} {c.value:g}, but the falsifiable point "
+                    f"(gate 5) passes only where {point}: the condition contradicts the claim's own words; "
+                    f"expected direction {fp.direction!r}",
+                )
+            elif _beyond(fp.threshold, c.value, fp.direction):
+                self.add(
+                    ("decision", "supported_if", i, "value"),
+                    f"the bar {c.value:g} is looser than the falsifiable point (gate 5: {point}): a result "
+                    f"the contract says would refute the claim would support it; expected a bar at least "
+                    f"as strict as {fp.threshold:g}",
+                )
+
     def futility(self) -> None:
         """Futility rules halt only arms under test: a halt is evidence against the arm it halts."""
         comparators = self.c.arms_named_by_decision() - arms_under_test(self.c.decision)
@@ -614,6 +639,14 @@ def failing_arms(c, spec) -> list[str]:
             return []
         return [c.other] if c.direction == metric.direction else [c.arm]
     return []
+
+
+_SIGN = {"higher": ">=", "lower": "<="}  # what a threshold in each direction asserts
+
+
+def _beyond(a: float, b: float, direction: str) -> bool:
+    """Whether `a` lies strictly beyond `b` in `direction` (higher: a > b; lower: a < b)."""
+    return a > b if direction == "higher" else a < b
 
 
 def config_differences(a, b) -> dict[str, tuple]:
