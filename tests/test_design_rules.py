@@ -492,3 +492,25 @@ def test_a_bar_looser_than_the_falsifiable_point_is_refused(tmp_path):
     assert "contradicts the claim's own words; expected direction 'higher'" in line
     assert flags_of(tmp_path, point(threshold=0.5), "falsifiable_point") == []
     assert flags_of(tmp_path, point(threshold=0.6), "falsifiable_point") == []  # stricter bar
+
+
+def test_a_negative_control_lies_between_chance_and_the_positive_bar(tmp_path):
+    """flat_address's val_loss: chance about 2.33 nats (lower is better); the positive controls ask the
+    subheap arms for <= 0.5. A negative control `val_loss >= 0.4` is passed by a working arm too; one at
+    `>= 3` is failed even by an arm at chance."""
+
+    def negative(value):
+        return lambda d: d["controls"].append(
+            control(metric="val_loss", direction="higher", value=value, control="negative")
+        )
+
+    line = one(refused(tmp_path, negative(0.4)), "controls.2.value")
+    assert "a working arm passes it too (a positive control asks <= 0.5)" in line
+    assert (
+        "expected a bar between the arm's chance level (2.327) and the positive control's bar (0.5)"
+        in line
+    )
+    line = one(refused(tmp_path, negative(3.0)), "controls.2.value")
+    assert "even an arm at chance (2.327) fails it" in line
+    assert f"(rule: {RULES['negative_controls']})" in line
+    assert flags_of(tmp_path, negative(1.0), "negative_controls") == []

@@ -47,6 +47,7 @@ RULES = {
     "scales": "metrics compared on their declared scale and unit",
     "estimands": "each condition estimates what the claim's words name, by a test valid on its metrics",
     "controls": "a positive control asserts its arm works",
+    "negative_controls": "a negative control's bar lies between chance and the positive controls' bars",
     "negative_results": "negative results need a working arm",
     "ceilings": "no bar beyond a known ceiling",
     "comparisons": "compared arms differ only in the declared factor",
@@ -378,6 +379,39 @@ class _Rules:
             for c in self.c.controls
             if c.control == "positive" and not isinstance(c, Trend) and self.better(c)
         }
+
+    def negative_controls(self) -> None:
+        """A negative control (a threshold asserting its arm fails) is one its arm could fail: its bar lies
+        on the chance side of every positive control's bar on its metric (else a working arm passes it
+        too), and at or beyond the arm's chance level (else even an arm at chance fails it)."""
+        positive: dict[str, list[float]] = {}  # metric -> bars of positive threshold controls
+        for c in self.c.controls:
+            if c.control == "positive" and isinstance(c, Threshold) and self.better(c):
+                positive.setdefault(c.metric, []).append(c.value)
+        for i, c in enumerate(self.c.controls):
+            negative = c.control == "negative" and isinstance(c, Threshold)
+            if not negative or not failing_arms(c, self.spec):
+                continue
+            better, bars = self.spec(c.metric).direction, positive.get(c.metric)
+            # the positive bar nearest chance: the negative bar must lie beyond it on chance's side
+            bar = (min if better == "higher" else max)(bars) if bars else None
+            level = self.chance(c.arm, c.metric)
+            if bar is not None and not _beyond(bar, c.value, better):
+                why = (
+                    f"a working arm passes it too (a positive control asks {_SIGN[better]} {bar:g})"
+                )
+            elif level is not None and _beyond(level, c.value, better):
+                why = f"even an arm at chance ({level:.4g}) fails it"
+            else:
+                continue
+            self.add(
+                ("controls", i, "value"),
+                f"the negative control {c.arm}.{c.metric} {_SIGN[c.direction]} {c.value:g} cannot tell a "
+                f"working arm from one at chance: "
+                f"{why}; expected a bar between the arm's chance level"
+                f"{'' if level is None else f' ({level:.4g})'} and the positive control's bar"
+                f"{'' if bar is None else f' ({bar:g})'}",
+            )
 
     def negative_results(self) -> None:
         """A condition that asserts an arm fails (below a bar, worse than another arm) needs a positive
