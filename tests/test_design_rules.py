@@ -514,3 +514,29 @@ def test_a_negative_control_lies_between_chance_and_the_positive_bar(tmp_path):
     assert "even an arm at chance (2.327) fails it" in line
     assert f"(rule: {RULES['negative_controls']})" in line
     assert flags_of(tmp_path, negative(1.0), "negative_controls") == []
+
+
+def test_a_wide_non_inferiority_margin_is_refused(tmp_path):
+    """test_acc ranges over [0, 1]: 'no worse by more than 0.2' lets almost any result pass."""
+
+    def no_worse(margin):
+        def mutate(d):
+            d["seeds"] = 10  # enough for the sign test of a median (rule `reachable`)
+            d["decision"]["supported_if"].append(
+                {
+                    "kind": "compare",
+                    "arm": "subheap_kernel",
+                    "metric": "test_acc",
+                    "other": "path_subheap_kernel",
+                    "direction": "higher",
+                    "margin": margin,
+                    "test": "paired",
+                }
+            )
+
+        return mutate
+
+    line = one(refused(tmp_path, no_worse(-0.2)), "supported_if.4.margin")
+    assert "the non-inferiority margin 0.2 is 20% of the range of test_acc" in line
+    assert "expected a margin of at most 10% of the range (0.1)" in line
+    assert flags_of(tmp_path, no_worse(-0.05), "non_inferiority") == []

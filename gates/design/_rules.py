@@ -40,6 +40,12 @@ ESTIMAND_WORDS = {
     ),
 }
 
+# A non-inferiority margin ("no worse than the other by more than |margin|") wider than this share of a
+# bounded metric's declared range lets almost any result pass: on an accuracy, an arm 0.2 below its
+# comparator is a worse arm, not one "no worse". A tenth of the range is already generous for a claim of
+# equivalence; a narrower margin is the author's to choose.
+NON_INFERIORITY_SHARE = 0.1
+
 # each rule's short name, which ends its messages "(rule: ...)" and names it in flags of recorded contracts
 RULES = {
     "roles": "decisions read only test and cost metrics, controls also validation ones",
@@ -49,6 +55,7 @@ RULES = {
     "controls": "a positive control asserts its arm works",
     "negative_controls": "a negative control's bar lies between chance and the positive controls' bars",
     "negative_results": "negative results need a working arm",
+    "non_inferiority": "a non-inferiority margin is a small share of the metric's range",
     "ceilings": "no bar beyond a known ceiling",
     "comparisons": "compared arms differ only in the declared factor",
     "identical_arms": "no two arms with one config",
@@ -437,6 +444,23 @@ class _Rules:
                     f"arm would pass as evidence; expected a positive control on {arm!r} (on its "
                     f"validation data or training distribution, in its metric's better direction) or "
                     f"`blind: {{{arm}: why it fails by construction}}`",
+                )
+
+    def non_inferiority(self) -> None:
+        """A supported_if non-inferiority margin (a compare's negative `margin`) on a metric with a declared
+        range on both sides is at most NON_INFERIORITY_SHARE of that range."""
+        for i, c in enumerate(self.c.decision.supported_if):
+            spec = self.spec(c.metric) if isinstance(c, Compare) and (c.margin or 0) < 0 else None
+            if spec is None or spec.low is None or spec.high is None:
+                continue
+            width, limit = -c.margin, NON_INFERIORITY_SHARE * (spec.high - spec.low)
+            if width > limit:
+                self.add(
+                    ("decision", "supported_if", i, "margin"),
+                    f"the non-inferiority margin {width:g} is {width / (spec.high - spec.low):.0%} of the range "
+                    f"of {c.metric} ({spec.describe()}): 'no worse by more than {width:g}' lets almost any "
+                    f"result pass; expected a margin of at most {NON_INFERIORITY_SHARE:.0%} of the range "
+                    f"({limit:g})",
                 )
 
     def ceilings(self) -> None:
