@@ -540,3 +540,52 @@ def test_a_wide_non_inferiority_margin_is_refused(tmp_path):
     assert "the non-inferiority margin 0.2 is 20% of the range of test_acc" in line
     assert "expected a margin of at most 10% of the range (0.1)" in line
     assert flags_of(tmp_path, no_worse(-0.05), "non_inferiority") == []
+
+
+def test_beating_a_blind_arm_is_refused(tmp_path):
+    """flat_address is declared blind (it cannot see a node value): a claim that the subheap kernel beats
+    it is true by construction, written either way round. It may still be asserted to fail."""
+
+    def beats(arm, other, direction):
+        return lambda d: d["decision"]["supported_if"].append(
+            {
+                "kind": "compare",
+                "arm": arm,
+                "metric": "test_loss",
+                "other": other,
+                "direction": direction,
+                "relative_margin": 0.5,
+                "test": "paired",
+            }
+        )
+
+    line = one(
+        refused(tmp_path, beats("subheap_kernel", "flat_address", "lower")),
+        "supported_if.4.other",
+    )
+    assert (
+        "asserts that subheap_kernel beats arm 'flat_address', which the contract declares blind"
+        in line
+    )
+    assert f"(rule: {RULES['blind_comparators']})" in line
+    line = one(
+        refused(tmp_path, beats("flat_address", "subheap_kernel", "higher")), "supported_if.4.arm"
+    )
+    assert "asserts that subheap_kernel beats arm 'flat_address'" in line
+    # against an arm with a positive control; c05_current's thresholds assert the blind arms fail
+    assert (
+        flags_of(
+            tmp_path, beats("subheap_kernel", "path_subheap_kernel", "lower"), "blind_comparators"
+        )
+        == []
+    )
+    assert flags_of(tmp_path, lambda d: None, "blind_comparators") == []
+
+    def unblinded(
+        d,
+    ):  # without `blind`, the way out negative_results names is a positive control only
+        beats("subheap_kernel", "flat_address", "lower")(d)
+        d["blind"].pop("flat_address")
+
+    line = one(refused(tmp_path, unblinded), "supported_if.4:", "compares with baseline arm")
+    assert "expected a positive control on 'flat_address'" in line and "`blind:" not in line

@@ -55,6 +55,7 @@ RULES = {
     "controls": "a positive control asserts its arm works",
     "negative_controls": "a negative control's bar lies between chance and the positive controls' bars",
     "negative_results": "negative results need a working arm",
+    "blind_comparators": "no claim to beat an arm blind by construction",
     "non_inferiority": "a non-inferiority margin is a small share of the metric's range",
     "ceilings": "no bar beyond a known ceiling",
     "comparisons": "compared arms differ only in the declared factor",
@@ -430,6 +431,8 @@ class _Rules:
         for base, c in self.located:
             if base[0] == "controls":
                 continue
+            # a supported_if compare may not rest on a blind arm (rule `blind_comparators`)
+            blind_ok = not (base[1] == "supported_if" and isinstance(c, Compare))
             for arm in failing_arms(c, self.spec):
                 if arm in working or arm in self.c.blind:
                     continue
@@ -442,9 +445,26 @@ class _Rules:
                     base,
                     f"{what}, but no positive control asserts that it works where it can, so a broken "
                     f"arm would pass as evidence; expected a positive control on {arm!r} (on its "
-                    f"validation data or training distribution, in its metric's better direction) or "
-                    f"`blind: {{{arm}: why it fails by construction}}`",
+                    f"validation data or training distribution, in its metric's better direction)"
+                    + (f" or `blind: {{{arm}: why it fails by construction}}`" if blind_ok else ""),
                 )
+
+    def blind_comparators(self) -> None:
+        """No supported_if compare asserts that an arm beats one declared `blind`: beating an arm that
+        cannot do the task is true by construction. A blind arm may still appear in controls and in
+        conditions asserting that it fails."""
+        for i, c in enumerate(self.c.decision.supported_if):
+            if not isinstance(c, Compare):
+                continue
+            for arm in failing_arms(c, self.spec):
+                if arm in self.c.blind:
+                    self.add(
+                        ("decision", "supported_if", i, "other" if arm == c.other else "arm"),
+                        f"asserts that {c.other if arm == c.arm else c.arm} beats arm {arm!r}, which the "
+                        f"contract declares blind (it fails by construction): beating it is true by "
+                        f"construction and tests nothing; expected a comparator that works where it can "
+                        f"(with a positive control), or a threshold asserting that {arm!r} fails",
+                    )
 
     def non_inferiority(self) -> None:
         """A supported_if non-inferiority margin (a compare's negative `margin`) on a metric with a declared
