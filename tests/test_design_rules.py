@@ -208,6 +208,7 @@ def test_a_condition_on_a_metric_the_arm_does_not_report_is_refused(tmp_path, mo
                 "metric": "hit_at_3",
                 "direction": "higher",
                 "value": 0.5,
+                "refutes": "that flat_address is blind (rule `refutation`)",
             }
         ),
     )
@@ -589,3 +590,37 @@ def test_beating_a_blind_arm_is_refused(tmp_path):
 
     line = one(refused(tmp_path, unblinded), "supported_if.4:", "compares with baseline arm")
     assert "expected a positive control on 'flat_address'" in line and "`blind:" not in line
+
+
+def test_a_refutation_of_nothing_the_claim_asserts_says_what_it_refutes(tmp_path):
+    """c05_current's supported_if conditions read the arms' test_loss: a refutation on subheap_kernel's
+    test_acc mirrors none of them, and says what it refutes or is refused."""
+
+    def refutation(**kw):
+        def mutate(d):
+            d["seeds"] = 10  # enough for the sign test in the Holm family (rule `reachable`)
+            d["decision"]["refuted_if"].append(
+                {
+                    "kind": "threshold",
+                    "arm": "subheap_kernel",
+                    "metric": "test_acc",
+                    "direction": "lower",
+                    "value": 0.5,
+                    **kw,
+                }
+            )
+
+        return mutate
+
+    line = one(refused(tmp_path, refutation()), "refuted_if.4:")
+    assert "reads subheap_kernel.test_acc, which no supported_if condition reads" in line
+    assert "`refutes: what it refutes`" in line and f"(rule: {RULES['refutation']})" in line
+    why = "the premise that the subheap kernel locates the pattern at all (most trees right)"
+    assert flags_of(tmp_path, refutation(refutes=why), "refutation") == []
+
+    def on_support(d):
+        d["decision"]["supported_if"][0]["refutes"] = why
+
+    assert "expected it only on a refuted_if condition" in one(
+        refused(tmp_path, on_support), "supported_if.0.refutes"
+    )

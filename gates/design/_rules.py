@@ -62,6 +62,7 @@ RULES = {
     "identical_arms": "no two arms with one config",
     "prediction": "conditions follow the predicted direction",
     "falsifiable_point": "supported_if bars at least as strict as the falsifiable point",
+    "refutation": "each refutation mirrors a supported_if condition or says what it refutes",
     "futility": "futility rules halt only arms under test",
     "seeds": "seeds are a count",
     "reported": "conditions read metrics the arm reports",
@@ -621,6 +622,27 @@ class _Rules:
                     f"the bar {c.value:g} is looser than the falsifiable point (gate 5: {point}): a result "
                     f"the contract says would refute the claim would support it; expected a bar at least "
                     f"as strict as {fp.threshold:g}",
+                )
+
+    def refutation(self) -> None:
+        """Each refuted_if condition mirrors a supported_if one (reads one of its (arm, metric) terms) or
+        says what else it refutes (`refutes`); only a refuted_if condition says so."""
+        asserted = {t for c in self.c.decision.supported_if for t in condition_terms(c)}
+        for i, c in enumerate(self.c.decision.refuted_if):
+            terms = condition_terms(c)
+            if c.refutes is None and not asserted & set(terms):
+                self.add(
+                    ("decision", "refuted_if", i),
+                    f"reads {', '.join(f'{a}.{m}' for a, m in terms)}, which no supported_if condition reads: "
+                    f"it refutes something the claim does not assert; expected a condition mirroring a "
+                    f"supported_if one, or `refutes: what it refutes`",
+                )
+        for base, c in self.located:
+            if c.refutes is not None and base[:2] != ("decision", "refuted_if"):
+                self.add(
+                    base + ("refutes",),
+                    "`refutes` says what a refuted_if condition refutes; expected it only on a refuted_if "
+                    "condition",
                 )
 
     def futility(self) -> None:
