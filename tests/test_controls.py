@@ -206,7 +206,8 @@ def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
         "decision.supported_if.0: compares with baseline arm 'flat_address', but no positive control asserts "
         "that it works where it can" in out
     )
-    assert "`blind: {flat_address: why it fails by construction}`" in out
+    # and not `blind`: beating an arm blind by construction tests nothing (rule blind_comparators)
+    assert "`blind: {flat_address: why it fails by construction}`" not in out
     # a control on a train metric shows memorisation, not that the arm works: refused
     data["controls"].append(
         {
@@ -225,13 +226,15 @@ def test_a_compare_decision_needs_a_positive_control_on_its_baseline(tmp_path):
     loaded = load_contract(write_contract(tmp_path, data))
     assert rule_flags(loaded) == []
     require_current_rules(loaded, tmp_path / "runs")
-    # or the baseline declared blind, failing by construction
+    # a baseline declared blind, failing by construction, is no comparator: beating it tests nothing
     blind = {
         **data,
         "controls": data["controls"][:-1],
         "blind": {**data["blind"], "flat_address": "no node values"},
     }
-    assert rule_flags(load_contract(write_contract(tmp_path, blind))) == []
+    flags = rule_flags(load_contract(write_contract(tmp_path, blind)))
+    assert len(flags) == 1 and flags[0].startswith("decision.supported_if.0.other: asserts that ")
+    assert "(rule: no claim to beat an arm blind by construction)" in flags[0]
     # recorded contracts that predate the rule keep loading, flagged
     assert any(
         "positive control" in f

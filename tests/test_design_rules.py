@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from gates.cli import app, check
 from gates.contract import Decision, load_contract
 from gates.design import rule_flags
+from gates.design._rules import RULES
 from gates.errors import UserError
 from gates.inference import decide
 from gates.record import render_report
@@ -207,6 +208,7 @@ def test_a_condition_on_a_metric_the_arm_does_not_report_is_refused(tmp_path, mo
                 "metric": "hit_at_3",
                 "direction": "higher",
                 "value": 0.5,
+                "refutes": "that flat_address is blind (rule `refutation`)",
             }
         ),
     )
@@ -459,3 +461,166 @@ def test_status_names_shared_runs_and_a_regime_left(tmp_path):
     assert any(change.startswith("pattern ") for change in left["changes"])
     assert rows["c05-structural-probe-v2"]["regime_left"] is not None  # same regime, still standing
     assert rows["c05-structural-probe-hard"]["regime_left"] is None
+
+
+# ---------------------------------------------------------------------------------- issue #38 part 4
+def flags_of(tmp_path, mutate, rule: str) -> list[str]:
+    """The flags of rule `rule` (its short name) on c05_current changed by `mutate`."""
+    data = c05_current()
+    mutate(data)
+    loaded = load_contract(write_contract(tmp_path, data, "accepted.yaml"))
+    return [f for f in rule_flags(loaded) if f.endswith(f"(rule: {RULES[rule]})")]
+
+
+def test_a_bar_looser_than_the_falsifiable_point_is_refused(tmp_path):
+    """Gate 5 says where the claim first fails; a supported_if bar on its (arm, metric) that is looser, or
+    in the other direction, lets a result the claim's own words refute support it."""
+
+    def point(**kw):  # c05_current's supported_if[0] is subheap_kernel.test_loss <= 0.5
+        return lambda d: d["preflight"]["falsifiable_point"].update(
+            {"metric": "test_loss", "direction": "lower", **kw}
+        )
+
+    line = one(refused(tmp_path, point(threshold=0.4)), "supported_if.0.value")
+    assert (
+        "the bar 0.5 is looser than the falsifiable point (gate 5: subheap_kernel.test_loss <= 0.4)"
+        in line
+        and f"(rule: {RULES['falsifiable_point']})" in line
+    )
+    line = one(
+        refused(tmp_path, point(threshold=0.5, direction="higher")), "supported_if.0.direction"
+    )
+    assert "contradicts the claim's own words; expected direction 'higher'" in line
+    assert flags_of(tmp_path, point(threshold=0.5), "falsifiable_point") == []
+    assert flags_of(tmp_path, point(threshold=0.6), "falsifiable_point") == []  # stricter bar
+
+
+def test_a_negative_control_lies_between_chance_and_the_positive_bar(tmp_path):
+    """flat_address's val_loss: chance about 2.33 nats (lower is better); the positive controls ask the
+    subheap arms for <= 0.5. A negative control `val_loss >= 0.4` is passed by a working arm too; one at
+    `>= 3` is failed even by an arm at chance."""
+
+    def negative(value):
+        return lambda d: d["controls"].append(
+            control(metric="val_loss", direction="higher", value=value, control="negative")
+        )
+
+    line = one(refused(tmp_path, negative(0.4)), "controls.2.value")
+    assert "a working arm passes it too (a positive control asks <= 0.5)" in line
+    assert (
+        "expected a bar between the arm's chance level (2.327) and the positive control's bar (0.5)"
+        in line
+    )
+    line = one(refused(tmp_path, negative(3.0)), "controls.2.value")
+    assert "even an arm at chance (2.327) fails it" in line
+    assert f"(rule: {RULES['negative_controls']})" in line
+    assert flags_of(tmp_path, negative(1.0), "negative_controls") == []
+
+
+def test_a_wide_non_inferiority_margin_is_refused(tmp_path):
+    """test_acc ranges over [0, 1]: 'no worse by more than 0.2' lets almost any result pass."""
+
+    def no_worse(margin):
+        def mutate(d):
+            d["seeds"] = 10  # enough for the sign test of a median (rule `reachable`)
+            d["decision"]["supported_if"].append(
+                {
+                    "kind": "compare",
+                    "arm": "subheap_kernel",
+                    "metric": "test_acc",
+                    "other": "path_subheap_kernel",
+                    "direction": "higher",
+                    "margin": margin,
+                    "test": "paired",
+                }
+            )
+
+        return mutate
+
+    line = one(refused(tmp_path, no_worse(-0.2)), "supported_if.4.margin")
+    assert "the non-inferiority margin 0.2 is 20% of the range of test_acc" in line
+    assert "expected a margin of at most 10% of the range (0.1)" in line
+    assert flags_of(tmp_path, no_worse(-0.05), "non_inferiority") == []
+
+
+def test_beating_a_blind_arm_is_refused(tmp_path):
+    """flat_address is declared blind (it cannot see a node value): a claim that the subheap kernel beats
+    it is true by construction, written either way round. It may still be asserted to fail."""
+
+    def beats(arm, other, direction):
+        return lambda d: d["decision"]["supported_if"].append(
+            {
+                "kind": "compare",
+                "arm": arm,
+                "metric": "test_loss",
+                "other": other,
+                "direction": direction,
+                "relative_margin": 0.5,
+                "test": "paired",
+            }
+        )
+
+    line = one(
+        refused(tmp_path, beats("subheap_kernel", "flat_address", "lower")),
+        "supported_if.4.other",
+    )
+    assert (
+        "asserts that subheap_kernel beats arm 'flat_address', which the contract declares blind"
+        in line
+    )
+    assert f"(rule: {RULES['blind_comparators']})" in line
+    line = one(
+        refused(tmp_path, beats("flat_address", "subheap_kernel", "higher")), "supported_if.4.arm"
+    )
+    assert "asserts that subheap_kernel beats arm 'flat_address'" in line
+    # against an arm with a positive control; c05_current's thresholds assert the blind arms fail
+    assert (
+        flags_of(
+            tmp_path, beats("subheap_kernel", "path_subheap_kernel", "lower"), "blind_comparators"
+        )
+        == []
+    )
+    assert flags_of(tmp_path, lambda d: None, "blind_comparators") == []
+
+    def unblinded(
+        d,
+    ):  # without `blind`, the way out negative_results names is a positive control only
+        beats("subheap_kernel", "flat_address", "lower")(d)
+        d["blind"].pop("flat_address")
+
+    line = one(refused(tmp_path, unblinded), "supported_if.4:", "compares with baseline arm")
+    assert "expected a positive control on 'flat_address'" in line and "`blind:" not in line
+
+
+def test_a_refutation_of_nothing_the_claim_asserts_says_what_it_refutes(tmp_path):
+    """c05_current's supported_if conditions read the arms' test_loss: a refutation on subheap_kernel's
+    test_acc mirrors none of them, and says what it refutes or is refused."""
+
+    def refutation(**kw):
+        def mutate(d):
+            d["seeds"] = 10  # enough for the sign test in the Holm family (rule `reachable`)
+            d["decision"]["refuted_if"].append(
+                {
+                    "kind": "threshold",
+                    "arm": "subheap_kernel",
+                    "metric": "test_acc",
+                    "direction": "lower",
+                    "value": 0.5,
+                    **kw,
+                }
+            )
+
+        return mutate
+
+    line = one(refused(tmp_path, refutation()), "refuted_if.4:")
+    assert "reads subheap_kernel.test_acc, which no supported_if condition reads" in line
+    assert "`refutes: what it refutes`" in line and f"(rule: {RULES['refutation']})" in line
+    why = "the premise that the subheap kernel locates the pattern at all (most trees right)"
+    assert flags_of(tmp_path, refutation(refutes=why), "refutation") == []
+
+    def on_support(d):
+        d["decision"]["supported_if"][0]["refutes"] = why
+
+    assert "expected it only on a refuted_if condition" in one(
+        refused(tmp_path, on_support), "supported_if.0.refutes"
+    )

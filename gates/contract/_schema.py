@@ -275,6 +275,13 @@ class _Condition(Strict):
         description="why the condition estimates another quantity than the claim's words name "
         "(a claim about a mean judged on the median, say)",
     )
+    refutes: str | None = Field(
+        default=None,
+        min_length=1,
+        description="a refuted_if condition that reads none of the supported_if conditions' (arm, "
+        "metric) terms: what else it refutes (a premise the claim rests on: the baseline it was "
+        "measured against, the mechanism it names)",
+    )
 
     @model_validator(mode="after")
     def _share_with_proportion(self):

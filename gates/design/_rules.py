@@ -40,6 +40,12 @@ ESTIMAND_WORDS = {
     ),
 }
 
+# A non-inferiority margin ("no worse than the other by more than |margin|") wider than this share of a
+# bounded metric's declared range lets almost any result pass: on an accuracy, an arm 0.2 below its
+# comparator is a worse arm, not one "no worse". A tenth of the range is already generous for a claim of
+# equivalence; a narrower margin is the author's to choose.
+NON_INFERIORITY_SHARE = 0.1
+
 # each rule's short name, which ends its messages "(rule: ...)" and names it in flags of recorded contracts
 RULES = {
     "roles": "decisions read only test and cost metrics, controls also validation ones",
@@ -47,11 +53,16 @@ RULES = {
     "scales": "metrics compared on their declared scale and unit",
     "estimands": "each condition estimates what the claim's words name, by a test valid on its metrics",
     "controls": "a positive control asserts its arm works",
+    "negative_controls": "a negative control's bar lies between chance and the positive controls' bars",
     "negative_results": "negative results need a working arm",
+    "blind_comparators": "no claim to beat an arm blind by construction",
+    "non_inferiority": "a non-inferiority margin is a small share of the metric's range",
     "ceilings": "no bar beyond a known ceiling",
     "comparisons": "compared arms differ only in the declared factor",
     "identical_arms": "no two arms with one config",
     "prediction": "conditions follow the predicted direction",
+    "falsifiable_point": "supported_if bars at least as strict as the falsifiable point",
+    "refutation": "each refutation mirrors a supported_if condition or says what it refutes",
     "futility": "futility rules halt only arms under test",
     "seeds": "seeds are a count",
     "reported": "conditions read metrics the arm reports",
@@ -378,6 +389,39 @@ class _Rules:
             if c.control == "positive" and not isinstance(c, Trend) and self.better(c)
         }
 
+    def negative_controls(self) -> None:
+        """A negative control (a threshold asserting its arm fails) is one its arm could fail: its bar lies
+        on the chance side of every positive control's bar on its metric (else a working arm passes it
+        too), and at or beyond the arm's chance level (else even an arm at chance fails it)."""
+        positive: dict[str, list[float]] = {}  # metric -> bars of positive threshold controls
+        for c in self.c.controls:
+            if c.control == "positive" and isinstance(c, Threshold) and self.better(c):
+                positive.setdefault(c.metric, []).append(c.value)
+        for i, c in enumerate(self.c.controls):
+            negative = c.control == "negative" and isinstance(c, Threshold)
+            if not negative or not failing_arms(c, self.spec):
+                continue
+            better, bars = self.spec(c.metric).direction, positive.get(c.metric)
+            # the positive bar nearest chance: the negative bar must lie beyond it on chance's side
+            bar = (min if better == "higher" else max)(bars) if bars else None
+            level = self.chance(c.arm, c.metric)
+            if bar is not None and not _beyond(bar, c.value, better):
+                why = (
+                    f"a working arm passes it too (a positive control asks {_SIGN[better]} {bar:g})"
+                )
+            elif level is not None and _beyond(level, c.value, better):
+                why = f"even an arm at chance ({level:.4g}) fails it"
+            else:
+                continue
+            self.add(
+                ("controls", i, "value"),
+                f"the negative control {c.arm}.{c.metric} {_SIGN[c.direction]} {c.value:g} cannot tell a "
+                f"working arm from one at chance: "
+                f"{why}; expected a bar between the arm's chance level"
+                f"{'' if level is None else f' ({level:.4g})'} and the positive control's bar"
+                f"{'' if bar is None else f' ({bar:g})'}",
+            )
+
     def negative_results(self) -> None:
         """A condition that asserts an arm fails (below a bar, worse than another arm) needs a positive
         control that the arm works where it can, or the arm declared `blind` (fails by construction)."""
@@ -388,6 +432,8 @@ class _Rules:
         for base, c in self.located:
             if base[0] == "controls":
                 continue
+            # a supported_if compare may not rest on a blind arm (rule `blind_comparators`)
+            blind_ok = not (base[1] == "supported_if" and isinstance(c, Compare))
             for arm in failing_arms(c, self.spec):
                 if arm in working or arm in self.c.blind:
                     continue
@@ -400,8 +446,42 @@ class _Rules:
                     base,
                     f"{what}, but no positive control asserts that it works where it can, so a broken "
                     f"arm would pass as evidence; expected a positive control on {arm!r} (on its "
-                    f"validation data or training distribution, in its metric's better direction) or "
-                    f"`blind: {{{arm}: why it fails by construction}}`",
+                    f"validation data or training distribution, in its metric's better direction)"
+                    + (f" or `blind: {{{arm}: why it fails by construction}}`" if blind_ok else ""),
+                )
+
+    def blind_comparators(self) -> None:
+        """No supported_if compare asserts that an arm beats one declared `blind`: beating an arm that
+        cannot do the task is true by construction. A blind arm may still appear in controls and in
+        conditions asserting that it fails."""
+        for i, c in enumerate(self.c.decision.supported_if):
+            if not isinstance(c, Compare):
+                continue
+            for arm in failing_arms(c, self.spec):
+                if arm in self.c.blind:
+                    self.add(
+                        ("decision", "supported_if", i, "other" if arm == c.other else "arm"),
+                        f"asserts that {c.other if arm == c.arm else c.arm} beats arm {arm!r}, which the "
+                        f"contract declares blind (it fails by construction): beating it is true by "
+                        f"construction and tests nothing; expected a comparator that works where it can "
+                        f"(with a positive control), or a threshold asserting that {arm!r} fails",
+                    )
+
+    def non_inferiority(self) -> None:
+        """A supported_if non-inferiority margin (a compare's negative `margin`) on a metric with a declared
+        range on both sides is at most NON_INFERIORITY_SHARE of that range."""
+        for i, c in enumerate(self.c.decision.supported_if):
+            spec = self.spec(c.metric) if isinstance(c, Compare) and (c.margin or 0) < 0 else None
+            if spec is None or spec.low is None or spec.high is None:
+                continue
+            width, limit = -c.margin, NON_INFERIORITY_SHARE * (spec.high - spec.low)
+            if width > limit:
+                self.add(
+                    ("decision", "supported_if", i, "margin"),
+                    f"the non-inferiority margin {width:g} is {width / (spec.high - spec.low):.0%} of the range "
+                    f"of {c.metric} ({spec.describe()}): 'no worse by more than {width:g}' lets almost any "
+                    f"result pass; expected a margin of at most {NON_INFERIORITY_SHARE:.0%} of the range "
+                    f"({limit:g})",
                 )
 
     def ceilings(self) -> None:
@@ -520,6 +600,51 @@ class _Rules:
                     f"ablation (gate 3) says {pa.direction}; expected a condition in the predicted direction",
                 )
 
+    def falsifiable_point(self) -> None:
+        """A supported_if threshold on the falsifiable point's (arm, metric) (gate 5) goes its direction,
+        with a bar at least as strict as its threshold: a looser bar lets a result the contract says
+        would refute the claim support it."""
+        fp = self.c.preflight.falsifiable_point
+        point = f"{fp.arm}.{fp.metric} {_SIGN[fp.direction]} {fp.threshold:g}"
+        for i, c in enumerate(self.c.decision.supported_if):
+            if not isinstance(c, Threshold) or (c.arm, c.metric) != (fp.arm, fp.metric):
+                continue
+            if c.direction != fp.direction:
+                self.add(
+                    ("decision", "supported_if", i, "direction"),
+                    f"says {c.arm}.{c.metric} {_SIGN[c.direction]} {c.value:g}, but the falsifiable point "
+                    f"(gate 5) passes only where {point}: the condition contradicts the claim's own words; "
+                    f"expected direction {fp.direction!r}",
+                )
+            elif _beyond(fp.threshold, c.value, fp.direction):
+                self.add(
+                    ("decision", "supported_if", i, "value"),
+                    f"the bar {c.value:g} is looser than the falsifiable point (gate 5: {point}): a result "
+                    f"the contract says would refute the claim would support it; expected a bar at least "
+                    f"as strict as {fp.threshold:g}",
+                )
+
+    def refutation(self) -> None:
+        """Each refuted_if condition mirrors a supported_if one (reads one of its (arm, metric) terms) or
+        says what else it refutes (`refutes`); only a refuted_if condition says so."""
+        asserted = {t for c in self.c.decision.supported_if for t in condition_terms(c)}
+        for i, c in enumerate(self.c.decision.refuted_if):
+            terms = condition_terms(c)
+            if c.refutes is None and not asserted & set(terms):
+                self.add(
+                    ("decision", "refuted_if", i),
+                    f"reads {', '.join(f'{a}.{m}' for a, m in terms)}, which no supported_if condition reads: "
+                    f"it refutes something the claim does not assert; expected a condition mirroring a "
+                    f"supported_if one, or `refutes: what it refutes`",
+                )
+        for base, c in self.located:
+            if c.refutes is not None and base[:2] != ("decision", "refuted_if"):
+                self.add(
+                    base + ("refutes",),
+                    "`refutes` says what a refuted_if condition refutes; expected it only on a refuted_if "
+                    "condition",
+                )
+
     def futility(self) -> None:
         """Futility rules halt only arms under test: a halt is evidence against the arm it halts."""
         comparators = self.c.arms_named_by_decision() - arms_under_test(self.c.decision)
@@ -614,6 +739,14 @@ def failing_arms(c, spec) -> list[str]:
             return []
         return [c.other] if c.direction == metric.direction else [c.arm]
     return []
+
+
+_SIGN = {"higher": ">=", "lower": "<="}  # what a threshold in each direction asserts
+
+
+def _beyond(a: float, b: float, direction: str) -> bool:
+    """Whether `a` lies strictly beyond `b` in `direction` (higher: a > b; lower: a < b)."""
+    return a > b if direction == "higher" else a < b
 
 
 def config_differences(a, b) -> dict[str, tuple]:
