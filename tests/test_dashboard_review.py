@@ -352,7 +352,9 @@ def test_flags_attempts_and_the_change_from_the_superseded_version(browser, serv
     assert view.predecessor is not None and view.predecessor.contract_id == "c05-structural-probe"
     # its claim family: the first version spent the family's alpha, so this one was judged at 0
     family = page.locator("p.family").inner_text()
-    assert "version 2 of claim family c05-structural-probe" in family and "tested at alpha 0" in family
+    assert (
+        "version 2 of claim family c05-structural-probe" in family and "tested at alpha 0" in family
+    )
 
 
 def test_problems_show_with_their_codes_and_stale_in_brief():

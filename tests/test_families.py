@@ -192,10 +192,15 @@ def test_an_inconclusive_verdict_says_what_its_family_leaves_a_retry(recorded):
 
     for name, want in (
         ("fam", "more seeds cannot settle it as this claim"),
-        ("keep", "`seeds: {count: N, start: 3}` (the family's next) and `decision.alpha` at most 0.025"),
+        (
+            "keep",
+            "`seeds: {count: N, start: 3}` (the family's next) and `decision.alpha` at most 0.025",
+        ),
     ):
         contract = load_contract(recorded / "contracts" / f"{name}.yaml").contract
-        verdict = Verdict("inconclusive", ["r"], [], contract.decision.alpha, "interval", "iut+holm")
+        verdict = Verdict(
+            "inconclusive", ["r"], [], contract.decision.alpha, "interval", "iut+holm"
+        )
         verdict.settle = ["supported_if[0] ...: about 9 seeds per arm for 80% power"]
         _family_notes(verdict, family_of(contract, recorded / "runs"), contract)
         assert len(verdict.settle) == 2 and want in verdict.settle[-1], verdict.settle
