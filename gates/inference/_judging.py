@@ -88,20 +88,17 @@ def _family_notes(result: Verdict, family, contract) -> None:
             f"shown beside this family's record, which stays"
         ] + [line for line in result.settle if line.startswith("controls[")]
         return
-    after = family.left - level
-    if after < 1e-12:
+    after = family.then(contract)  # what a re-try would inherit
+    if after.left <= 0:
         result.settle.append(
             f"more seeds cannot settle it as this claim: its family ({family.root}) spends its whole "
             f"alpha {family.alpha:g} here, so a new version could neither support nor refute; the seed "
             f"counts above are what a new claim (a contract without `supersedes`) would need"
         )
         return
-    used = [s for v in family.earlier for s in v.seeds] + list(contract.seeds)
-    if contract.tuning is not None:
-        used += list(contract.tuning.seeds)
     result.settle.append(
         f"more seeds are a new version: `supersedes: {contract.id}`, `seeds: {{count: N, start: "
-        f"{max(used) + 1}}}` (the family's next) and `decision.alpha` at most {round(after, 12):g}, what its "
+        f"{after.next_seed}}}` (the family's next) and `decision.alpha` at most {after.left:g}, what its "
         f"family ({family.root}) has left after this version; the seed counts above are at alpha {level:g}"
     )
 

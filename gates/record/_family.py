@@ -2,7 +2,7 @@
 
 Testing each new version of a claim at full alpha is optional stopping: moving on to a version with
 more seeds whenever one is inconclusive supports a false claim 8-12% of the time at alpha 0.05
-(benchmarks/verdict_levels.py, `chains`). So a family has one alpha, its first version's
+(benchmarks/version_chains.py). So a family has one alpha, its first version's
 `decision.family_alpha` (default: its `alpha`), and each recorded version spends the alpha its
 verdict was tested at: version k is tested at min(its own alpha, what the versions before it left).
 By the union bound over the versions, a false verdict anywhere in the family has probability at most
@@ -63,6 +63,14 @@ class Family:
         """The first seed no earlier version used: where this version's seeds start."""
         used = [s for v in self.earlier for s in v.seeds]
         return max(used) + 1 if used else 0
+
+    def then(self, contract) -> Family:
+        """The family a next version would have once `contract` (this version) is recorded: it spent
+        what it is judged at and used its seeds."""
+        spent = Version(
+            contract.id, self.level(contract.decision.alpha), _seeds(contract, None), True
+        )
+        return Family(self.root, self.alpha, (*self.earlier, spent))
 
     def recorded(self, own_alpha: float) -> bool:
         """Whether a version's evidence records its family: when it has recorded earlier versions or
