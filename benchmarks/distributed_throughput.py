@@ -148,14 +148,16 @@ def ray_run(folder: Path, slots: int, data: dict, uri: str) -> dict:
     from mlflow import MlflowClient
 
     from gates.execution import run_ray
+    from gates.execution import starting_local_instance
 
-    ray.init(
-        address="local",
-        num_cpus=slots,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.ERROR,
-    )
+    with starting_local_instance():  # workers at normal priority, as `gates run --executor ray`
+        ray.init(
+            address="local",
+            num_cpus=slots,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
     try:
         warm_ray_workers(ray, slots)
         path = write_contract(folder / "contracts", data, f"{data['id']}.yaml")
@@ -208,14 +210,16 @@ def ray_kill_and_retry(folder: Path, data: dict, uri: str) -> dict:
     from mlflow import MlflowClient
 
     from gates.execution import run_ray
+    from gates.execution import starting_local_instance
 
-    ray.init(
-        address="local",
-        num_cpus=1,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.ERROR,
-    )
+    with starting_local_instance():  # workers at normal priority, as `gates run --executor ray`
+        ray.init(
+            address="local",
+            num_cpus=1,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
     client = MlflowClient(uri)
     try:
         warm_ray_workers(ray, 1)

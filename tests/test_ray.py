@@ -68,18 +68,21 @@ def ray_module():
 def ray_instance(ray_module, tmp_path_factory):
     ray = ray_module
     flag = tmp_path_factory.mktemp("ray") / "kill-once"
-    ray.init(
-        address="local",
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.ERROR,
-        runtime_env={
-            # the hook is imported before a worker adds the driver's folder to its path
-            "env_vars": {KILL_FLAG: str(flag), "PYTHONPATH": str(ROOT), **JOB_ENV},
-            "worker_process_setup_hook": "tests.test_ray.kill_once_hook",
-        },
-    )
+    from gates.execution import starting_local_instance
+
+    with starting_local_instance():  # as `gates run --executor ray` starts its own
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+            runtime_env={
+                # the hook is imported before a worker adds the driver's folder to its path
+                "env_vars": {KILL_FLAG: str(flag), "PYTHONPATH": str(ROOT), **JOB_ENV},
+                "worker_process_setup_hook": "tests.test_ray.kill_once_hook",
+            },
+        )
     try:
         yield SimpleNamespace(ray=ray, address=ray.get_runtime_context().gcs_address, flag=flag)
     finally:
@@ -296,3 +299,15 @@ def test_an_arm_on_cuda_holds_a_gpu():
 
     assert [gpus(arm(d), False) for d in ("cuda", "auto", "cpu", None)] == [1, 0, 0, 0]
     assert [gpus(arm(d), True) for d in ("cuda", "auto", "cpu", None)] == [1, 1, 0, 0]
+
+
+def test_a_local_instances_workers_run_at_normal_priority(ray_instance):
+    """The workers of a local instance run at the driver's priority, not at Ray's default niceness 15,
+    which starves them on a loaded machine (issue #41)."""
+    ray = ray_instance.ray
+
+    @ray.remote
+    def niceness():
+        return os.nice(0)
+
+    assert ray.get(niceness.remote()) == os.nice(0)

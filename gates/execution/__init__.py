@@ -52,6 +52,7 @@ _FACE = {
     "run_distributed": ("_distributed", "run_distributed"),
     "run_processes": ("_processes", "run_processes"),
     "run_ray": ("_ray", "run_ray"),
+    "starting_local_instance": ("_ray", "starting_local_instance"),
     "run_tuning_trial": ("_tuning", "run_tuning_trial"),
     "threads_per_job": ("_processes", "threads_per_job"),
     "skipped_record": ("_runner", "skipped_record"),
