@@ -102,6 +102,8 @@ def signature(evidence: Evidence | dict) -> str:
         f"test:{tests}",
         f"correction:{s.correction}",
         f"alpha:{s.alpha}",
+        # a later version of a claim is judged at what its family left (gates.record._family)
+        *([f"family:{ev.family.root}@{ev.family.level:g}"] if ev.family is not None else []),
         f"engine:{ev.engine_version}",
         f"seeds:{','.join(str(x) for x in s.seeds)}",
         f"gates:{ev.gates_version if ev.has('gates_version') else gates.__version__}",
