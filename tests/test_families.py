@@ -138,10 +138,8 @@ def test_a_retry_spends_what_its_family_kept(project):
         "level": 0.025,
     }
     assert ev["reasons"][0].startswith("version 2 of claim family keep")
-    assert (
-        "version 2 of claim family keep"
-        in (project / "runs" / "keep-v2" / "verdict.md").read_text()
-    )
+    report = (project / "runs" / "keep-v2" / "verdict.md").read_text()
+    assert "version 2 of claim family keep" in report and "|family:keep@0.025|" in report
     assert "family keep" in gates(project, "status", "-v").stdout
     verified = gates(project, "verify")
     assert verified.returncode == 0, verified.stdout
