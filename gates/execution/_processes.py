@@ -23,6 +23,7 @@ import contextlib
 import multiprocessing
 import os
 import signal
+import sys
 from pathlib import Path
 
 from gates.contract import LoadedContract
@@ -36,9 +37,21 @@ CANCEL_WAIT_SECONDS = 10  # how long interrupted tasks get to close their MLflow
 
 
 def _start_process() -> None:
-    """In each new process: Ctrl-C is the driver's to handle; stdout onto stderr."""
+    """In each new process: Ctrl-C is the driver's to handle; stdout onto stderr; the driver's cancel
+    never lost in a callback (`_cancel_again`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(2, 1)
+    sys.unraisablehook = _cancel_again
+
+
+def _cancel_again(unraisable) -> None:
+    """The driver's cancel (SIGTERM, a KeyboardInterrupt in the task) can land inside a callback that
+    cannot raise (a weakref's, a finalizer's): Python would print it with a traceback and go on running
+    the task. Deliver it again instead, where it stops the task (or, between tasks, ends the process)."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def _interrupt(_signum, _frame):
