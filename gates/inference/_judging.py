@@ -58,8 +58,9 @@ def claim_inputs(loaded) -> dict:
 
 
 def judge_claim(loaded, runs: list[dict]) -> Verdict:
-    """The verdict of a loaded contract on its runs, with its study's metrics, its ceilings and its tuning
-    record (`loaded.tuning_record`): what every caller (a run, verify, rederive) goes through."""
+    """The verdict of a loaded contract on its runs, with its study's metrics, its ceilings, its tuning
+    record (`loaded.tuning_record`) and its claim family (`loaded.family`: the alpha it is judged at, and
+    what it says beside the verdict): what every caller (a run, verify, rederive) goes through."""
     result = judge(loaded.contract, runs, loaded.study.metrics, **claim_inputs(loaded))
     family = getattr(loaded, "family", None)
     if family is not None:
