@@ -147,8 +147,7 @@ def ray_run(folder: Path, slots: int, data: dict, uri: str) -> dict:
     import ray
     from mlflow import MlflowClient
 
-    from gates.execution import run_ray
-    from gates.execution import starting_local_instance
+    from gates.execution import run_ray, starting_local_instance
 
     with starting_local_instance():  # workers at normal priority, as `gates run --executor ray`
         ray.init(
@@ -209,8 +208,7 @@ def ray_kill_and_retry(folder: Path, data: dict, uri: str) -> dict:
     import ray
     from mlflow import MlflowClient
 
-    from gates.execution import run_ray
-    from gates.execution import starting_local_instance
+    from gates.execution import run_ray, starting_local_instance
 
     with starting_local_instance():  # workers at normal priority, as `gates run --executor ray`
         ray.init(
