@@ -100,7 +100,7 @@ def small_c05(**overrides) -> dict:
     data.pop("replay", None)
     for cfg in data["arms"].values():
         cfg.update(train_trees=120, test_trees=60)
-    data["seeds"] = 2
+    data["seeds"] = 3
     data.pop("convergence")
     data["no_convergence"] = (
         "a test-sized run (60 steps): too short for its learning curves to flatten"

@@ -151,6 +151,17 @@ def test_duplicate_seeds_and_eval_interval(tmp_path):
     assert "eval_every (20) must not exceed steps (10)" in error_of(tmp_path, yaml.safe_dump(data))
 
 
+def test_two_seeds_are_refused_before_any_run(tmp_path):
+    """Issue #38: two seeds never reach a verdict, so a contract that would decide on them is refused."""
+    msg = error_of(tmp_path, yaml.safe_dump(small_c05(seeds=2)))
+    assert "c.yaml:" in msg and "seeds: 2 seed(s) never reach a verdict" in msg
+    data = small_c05(seeds=5)
+    data["sequential"] = {"looks": [2, 5]}
+    assert "looks must increase and start at 3 seeds or more" in error_of(
+        tmp_path, yaml.safe_dump(data)
+    )
+
+
 def test_a_section_check_names_its_values_not_the_section_s_type(tmp_path):
     # a check of a whole section (budget: a dict) says what is wrong with its values; the type of the
     # section ("got dict") is noise there, but stays where the type itself is the error (arms: a list)

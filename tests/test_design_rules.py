@@ -518,9 +518,11 @@ def test_a_negative_control_lies_between_chance_and_the_positive_bar(tmp_path):
 
 
 def test_a_wide_non_inferiority_margin_is_refused(tmp_path):
-    """test_acc ranges over [0, 1]: 'no worse by more than 0.2' lets almost any result pass."""
+    """test_acc ranges over [0, 1]: 'no worse by more than 0.2' lets almost any result pass. A margin is
+    also at most the smallest effect of interest the decision declares for its metric (issue #38), and
+    that at most the predicted effect on it (gate 3 predicts 0.7 on test_acc)."""
 
-    def no_worse(margin):
+    def no_worse(margin, smallest=None):
         def mutate(d):
             d["seeds"] = 10  # enough for the sign test of a median (rule `reachable`)
             d["decision"]["supported_if"].append(
@@ -534,13 +536,59 @@ def test_a_wide_non_inferiority_margin_is_refused(tmp_path):
                     "test": "paired",
                 }
             )
+            if smallest is not None:
+                d["decision"]["smallest_effects"] = {"test_acc": smallest}
 
         return mutate
 
-    line = one(refused(tmp_path, no_worse(-0.2)), "supported_if.4.margin")
+    line = one(refused(tmp_path, no_worse(-0.2, 0.2)), "supported_if.4.margin")
     assert "the non-inferiority margin 0.2 is 20% of the range of test_acc" in line
     assert "expected a margin of at most 10% of the range (0.1)" in line
-    assert flags_of(tmp_path, no_worse(-0.05), "non_inferiority") == []
+    assert f"(rule: {RULES['non_inferiority']})" in line
+    assert flags_of(tmp_path, no_worse(-0.05, 0.05), "non_inferiority") == []
+    line = one(refused(tmp_path, no_worse(-0.05)), "supported_if.4.margin")
+    assert "the non-inferiority margin 0.05 on test_acc has no declared smallest effect" in line
+    assert "expected `decision.smallest_effects: {test_acc: S}`" in line
+    line = one(refused(tmp_path, no_worse(-0.05, 0.03)), "supported_if.4.margin")
+    assert "exceeds the declared smallest effect of interest 0.03" in line
+    line = one(refused(tmp_path, no_worse(-0.05, 0.8)), "smallest_effects.test_acc")
+    assert "exceeds the predicted effect 0.7 on test_acc (gate 3)" in line
+
+
+def test_a_claim_to_beat_a_cheaper_arm_needs_matched_cost(tmp_path):
+    """Gate 1 bounds each arm against a baseline of the author's choosing: c05's flat_address (4,097
+    parameters, 64 FLOPs) leaves path_subheap_kernel (641, 1,216) within its declared 20x while it costs
+    2.5x subheap_kernel's parameters. A claim that it beats subheap_kernel is about compute as much as
+    design (issue #38); the other way round, the cheaper arm beating the dearer one, is not."""
+
+    def beats(arm, other):
+        return lambda d: d["decision"]["supported_if"].append(
+            {
+                "kind": "compare",
+                "arm": arm,
+                "metric": "test_loss",
+                "other": other,
+                "direction": "lower",
+                "relative_margin": 0.1,
+                "test": "paired",
+            }
+        )
+
+    lines = refused(tmp_path, beats("path_subheap_kernel", "subheap_kernel"))
+    line = one(lines, "supported_if.4:", "x its parameters")
+    assert (
+        "asserts that 'path_subheap_kernel' beats 'subheap_kernel' at 2.49x its parameters" in line
+    )
+    assert "within 2x (the smaller of 2 and gate 1's max_ratio)" in line
+    assert f"(rule: {RULES['compute']})" in line
+    assert "at 2.71x its FLOPs" in one(lines, "supported_if.4:", "x its FLOPs")
+    assert flags_of(tmp_path, beats("subheap_kernel", "path_subheap_kernel"), "compute") == []
+
+    def tight_gate(d):  # the declared bound binds the pair too when it is the smaller
+        beats("path_only", "subheap_kernel")(d)  # 1.75x parameters, 1.86x FLOPs
+        d["preflight"]["compute_cost"]["max_ratio"] = 1.5
+
+    assert len(flags_of(tmp_path, tight_gate, "compute")) == 2
 
 
 def test_beating_a_blind_arm_is_refused(tmp_path):

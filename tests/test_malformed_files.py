@@ -415,8 +415,8 @@ def test_seeds_are_integers_every_study_can_use(tmp_path, seeds, expected):
 
 
 def test_the_largest_seed_loads(tmp_path):
-    loaded = load_contract(write_contract(tmp_path, small_c05(seeds=[0, 2**32 - 1])))
-    assert loaded.contract.seeds == [0, 2**32 - 1]
+    loaded = load_contract(write_contract(tmp_path, small_c05(seeds=[0, 1, 2**32 - 1])))
+    assert loaded.contract.seeds == [0, 1, 2**32 - 1]
 
 
 @pytest.mark.parametrize(

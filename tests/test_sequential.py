@@ -303,15 +303,15 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
 
 @pytest.mark.usefixtures("one_thread")
 def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
-    """Look 1 (2 seeds) cannot decide (p 1/4); look 2 (5 seeds) can (1/32). The first `gates run` is killed
-    in look 2; the next one reuses every finished run and ends the sequence at its last look. (Engine 4
-    judges the bounded test_acc on its median: a 3-seed sequence, whose smallest p 1/8 never reaches
-    alpha, is refused before any run.)"""
+    """Look 1 (3 seeds) cannot decide (p 1/8 above the 0.07 Pocock spends there); look 2 (5 seeds) can
+    (1/32). The first `gates run` is killed in look 2; the next one reuses every finished run and ends
+    the sequence at its last look. (Engine 4 judges the bounded test_acc on its median: a 3-seed
+    sequence, whose smallest p 1/8 never reaches alpha, is refused before any run.)"""
     from gates.execution import run_contract
     from gates.verify import verify
     from gates.verify._verify import _check_runs
 
-    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 5, [2, 5]))
+    path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 5, [3, 5]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "gates", "run", str(path), "--tracking-uri", uri, "--json"],
@@ -320,16 +320,16 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
         text=True,
     )
     finished = []
-    for line in proc.stdout:  # look 1 is 4 runs; kill after the first run of look 2
+    for line in proc.stdout:  # look 1 is 6 runs; kill after the first run of look 2
         event = json.loads(line)
         if "mlflow_run_id" in event:
             finished.append((event["arm"], event["seed"], event["mlflow_run_id"]))
-        if len(finished) == 5:
+        if len(finished) == 7:
             os.kill(proc.pid, signal.SIGKILL)
             break
     proc.wait()
     assert not (workdir / "runs" / "c05-seq-last" / "evidence.json").exists()
-    assert {s for _, s, _ in finished} == {0, 1, 2}
+    assert {s for _, s, _ in finished} == {0, 1, 2, 3}
 
     loaded = load_contract(path)
     ev = run_contract(loaded, uri, workdir / "runs")
@@ -343,7 +343,7 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
 
     # drop look 2's runs: re-derived, the sequence stops at look 1 ("continue"), not what was recorded
     cut = ev.as_dict()  # as evidence.json holds it, to forge
-    cut["runs"] = [r for r in cut["runs"] if r["seed"] < 2]
+    cut["runs"] = [r for r in cut["runs"] if r["seed"] < 3]
     (workdir / "runs" / "c05-seq-last" / "evidence.json").write_text(json.dumps(cut))
     check = verify(workdir / "runs", workdir / "contracts")[0]
     assert check.status == "lost" and any("looks" in p or "settle" in p for p in check.problems), (

@@ -468,7 +468,7 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
 def test_signature_names_the_settings():
     v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
     assert (
-        v.signature() == "engine=5|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
+        v.signature() == "engine=6|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
     )
 
 
@@ -618,3 +618,18 @@ def test_estimand_notes_name_each_condition_s_estimand_and_test():
     assert "mean of a.acc" in notes[3] and "(declared), by the bounded-mean test" in notes[3]
     # 5 seeds: the sign test reaches 1/32 only if every seed agrees
     assert "could hold only if every seed" in notes[1] and "supported_if[0]" in notes[1]
+
+
+def test_two_seeds_never_reach_a_verdict():
+    """Issue #38: at 2 seeds a one-sample t-test has one degree of freedom and can still reach 0.05 (here
+    p about 0.005): a verdict would rest on a spread two seeds only guess. Engine 6 judges no effect
+    with fewer than 3 completed values; the settle line asks for the third."""
+    x = [0.960, 0.961]
+    assert stats.ttest_1samp(x, 0.9, alternative="greater").pvalue < 0.05
+    v = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x))
+    c = cond(v, "supported_if[0]")
+    assert v.verdict == "inconclusive" and c.outcome == "undetermined"
+    assert "only 2 completed seeds of arm a" in c.note
+    assert any("at least 3 each" in line for line in v.settle)
+    three = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x + [0.962]))
+    assert three.verdict == "supported"

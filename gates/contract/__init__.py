@@ -20,6 +20,7 @@ _FACE = {
     "FutilityRule": ("_schema", "FutilityRule"),
     "LoadedContract": ("_schema", "LoadedContract"),
     "MAX_CONTRACT_BYTES": ("_schema", "MAX_CONTRACT_BYTES"),
+    "MIN_VERDICT_SEEDS": ("_schema", "MIN_VERDICT_SEEDS"),
     "Replay": ("_schema", "Replay"),
     "SLUG": ("_schema", "SLUG"),
     "Sequential": ("_schema", "Sequential"),

@@ -52,6 +52,11 @@ MAX_LOOKS = 20  # sequential looks: each re-judges the whole decision, and past 
 # spent at each look is too small to stop early; the most so far is 3
 MAX_TRIALS = 1_000  # tuning trials per tuned arm: each is a training run on every tuning seed, and
 # the TPE sampler refits on all past trials at each one; the most so far is 4
+# Fewer seeds than this never reach a verdict: at 2 seeds a t-test has one degree of freedom (its
+# spread is a guess: one seed far off decides) and no exact test can reach 0.05 (its smallest p is
+# 1/4). So an interval contract lists at least this many seeds, a sequential design looks first at
+# this many, and the verdict judges no effect with fewer completed seeds of a term.
+MIN_VERDICT_SEEDS = 3
 MAX_ITEMS = 100  # items of any other list or mapping (arms, conditions, controls, rules, names,
 # choices): what gates check and the verdict do per item (Holm over the conditions, pairs of a
 # trend, an arm's preflight) stays instant; the most so far is 7
@@ -392,6 +397,13 @@ class Decision(Strict):
         description="exact: no intervals; a condition holds when it holds on every seed "
         "(only for studies that declare themselves deterministic)",
     )
+    smallest_effects: dict[str, Annotated[float, Field(gt=0, allow_inf_nan=False)]] = Field(
+        default_factory=dict,
+        max_length=MAX_ITEMS,
+        description="metric -> the smallest difference in it that matters (absolute, in the metric's "
+        "declared unit and scale), fixed before the run; a non-inferiority margin on the metric is at "
+        "most this, and at most the predicted effect on it",
+    )
     supported_if: list[Condition] = Field(min_length=1, max_length=MAX_ITEMS)
     refuted_if: list[Condition] = Field(
         min_length=1, max_length=MAX_ITEMS, description="a contract must be refutable"
@@ -461,8 +473,11 @@ class Sequential(Strict):
     @field_validator("looks")
     @classmethod
     def _increasing(cls, looks):
-        if any(b <= a for a, b in zip(looks, looks[1:])) or looks[0] < 2:
-            raise ValueError(f"looks must increase and start at 2 seeds or more, got {looks}")
+        if any(b <= a for a, b in zip(looks, looks[1:])) or looks[0] < MIN_VERDICT_SEEDS:
+            raise ValueError(
+                f"looks must increase and start at {MIN_VERDICT_SEEDS} seeds or more (fewer never "
+                f"reach a verdict), got {looks}"
+            )
         return looks
 
 
@@ -1052,9 +1067,13 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
                 f"this version)",
             )
         )
-    if contract.decision.evaluation == "interval" and len(contract.seeds) < 2:
+    if contract.decision.evaluation == "interval" and len(contract.seeds) < MIN_VERDICT_SEEDS:
         errors.append(
-            err(("seeds",), "interval evaluation needs at least 2 seeds (3 or more recommended)")
+            err(
+                ("seeds",),
+                f"{len(contract.seeds)} seed(s) never reach a verdict; expected at least "
+                f"{MIN_VERDICT_SEEDS} for interval evaluation (seeds: {MIN_VERDICT_SEEDS})",
+            )
         )
     return errors
 

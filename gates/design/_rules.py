@@ -46,6 +46,12 @@ ESTIMAND_WORDS = {
 # equivalence; a narrower margin is the author's to choose.
 NON_INFERIORITY_SHARE = 0.1
 
+# An arm asserted to beat another at more than this multiple of its measured parameters or FLOPs makes a
+# claim about compute as much as about design: a reviewer asks for a comparator of matched cost. The
+# declared bound of gate 1 (`max_ratio`, against a baseline arm of the author's choosing) cannot hide
+# it: an arm far cheaper than the baseline leaves every arm within the bound and the pair far apart.
+MAX_COMPARED_COST_RATIO = 2.0
+
 # each rule's short name, which ends its messages "(rule: ...)" and names it in flags of recorded contracts
 RULES = {
     "roles": "decisions read only test and cost metrics, controls also validation ones",
@@ -56,7 +62,8 @@ RULES = {
     "negative_controls": "a negative control's bar lies between chance and the positive controls' bars",
     "negative_results": "negative results need a working arm",
     "blind_comparators": "no claim to beat an arm blind by construction",
-    "non_inferiority": "a non-inferiority margin is a small share of the metric's range",
+    "non_inferiority": "a non-inferiority margin within the smallest effect of interest and a tenth of the range",
+    "compute": "an arm asserted to beat another costs at most twice its parameters and FLOPs",
     "ceilings": "no bar beyond a known ceiling",
     "comparisons": "compared arms differ only in the declared factor",
     "identical_arms": "no two arms with one config",
@@ -468,13 +475,45 @@ class _Rules:
                     )
 
     def non_inferiority(self) -> None:
-        """A supported_if non-inferiority margin (a compare's negative `margin`) on a metric with a declared
-        range on both sides is at most NON_INFERIORITY_SHARE of that range."""
-        for i, c in enumerate(self.c.decision.supported_if):
-            spec = self.spec(c.metric) if isinstance(c, Compare) and (c.margin or 0) < 0 else None
+        """A supported_if non-inferiority margin (a compare's negative `margin`) is at most the smallest
+        effect of interest the decision declares for its metric (`smallest_effects`), itself at most the
+        predicted effect on that metric; on a metric with a declared range on both sides, the margin is
+        also at most NON_INFERIORITY_SHARE of that range."""
+        d, predicted = self.c.decision, self.c.preflight.predicted_ablation
+        for metric in d.smallest_effects:
+            if self.spec(metric) is None:
+                self.add(
+                    ("decision", "smallest_effects", metric),
+                    f"{metric!r} is not a metric of study {self.study.name!r}",
+                )
+            elif metric == predicted.metric and d.smallest_effects[metric] > predicted.size:
+                self.add(
+                    ("decision", "smallest_effects", metric),
+                    f"the smallest effect of interest {d.smallest_effects[metric]:g} exceeds the predicted "
+                    f"effect {predicted.size:g} on {metric} (gate 3): the prediction itself would not "
+                    f"matter; expected at most {predicted.size:g}",
+                )
+        for i, c in enumerate(d.supported_if):
+            if not isinstance(c, Compare) or (c.margin or 0) >= 0:
+                continue
+            width, smallest = -c.margin, d.smallest_effects.get(c.metric)
+            if smallest is None or width > smallest:
+                self.add(
+                    ("decision", "supported_if", i, "margin"),
+                    f"the non-inferiority margin {width:g} on {c.metric} "
+                    + (
+                        "has no declared smallest effect of interest"
+                        if smallest is None
+                        else f"exceeds the declared smallest effect of interest {smallest:g}"
+                    )
+                    + f": 'no worse by more than {width:g}' must mean 'no worse by any difference that "
+                    f"matters'; expected `decision.smallest_effects: {{{c.metric}: S}}` fixed before the "
+                    f"run, with the margin at most S",
+                )
+            spec = self.spec(c.metric)
             if spec is None or spec.low is None or spec.high is None:
                 continue
-            width, limit = -c.margin, NON_INFERIORITY_SHARE * (spec.high - spec.low)
+            limit = NON_INFERIORITY_SHARE * (spec.high - spec.low)
             if width > limit:
                 self.add(
                     ("decision", "supported_if", i, "margin"),
@@ -483,6 +522,37 @@ class _Rules:
                     f"result pass; expected a margin of at most {NON_INFERIORITY_SHARE:.0%} of the range "
                     f"({limit:g})",
                 )
+
+    def compute(self) -> None:
+        """Each supported_if compare's better arm costs (measured parameters and FLOPs, as gate 1 measures
+        them) at most MAX_COMPARED_COST_RATIO and the declared `max_ratio` times the arm it beats. A
+        blind arm is exempt (beating it is refused by `blind_comparators`)."""
+        bound = min(MAX_COMPARED_COST_RATIO, self.c.preflight.compute_cost.max_ratio)
+        for i, c in enumerate(self.c.decision.supported_if):
+            if not isinstance(c, Compare) or c.other == c.arm:
+                continue
+            for loser in failing_arms(c, self.spec):
+                winner = c.arm if loser == c.other else c.other
+                if loser in self.c.blind or not {winner, loser} <= set(self.configs):
+                    continue
+                for kind, ratio in self.cost_ratios(winner, loser):
+                    if ratio > bound:
+                        self.add(
+                            ("decision", "supported_if", i),
+                            f"asserts that {winner!r} beats {loser!r} at {ratio:.3g}x its {kind} (measured): "
+                            f"a claim about compute as much as about design; expected a comparator of "
+                            f"matched cost, within {bound:g}x (the smaller of {MAX_COMPARED_COST_RATIO:g} "
+                            f"and gate 1's max_ratio)",
+                        )
+
+    def cost_ratios(self, arm: str, other: str) -> list[tuple[str, float]]:
+        """(what, arm's / other's) for trainable parameters and forward FLOPs, where both are measured."""
+        ratios = []
+        for kind, measure in (("parameters", self.study.param_count), ("FLOPs", self.study.flops)):
+            a, b = measure(self.configs[arm]), measure(self.configs[other])
+            if a is not None and b:
+                ratios.append((kind, a / b))
+        return ratios
 
     def ceilings(self) -> None:
         """A ceiling's references exist, and no bar lies beyond a ceiling known before the run."""

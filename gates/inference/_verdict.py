@@ -40,7 +40,8 @@ verdict from the recorded metrics and compares it with the one recorded. Choices
   Holm across the refuted_if list.
 * Intervals (t and bootstrap) are two-sided at level 1 - 2 alpha, so each end is a one-sided alpha
   bound; an exactly tested effect shows the per-seed range of the effect instead.
-* A term with < 2 values leaves its effect undetermined (p = 1 both ways).
+* A term with fewer than MIN_VERDICT_SEEDS (3) values leaves its effect undetermined (p = 1 both
+  ways): two seeds never reach a verdict.
 * Lost runs never vanish: a seed (of those the contract, or a sequential look, expects) with no
   finite value of an (arm, metric) that a supported_if condition or a control reads (failed,
   skipped, killed, diverged, over budget, halted on a comparator, non-finite, never recorded) keeps
@@ -71,7 +72,15 @@ import numpy as np
 # where used) takes about a second to import, which `gates check` would pay for nothing
 from scipy import special
 
-from gates.contract import Compare, Decision, Threshold, Trend, arms_under_test, condition_terms
+from gates.contract import (
+    MIN_VERDICT_SEEDS,
+    Compare,
+    Decision,
+    Threshold,
+    Trend,
+    arms_under_test,
+    condition_terms,
+)
 from gates.study import Metric
 
 # Bumped whenever a change can change a recorded verdict; the claims index records it.
@@ -82,7 +91,8 @@ from gates.study import Metric
 #    bounded-mean betting test; the median by the sign test; a share of seeds by the binomial test
 # 5: claim families: a version is judged at the alpha the versions before it left (its controls at its
 #    own), and an inconclusive verdict says what its family leaves a re-try
-ENGINE_VERSION = "5"
+# 6: two completed seeds never reach a verdict: an effect needs 3 values of each term
+ENGINE_VERSION = "6"
 BOOTSTRAP_RESAMPLES = 10_000
 BOOTSTRAP_SEED = 20240601
 MAX_SEEDS_SEARCHED = 1000
@@ -443,7 +453,7 @@ def _interval(
 ) -> _Stat:
     """The effect tested by `kind`, the test of the condition's estimand (`condition_test`): chosen before
     the data, so ties, bounds and collapsed seeds never switch what is estimated."""
-    note = _lacking(effect, raw, 2, by_seed, counts)
+    note = _lacking(effect, raw, MIN_VERDICT_SEEDS, by_seed, counts)
     if note:
         return _Stat(theta=None, note=note)
     columns = [_log(c) for c in raw] if effect.log else raw
@@ -700,7 +710,7 @@ def _seeds_needed(
     t). None when the observed effect is 0 or more than MAX_SEEDS_SEARCHED would be needed."""
     if theta == 0 or not math.isfinite(theta):
         return None
-    floor = 2
+    floor = MIN_VERDICT_SEEDS
     s2 = sum(spread_parts)
     if s2 <= 0:
         return floor
@@ -1373,8 +1383,8 @@ def _settle_line(r: ConditionResult, withheld: dict | None = None) -> str:
             f"{head}: a new version whose tuning searches beyond the edge its best trial sits at "
             f"({'; '.join(at_edge)}), with the same budget for every arm"
         )
-    if any(n < (1 if r.test == "exact" else 2) for n in r.n.values()):
-        need = 1 if r.test == "exact" else 2
+    need = 1 if r.test == "exact" else MIN_VERDICT_SEEDS
+    if any(n < need for n in r.n.values()):
         short = ", ".join(f"{k} has {n}" for k, n in r.n.items() if n < need)
         return f"{head}: needs completed seeds ({short}; at least {need} each)"
     if r.test == "exact":
