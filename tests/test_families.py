@@ -151,6 +151,43 @@ def test_a_retry_spends_what_its_family_kept(project):
     assert "already superseded by recorded keep-v2" in said
 
 
+def test_a_second_attempt_spends_what_the_first_left(project):
+    """`gates run --record --reason` records the same contract again (after a change of code, say): a
+    re-try too. `keep` (alpha 0.025 of 0.05): attempt 2 is judged at the 0.025 attempt 1 left, attempt 3
+    at alpha 0; verify re-derives both, and a next version finds its family spent."""
+    uri = f"sqlite:///{project / 'mlflow.db'}"
+    evidence = project / "runs" / "keep" / "evidence.json"
+    for attempt, level in ((2, 0.025), (3, 0)):
+        result = gates(
+            project,
+            "run",
+            "contracts/keep.yaml",
+            "--tracking-uri",
+            uri,
+            "--record",
+            "--reason",
+            "again",
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        ev = json.loads(evidence.read_text())
+        assert ev["attempt"]["number"] == attempt
+        assert (ev["family"]["level"], ev["family"]["attempt"]) == (level, attempt)
+        assert f"attempt {attempt} (its attempts before spent" in ev["reasons"][0]
+    assert ev["verdict"] == "inconclusive" and any("no alpha left" in r for r in ev["reasons"])
+    verified = gates(project, "verify")
+    assert verified.returncode == 0, verified.stdout
+    write_contract(
+        project / "contracts",
+        next_version("keep", {"count": 3, "start": 3}, alpha=0.025),
+        "keep-v2.yaml",
+    )
+    said = " ".join(gates(project, "check", "contracts/keep-v2.yaml").stderr.split())
+    assert "its claim family (keep) has no alpha left" in said
+    later = load_contract(project / "contracts" / "keep-v2.yaml").contract
+    family = family_of(later, project / "runs", project / "contracts")
+    assert family.earlier == (Version("keep", 0.05, (0, 1, 2), True, 3),) and family.left == 0
+
+
 def test_a_version_with_no_alpha_left_cannot_decide(project, monkeypatch):
     """Run past the check (the Python API), a re-try whose family spent its alpha is judged at alpha 0:
     inconclusive, whatever its data, saying why and that no more seeds can settle it; verify agrees,

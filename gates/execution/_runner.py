@@ -974,7 +974,8 @@ def rederive(
             f"changed since): re-deriving starts only from evidence as it was indexed",
             file=str(loaded.path),
         )
-    attach_family(loaded, runs_root)  # the family as the record stands (its contract's folder)
+    # the family as the record stands (its contract's folder), judging the attempt this evidence is
+    attach_family(loaded, runs_root, old.attempt.number if old.attempt is not None else 1)
     family = old.family.as_dict() if old.family is not None else None
     if (
         str(old.engine_version) == str(ENGINE_VERSION)

@@ -48,10 +48,17 @@ def plan_recording(
     """Decide before any training whether this run records a new attempt or reproduces the recorded
     one; UserError (exit 2) for flags that do not fit the claim's state. Sets the contract's claim family
     (`loaded.family`, the alpha its verdict is judged at) where its caller has not (`gates run` did, at
-    admission, with the family's refusals)."""
+    admission, with the family's refusals), judging the attempt this run records or reproduces."""
+    recording = _plan(loaded, runs_root, record, reason)
     from gates.record._family import attach_family
 
-    attach_family(loaded, runs_root)
+    attach_family(
+        loaded, runs_root, recording.number
+    )  # a later attempt spends what earlier ones left
+    return recording
+
+
+def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recording:
     reason = (reason or "").strip()
     if reason and not record:
         raise UserError(

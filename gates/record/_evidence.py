@@ -400,6 +400,7 @@ class FamilyRecord(_Record):
     alpha: Real
     earlier: list[FamilyVersionRecord] = []
     level: Real
+    attempt: int = 1  # which attempt of its version (written when later than the first)
 
 
 class DesignRecord(_Record):

@@ -12,6 +12,10 @@ steer what the next one tests; the platform derives them (`next_seed`), the user
 
 A version that was never recorded spent nothing (it tested nothing). Nothing is refunded: an earlier
 version that came out invalid still had its chance to decide falsely.
+
+The attempts of one version (`gates run --record --reason`: the same contract recorded again, after a
+change of code) are re-tries too: attempt k is judged at the version's alpha up to what the family and
+attempts 1..k-1 left, and a version spends what all its attempts spent (`_spent_by_attempts`).
 """
 
 from __future__ import annotations
@@ -34,6 +38,18 @@ class Version:
     level: float
     seeds: tuple[int, ...] = ()
     recorded: bool = False
+    attempts: int = 1  # recorded attempts (each spent; `level` is their sum)
+
+
+def _spent_by_attempts(own_alpha: float, left: float, attempts: int) -> list[float]:
+    """The alpha each of a version's attempts is judged at, in order: its own alpha up to what its family
+    and the attempts before it left."""
+    levels = []
+    for _ in range(max(attempts, 1)):
+        level = min(own_alpha, left)
+        levels.append(level)
+        left = 0.0 if left - level < _EPS else round(left - level, 12)
+    return levels
 
 
 @dataclass(frozen=True)
@@ -44,6 +60,7 @@ class Family:
     root: str
     alpha: float
     earlier: tuple[Version, ...] = field(default=())
+    attempt: int = 1  # which attempt of this version is judged (its attempts before it spent too)
 
     @property
     def spent(self) -> float:
@@ -55,8 +72,13 @@ class Family:
         return 0.0 if left < _EPS else round(left, 12)
 
     def level(self, own_alpha: float) -> float:
-        """The alpha this version is tested at: its own, up to what its family has left."""
-        return min(own_alpha, self.left)
+        """The alpha this attempt of this version is tested at: its own, up to what its family and its
+        earlier attempts left."""
+        return _spent_by_attempts(own_alpha, self.left, self.attempt)[-1]
+
+    def at_attempt(self, attempt: int) -> Family:
+        """This family, judging attempt `attempt` of this version."""
+        return Family(self.root, self.alpha, self.earlier, max(int(attempt), 1))
 
     @property
     def next_seed(self) -> int:
@@ -67,15 +89,21 @@ class Family:
     def then(self, contract) -> Family:
         """The family a next version would have once `contract` (this version) is recorded: it spent
         what it is judged at and used its seeds."""
+        own = contract.decision.alpha
         spent = Version(
-            contract.id, self.level(contract.decision.alpha), _seeds(contract, None), True
+            contract.id,
+            sum(_spent_by_attempts(own, self.left, self.attempt)),
+            _seeds(contract, None),
+            True,
+            self.attempt,
         )
         return Family(self.root, self.alpha, (*self.earlier, spent))
 
     def recorded(self, own_alpha: float) -> bool:
         """Whether a version's evidence records its family: when it has recorded earlier versions or
-        its family's alpha is not its own (a first version that keeps alpha for later ones)."""
-        return any(v.recorded for v in self.earlier) or self.alpha != own_alpha
+        its family's alpha is not its own (a first version that keeps alpha for later ones), or it is a
+        later attempt (its earlier attempts spent)."""
+        return any(v.recorded for v in self.earlier) or self.alpha != own_alpha or self.attempt > 1
 
     def as_record(self, own_alpha: float) -> dict:
         """What evidence records (`family`): enough to re-derive the level and to check it against the
@@ -87,13 +115,23 @@ class Family:
                 {"contract_id": v.contract_id, "level": v.level} for v in self.earlier if v.recorded
             ],
             "level": self.level(own_alpha),
+            **({"attempt": self.attempt} if self.attempt > 1 else {}),
         }
 
     def describe(self, own_alpha: float) -> str:
         """One line for a verdict, verdict.md and status."""
-        spent = ", ".join(f"{v.contract_id} {v.level:g}" for v in self.earlier if v.recorded)
+        spent = ", ".join(
+            f"{v.contract_id} {v.level:g}"
+            + (f" over {v.attempts} attempts" if v.attempts > 1 else "")
+            for v in self.earlier
+            if v.recorded
+        )
+        attempt = ""
+        if self.attempt > 1:
+            before = sum(_spent_by_attempts(own_alpha, self.left, self.attempt - 1))
+            attempt = f", attempt {self.attempt} (its attempts before spent {before:g})"
         return (
-            f"version {len(self.earlier) + 1} of claim family {self.root}: family alpha "
+            f"version {len(self.earlier) + 1} of claim family {self.root}{attempt}: family alpha "
             f"{self.alpha:g}, spent {self.spent:g} before it ({spent or 'nothing recorded'}), tested at "
             f"alpha {self.level(own_alpha):g}"
         )
@@ -134,12 +172,14 @@ def _seeds(contract, ev: Evidence | None) -> tuple[int, ...]:
     return tuple(ev.settings.seeds) if ev is not None else ()
 
 
-def family_of(contract, runs_root: Path, contracts_dir: Path | None = None) -> Family:
-    """The family of `contract` (a Contract) as the record stands: its `supersedes` chain followed
-    through the contracts folder (else each version's evidence). Each recorded version spent, in order
-    from the first, its own alpha up to what the versions before it left (what its verdict is judged
-    at); one never recorded spent nothing."""
-    found: list[tuple[str, float, tuple[int, ...], bool]] = []  # newest first
+def family_of(
+    contract, runs_root: Path, contracts_dir: Path | None = None, attempt: int = 1
+) -> Family:
+    """The family of `contract` (a Contract) as the record stands, judging its attempt `attempt`: its
+    `supersedes` chain followed through the contracts folder (else each version's evidence). Each
+    recorded version spent, in order from the first, what each of its attempts was judged at (its own
+    alpha up to what the versions and attempts before it left); one never recorded spent nothing."""
+    found: list[tuple[str, float, tuple[int, ...], bool, int]] = []  # newest first
     declared = contract.decision.family_alpha or contract.decision.alpha
     root, at, seen = contract.id, contract.supersedes, {contract.id}
     while at and at not in seen:
@@ -149,7 +189,8 @@ def family_of(contract, runs_root: Path, contracts_dir: Path | None = None) -> F
             break  # a version the record does not hold spent nothing; the chain ends there
         decision = earlier.decision if earlier is not None else None
         own = float(decision.alpha if decision is not None else ev.settings.alpha)
-        found.append((at, own, _seeds(earlier, ev), ev is not None))
+        attempts = ev.attempt.number if ev is not None and ev.attempt is not None else 1
+        found.append((at, own, _seeds(earlier, ev), ev is not None, attempts))
         root = at
         if decision is not None:
             declared, at = decision.family_alpha or decision.alpha, earlier.supersedes
@@ -157,19 +198,21 @@ def family_of(contract, runs_root: Path, contracts_dir: Path | None = None) -> F
             declared = ev.family.alpha if ev.family else ev.settings.alpha
             at = ev.supersedes
     family = Family(root=root, alpha=float(declared))
-    for cid, own, seeds, recorded in reversed(found):
-        level = family.level(own) if recorded else 0.0
-        family = Family(
-            family.root, family.alpha, (*family.earlier, Version(cid, level, seeds, recorded))
-        )
-    return family
+    for cid, own, seeds, recorded, attempts in reversed(found):
+        level = sum(_spent_by_attempts(own, family.left, attempts)) if recorded else 0.0
+        version = Version(cid, level, seeds, recorded, attempts)
+        family = Family(family.root, family.alpha, (*family.earlier, version))
+    return family.at_attempt(attempt)
 
 
-def attach_family(loaded, runs_root: Path) -> Family:
+def attach_family(loaded, runs_root: Path, attempt: int | None = None) -> Family:
     """`loaded.family`, set from the record (`family_of`, the contracts folder being the contract's own)
-    where its caller has not set it: what a run and a re-derivation judge the verdict at."""
+    where its caller has not set it, and judging attempt `attempt` where given: what a run and a
+    re-derivation judge the verdict at."""
     if getattr(loaded, "family", None) is None:
         loaded.family = family_of(loaded.contract, runs_root, loaded.path.parent)
+    if attempt is not None:
+        loaded.family = loaded.family.at_attempt(attempt)
     return loaded.family
 
 
@@ -186,9 +229,8 @@ def describe_family(record, own_alpha) -> str | None:
         earlier = tuple(
             Version(e["contract_id"], float(e["level"]), (), True) for e in record["earlier"]
         )
-        return Family(str(record["root"]), float(record["alpha"]), earlier).describe(
-            float(own_alpha)
-        )
+        family = Family(str(record["root"]), float(record["alpha"]), earlier)
+        return family.at_attempt(int(record.get("attempt", 1))).describe(float(own_alpha))
     except (KeyError, TypeError, ValueError):
         return None
 

@@ -87,7 +87,10 @@ def check_claim(
     stored = ev.as_dict()
     loaded.tuning_record = stored.get("tuning")
     loaded.family = family_of(
-        loaded.contract, evidence_path.parent.parent, Path(contracts[check.contract_id]).parent
+        loaded.contract,
+        evidence_path.parent.parent,
+        Path(contracts[check.contract_id]).parent,
+        ev.attempt.number if ev.attempt is not None else 1,
     )
     check.lose(FAMILY, _check_family(loaded, ev))
     check.lose(RUNS, _check_runs(loaded, ev))
