@@ -943,10 +943,9 @@ def rederive(
     new) evidence when anything changed, None when today's engine derives the same record.
 
     Refused unless the claims history vouches for the evidence as it is (its bytes are those of the
-    latest entry, so per-seed values edited since cannot be laundered into a new entry) and the
-    verdict engine or the design rules changed since it was derived (else there is nothing to correct:
-    None); the entry records what the evidence was derived under (`rederived_from`)."""
-    from gates.inference import ENGINE_VERSION
+    latest entry, so per-seed values edited since cannot be laundered into a new entry); None when
+    today's engine, rules and claim family derive the record as stored (nothing to correct). The entry
+    records what the evidence was derived under (`rederived_from`)."""
     from gates.record import INDEX, latest_entries, record_entry, sha256_file
 
     path = evidence_dir(runs_root, loaded.id) / EVIDENCE
@@ -977,12 +976,6 @@ def rederive(
     # the family as the record stands (its contract's folder), judging the attempt this evidence is
     attach_family(loaded, runs_root, old.attempt.number if old.attempt is not None else 1)
     family = old.family.as_dict() if old.family is not None else None
-    if (
-        str(old.engine_version) == str(ENGINE_VERSION)
-        and list(old.rule_flags) == rule_flags(loaded)
-        and family == family_record(loaded)
-    ):
-        return None  # derived by today's engine under today's rules and family: nothing to correct
     stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
     loaded.tuning_record = stored.get("tuning")
     fresh = {
