@@ -235,7 +235,7 @@ def test_run_says_run_k_of_n_and_json_progress_events(workdir):
     done = gates(workdir, *run)
     assert done.returncode == 0, done.stderr[-3000:]
     said = [line for line in done.stdout.splitlines() if line.startswith("run ")]
-    assert [line.split(" done")[0] for line in said] == [f"run {k} of 8" for k in range(1, 9)]
+    assert [line.split(" done")[0] for line in said] == [f"run {k} of 12" for k in range(1, 13)]
     assert all(" elapsed" in line for line in said)
     assert any(line.endswith(" left") for line in said)  # the pace of the runs trained so far
 
@@ -244,5 +244,5 @@ def test_run_says_run_k_of_n_and_json_progress_events(workdir):
     events = [json.loads(line) for line in again.stdout.splitlines()]
     progress = [e for e in events if e["event"] == "progress"]
     assert [e["done"] for e in progress] == list(range(1, 9))
-    assert {e["planned"] for e in progress} == {8} and progress[-1]["reused"] == 8
+    assert {e["planned"] for e in progress} == {12} and progress[-1]["reused"] == 12
     assert {"elapsed_s", "eta_s", "not_run", "at_most"} <= set(progress[-1])

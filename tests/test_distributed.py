@@ -37,8 +37,8 @@ HEARTBEAT = 1  # seconds; a silent job is stale after distributed.grace_seconds(
 JOB_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-def dist_contract(contract_id: str = "c05-dist", seeds=(0, 1), steps: int = 400) -> dict:
-    """Small C05 (8 jobs of about a second each), with a relative futility rule: `path_only` is judged
+def dist_contract(contract_id: str = "c05-dist", seeds=(0, 1, 2), steps: int = 400) -> dict:
+    """Small C05 (12 jobs of about a second each), with a relative futility rule: `path_only` is judged
     against the best other arm of its seed, so it must run after them (and halts: it is far behind)."""
     data = small_c05(id=contract_id)
     for cfg in data["arms"].values():
@@ -215,7 +215,7 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
     queued = run_distributed(
         loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
     )
-    assert len(queued.enqueued) == 8 and not queued.present
+    assert len(queued.enqueued) == 12 and not queued.present
     judged = [
         t.user_attrs
         for t in trials(open_storage(storage_url, HEARTBEAT), queued.study_name)
@@ -223,7 +223,7 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
     ]
     assert [a["after"] for a in judged] == [
         [f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel", "path_subheap_kernel")]
-        for s in (0, 1)
+        for s in (0, 1, 2)
     ]
     storage = open_storage(storage_url, HEARTBEAT)
     (a, log_a), (b, log_b) = (
@@ -276,7 +276,7 @@ def test_sqlite_queue_paused_worker_loses_its_job_and_records_nothing(reference,
     again = run_distributed(
         loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=HEARTBEAT
     )
-    assert again.study_name == queued.study_name and not again.enqueued and len(again.present) == 8
+    assert again.study_name == queued.study_name and not again.enqueued and len(again.present) == 12
 
 
 def test_worker_skips_study_of_other_code_and_bad_storage_is_user_error(workdir):
@@ -518,7 +518,7 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
         )
         assert enq.returncode == 0, enq.stderr
         event = json.loads(enq.stdout.splitlines()[0])
-        assert event["event"] == "enqueued" and event["enqueued"] == 8
+        assert event["event"] == "enqueued" and event["enqueued"] == 12
         name = event["study"]
         storage = open_storage(storage_url, HEARTBEAT)
         (a, _), (b, _) = (
@@ -615,4 +615,4 @@ def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
     kinds = [
         t.user_attrs["kind"] for t in trials(storage, queued.study_name) if "job" in t.user_attrs
     ]
-    assert kinds.count("tune") == 8 and kinds.count("run") == 8
+    assert kinds.count("tune") == 8 and kinds.count("run") == 12

@@ -46,7 +46,7 @@ def test_evidence_has_every_run_and_condition(finished):
     assert {(r["arm"], r["seed"]) for r in on_disk["runs"]} == {
         (a, s)
         for a in ("flat_address", "path_only", "subheap_kernel", "path_subheap_kernel")
-        for s in (0, 1)
+        for s in (0, 1, 2)
     }
     assert len(on_disk["conditions"]) == 8
     for c in on_disk["conditions"]:
@@ -70,7 +70,7 @@ def test_mlflow_holds_nested_runs_with_tags_params_and_histories(finished):
     runs = client.search_runs([exp.experiment_id])
     parent = [r for r in runs if r.data.tags.get("gates.role") == "contract"]
     children = [r for r in runs if r.data.tags.get("gates.role") == "run"]
-    assert len(parent) == 1 and len(children) == 8
+    assert len(parent) == 1 and len(children) == 12
     parent = parent[0]
     assert parent.data.tags["gates.verdict"] == "supported"
     assert parent.data.tags["gates.condition.supported_if.0"] == "holds"
@@ -110,7 +110,7 @@ def test_rerun_reuses_finished_runs_and_fresh_redoes_them(finished, monkeypatch)
         and outcome.reproduction.reproduces
         and outcome.reproduction.max_rel_diff == 0
     )
-    assert (outcome.reuse.reused, outcome.reuse.trained) == (8, 0)
+    assert (outcome.reuse.reused, outcome.reuse.trained) == (12, 0)
     again = outcome.evidence
     assert [r.mlflow_run_id for r in again.runs] == [r.mlflow_run_id for r in evidence.runs]
     assert [r.environment for r in again.runs] == [r.environment for r in evidence.runs]
@@ -317,7 +317,7 @@ def test_kill_mid_run_loses_no_finished_run(workdir):
     evidence = run_contract(load_contract(path), uri, workdir / "runs")
     reused = [r.mlflow_run_id for r in evidence.runs][:2]
     assert reused == finished_ids
-    assert evidence.verdict == "supported" and len(evidence.runs) == 8
+    assert evidence.verdict == "supported" and len(evidence.runs) == 12
 
 
 def test_replay_compares_model_metrics_but_not_machine_metrics(tmp_path, monkeypatch):

@@ -78,6 +78,12 @@ def test_the_versions_spend_one_alpha_in_order():
     assert family.left == pytest.approx(0.03) and family.next_seed == 101
     spent = Family("a", 0.05, (Version("a", 0.05, (0, 1), True),))
     assert spent.level(0.05) == 0 and spent.left == 0
+    # the attempts of one version: each spends what it was judged at, but an invalid one decided nothing
+    fresh = Family("a", 0.05)
+    assert fresh.after_attempts(["inconclusive"]).level(0.05) == 0
+    assert fresh.after_attempts(["invalid"]).level(0.05) == 0.05
+    assert fresh.after_attempts(["invalid", "refuted"]).level(0.02) == pytest.approx(0.03)
+    assert fresh.after_attempts(["invalid"]).attempt == 2
 
 
 def test_a_retry_at_full_alpha_on_the_same_seeds_is_refused(project):

@@ -399,8 +399,8 @@ def _refused(tmp_path, data: dict) -> str:
 @pytest.mark.parametrize(
     "seeds, expected",
     [
-        ([0, -1], "seeds.1: value error, seed -1 is outside 0 <= seed < 2**32"),
-        ([0, 2**32], "seeds.1: value error, seed 4294967296 is outside 0 <= seed < 2**32"),
+        ([0, -1], "seeds.1: value error, seed -1 is outside 0 <= seed < 2**31"),
+        ([0, 2**31], "seeds.1: value error, seed 2147483648 is outside 0 <= seed < 2**31"),
         ([0, True], "seeds.1: input should be a valid integer, got True"),
         ([0, 1.0], "seeds.1: input should be a valid integer, got 1.0"),
         ([0, "1"], "seeds.1: input should be a valid integer, got '1'"),
@@ -415,8 +415,8 @@ def test_seeds_are_integers_every_study_can_use(tmp_path, seeds, expected):
 
 
 def test_the_largest_seed_loads(tmp_path):
-    loaded = load_contract(write_contract(tmp_path, small_c05(seeds=[0, 1, 2**32 - 1])))
-    assert loaded.contract.seeds == [0, 1, 2**32 - 1]
+    loaded = load_contract(write_contract(tmp_path, small_c05(seeds=[0, 1, 2**31 - 1])))
+    assert loaded.contract.seeds == [0, 1, 2**31 - 1]
 
 
 @pytest.mark.parametrize(

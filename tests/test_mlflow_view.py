@@ -77,7 +77,7 @@ def test_each_metric_step_is_logged_once_per_run(project):
     client = MlflowClient(store_uri(project))
     experiment = client.get_experiment_by_name(OLD).experiment_id
     children = client.search_runs([experiment], "tags.gates.role = 'run'")
-    assert len(children) == 8
+    assert len(children) == 12
     for run in children:
         assert {"gates.arm", "gates.seed", "gates.contract"} <= set(run.data.tags)  # grouped by
         for metric in run.data.metrics:

@@ -123,7 +123,7 @@ def test_a_second_run_is_refused_and_a_killed_runs_leftovers_are_closed_as_kille
         run = client.get_run(run_id)
         assert run.info.status == "KILLED" and run.data.tags["gates.status"] == "killed"
     assert not {r.mlflow_run_id for r in evidence.runs} & left_running  # redone, not reused
-    assert len(evidence.runs) == 8
+    assert len(evidence.runs) == 12
     parent = client.get_run(evidence.mlflow.parent_run_id)
     assert parent.info.status == "FINISHED"
     assert not (tmp_path / "runs" / ".c05-lock.lock").exists()  # a clean exit removes its lock file

@@ -171,12 +171,12 @@ def _copies(path: str, n: int) -> dict:
             f"1 <= N <= {MAX_SEEDS}",
             id="count-start",
         ),
-        # one error for a range past 2**32, not one per seed beyond it
+        # one error for a range past 2**31, not one per seed beyond it
         pytest.param(
-            _with("seeds", {"count": 5, "start": 2**32 - 2}),
+            _with("seeds", {"count": 5, "start": 2**31 - 2}),
             "seeds",
-            "0 <= S <= 2**32 - N",
-            id="start-past-2**32",
+            "0 <= S <= 2**31 - N",
+            id="start-past-2**31",
         ),
         pytest.param(
             _with("seeds", list(range(MAX_SEEDS + 1))),
@@ -194,14 +194,14 @@ def _copies(path: str, n: int) -> dict:
         pytest.param(
             _with("tuning.sampler.seed", -1, tuned),
             "tuning.sampler.seed",
-            "seed -1 is outside 0 <= seed < 2**32",
+            "seed -1 is outside 0 <= seed < 2**31",
             id="sampler-negative",
         ),
         pytest.param(
-            _with("tuning.sampler.seed", 2**32, tuned),
+            _with("tuning.sampler.seed", 2**31, tuned),
             "tuning.sampler.seed",
-            "seed 4294967296 is outside 0 <= seed < 2**32",
-            id="sampler-2**32",
+            "seed 2147483648 is outside 0 <= seed < 2**31",
+            id="sampler-2**31",
         ),
         pytest.param(
             _with("tuning.sampler.seed", 1.0, tuned),

@@ -137,6 +137,12 @@ def check(
         "seeds_for_80pct_power, decision, sequential, tuning, controls, notes, family, rule_flags, "
         "errors (the preflight's refusals, as error objects) and ready; exit 2 when not ready.",
     ),
+    tracking_uri: str | None = typer.Option(
+        None,
+        "--tracking-uri",
+        help="MLflow store whose pilot runs of the contract are listed (default: $MLFLOW_TRACKING_URI, "
+        "else sqlite:///mlflow.db when it exists).",
+    ),
 ):
     """Validate a contract and print its preflight report (parameter counts, FLOPs, the five gates, whether
     each condition can reach significance with its seeds), without training anything. A contract with
@@ -152,15 +158,32 @@ def check(
     power = predictions(c, [], [])["predicted_ablation"]["seeds_for_80pct_power"]
     notes = estimand_notes(c.decision, len(c.seeds), loaded.study.metrics)
     flags = rule_flags(loaded)
+    pilots = _pilots(loaded, tracking_uri if isinstance(tracking_uri, str) else None)
     if as_json:
-        print(json.dumps(_check_json(loaded, report, power, notes, flags), indent=2))
+        check_json = _check_json(loaded, report, power, notes, flags)
+        check_json["pilots"] = [p.as_dict() for p in pilots]
+        print(json.dumps(check_json, indent=2))
         if report.errors:
             raise _ReportedErrors(report.errors)
         return
     _print_check(loaded, report, power, notes, flags)
+    if pilots:
+        from gates.record import pilot_lines
+
+        out.print("pilots (what was known before):", markup=False)
+        for line in pilot_lines(pilots, loaded.sha256):
+            out.print(f"  {line}", markup=False)
     if report.errors:
         raise UserErrors(report.errors)
     out.print("[green]ready to run[/]")
+
+
+def _pilots(loaded, tracking_uri: str | None) -> list:
+    """The contract's pilot runs (`gates pilot`) in the store `tracking_uri` (default: $MLFLOW_TRACKING_URI,
+    else sqlite:///mlflow.db); none where that store does not exist (a check never creates one)."""
+    from gates.record import pilot_runs, resolve_uri
+
+    return pilot_runs(resolve_uri(tracking_uri), loaded.contract.id, loaded.path)
 
 
 class _ReportedErrors(UserErrors):
@@ -316,6 +339,48 @@ def _print_check(loaded, report, power, notes: list[str], flags: list[str]) -> N
         out.print(note, markup=False)
     for flag in flags:
         out.print(f"recorded under older rules: {flag}", markup=False)
+
+
+@app.command()
+def pilot(
+    contract: Path = typer.Argument(
+        ..., help="Contract YAML file (a draft: it need not be registered)."
+    ),
+    arm: list[str] | None = typer.Option(
+        None, "--arm", help="An arm to pilot (repeat for more; default: every arm)."
+    ),
+    steps: int | None = typer.Option(
+        None, "--steps", min=1, help="Steps per run (default: the contract's budget; at most it)."
+    ),
+    seeds: int = typer.Option(
+        1, "--seeds", min=1, max=10, help="Pilot seeds per arm (2**31, 2**31 + 1, ...)."
+    ),
+    tracking_uri: str | None = typer.Option(
+        None,
+        "--tracking-uri",
+        help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
+    ),
+    threads: int | None = THREADS,
+):
+    """Pilot a contract before registering it: train its arms (or --arm) for --steps on seeds no contract
+    or tuning can use (2**31 and up), recorded in the contract's MLflow experiment as pilots. Nothing is
+    written under runs/; `gates check` and the verdict list every pilot of the contract's id with when it
+    ran, on which version of the contract and what it measured (what was known before)."""
+    from gates.execution import load_checked, run_pilot
+    from gates.record import pilot_lines, resolve_uri
+    from gates.study import cpu_threads
+
+    loaded = load_checked(contract)
+    with cpu_threads(threads):
+        pilots = run_pilot(
+            loaded, resolve_uri(tracking_uri), arms=arm or None, steps=steps, seeds=seeds
+        )
+    for line in pilot_lines(pilots, loaded.sha256):
+        out.print(line, markup=False)
+    out.print(
+        "pilots stay on the record: `gates check` and the verdict list them beside the contract",
+        markup=False,
+    )
 
 
 def ways_to_refute(supported: int, refuted: int) -> str:

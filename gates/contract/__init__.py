@@ -21,6 +21,7 @@ _FACE = {
     "LoadedContract": ("_schema", "LoadedContract"),
     "MAX_CONTRACT_BYTES": ("_schema", "MAX_CONTRACT_BYTES"),
     "MIN_VERDICT_SEEDS": ("_schema", "MIN_VERDICT_SEEDS"),
+    "PILOT_SEED_BASE": ("_schema", "PILOT_SEED_BASE"),
     "Replay": ("_schema", "Replay"),
     "SLUG": ("_schema", "SLUG"),
     "Sequential": ("_schema", "Sequential"),

@@ -493,7 +493,10 @@ def _distinct(seeds: list[int]) -> list[int]:
     return seeds
 
 
-MAX_SEED = 2**32  # exclusive: numpy's legacy seeding (np.random.seed) takes 0 <= seed < 2**32
+# Exclusive. numpy's legacy seeding (np.random.seed) takes 0 <= seed < 2**32; the upper half of that,
+# 2**31 and up, is `gates pilot`'s (PILOT_SEED_BASE): no contract or tuning seed is ever a pilot's.
+MAX_SEED = 2**31
+PILOT_SEED_BASE = MAX_SEED
 
 
 def _seed_list(value):
@@ -518,12 +521,12 @@ def _seed_list(value):
             or not 1 <= count <= MAX_SEEDS
             or not isinstance(start, int)
             or isinstance(start, bool)
-            # one error for the range, not one per seed past 2**32
+            # one error for the range, not one per seed past 2**31
             or not 0 <= start <= MAX_SEED - count
         ):
             raise ValueError(
                 f"expected seeds: {{count: N, start: S}} with 1 <= N <= {MAX_SEEDS} and "
-                f"0 <= S <= 2**32 - N (every seed below 2**32), got {value}"
+                f"0 <= S <= 2**31 - N (every seed below 2**31; pilots use those above), got {value}"
             )
         return list(range(start, start + count))
     if not isinstance(value, (list, tuple)):  # `seeds: '5'`, `seeds: 5.0`: none of the forms
@@ -542,7 +545,8 @@ def is_contiguous(seeds: list[int]) -> bool:
 def _seed_range(seed: int) -> int:
     if not 0 <= seed < MAX_SEED:
         raise ValueError(
-            f"seed {seed} is outside 0 <= seed < 2**32; expected a seed every study can use"
+            f"seed {seed} is outside 0 <= seed < 2**31; expected a seed every study can use (those "
+            f"above are pilots')"
         )
     return seed
 

@@ -50,6 +50,8 @@ _FACE = {
     "returned_metrics": ("_runner", "returned_metrics"),
     "run_contract": ("_runner", "run_contract"),
     "run_distributed": ("_distributed", "run_distributed"),
+    "run_pilot": ("_pilot", "run_pilot"),
+    "pilot_seeds": ("_pilot", "pilot_seeds"),
     "run_processes": ("_processes", "run_processes"),
     "run_ray": ("_ray", "run_ray"),
     "starting_local_instance": ("_ray", "starting_local_instance"),

@@ -50,6 +50,7 @@ from gates.record import (
     atomic_write_text,
     attach_family,
     attempt_field,
+    attempt_verdicts,
     compare_reproduction,
     condition_intervals,
     current_provenance,
@@ -57,6 +58,7 @@ from gates.record import (
     family_record,
     flatten_params,
     learning_curves,
+    pilot_runs,
     plan_recording,
     plotted_metrics,
     raw_evidence,
@@ -974,7 +976,7 @@ def rederive(
             file=str(loaded.path),
         )
     # the family as the record stands (its contract's folder), judging the attempt this evidence is
-    attach_family(loaded, runs_root, old.attempt.number if old.attempt is not None else 1)
+    attach_family(loaded, runs_root, attempt_verdicts(old)[:-1])
     family = old.family.as_dict() if old.family is not None else None
     stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
     loaded.tuning_record = stored.get("tuning")
@@ -1000,6 +1002,7 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
     the verdict's fields; `finish` adds the tuning, shared runs and attempt, then makes it an
     Evidence (`Evidence.of`, checked)."""
     c = loaded.contract
+    pilots = pilot_runs(tracking_uri, c.id, loaded.path)
     try:
         contract_path = str(loaded.path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
@@ -1064,6 +1067,8 @@ def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, p
             ],
             "conditions": v["conditions"],
             "halts": v["halts"],
+            # what the author could see before registering (gates pilot): on the record with the verdict
+            **({"pilots": [p.as_dict() for p in pilots]} if pilots else {}),
         },
         result,
     )

@@ -50,11 +50,15 @@ def plan_recording(
     (`loaded.family`, the alpha its verdict is judged at) where its caller has not (`gates run` did, at
     admission, with the family's refusals), judging the attempt this run records or reproduces."""
     recording = _plan(loaded, runs_root, record, reason)
-    from gates.record._family import attach_family
+    from gates.record._family import attach_family, attempt_verdicts
 
-    attach_family(
-        loaded, runs_root, recording.number
-    )  # a later attempt spends what earlier ones left
+    # a later attempt is judged at what the earlier ones left
+    before = (
+        [e["verdict"] for e in recording.earlier]
+        if recording.mode == RECORD
+        else attempt_verdicts(recording.recorded)[:-1]
+    )
+    attach_family(loaded, runs_root, before)
     return recording
 
 

@@ -401,6 +401,24 @@ class FamilyRecord(_Record):
     earlier: list[FamilyVersionRecord] = []
     level: Real
     attempt: int = 1  # which attempt of its version (written when later than the first)
+    attempts_spent: Real = 0  # what the version's earlier attempts spent (written with `attempt`)
+
+
+class PilotRecord(_Record):
+    """A pilot run of the contract (`gates pilot`, on a seed no contract uses): what the author could see
+    before registering. `before_registration`: whether it started before the contract file's first
+    commit (None outside git, or for a contract not committed yet)."""
+
+    arm: str
+    seed: int
+    steps: int
+    status: str
+    metrics: dict[str, Real] = {}
+    started: str
+    contract_sha256: str
+    git_commit: str
+    mlflow_run_id: str
+    before_registration: bool | None = None
 
 
 class DesignRecord(_Record):
@@ -477,6 +495,7 @@ class Evidence(_Record):
     tuning_edges: dict[str, str] = {}
     shared_runs: dict[str, list[str]] = {}
     family: FamilyRecord | None = None  # absent: a first version, or recorded before families
+    pilots: list[PilotRecord] = []  # absent: none run, or recorded before pilots were listed
 
     @classmethod
     def of(cls, data: dict) -> Evidence:
@@ -506,7 +525,8 @@ REQUIRED = tuple(name for name, f in Evidence.model_fields.items() if f.is_requi
 # `first_signal`, `falsifiable_point`, `lost`, `predictions`, `rule_flags`, `controls`, `attempt`,
 # `code_files`, `design`, `regime`, `study_package`, `shared_runs`, a run's `environment`,
 # `converged`, `convergence` and `error`, the verdict engine 3's `not_run`, `beyond_ceiling` and
-# `tuning_edges` (absent: none), and `engine_version` (absent: "1", before engines were numbered).
+# `tuning_edges` (absent: none), `family` and `pilots` (absent: none), and `engine_version`
+# (absent: "1", before engines were numbered).
 #
 # Formats:
 #   0  no `format` key (or null): never written by gates (every writer wrote 1), read as format 1

@@ -15,7 +15,12 @@ version that came out invalid still had its chance to decide falsely.
 
 The attempts of one version (`gates run --record --reason`: the same contract recorded again, after a
 change of code) are re-tries too: attempt k is judged at the version's alpha up to what the family and
-attempts 1..k-1 left, and a version spends what all its attempts spent (`_spent_by_attempts`).
+attempts 1..k-1 left, and a version spends what all its attempts spent (`_attempt_levels`). One
+exception: an attempt whose verdict was `invalid` (an arm it reads never completed, a control failed,
+a bar beyond what the runs can reach) decided nothing and spends nothing, so the attempt that fixes
+the bug is the design's first run as designed. (Its false-decision rate stays at the level as long as
+whether an attempt runs as designed does not depend on how its claim's numbers fall; a version, a
+new design chosen after seeing the data, gets no such refund.)
 """
 
 from __future__ import annotations
@@ -38,18 +43,22 @@ class Version:
     level: float
     seeds: tuple[int, ...] = ()
     recorded: bool = False
-    attempts: int = 1  # recorded attempts (each spent; `level` is their sum)
+    attempts: int = 1  # recorded attempts (`level` is what they spent together)
 
 
-def _spent_by_attempts(own_alpha: float, left: float, attempts: int) -> list[float]:
-    """The alpha each of a version's attempts is judged at, in order: its own alpha up to what its family
-    and the attempts before it left."""
+INVALID = "invalid"  # a verdict that decided nothing: the attempt spends nothing
+
+
+def _attempt_levels(own_alpha: float, left: float, verdicts) -> tuple[list[float], float]:
+    """The alpha each attempt of a version (their verdicts, in order) is judged at, its own alpha up to
+    what its family and the attempts before it left, and what they left (an invalid one spent nothing)."""
     levels = []
-    for _ in range(max(attempts, 1)):
+    for verdict in verdicts:
         level = min(own_alpha, left)
         levels.append(level)
-        left = 0.0 if left - level < _EPS else round(left - level, 12)
-    return levels
+        if verdict != INVALID:
+            left = 0.0 if left - level < _EPS else round(left - level, 12)
+    return levels, left
 
 
 @dataclass(frozen=True)
@@ -60,7 +69,8 @@ class Family:
     root: str
     alpha: float
     earlier: tuple[Version, ...] = field(default=())
-    attempt: int = 1  # which attempt of this version is judged (its attempts before it spent too)
+    # the verdicts of this version's attempts before the one judged (recorded again: they spent too)
+    attempts_before: tuple[str | None, ...] = field(default=())
 
     @property
     def spent(self) -> float:
@@ -71,14 +81,23 @@ class Family:
         left = self.alpha - self.spent
         return 0.0 if left < _EPS else round(left, 12)
 
+    @property
+    def attempt(self) -> int:
+        """Which attempt of this version is judged."""
+        return len(self.attempts_before) + 1
+
+    def left_by_attempts(self, own_alpha: float) -> float:
+        """What this version's earlier attempts left of what its family left it."""
+        return _attempt_levels(own_alpha, self.left, self.attempts_before)[1]
+
     def level(self, own_alpha: float) -> float:
         """The alpha this attempt of this version is tested at: its own, up to what its family and its
         earlier attempts left."""
-        return _spent_by_attempts(own_alpha, self.left, self.attempt)[-1]
+        return min(own_alpha, self.left_by_attempts(own_alpha))
 
-    def at_attempt(self, attempt: int) -> Family:
-        """This family, judging attempt `attempt` of this version."""
-        return Family(self.root, self.alpha, self.earlier, max(int(attempt), 1))
+    def after_attempts(self, verdicts) -> Family:
+        """This family, judging the attempt of this version that follows attempts with these verdicts."""
+        return Family(self.root, self.alpha, self.earlier, tuple(verdicts))
 
     @property
     def next_seed(self) -> int:
@@ -90,14 +109,9 @@ class Family:
         """The family a next version would have once `contract` (this version) is recorded: it spent
         what it is judged at and used its seeds."""
         own = contract.decision.alpha
-        spent = Version(
-            contract.id,
-            sum(_spent_by_attempts(own, self.left, self.attempt)),
-            _seeds(contract, None),
-            True,
-            self.attempt,
-        )
-        return Family(self.root, self.alpha, (*self.earlier, spent))
+        spent = self.left - self.left_by_attempts(own) + self.level(own)
+        version = Version(contract.id, spent, _seeds(contract, None), True, self.attempt)
+        return Family(self.root, self.alpha, (*self.earlier, version))
 
     def recorded(self, own_alpha: float) -> bool:
         """Whether a version's evidence records its family: when it has recorded earlier versions or
@@ -115,26 +129,42 @@ class Family:
                 {"contract_id": v.contract_id, "level": v.level} for v in self.earlier if v.recorded
             ],
             "level": self.level(own_alpha),
-            **({"attempt": self.attempt} if self.attempt > 1 else {}),
+            **(
+                {
+                    "attempt": self.attempt,
+                    "attempts_spent": round(self.left - self.left_by_attempts(own_alpha), 12),
+                }
+                if self.attempt > 1
+                else {}
+            ),
         }
 
     def describe(self, own_alpha: float) -> str:
         """One line for a verdict, verdict.md and status."""
-        spent = ", ".join(
-            f"{v.contract_id} {v.level:g}"
-            + (f" over {v.attempts} attempts" if v.attempts > 1 else "")
-            for v in self.earlier
-            if v.recorded
+        return _describe(
+            self.root,
+            self.alpha,
+            self.earlier,
+            self.attempt,
+            self.left - self.left_by_attempts(own_alpha),
+            self.level(own_alpha),
         )
-        attempt = ""
-        if self.attempt > 1:
-            before = sum(_spent_by_attempts(own_alpha, self.left, self.attempt - 1))
-            attempt = f", attempt {self.attempt} (its attempts before spent {before:g})"
-        return (
-            f"version {len(self.earlier) + 1} of claim family {self.root}{attempt}: family alpha "
-            f"{self.alpha:g}, spent {self.spent:g} before it ({spent or 'nothing recorded'}), tested at "
-            f"alpha {self.level(own_alpha):g}"
-        )
+
+
+def _describe(root, alpha, earlier, attempt: int, attempts_spent: float, level: float) -> str:
+    spent = ", ".join(
+        f"{v.contract_id} {v.level:g}" + (f" over {v.attempts} attempts" if v.attempts > 1 else "")
+        for v in earlier
+        if v.recorded
+    )
+    this = (
+        f", attempt {attempt} (its attempts before spent {attempts_spent:g})" if attempt > 1 else ""
+    )
+    return (
+        f"version {len(earlier) + 1} of claim family {root}{this}: family alpha {alpha:g}, spent "
+        f"{sum(v.level for v in earlier):g} before it ({spent or 'nothing recorded'}), tested at alpha "
+        f"{level:g}"
+    )
 
 
 def _contract(contracts_dir: Path | None, contract_id: str):
@@ -173,13 +203,14 @@ def _seeds(contract, ev: Evidence | None) -> tuple[int, ...]:
 
 
 def family_of(
-    contract, runs_root: Path, contracts_dir: Path | None = None, attempt: int = 1
+    contract, runs_root: Path, contracts_dir: Path | None = None, attempts_before=()
 ) -> Family:
-    """The family of `contract` (a Contract) as the record stands, judging its attempt `attempt`: its
-    `supersedes` chain followed through the contracts folder (else each version's evidence). Each
-    recorded version spent, in order from the first, what each of its attempts was judged at (its own
-    alpha up to what the versions and attempts before it left); one never recorded spent nothing."""
-    found: list[tuple[str, float, tuple[int, ...], bool, int]] = []  # newest first
+    """The family of `contract` (a Contract) as the record stands, judging the attempt that follows
+    attempts of it with the verdicts `attempts_before`: its `supersedes` chain followed through the
+    contracts folder (else each version's evidence). Each recorded version spent, in order from the
+    first, what each of its attempts was judged at (its own alpha up to what the versions and attempts
+    before it left; an invalid attempt nothing); one never recorded spent nothing."""
+    found: list[tuple[str, float, tuple[int, ...], bool, list]] = []  # newest first
     declared = contract.decision.family_alpha or contract.decision.alpha
     root, at, seen = contract.id, contract.supersedes, {contract.id}
     while at and at not in seen:
@@ -189,8 +220,7 @@ def family_of(
             break  # a version the record does not hold spent nothing; the chain ends there
         decision = earlier.decision if earlier is not None else None
         own = float(decision.alpha if decision is not None else ev.settings.alpha)
-        attempts = ev.attempt.number if ev is not None and ev.attempt is not None else 1
-        found.append((at, own, _seeds(earlier, ev), ev is not None, attempts))
+        found.append((at, own, _seeds(earlier, ev), ev is not None, attempt_verdicts(ev)))
         root = at
         if decision is not None:
             declared, at = decision.family_alpha or decision.alpha, earlier.supersedes
@@ -198,21 +228,29 @@ def family_of(
             declared = ev.family.alpha if ev.family else ev.settings.alpha
             at = ev.supersedes
     family = Family(root=root, alpha=float(declared))
-    for cid, own, seeds, recorded, attempts in reversed(found):
-        level = sum(_spent_by_attempts(own, family.left, attempts)) if recorded else 0.0
-        version = Version(cid, level, seeds, recorded, attempts)
+    for cid, own, seeds, recorded, verdicts in reversed(found):
+        level = family.left - _attempt_levels(own, family.left, verdicts)[1] if recorded else 0.0
+        version = Version(cid, round(level, 12), seeds, recorded, max(len(verdicts), 1))
         family = Family(family.root, family.alpha, (*family.earlier, version))
-    return family.at_attempt(attempt)
+    return family.after_attempts(attempts_before)
 
 
-def attach_family(loaded, runs_root: Path, attempt: int | None = None) -> Family:
+def attempt_verdicts(ev: Evidence | None) -> list:
+    """The verdicts of every attempt an evidence's version recorded, in order, its own the last."""
+    if ev is None:
+        return []
+    earlier = [a.verdict for a in ev.attempt.earlier] if ev.attempt is not None else []
+    return [*earlier, ev.verdict]
+
+
+def attach_family(loaded, runs_root: Path, attempts_before=None) -> Family:
     """`loaded.family`, set from the record (`family_of`, the contracts folder being the contract's own)
-    where its caller has not set it, and judging attempt `attempt` where given: what a run and a
-    re-derivation judge the verdict at."""
+    where its caller has not set it, judging the attempt after attempts with the verdicts
+    `attempts_before` where given: what a run and a re-derivation judge the verdict at."""
     if getattr(loaded, "family", None) is None:
         loaded.family = family_of(loaded.contract, runs_root, loaded.path.parent)
-    if attempt is not None:
-        loaded.family = loaded.family.at_attempt(attempt)
+    if attempts_before is not None:
+        loaded.family = loaded.family.after_attempts(attempts_before)
     return loaded.family
 
 
@@ -223,14 +261,20 @@ def family_record(loaded) -> dict | None:
     return family.as_record(own) if family is not None and family.recorded(own) else None
 
 
-def describe_family(record, own_alpha) -> str | None:
+def describe_family(record) -> str | None:
     """`Family.describe` of a family as evidence records it (plain JSON), None when it records none."""
     try:
         earlier = tuple(
             Version(e["contract_id"], float(e["level"]), (), True) for e in record["earlier"]
         )
-        family = Family(str(record["root"]), float(record["alpha"]), earlier)
-        return family.at_attempt(int(record.get("attempt", 1))).describe(float(own_alpha))
+        return _describe(
+            str(record["root"]),
+            float(record["alpha"]),
+            earlier,
+            int(record.get("attempt", 1)),
+            float(record.get("attempts_spent", 0)),
+            float(record["level"]),
+        )
     except (KeyError, TypeError, ValueError):
         return None
 

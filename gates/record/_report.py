@@ -22,6 +22,7 @@ from gates.record._evidence import (
     ConvergenceRecord,
     DesignRecord,
     Evidence,
+    PilotRecord,
     RunRecord,
     as_evidence,
     atomic_write_text,
@@ -185,6 +186,31 @@ def _families(ev: Evidence) -> str:
             f"Holm-corrected at alpha {alpha}. {tail}"
         )
     return f"Holm-corrected across all {n} conditions at alpha {alpha}; {tail}"
+
+
+def pilot_lines(pilots: list[PilotRecord], contract_sha256: str) -> list[str]:
+    """The pilot runs of a contract (`gates pilot`) as markdown: a summary line, then one row each with
+    when it ran, on which version of the contract and what it measured."""
+    before = sum(1 for p in pilots if p.before_registration)
+    known = sum(1 for p in pilots if p.before_registration is not None)
+    lines = [
+        f"{len(pilots)} pilot run{'s' if len(pilots) != 1 else ''} of this contract id (`gates pilot`, "
+        f"on seeds no contract uses)"
+        + (f"; {before} before the contract was first committed" if known else "")
+        + ":",
+        "",
+        "| started | arm | seed | steps | contract | status | metrics |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for p in pilots:
+        version = (
+            "this one" if p.contract_sha256 == contract_sha256 else f"draft {p.contract_sha256[:8]}"
+        )
+        metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(p.metrics.items()))
+        lines.append(
+            f"| {p.started} | {p.arm} | {p.seed} | {p.steps} | {version} | {p.status} | {metrics} |"
+        )
+    return lines
 
 
 def render_report(evidence: Evidence | dict) -> str:
@@ -358,6 +384,10 @@ def render_report(evidence: Evidence | dict) -> str:
                 f"- gate 5: threshold met by its step on {fpp.met_on} of {fpp.of} seeds: "
                 f"{'came true' if fpp.came_true else 'did NOT come true'}"
             )
+    if ev.pilots:
+        lines += ["", "## Pilots (what was known before)", ""] + pilot_lines(
+            ev.pilots, ev.contract_sha256
+        )
     pre = ev.preflight
     if pre is not None and pre.model_fields_set:  # as JSON: a non-empty object
         lines += ["", "## Preflight", ""]

@@ -332,6 +332,63 @@ def run_summary(run: Any) -> dict:
     }
 
 
+def pilot_runs(uri: str, contract_id: str, contract_path: Path | None = None) -> list:
+    """The pilot runs of contract `contract_id` in the store `uri` (`gates pilot`), oldest first, as
+    PilotRecords; [] when the store has no experiment of that id. `contract_path`: the contract file,
+    whose first commit says which pilots ran before the contract was registered."""
+    from datetime import datetime, timezone
+
+    from gates.record._evidence import PilotRecord
+    from gates.record._store import COMPLETE, inspect, sqlite_path
+
+    path = sqlite_path(uri)
+    if path is not None and inspect(path).state != COMPLETE:
+        return []  # no store yet (or not one MLflow can read): no pilot has run here
+    client = open_client(uri, create=False)
+    experiment = client.get_experiment_by_name(contract_id)
+    if experiment is None:
+        return []
+    found = client.search_runs(
+        [experiment.experiment_id],
+        filter_string="tags.`gates.pilot` = 'true' and tags.`gates.role` = 'run'",
+        order_by=["attributes.start_time ASC"],
+        max_results=10000,
+    )
+    registered = _first_commit_time(contract_path) if contract_path is not None else None
+    pilots = []
+    for run in found:
+        summary, tags = run_summary(run), run.data.tags
+        started = run.info.start_time / 1000.0
+        pilots.append(
+            PilotRecord(
+                arm=summary["arm"],
+                seed=summary["seed"],
+                steps=int(tags.get("gates.pilot_steps", "0")),
+                status=summary["status"] or "running",
+                metrics={k: v for k, v in summary["metrics"].items() if _finite(v)},
+                started=datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+                contract_sha256=tags.get("gates.contract_sha256", ""),
+                git_commit=tags.get("gates.git_commit", ""),
+                mlflow_run_id=run.info.run_id,
+                before_registration=None if registered is None else started < registered,
+            )
+        )
+    return pilots
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and value == value and abs(value) != float("inf")
+
+
+def _first_commit_time(path: Path) -> float | None:
+    """When `path` was first committed (its repository's history; epoch seconds), or None."""
+    from gates.record._provenance import git
+
+    path = Path(path).resolve()
+    out = git("log", "--diff-filter=A", "--format=%ct", "--", path.name, root=path.parent)
+    return float(out.splitlines()[-1]) if out else None
+
+
 # ---------------------------------------------------------------------------------- a claim's run
 # A server that does not answer gets one short try, not MLflow's retries with backoff (minutes): the
 # tags are a view of the claims history, and a withdrawal or a finished run must not wait on them

@@ -402,7 +402,7 @@ def _annotate(
         if ev is None or not isinstance(ev.get("study"), str):
             continue
         if isinstance(ev.get("family"), dict):
-            check.family = describe_family(ev["family"], (ev.get("settings") or {}).get("alpha"))
+            check.family = describe_family(ev["family"])
         if cid in certs.notes:
             check.add(CERTIFICATION_IGNORED, certs.notes[cid])
         cert = certified.get(cid)

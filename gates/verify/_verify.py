@@ -24,7 +24,7 @@ from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.design import rule_flags
 from gates.errors import UserError
 from gates.inference import Verdict, claim_inputs, judge_claim, predictions
-from gates.record import Evidence, family_of, family_record
+from gates.record import Evidence, attempt_verdicts, family_of, family_record
 from gates.verify import _audit as audit
 from gates.verify._claim import (
     BEFORE_HASH,
@@ -90,7 +90,7 @@ def check_claim(
         loaded.contract,
         evidence_path.parent.parent,
         Path(contracts[check.contract_id]).parent,
-        ev.attempt.number if ev.attempt is not None else 1,
+        attempt_verdicts(ev)[:-1],
     )
     check.lose(FAMILY, _check_family(loaded, ev))
     check.lose(RUNS, _check_runs(loaded, ev))
