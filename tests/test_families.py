@@ -82,7 +82,8 @@ def test_the_versions_spend_one_alpha_in_order():
     fresh = Family("a", 0.05)
     assert fresh.after_attempts(["inconclusive"]).level(0.05) == 0
     assert fresh.after_attempts(["invalid"]).level(0.05) == 0.05
-    assert fresh.after_attempts(["invalid", "refuted"]).level(0.02) == pytest.approx(0.03)
+    twice = fresh.after_attempts(["invalid", "refuted"])
+    assert twice.left_by_attempts(0.02) == pytest.approx(0.03) and twice.level(0.02) == 0.02
     assert fresh.after_attempts(["invalid"]).attempt == 2
 
 
