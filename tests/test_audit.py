@@ -71,15 +71,15 @@ def test_honest_runs_reproduce_and_the_plan_is_printed(project):
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert (
-        "audit: seed 5 (given), budget 600 s: 16 completed runs of 2 claims in a seeded order"
+        "audit: seed 5 (given), budget 600 s: 24 completed runs of 2 claims in a seeded order"
         in out
     )
     started = [line for line in out.splitlines() if line.startswith("audit: re-running ")]
     # without --replay, c05-ci (marked for CI replay) is audited like c05-small
-    assert len(started) == 16 and all("(recorded " in line for line in started)
-    assert out.count(": reproduces (") == 16 and "DOES NOT" not in out and "UNAUDITED" not in out
-    assert "audit: 16 runs started in " in out and "not reached" not in out
-    assert "ok c05-small: " in out and "ok c05-ci: " in out and out.count("(audited 8 runs)") == 2
+    assert len(started) == 24 and all("(recorded " in line for line in started)
+    assert out.count(": reproduces (") == 24 and "DOES NOT" not in out and "UNAUDITED" not in out
+    assert "audit: 24 runs started in " in out and "not reached" not in out
+    assert "ok c05-small: " in out and "ok c05-ci: " in out and out.count("(audited 12 runs)") == 2
 
 
 def tamper(project, arm: str, seed: int, metric: str, delta: float) -> None:
@@ -112,14 +112,14 @@ def test_a_consistently_edited_value_is_caught_by_the_audit_only(project, monkey
         )
     }
     small = checks["c05-small"]
-    assert small.status == "lost" and len(small.audited) == 8
+    assert small.status == "lost" and len(small.audited) == 12
     (problem,) = small.problems
     assert problem.startswith(
         "audit: subheap_kernel/seed 1 does not reproduce: train_loss re-runs as "
     )
     assert "tolerance abs 1e-06, rel 1e-06" in problem
     assert "audit: c05-small subheap_kernel/seed 1: DOES NOT reproduce" in "\n".join(lines)
-    assert checks["c05-ci"].status == "ok" and len(checks["c05-ci"].audited) == 8
+    assert checks["c05-ci"].status == "ok" and len(checks["c05-ci"].audited) == 12
 
     # a tolerance for contracts without a replay section, as wide as the edit, lets it through
     checks = {
@@ -146,7 +146,7 @@ def test_machine_metrics_are_not_audited(project, monkeypatch):
         for c in verify(project / "runs", project / "contracts", audit_seconds=600, audit_seed=5)
         if c.contract_id == "c05-small"
     ]
-    assert small.status == "ok" and len(small.audited) == 8
+    assert small.status == "ok" and len(small.audited) == 12
 
 
 def test_a_small_budget_re_runs_few_runs_and_counts_the_rest(project):
@@ -164,11 +164,11 @@ def test_a_small_budget_re_runs_few_runs_and_counts_the_rest(project):
     lines = [line for line in lines if line.startswith("audit: ")]  # the audit's own lines
     plan, summary = lines[0], lines[-1]
     started = [line for line in lines if line.startswith("audit: re-running ")]
-    assert plan.startswith(f"audit: seed 5 (given), budget {budget:g} s: 16 completed runs ")
-    assert 1 <= len(started) < 16
+    assert plan.startswith(f"audit: seed 5 (given), budget {budget:g} s: 24 completed runs ")
+    assert 1 <= len(started) < 24
     assert summary.startswith(f"audit: {len(started)} runs started in ")
     assert summary.endswith(
-        f"; {16 - len(started)} runs not reached; successive commits cover others"
+        f"; {24 - len(started)} runs not reached; successive commits cover others"
     )
     # every run started is compared or named unaudited
     audited = sum(len(c.audited) for c in checks)

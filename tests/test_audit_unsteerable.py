@@ -143,7 +143,7 @@ def test_a_run_too_costly_for_the_time_left_is_stopped_early_and_named_unaudited
     summary = [line for line in lines if line.startswith("audit: ")][-1]
     assert summary.startswith("audit: 1 runs started in ")
     assert summary.endswith(
-        ": 0 compared, 1 unaudited; 15 runs not reached; successive commits cover others"
+        ": 0 compared, 1 unaudited; 23 runs not reached; successive commits cover others"
     )
 
     args = ("--audit-seconds", str(budget), "--audit-seed", "5")
@@ -161,8 +161,8 @@ def test_a_contract_marked_for_ci_replay_is_audited_when_verify_does_not_replay_
     forge(project, "c05-ci", "flat_address", 0)
     checks = by_id(verify(project / "runs", project / "contracts", audit_seconds=60, audit_seed=5))
     ci = checks["c05-ci"]
-    assert ci.status == "lost" and AUDIT in ci.codes and not ci.replayed and len(ci.audited) == 8
-    assert checks["c05-small"].status == "ok" and len(checks["c05-small"].audited) == 8
+    assert ci.status == "lost" and AUDIT in ci.codes and not ci.replayed and len(ci.audited) == 12
+    assert checks["c05-small"].status == "ok" and len(checks["c05-small"].audited) == 12
 
     # with --replay, the replay re-runs it whole (and catches the edit); the audit leaves it alone
     lines = []
@@ -178,4 +178,4 @@ def test_a_contract_marked_for_ci_replay_is_audited_when_verify_does_not_replay_
     )
     ci = checks["c05-ci"]
     assert ci.replayed and ci.audited == [] and REPLAY in ci.codes and AUDIT not in ci.codes
-    assert len(checks["c05-small"].audited) == 8 and "audit: left to the replay: c05-ci" in lines
+    assert len(checks["c05-small"].audited) == 12 and "audit: left to the replay: c05-ci" in lines

@@ -517,7 +517,9 @@ def test_algebra_checks():
 
 
 # ------------------------------------------------------------------------------------ through gates run
-def shrunk(name: str, contract_id: str, arms: dict, seeds=(0, 1), steps=10, eval_every=5) -> dict:
+def shrunk(
+    name: str, contract_id: str, arms: dict, seeds=(0, 1, 2), steps=10, eval_every=5
+) -> dict:
     data = yaml.safe_load((ROOT / "contracts" / f"{name}.yaml").read_text())
     data["id"] = contract_id
     data["arms"] = arms
@@ -538,7 +540,12 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
     for cfg in algebra_arms.values():
         cfg.update(samples=8, transformations=10)
     data = shrunk(
-        "biic-algebra-gates", "biic-algebra-tiny", algebra_arms, seeds=(0, 1), steps=1, eval_every=1
+        "biic-algebra-gates",
+        "biic-algebra-tiny",
+        algebra_arms,
+        seeds=(0, 1, 2),
+        steps=1,
+        eval_every=1,
     )
     (workdir / "contracts" / "biic-algebra-tiny.yaml").write_text(
         yaml.safe_dump(data, sort_keys=False)
@@ -547,7 +554,7 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
         load_contract(workdir / "contracts" / "biic-algebra-tiny.yaml"), uri, workdir / "runs"
     )
     assert evidence.verdict in ("supported", "refuted", "inconclusive", "invalid")
-    assert len(evidence.runs) == 6 and all(r.status == "completed" for r in evidence.runs)
+    assert len(evidence.runs) == 9 and all(r.status == "completed" for r in evidence.runs)
     assert evidence.preflight.arms["sandwich"].flops_ratio == 64
 
     arms = {arm: {**TINY, "arm": arm, "corpus": str(corpus)} for arm in ("biic", "scalar_wide")}
@@ -563,7 +570,7 @@ def test_tiny_contracts_run_through_gates(corpus, workdir):
     evidence = run_contract(
         load_contract(workdir / "contracts" / "biic-null-tiny.yaml"), uri, workdir / "runs"
     )
-    assert len(evidence.runs) == 4 and all(r.status == "completed" for r in evidence.runs)
+    assert len(evidence.runs) == 6 and all(r.status == "completed" for r in evidence.runs)
     assert (workdir / "runs" / "biic-null-tiny" / "evidence.json").exists()
 
 

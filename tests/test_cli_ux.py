@@ -243,6 +243,6 @@ def test_run_says_run_k_of_n_and_json_progress_events(workdir):
     assert again.returncode == 0, again.stderr[-3000:]
     events = [json.loads(line) for line in again.stdout.splitlines()]
     progress = [e for e in events if e["event"] == "progress"]
-    assert [e["done"] for e in progress] == list(range(1, 9))
+    assert [e["done"] for e in progress] == list(range(1, 13))
     assert {e["planned"] for e in progress} == {12} and progress[-1]["reused"] == 12
     assert {"elapsed_s", "eta_s", "not_run", "at_most"} <= set(progress[-1])

@@ -306,13 +306,13 @@ def check_in_browser(page, dialogs, index_url: str, shots: Path, name: str):
     curves = page.locator("svg.learning-curve")
     assert curves.count() >= 5 and curves.first.bounding_box()["width"] > 500
     loss = page.locator('svg.learning-curve[aria-label="learning curves of train_loss"]')
-    # one mean per arm and its band across the 2 seeds, arms overlaid; 4 halts and their legend
+    # one mean per arm and its band across the 3 seeds, arms overlaid; 6 halts and their legend
     arms = ["flat_address", "path_only", "subheap_kernel", "path_subheap_kernel"]
     assert sorted(
         loss.locator("path.mean").evaluate_all("ps => ps.map(p => p.dataset.arm)")
     ) == sorted(arms)
     assert loss.locator("path.band").count() == 4
-    assert loss.locator("path.halt").count() == 4 + 1
+    assert loss.locator("path.halt").count() == 6 + 1
     assert "halted run" in loss.text_content() and "gate 5" not in loss.text_content()
     shot = shots / f"{name}-contract.png"
     page.screenshot(path=str(shot), full_page=True)

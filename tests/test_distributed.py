@@ -91,6 +91,7 @@ def reference(tmp_path_factory):
     assert halted == {
         ("path_only", 0),
         ("path_only", 1),
+        ("path_only", 2),
     }  # the relative rule needs the other arms first
     return evidence
 

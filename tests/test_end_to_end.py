@@ -52,7 +52,7 @@ def test_evidence_has_every_run_and_condition(finished):
     for c in on_disk["conditions"]:
         assert {"p_hold_adj", "p_fail_adj", "ci_low", "ci_high", "outcome", "values"} <= set(c)
     point = on_disk["falsifiable_point"]  # gate 5 as measured on the arm it names
-    assert point["arm"] == "subheap_kernel" and [r["seed"] for r in point["runs"]] == [0, 1]
+    assert point["arm"] == "subheap_kernel" and [r["seed"] for r in point["runs"]] == [0, 1, 2]
     assert all(r["step"] == 60 and r["met"] == (r["value"] >= 0.95) for r in point["runs"])
     report = (root / "runs" / "c05-small" / "verdict.md").read_text()
     assert (

@@ -1,4 +1,4 @@
-"""Local processes for real (`gates run --jobs N`): the small C05 contract of the distributed tests (8
+"""Local processes for real (`gates run --jobs N`): the small C05 contract of the distributed tests (12
 jobs, a relatively judged arm that must run after the others of its seed) in two processes gives the
 single-process evidence; Ctrl-C stops the processes' runs (closed as KILLED, none left RUNNING) and
 keeps the finished ones, which the next run reuses; --jobs with another executor is one line;
@@ -47,7 +47,7 @@ def test_two_processes_match_a_single_process(reference, workdir):
     assert proc.returncode == 0, errors[-3000:]
     lines = [json.loads(line) for line in out.splitlines()]
     assert lines[-1]["event"] == "verdict" and lines[-1]["verdict"] == reference["verdict"]
-    assert sum(line["event"] == "run" for line in lines) == 8
+    assert sum(line["event"] == "run" for line in lines) == 12
     evidence = json.loads((workdir / "runs" / "c05-dist" / "evidence.json").read_text())
     assert comparable(evidence) == comparable(reference)
     threads = str(threads_per_job(2))
@@ -82,9 +82,9 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     runs = children(uri, "c05-dist")
     finished = {r.info.run_id for r in runs if r.info.status == "FINISHED"}
-    assert 0 < len(finished) < 8 and not [r for r in runs if r.info.status == "RUNNING"]
+    assert 0 < len(finished) < 12 and not [r for r in runs if r.info.status == "RUNNING"]
     outcome = run_processes(load_contract(CONTRACT), uri, workdir / "runs", 2)
-    assert outcome.reuse.reused == len(finished) and outcome.reuse.trained == 8 - len(finished)
+    assert outcome.reuse.reused == len(finished) and outcome.reuse.trained == 12 - len(finished)
     assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
 
 

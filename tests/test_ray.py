@@ -1,5 +1,5 @@
 """The Ray executor for real (`gates run --executor ray`): a local Ray instance, the small C05 contract
-of the distributed tests (8 jobs, a relatively judged arm that must run after the others of its seed),
+of the distributed tests (12 jobs, a relatively judged arm that must run after the others of its seed),
 compared with a single-process run of it as tests/test_distributed.py compares the queue's; a task
 whose worker process dies is retried; Ctrl-C cancels the tasks and keeps the finished runs, which the
 next run reuses; without Ray the flag is one line. The rule for stores only this machine reaches.
@@ -113,7 +113,7 @@ def test_cli_on_a_local_ray_instance_matches_single_process(ray_module, referenc
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [json.loads(line) for line in r.stdout.splitlines()]  # stdout stays JSON lines
     assert lines[-1]["event"] == "verdict" and lines[-1]["verdict"] == reference["verdict"]
-    assert sum(line["event"] == "run" for line in lines) == 8
+    assert sum(line["event"] == "run" for line in lines) == 12
     evidence = json.loads((workdir / "runs" / "c05-dist" / "evidence.json").read_text())
     assert comparable(evidence) == comparable(reference)
     assert {r["environment"]["threads"] for r in evidence["runs"]} == {"1"}
@@ -146,7 +146,7 @@ def test_a_task_whose_worker_dies_is_retried_and_the_verdict_holds(
     )
     arm, seed = killed[0].data.tags["gates.arm"], int(killed[0].data.tags["gates.seed"])
     assert any(r["arm"] == arm and r["seed"] == seed for r in evidence["runs"])  # redone
-    assert outcome.reuse.trained == 8
+    assert outcome.reuse.trained == 12
 
 
 # jobs of a few seconds each: the seven left when the first finishes cannot all end before the SIGINT
@@ -185,9 +185,9 @@ def test_ctrl_c_cancels_the_tasks_and_keeps_finished_runs(ray_instance, workdir,
     uri = f"sqlite:///{workdir / 'mlflow.db'}"  # the file the command wrote
     runs = children(uri, "c05-dist")
     finished = {r.info.run_id for r in runs if r.info.status == "FINISHED"}
-    assert 0 < len(finished) < 8 and not [r for r in runs if r.info.status == "RUNNING"]
+    assert 0 < len(finished) < 12 and not [r for r in runs if r.info.status == "RUNNING"]
     outcome = run_ray(load_contract(CONTRACT), uri, workdir / "runs")
-    assert outcome.reuse.reused == len(finished) and outcome.reuse.trained == 8 - len(finished)
+    assert outcome.reuse.reused == len(finished) and outcome.reuse.trained == 12 - len(finished)
     assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
     single = workdir / "single"
     single.mkdir()

@@ -129,7 +129,7 @@ def test_gates_run_killed_while_mlflow_creates_tables_leaves_no_store_and_the_ne
     evidence = run_contract(
         load_contract(contract.name), f"sqlite:///{tmp_path / 'mlflow.db'}", Path("runs")
     )
-    assert len(evidence.runs) == 8 and (tmp_path / "runs" / "c05-tiny" / "evidence.json").is_file()
+    assert len(evidence.runs) == 12 and (tmp_path / "runs" / "c05-tiny" / "evidence.json").is_file()
     assert is_complete(tmp_path / "mlflow.db")
     assert leftovers(tmp_path) == []  # the killed build's temporary store was removed
 
