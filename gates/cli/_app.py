@@ -46,6 +46,9 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 from gates.cli._data import data_app  # noqa: E402  (no heavy imports: stdlib + typer)
 
 app.add_typer(data_app, name="data")
+from gates.cli._ci import ci_app  # noqa: E402  (no heavy imports: stdlib + typer)
+
+app.add_typer(ci_app, name="ci")
 
 
 def _print_version(asked: bool) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from gates.contract import PILOT_SEED_BASE, LoadedContract
 from gates.errors import UserError
-from gates.record import PilotRecord, Tracker, current_provenance, pilot_runs
+from gates.record import PilotRecord, Tracker, base_tags, current_provenance, pilot_runs
 from gates.study import Budget
 
 PILOT_ROLE = "pilot"
@@ -59,16 +59,7 @@ def run_pilot(
     prov = current_provenance(type(loaded.study).__module__)
     tracker = Tracker(tracking_uri)
     experiment_id = tracker.experiment_id(c.id)
-    tags = {
-        "gates.contract": c.id,
-        "gates.contract_sha256": loaded.sha256,
-        "gates.code_sha256": prov.code_sha256,
-        "gates.git_commit": prov.git_commit,
-        "gates.git_dirty": prov.git_dirty,
-        "gates.study": c.study,
-        "gates.pilot": "true",
-        "gates.pilot_steps": str(steps),
-    }
+    tags = {**base_tags(loaded, prov), "gates.pilot": "true", "gates.pilot_steps": str(steps)}
     parent = tracker.client.create_run(
         experiment_id, tags={**tags, "gates.role": PILOT_ROLE}, run_name=f"{c.id} pilot"
     )

@@ -7,13 +7,17 @@ runs by re-running them (the audit); `certify` re-runs a claim's runs under toda
 
 Private modules: `_claim` (a claim's check and its problems), `_claims` (every claim, the files
 phase), `_verify` (the re-derive phase), `_audit` (spot checks by re-running runs), `_certify`
-(re-running a claim's runs to check it against today's code).
+(re-running a claim's runs to check it against today's code), `_workflow` (the CI workflow `gates ci
+init` writes into a researcher's project).
 """
 
 from gates._face import lazy_face
 
 # public name -> (private module, its name there), imported on first use
 _FACE = {
+    "WORKFLOW_PATH": ("_workflow", "WORKFLOW_PATH"),
+    "workflow": ("_workflow", "workflow"),
+    "workflow_commands": ("_workflow", "run_commands"),
     "AUDIT": ("_claim", "AUDIT"),
     "CONTRACT_AMBIGUOUS": ("_claim", "CONTRACT_AMBIGUOUS"),
     "CONTRACT_EDITED": ("_claim", "CONTRACT_EDITED"),
