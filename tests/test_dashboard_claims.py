@@ -149,7 +149,12 @@ def build_project(folder: Path) -> Path:
     for contract_id in FIXTURE_CLAIMS:
         rederive(load_contract(root / "contracts" / f"{contract_id}.yaml"), runs_root, REDERIVED)
 
-    # attempt 2 of the probe, its crash fixed: recorded with a reason, as `gates run --record --reason` does
+    # attempt 2 of the probe, its crash fixed: recorded with a reason, as `gates run --record --reason` does,
+    # before its successor -v2 was recorded (after it, another attempt is refused: it would spend alpha
+    # -v2 was judged on), so -v2 is set aside meanwhile, then re-derived under the family it now has
+    successor = runs_root / "c05-structural-probe-v2"
+    aside = folder / "aside"
+    successor.rename(aside)
     loaded = load_contract(root / "contracts" / "c05-structural-probe.yaml")
     recording = plan_recording(loaded, runs_root, record=True, reason=REASON)
     current = read_evidence(runs_root / "c05-structural-probe" / "evidence.json").as_dict()
@@ -162,6 +167,10 @@ def build_project(folder: Path) -> Path:
     fresh["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     path = write_evidence(runs_root, fresh)
     record_entry(runs_root, path, "recorded", REASON)
+    aside.rename(successor)
+    rederive(
+        load_contract(root / "contracts" / "c05-structural-probe-v2.yaml"), runs_root, REDERIVED
+    )
     return root
 
 

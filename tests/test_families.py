@@ -156,6 +156,10 @@ def test_a_retry_spends_what_its_family_kept(project):
     result = gates(project, "check", "contracts/keep-v2b.yaml")
     said = " ".join((result.stdout + result.stderr).split())
     assert "already superseded by recorded keep-v2" in said
+    # nor another attempt of keep: keep-v2 was judged at the alpha keep left
+    again = gates(project, "run", "contracts/keep.yaml", "--record", "--reason", "one more")
+    assert again.returncode == 2 and "Traceback" not in again.stderr
+    assert "keep is superseded by recorded keep-v2" in " ".join(again.stderr.split())
 
 
 def test_a_second_attempt_spends_what_the_first_left(project):

@@ -106,6 +106,17 @@ def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recordin
             file=str(loaded.path),
             field="--record",
         )
+    from gates.record._family import successors
+
+    later = successors(runs_root, loaded.id)
+    if later:  # its alpha would be spent after a later version was judged on what it left
+        raise UserError(
+            f"{loaded.id} is superseded by recorded {', '.join(later)}, judged at the alpha this version "
+            f"left: another attempt here would spend it twice; expected a new attempt of the latest "
+            f"version ({later[-1]}), or a new version superseding it",
+            file=str(loaded.path),
+            field="--record",
+        )
     return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
 
 

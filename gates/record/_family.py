@@ -279,7 +279,7 @@ def describe_family(record) -> str | None:
         return None
 
 
-def _successors(runs_root: Path, contract_id: str) -> list[str]:
+def successors(runs_root: Path, contract_id: str) -> list[str]:
     """The recorded versions that supersede `contract_id` (their evidence says so)."""
     out = []
     for path in sorted(Path(runs_root).glob(f"*/{EVIDENCE}")):
@@ -340,7 +340,7 @@ def family_errors(loaded, family: Family, runs_root: Path) -> list:
             )
         )
     if c.supersedes:
-        others = [s for s in _successors(runs_root, c.supersedes) if s != c.id]
+        others = [s for s in successors(runs_root, c.supersedes) if s != c.id]
         if others:
             errors.append(
                 loaded.error(
@@ -349,7 +349,7 @@ def family_errors(loaded, family: Family, runs_root: Path) -> list:
                     f"family is one chain; expected supersedes: {others[-1]} (its latest version)",
                 )
             )
-    later = _successors(runs_root, c.id)
+    later = successors(runs_root, c.id)
     if later:
         errors.append(
             loaded.error(
