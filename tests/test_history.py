@@ -413,6 +413,25 @@ def test_status_and_verify_name_stale_files(project):
     assert strict.returncode == 1
     assert "LOST c05-small" in strict.stdout and "stale (--strict-code)" in strict.stdout
     assert "models/c05_probe.py" in strict.stdout
+    assert "`gates certify contracts/c05-small.yaml --reason TEXT` re-runs it" in " ".join(
+        strict.stdout.split()
+    )
+
+
+def test_strict_code_fails_only_standing_claims(tmp_path):
+    """A superseded claim stands for nothing today: stale, it is noted, never a failure (issue #39)."""
+    from tests.conftest import copy_claims
+
+    root = copy_claims(tmp_path, "c05-structural-probe", "c05-structural-probe-v2")
+    for cid in ("c05-structural-probe", "c05-structural-probe-v2"):
+        evidence = root / "runs" / cid / "evidence.json"
+        ev = json.loads(evidence.read_text())
+        ev.setdefault("code_files", {})["models/c05_probe.py"] = "0" * 64  # another c05_probe.py
+        evidence.write_text(json.dumps(ev, indent=2) + "\n")
+        record_entry(root / "runs", evidence, "rederived", "test: another checkout's code")
+    checks = {c.contract_id: c for c in verify(root / "runs", root / "contracts", strict_code=True)}
+    assert checks["c05-structural-probe"].stale and checks["c05-structural-probe"].status == "ok"
+    assert checks["c05-structural-probe-v2"].status == "lost"
 
 
 def test_a_reproduction_of_a_stale_claim_names_the_contract_and_gates_certify(project):

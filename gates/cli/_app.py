@@ -823,9 +823,10 @@ def verify(
     strict_code: bool = typer.Option(
         False,
         "--strict-code",
-        help="Also fail on stale claims: the code their "
-        "evidence was computed with (gates/ and the study's models/ modules) changed "
-        "since (without it, stale claims are only reported).",
+        help="Also fail on stale standing claims (not superseded or withdrawn): the code their "
+        "evidence was computed with (the study's modules) changed since and no certification "
+        "covers it; each names the `gates certify` that clears it (without it, stale claims are only "
+        "reported).",
     ),
     audit_seconds: float | None = typer.Option(
         None,

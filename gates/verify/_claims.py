@@ -419,13 +419,17 @@ def _annotate(
             list(found.files),
             found.note,
         )
-        if strict_code and found.stale and check.status in ("ok", "lost"):
+        # a standing claim only: a superseded one stands for nothing today, a withdrawn one is not "ok"
+        standing = check.status in ("ok", "lost") and not check.superseded_by
+        if strict_code and found.stale and standing:
+            where = contracts[cid] if cid in contracts else f"contracts/{cid}.yaml"
             check.lose(
                 STALE,
                 [
                     f"stale (--strict-code): the code changed since its evidence: "
                     f"{describe_stale(check.stale_files)}"
                     + (f" ({found.note})" if found.note else "")
+                    + f"; `gates certify {where} --reason TEXT` re-runs it under today's code"
                 ],
             )
 
