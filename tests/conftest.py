@@ -32,7 +32,7 @@ def _share_the_cores() -> None:
 _share_the_cores()
 
 
-# What the committed C05 contract (recorded before the design rules of gates/design.py) lacks to be
+# What the committed C05 contract (recorded before the design rules of gates/design/_rules.py) lacks to be
 # registered today: the factor under test, why the baselines fail by construction, positive controls
 # that the arms asserted to fail in refuted_if (the subheap arms) work where they can, a convergence
 # rule, and seeds as a count.
@@ -144,7 +144,7 @@ def frozen_evidence(contract_id: str) -> dict:
 def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path:
     """folder/project with contracts/ and runs/ holding copies of these frozen claims (all of them when
     none is named), entered in a fresh runs/INDEX.jsonl (`backfilled`) and brought to today's verdict
-    engine (gates.runner.rederive: evidence.json and verdict.md rewritten, and a `rederived` entry
+    engine (gates.execution._runner.rederive: evidence.json and verdict.md rewritten, and a `rederived` entry
     appended, only where today's engine derives another record), so that `gates verify` holds on the
     copies. rederive=False: the frozen bytes, no index."""
     import shutil

@@ -576,7 +576,7 @@ def test_postgres_and_mlflow_server_killed_worker_job_is_reclaimed(reference, wo
 
 # ---------------------------------------------------------------------------------- tuning
 def test_tuning_trials_are_jobs_then_the_tuned_seeds(workdir, tmp_path):
-    """A contract with `tuning` (gates/tuning.py): its tuning trials run as jobs (kind "tune") on a
+    """A contract with `tuning` (gates/execution/_tuning.py): its tuning trials run as jobs (kind "tune") on a
     worker, then the arm x seed jobs with the best configs; same tuning choices, verdict and metrics as
     a single-process run (one worker: trial n samples from the seed (sampler seed, n) either way)."""
     from tests.test_tuning import tuned_c05

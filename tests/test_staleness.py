@@ -22,7 +22,7 @@ def repo(tmp_path):
     root = tmp_path / "repo"
     files = {
         "gates/__init__.py": "",
-        "gates/verdict.py": "ENGINE = 1\n",
+        "gates/inference/_verdict.py": "ENGINE = 1\n",
         "models/__init__.py": "",
         "models/probe.py": "from models.common import layer\n\nVALUE = layer()\n",
         "models/common.py": "def layer():\n    return 1\n",
@@ -54,7 +54,7 @@ def test_the_fingerprint_covers_the_platform_and_the_study_closure_only(repo):
     root, _ = repo
     assert sorted(code_files(STUDY, root)) == [
         "gates/__init__.py",
-        "gates/verdict.py",
+        "gates/inference/_verdict.py",
         "models/__init__.py",
         "models/common.py",
         "models/probe.py",

@@ -640,7 +640,7 @@ class TuningSampler(Strict):
 
 class Tuning(Strict):
     """Search each tuned arm's config on a validation split with the same budget, then run the best
-    configuration over the contract's seeds (gates/tuning.py)."""
+    configuration over the contract's seeds (gates/execution/_tuning.py)."""
 
     space: dict[str, SpaceParam] = Field(
         min_length=1, max_length=MAX_ITEMS, description="arm config field -> its range or choices"
@@ -816,7 +816,7 @@ class LoadedContract:
         self.arm_configs = arm_configs  # arm name -> study.Config instance (defaults filled in)
         self.sha256 = sha256
         self.lines = lines  # field path -> line in the YAML file
-        # the tuning record of the run being judged (gates.tuning: a tuned arm's search may have stopped at
+        # the tuning record of the run being judged (gates.execution._tuning: a tuned arm's search may have stopped at
         # an edge); set by the runner after tuning and by verify from the evidence
         self.tuning_record: dict | None = None
         # its claim family (gates.record.family_of: the alpha its verdict is judged at); set by whoever

@@ -2,13 +2,13 @@
 machines; SQLite on one machine), a shared MLflow tracking server holds the runs.
 
 Coordinator, `gates run CONTRACT --storage URL`: preflight and the parent MLflow run as a
-single-process run does (gates.runner.prepare_parent), then one Optuna study per contract version and
+single-process run does (gates.execution._runner.prepare_parent), then one Optuna study per contract version and
 parent run, named `gates:<id>@<sha256[:12]>:<parent run id[:12]>`, with one enqueued trial per
 arm x seed job (`study.enqueue_trial({}, user_attrs={"kind": "run", "job": ..., ...})`), in the order of
-gates/plan.py: one look's jobs at a time (a contract without `sequential` is one look), waiting until
+gates/execution/_plan.py: one look's jobs at a time (a contract without `sequential` is one look), waiting until
 each has exactly one completed record and asking the plan whether the next look is needed; then it
 decides the verdict once and writes the evidence, plots and parent-run tags with
-gates.runner.finish. Re-running it re-attaches: jobs that already have a
+gates.execution._runner.finish. Re-running it re-attaches: jobs that already have a
 trial (waiting, running or complete) are not enqueued again.
 
 Worker, `gates worker --storage URL`: claims a WAITING trial with the same row-locked
@@ -16,7 +16,7 @@ WAITING -> RUNNING transition that `study.ask()` uses (`storage.set_trial_state_
 the trial row `SELECT ... FOR UPDATE` on PostgreSQL and returns False when another worker got there
 first; on SQLite this module makes every transaction `BEGIN IMMEDIATE`, which serialises them). It
 does not call `study.ask()` itself because ask creates a new, jobless trial when the queue is empty.
-The job runs through gates.runner.run_job (same stop rules, same MLflow child run and tags) while a
+The job runs through gates.execution._runner.run_job (same stop rules, same MLflow child run and tags) while a
 thread records Optuna heartbeats; the record (final metrics, status, halt, MLflow run id) goes into the
 trial's user attrs and the trial is set COMPLETE.
 
@@ -414,11 +414,11 @@ def run_distributed(
 ) -> runner.Outcome | Enqueued:
     """Enqueue the contract's jobs; unless `wait` is False, wait for them and return the outcome (the
     evidence recorded, or a recorded claim reproduced, exactly as a single-process run does:
-    `recording`, default as `gates.attempts.plan_recording` decides).
+    `recording`, default as `gates.record._attempts.plan_recording` decides).
 
-    A contract with `tuning` goes in two phases: its tuning trials are jobs first (gates.tuning
+    A contract with `tuning` goes in two phases: its tuning trials are jobs first (gates.execution._tuning
     .run_tuning_trial on the workers; studies in `optuna_storage`, default the job storage); once they
-    are all done, the coordinator takes the tuning record and best configs (gates.tuning.tune_and_apply,
+    are all done, the coordinator takes the tuning record and best configs (gates.execution._tuning.tune_and_apply,
     which finds the budget spent) and enqueues the arm x seed jobs with the tuned configs. With
     `wait=False` only the phase that can be enqueued now is."""
     recording = recording or runner.plan_recording(loaded, runs_root)
@@ -441,7 +441,9 @@ def run_distributed(
         wait_for_jobs(storage, study.study_name, jobs, progress, poll=poll)
         parent.apply_tuning(tuning_url, progress)
     records: list[dict] = []
-    for seeds in plan.seeds_by_look(parent.loaded, records):  # one look at a time (gates/plan.py)
+    for seeds in plan.seeds_by_look(
+        parent.loaded, records
+    ):  # one look at a time (gates/execution/_plan.py)
         jobs = run_jobs(parent, seeds)
         enqueue(study, storage, parent, jobs, result)
         if on_enqueued is not None:
@@ -844,7 +846,7 @@ def _earlier_runs(loaded: LoadedContract, table: JobTable, arm: str, seed: int) 
 
 
 def _run_tuning_trial(ctx: StudyContext, attrs: dict, table: JobTable, on_start) -> dict:
-    """Job kind "tune": one pre-registered tuning trial of an arm (gates.tuning.run_tuning_trial, which
+    """Job kind "tune": one pre-registered tuning trial of an arm (gates.execution._tuning.run_tuning_trial, which
     does nothing once the arm's budget is spent); its MLflow run is nested under the parent run."""
     from gates.execution import _tuning as tuning
 

@@ -1,15 +1,15 @@
 """The order of work of a contract: one plan, run by both executors.
 
 1. tuning trials (`tuning_jobs`), when the contract tunes its arms; then the tuned configs
-   (`gates.tuning.tune_and_apply`: the best trial's params, preflight again);
+   (`gates.execution._tuning.tune_and_apply`: the best trial's params, preflight again);
 2. arm x seed jobs grouped by look (`run_jobs(loaded, seeds)`), seed-major, the arms that relative
    futility rules judge last in each seed (`after` names the jobs they are compared with);
 3. between looks, a decision point (`next_seeds(loaded, records)`): the seeds of the next look, or
-   None when the records decide (a sequential contract, gates.sequential) or every seed has run.
+   None when the records decide (a sequential contract, gates.inference._sequential) or every seed has run.
    A contract without `sequential` is one look of all its seeds.
 
-The single-process runner (gates.runner) runs each look's jobs in order in its own process; the
-distributed coordinator (gates.distributed) enqueues one look's jobs at a time and waits for them; the
+The single-process runner (gates.execution._runner) runs each look's jobs in order in its own process; the
+distributed coordinator (gates.execution._distributed) enqueues one look's jobs at a time and waits for them; the
 Ray executor (gates/execution/_ray.py) submits one look's jobs as Ray tasks as their `after` allows.
 Both ask `next_seeds` the same question with the records they have, so the looks are written once.
 """

@@ -58,7 +58,7 @@ def preflight(loaded: LoadedContract, *, here: bool = True) -> PreflightReport:
         _capacity_match(match, study, loaded.arm_configs, report, refuse)
     if (
         c.convergence is not None
-    ):  # the window measurable on a train or validation metric (gates.rules)
+    ):  # the window measurable on a train or validation metric (gates.execution._stop_rules)
         from gates.execution._stop_rules import preflight_convergence
 
         report.notes += preflight_convergence(loaded, refuse)

@@ -9,8 +9,8 @@ the task computes on exactly that many threads, so its sums are those of a singl
 tasks at once than the cluster has CPUs for.
 
 Failures: Ray retries a task whose worker process or node died (`max_retries`); the MLflow runs that
-dead attempts left RUNNING are closed (KILLED) at the end (gates.distributed.close_leftovers; a tuning
-trial's by gates.tuning.reap_interrupted). A run whose study raised is a failed run in its record, as
+dead attempts left RUNNING are closed (KILLED) at the end (gates.execution._distributed.close_leftovers; a tuning
+trial's by gates.execution._tuning.reap_interrupted). A run whose study raised is a failed run in its record, as
 everywhere, and is not retried. An error of the platform's own in a task (the store unreachable, a
 node on other code) stops the run: the other tasks are cancelled, finished runs are kept (RayJobError).
 

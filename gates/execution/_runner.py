@@ -1,8 +1,8 @@
 """Run a contract: preflight, every arm x seed under the stop rules, then the verdict and evidence.
 
-The order of work is the plan's (gates/plan.py): tuning trials, then the arm x seed jobs look by look
+The order of work is the plan's (gates/execution/_plan.py): tuning trials, then the arm x seed jobs look by look
 (one look of all seeds unless the contract is `sequential`), asking the plan between looks whether
-to go on; the distributed coordinator (gates/distributed.py) follows the same plan.
+to go on; the distributed coordinator (gates/execution/_distributed.py) follows the same plan.
 
 Every arm x seed is one MLflow run nested under the contract's parent run. A finished run
 (completed, or halted by a stop rule) of the same contract hash and code is never redone unless
@@ -155,7 +155,7 @@ class ParentRun:
     prov: Provenance | None = None
     pre: PreflightReport | None = None
     tuning: dict | None = (
-        None  # the tuning record (gates/tuning.py) when the contract tunes its arms
+        None  # the tuning record (gates/execution/_tuning.py) when the contract tunes its arms
     )
 
     @property
@@ -376,7 +376,7 @@ def execute(
     """Run everything the contract asks for. A contract without evidence (or whose evidence was
     withdrawn) records attempt 1 (N + 1) in runs/<id>/ and the claims history; one with evidence is
     reproduced and compared with it, writing nothing under runs/, unless `record` (with a `reason`)
-    records another attempt (gates.attempts). One process at a time per contract (runs/.<id>.lock): a
+    records another attempt (gates.record._attempts). One process at a time per contract (runs/.<id>.lock): a
     second is a UserError naming the first's pid, before it opens the store, so it neither trains the
     same runs again nor closes the first's running runs as killed. Runs a killed process left RUNNING
     are closed (KILLED) and redone."""
@@ -411,7 +411,7 @@ def _run_contract(
     done = finished_runs(parent)
     reuse = Reuse()
     reuse.other_code, reuse.other_code_sha256 = runs_under_other_code(parent)
-    # tune first (gates/tuning.py): the seeds run each tuned arm's best config
+    # tune first (gates/execution/_tuning.py): the seeds run each tuned arm's best config
     if c.tuning is not None:
         parent.apply_tuning(optuna_storage, progress, fresh=fresh)
         loaded = parent.loaded
@@ -420,7 +420,7 @@ def _run_contract(
     budget = parent.budget
     reference = reference_metrics(loaded)
     try:
-        # the plan (gates/plan.py): one look's arm x seed jobs at a time, seed-major, the arms that
+        # the plan (gates/execution/_plan.py): one look's arm x seed jobs at a time, seed-major, the arms that
         # relative futility rules judge last in each seed; between looks, the decision point
         for seeds in plan.seeds_by_look(loaded, records):
             seed_histories: dict[

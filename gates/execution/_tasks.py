@@ -3,11 +3,11 @@
 gates/execution/_processes.py).
 
 The driver (this process) does what a single-process `gates run` does around the jobs: the contract's
-lock, preflight and the parent MLflow run (gates.runner.prepare_parent, own_parent), the plan's order of
+lock, preflight and the parent MLflow run (gates.execution._runner.prepare_parent, own_parent), the plan's order of
 work (gates/execution/_plan.py: tuning trials, then the arm x seed jobs look by look, `next_seeds`
-between looks), the verdict and the evidence, written once, here (gates.runner.finish). Each job is one
+between looks), the verdict and the evidence, written once, here (gates.execution._runner.finish). Each job is one
 task that runs it with the distributed worker's code: the job's description is the one the distributed
-coordinator enqueues (gates.distributed.run_jobs, tune_jobs), the task rebuilds the worker's context
+coordinator enqueues (gates.execution._distributed.run_jobs, tune_jobs), the task rebuilds the worker's context
 from the contract's text and the coordinator's code fingerprint (`load_context`: a process on other
 code refuses) and runs `JOB_KINDS[kind]`, the function `gates worker` runs (stop rules, nested MLflow
 run, tags, a relatively judged arm's comparison, an arm that keeps failing not run). The task computes

@@ -1,5 +1,5 @@
 """A contract's claim judged: its decision and controls over its seeds, at a fixed number of seeds
-(`gates.verdict.decide`) or look by look (`gates.sequential`), with what the verdict needs beyond the
+(`gates.inference.decide`) or look by look (`gates.inference._sequential`), with what the verdict needs beyond the
 runs: each condition's ceiling and the tuned arms whose search stopped at an edge of its range.
 """
 
@@ -23,7 +23,7 @@ def judge(
     level: float | None = None,
 ) -> Verdict:
     """A contract's verdict on its runs: its decision with its controls over its seeds, and for a
-    sequential contract look by look (gates.sequential). `ceilings` (condition label -> a resolved
+    sequential contract look by look (gates.inference._sequential). `ceilings` (condition label -> a resolved
     ceiling) and `edges` (tuned arm -> why its search stopped at an edge) come from the contract's study
     and its tuning record (`judge_claim`); `level`: the alpha its claim family leaves it (default: the
     decision's; its controls keep the decision's alpha: they judge the setup, not the claim)."""
@@ -108,7 +108,7 @@ def tuning_edges(contract, record: dict) -> dict[str, str]:
     """tuned arm -> why its search may have stopped short of its best config: for a numeric parameter, the
     best trial's value is the lowest or the highest value any completed trial tried (the optimum may lie
     beyond it), on a side the contract does not declare a hard limit (`hard: [low]`), or only one value
-    was tried. A decision condition reading such an arm is undetermined (gates.verdict)."""
+    was tried. A decision condition reading such an arm is undetermined (gates.inference)."""
     space = contract.tuning.space if contract.tuning is not None else {}
     out = {}
     for arm, r in (record.get("arms") or {}).items():

@@ -160,7 +160,7 @@ class Verdict:
     controls: list[ConditionResult] = field(default_factory=list)
     looks: list[dict] = field(
         default_factory=list
-    )  # a sequential contract's looks (gates.sequential)
+    )  # a sequential contract's looks (gates.inference._sequential)
     not_run: list[dict] = field(default_factory=list)  # arms read without a completed run (invalid)
     beyond_ceiling: list[dict] = field(
         default_factory=list

@@ -32,7 +32,7 @@ def resolve_uri(uri: str | None) -> str:
 
 
 def open_client(uri: str, *, create: bool = True):
-    """An MlflowClient for `uri`. A SQLite store is checked first (gates/store.py): a missing one is
+    """An MlflowClient for `uri`. A SQLite store is checked first (gates/record/_store.py): a missing one is
     built all-or-nothing (unless not `create`: the read-only dashboard), a damaged one is a one-line
     StoreError naming the file and the fix."""
     # MLflow is imported lazily: `gates check` and `gates verify` need no tracking store.

@@ -75,7 +75,8 @@ class ClaimCheck:
         None  # the contract's sha256 against the recorded one; None: not compared
     )
     rederived: bool = False  # the re-derive phase ran (`gates verify`, `gates status --full`)
-    # the claims history and the code, filled in by `claims` (gates.history, gates.provenance, gates.audit)
+    # the claims history and the code, filled in by `claims` (gates.record._history,
+    # gates.record._provenance, gates.verify._audit)
     withdrawn: bool = (
         False  # the index's latest entry for this id is a withdrawal (status "withdrawn")
     )
@@ -98,13 +99,15 @@ class ClaimCheck:
     audited: list[str] = field(
         default_factory=list
     )  # runs re-run by a spot-check audit, with their outcome
-    attempts: int = 0  # attempts at this claim in the claims history (gates.history.attempts)
+    attempts: int = (
+        0  # attempts at this claim in the claims history (gates.record._history.attempts)
+    )
     earlier: list[str] = field(
         default_factory=list
     )  # each earlier attempt in a line ("attempt 1 invalid (...)")
     shared_runs: dict[str, list[str]] = field(
         default_factory=dict
-    )  # other claim -> runs it ran too (gates.siblings)
+    )  # other claim -> runs it ran too (gates.record._siblings)
     regime_left: RegimeLeft | None = None  # a superseded sibling left this claim's regime
 
     def add(self, code: str, message: str) -> None:

@@ -226,7 +226,7 @@ def claims(
     (`check_files`) or by `deep` (`gates verify` passes its re-derivation, which starts with the
     files phase). A contract without evidence is pending when found by scanning, lost when named.
 
-    Then the claims history (runs/INDEX.jsonl, gates.history): a broken chain, evidence changed or gone
+    Then the claims history (runs/INDEX.jsonl, gates.record._history): a broken chain, evidence changed or gone
     without an entry that says so, loses the claims concerned; a withdrawn claim is not checked and
     is reported as withdrawn. Each claim is annotated with its supersedes chain, its attempts, the
     claims it shares runs or a regime with, the rules its contract predates (`today_rules(path)`

@@ -284,7 +284,7 @@ def _check_convergence(loaded: LoadedContract, ev: Evidence) -> list[str]:
 
 def _check_settings(loaded: LoadedContract, ev: Evidence) -> list[str]:
     """The settings, claim and gate-5 point recorded are the contract's (a tuned arm's config is checked
-    by gates.tuning against the declared one with the best trial's params)."""
+    by gates.execution._tuning against the declared one with the best trial's params)."""
     c = loaded.contract
     s = ev.settings
     problems = []
