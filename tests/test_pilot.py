@@ -85,3 +85,20 @@ def test_a_pilot_of_an_unknown_arm_or_beyond_the_budget_is_refused(workdir):
         assert result.returncode == 2 and said in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
     assert not (workdir / "mlflow.db").exists()  # refused before any store is opened
+
+
+def test_check_of_a_contract_never_piloted_does_not_import_mlflow(workdir):
+    """Listing pilots costs `gates check` nothing when there are none: one read-only query of the
+    SQLite store, MLflow left unimported (its import takes seconds)."""
+    open_client(f"sqlite:///{workdir / 'mlflow.db'}").create_experiment("other")
+    path = write_contract(workdir / "contracts", small_c05(id="c05-never"), "c05-never.yaml")
+    script = (
+        "import sys\nfrom gates.cli import main\n"
+        f"sys.argv = ['gates', 'check', {str(path)!r}]\n"
+        "try:\n    main()\nexcept SystemExit:\n    pass\n"
+        "print('mlflow imported' if 'mlflow' in sys.modules else 'mlflow not imported')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=workdir, capture_output=True, text=True
+    )
+    assert "ready to run" in done.stdout and "mlflow not imported" in done.stdout, done.stdout

@@ -342,8 +342,11 @@ def pilot_runs(uri: str, contract_id: str, contract_path: Path | None = None) ->
     from gates.record._store import COMPLETE, inspect, sqlite_path
 
     path = sqlite_path(uri)
-    if path is not None and inspect(path).state != COMPLETE:
-        return []  # no store yet (or not one MLflow can read): no pilot has run here
+    if path is not None:  # no store yet, or no pilot of this contract: MLflow is not even imported
+        if not path.is_file() or not _has_pilots(path, contract_id):
+            return []
+        if inspect(path).state != COMPLETE:
+            return []  # a store MLflow cannot read as it is: `gates run` says why
     client = open_client(uri, create=False)
     experiment = client.get_experiment_by_name(contract_id)
     if experiment is None:
@@ -374,6 +377,27 @@ def pilot_runs(uri: str, contract_id: str, contract_path: Path | None = None) ->
             )
         )
     return pilots
+
+
+def _has_pilots(path: Path, contract_id: str) -> bool:
+    """Whether the SQLite store at `path` may hold a pilot run of `contract_id`: one read-only query, so
+    that `gates check` of a contract never piloted does not pay MLflow's import (seconds). A schema
+    this query does not know answers yes: MLflow itself then reads the store."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+            return (
+                db.execute(
+                    "SELECT 1 FROM experiments e JOIN runs r ON r.experiment_id = e.experiment_id "
+                    "JOIN tags t ON t.run_uuid = r.run_uuid "
+                    "WHERE e.name = ? AND t.key = 'gates.pilot' LIMIT 1",
+                    (contract_id,),
+                ).fetchone()
+                is not None
+            )
+    except sqlite3.Error:
+        return True
 
 
 def _finite(value) -> bool:
