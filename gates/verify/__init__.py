@@ -17,7 +17,7 @@ from gates._face import lazy_face
 _FACE = {
     "WORKFLOW_PATH": ("_workflow", "WORKFLOW_PATH"),
     "workflow": ("_workflow", "workflow"),
-    "workflow_commands": ("_workflow", "run_commands"),
+    "workflow_commands": ("_workflow", "workflow_commands"),
     "AUDIT": ("_claim", "AUDIT"),
     "CONTRACT_AMBIGUOUS": ("_claim", "CONTRACT_AMBIGUOUS"),
     "CONTRACT_EDITED": ("_claim", "CONTRACT_EDITED"),

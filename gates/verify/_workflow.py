@@ -74,7 +74,7 @@ def workflow(
     )
 
 
-def run_commands(text: str) -> list[str]:
+def workflow_commands(text: str) -> list[str]:
     """The shell commands of a workflow's `run` steps, in order (what CI executes after checkout and
     Python setup)."""
     import yaml
