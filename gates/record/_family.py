@@ -15,7 +15,7 @@ version that came out invalid still had its chance to decide falsely.
 
 The attempts of one version (`gates run --record --reason`: the same contract recorded again, after a
 change of code) are re-tries too: attempt k is judged at the version's alpha up to what the family and
-attempts 1..k-1 left, and a version spends what all its attempts spent (`_attempt_levels`). One
+attempts 1..k-1 left, and a version spends what all its attempts spent (`_left_after`). One
 exception: an attempt whose verdict was `invalid` (an arm it reads never completed, a control failed,
 a bar beyond what the runs can reach) decided nothing and spends nothing, so the attempt that fixes
 the bug is the design's first run as designed. (Its false-decision rate stays at the level as long as
@@ -49,16 +49,14 @@ class Version:
 INVALID = "invalid"  # a verdict that decided nothing: the attempt spends nothing
 
 
-def _attempt_levels(own_alpha: float, left: float, verdicts) -> tuple[list[float], float]:
-    """The alpha each attempt of a version (their verdicts, in order) is judged at, its own alpha up to
-    what its family and the attempts before it left, and what they left (an invalid one spent nothing)."""
-    levels = []
+def _left_after(own_alpha: float, left: float, verdicts) -> float:
+    """What a version's attempts (their verdicts, in order) leave of `left`: each is judged at its own
+    alpha up to what the attempts before it left, and spends that, unless it was invalid."""
     for verdict in verdicts:
-        level = min(own_alpha, left)
-        levels.append(level)
         if verdict != INVALID:
+            level = min(own_alpha, left)
             left = 0.0 if left - level < _EPS else round(left - level, 12)
-    return levels, left
+    return left
 
 
 @dataclass(frozen=True)
@@ -88,7 +86,7 @@ class Family:
 
     def left_by_attempts(self, own_alpha: float) -> float:
         """What this version's earlier attempts left of what its family left it."""
-        return _attempt_levels(own_alpha, self.left, self.attempts_before)[1]
+        return _left_after(own_alpha, self.left, self.attempts_before)
 
     def level(self, own_alpha: float) -> float:
         """The alpha this attempt of this version is tested at: its own, up to what its family and its
@@ -229,7 +227,7 @@ def family_of(
             at = ev.supersedes
     family = Family(root=root, alpha=float(declared))
     for cid, own, seeds, recorded, verdicts in reversed(found):
-        level = family.left - _attempt_levels(own, family.left, verdicts)[1] if recorded else 0.0
+        level = family.left - _left_after(own, family.left, verdicts) if recorded else 0.0
         version = Version(cid, round(level, 12), seeds, recorded, max(len(verdicts), 1))
         family = Family(family.root, family.alpha, (*family.earlier, version))
     return family.after_attempts(attempts_before)
