@@ -228,6 +228,18 @@ def regenerate_history(runs_root: Path) -> None:
     backfill_index(runs_root)
 
 
+def git(root: Path, *args: str) -> None:
+    """A git command in `root` by a throwaway identity (a test's own repository)."""
+    import subprocess
+
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        cwd=root,
+        check=True,
+        capture_output=True,
+    )
+
+
 def write_contract(folder: Path, data: dict, name: str = "contract.yaml") -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -15,6 +15,7 @@ import pytest
 import tomllib
 
 from gates.verify import WORKFLOW_PATH, workflow, workflow_commands
+from tests.conftest import git
 from tests.test_plugin_study import CONTRACT, EXAMPLE, gates, install_dist
 
 INSTALLS = 2  # the workflow's install commands: CPU torch, then the project (need a package index)
@@ -33,15 +34,6 @@ def project(tmp_path) -> tuple[Path, Path]:
     done = gates(site, root, "run", f"contracts/{CONTRACT.name}")
     assert done.returncode == 0, done.stdout + done.stderr
     return site, root
-
-
-def git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
-    )
 
 
 def run_in_ci(site: Path, root: Path, command: str) -> subprocess.CompletedProcess:

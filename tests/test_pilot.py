@@ -14,7 +14,7 @@ import pytest
 
 from gates.contract import PILOT_SEED_BASE
 from gates.record import open_client
-from tests.conftest import small_c05, write_contract
+from tests.conftest import git, small_c05, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -24,15 +24,6 @@ def gates(root: Path, *args: str) -> subprocess.CompletedProcess:
     env.pop("MLFLOW_TRACKING_URI", None)
     return subprocess.run(
         [sys.executable, "-m", "gates", *args], cwd=root, capture_output=True, text=True, env=env
-    )
-
-
-def git(root: Path, *args: str) -> None:
-    subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
-        cwd=root,
-        check=True,
-        capture_output=True,
     )
 
 

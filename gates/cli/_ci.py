@@ -9,19 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
+from gates.cli._group import command_group, group_console
 from gates.errors import UserError
 
-ci_app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    help="CI for your own project: `gates ci init` writes a GitHub Actions workflow that installs the "
-    "project and runs `gates verify` on every push, failing when a claim loses its evidence.",
+ci_app = command_group(
+    "CI for your own project: `gates ci init` writes a GitHub Actions workflow that installs the "
+    "project and runs `gates verify` on every push, failing when a claim loses its evidence."
 )
-out = Console(soft_wrap=True, highlight=False)
+out = group_console()
 
 
 @ci_app.command()

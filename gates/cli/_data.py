@@ -10,23 +10,20 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 from rich.table import Table
+
+from gates.cli._group import command_group, group_console
 
 if TYPE_CHECKING:
     from gates.models.corpora import FetchResult
 
-data_app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-    help="Real text corpora for studies: `gates data fetch NAME` downloads, verifies and extracts one into "
+data_app = command_group(
+    "Real text corpora for studies: `gates data fetch NAME` downloads, verifies and extracts one into "
     "the cache ($TREEHEAP_GATES_CACHE, else ~/.cache/treeheap-gates) and prints its license; "
     "`gates data list` shows them. Studies name data as 'CORPUS:SIDE' (e.g. libreoffice-help:zh-en), "
-    "a .txt/.tsv path, or 'moses:PATH_PREFIX:SRC:TGT'.",
+    "a .txt/.tsv path, or 'moses:PATH_PREFIX:SRC:TGT'."
 )
-out = Console(soft_wrap=True, highlight=False)
+out = group_console()
 
 
 def _size(n_bytes: int) -> str:
