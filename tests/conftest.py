@@ -31,6 +31,10 @@ def _share_the_cores() -> None:
 
 _share_the_cores()
 
+# Tests record into throwaway projects from a working tree that is being edited: let them (the
+# refusal itself is tested with this unset, tests/test_uncommitted.py). Subprocesses inherit it.
+os.environ["GATES_ALLOW_UNCOMMITTED"] = "1"
+
 
 # What the committed C05 contract (recorded before the design rules of gates/design/_rules.py) lacks to be
 # registered today: the factor under test, why the baselines fail by construction, positive controls

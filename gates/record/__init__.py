@@ -121,6 +121,7 @@ _FACE = {
     "shared_runs": ("_siblings", "shared_runs"),
     "signature": ("_evidence", "signature"),
     "supersede_claim_run": ("_tracking", "supersede_claim_run"),
+    "refuse_uncommitted": ("_provenance", "refuse_uncommitted"),
     "staleness": ("_provenance", "staleness"),
     "study_files": ("_provenance", "study_files"),
     "term_short_names": ("_conditions", "short_names"),

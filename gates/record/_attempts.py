@@ -46,10 +46,15 @@ def plan_recording(
     loaded, runs_root: Path, *, record: bool = False, reason: str | None = None
 ) -> Recording:
     """Decide before any training whether this run records a new attempt or reproduces the recorded
-    one; UserError (exit 2) for flags that do not fit the claim's state. Sets the contract's claim family
+    one; UserError (exit 2) for flags that do not fit the claim's state, and for recording from files
+    no commit holds (`refuse_uncommitted`). Sets the contract's claim family
     (`loaded.family`, the alpha its verdict is judged at) where its caller has not (`gates run` did, at
     admission, with the family's refusals), judging the attempt this run records or reproduces."""
     recording = _plan(loaded, runs_root, record, reason)
+    if recording.mode == RECORD:
+        from gates.record._provenance import refuse_uncommitted
+
+        refuse_uncommitted(loaded.path, type(loaded.study).__module__, "record")
     from gates.record._family import attach_family, attempt_verdicts
 
     # a later attempt is judged at what the earlier ones left

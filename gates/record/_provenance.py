@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import os
 import re
 import subprocess
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import gates
+from gates.errors import UserError
 
 PROJECT_ROOT = Path(gates.__file__).resolve().parent.parent
 CODE_PACKAGES = ("gates", "models")
@@ -270,6 +272,68 @@ def current(study_module: str | None = None) -> Provenance:
         dirty = "unknown" if status is None else ("true" if status else "false")
     fingerprint, files = _fingerprint(code_named(study_module))
     return Provenance(commit, dirty, fingerprint, files, study_package(study_module))
+
+
+# ---------------------------------------------------------------------------------- uncommitted
+# Set to record from uncommitted files anyway (the platform's own test suite, a scratch project):
+# the evidence then says `+dirty`, and its fingerprint makes the claim stale until its code is
+# committed as it ran (or the claim is certified under committed code).
+ALLOW_UNCOMMITTED = "GATES_ALLOW_UNCOMMITTED"
+
+
+def uncommitted(paths: list[Path], *, outside_git: bool = True) -> list[str]:
+    """Of these files, those no commit holds as they are: untracked or ignored, changed since HEAD
+    (staged or not), or in no git work tree (unless not `outside_git`: an installed distribution's
+    files, whose version and fingerprint say what they are), each as `<path> (untracked)`,
+    `(changed)` or `(in no git repository)`, relative to the current directory when under it."""
+    by_repo: dict[Path, list[Path]] = {}
+    found = []
+    for path in paths:
+        path = Path(path).resolve()
+        top = git("rev-parse", "--show-toplevel", root=path.parent)
+        if top is not None:
+            by_repo.setdefault(Path(top), []).append(path)
+        elif outside_git:
+            found.append(f"{_shown(path)} (in no git repository)")
+    for top, files in by_repo.items():
+        names = [str(f.relative_to(top.resolve())) for f in files]
+        tracked = git("ls-files", "--full-name", "--", *names, root=top)
+        tracked = set((tracked or "").splitlines())
+        # `git diff HEAD` fails without a commit: then nothing is committed
+        changed = git("diff", "--name-only", "HEAD", "--", *names, root=top)
+        changed = set(changed.splitlines()) if changed is not None else set(names)
+        for file, name in zip(files, names):
+            what = "untracked" if name not in tracked else "changed" if name in changed else None
+            if what:
+                found.append(f"{_shown(file)} ({what})")
+    return found
+
+
+def refuse_uncommitted(contract_path: Path, study_module: str | None, doing: str) -> None:
+    """Before a command records (`doing`: "record", "certify"), refuse (UserError, exit 2) when the
+    contract file or a file of the study's code fingerprint is not committed as it is, so that the
+    commit the evidence names holds what produced it; in this repository and a researcher's own
+    project alike (unless ALLOW_UNCOMMITTED is set: see above)."""
+    if os.environ.get(ALLOW_UNCOMMITTED, "") not in ("", "0"):
+        return
+    found = uncommitted([Path(contract_path)]) + uncommitted(
+        code_paths(study_module), outside_git=False
+    )
+    if found:
+        shown = ", ".join(found[:5]) + (f" and {len(found) - 5} more" if len(found) > 5 else "")
+        raise UserError(
+            f"cannot {doing} from files no commit holds: {shown}; expected them committed, so the "
+            f"evidence names a commit with the code that produced it (reproducing a recorded claim "
+            f"runs from any tree)",
+            file=str(contract_path),
+        )
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
 
 
 # ---------------------------------------------------------------------------------- staleness

@@ -21,7 +21,14 @@ from pathlib import Path
 
 from gates.contract import LoadedContract
 from gates.errors import UserError, storage_error
-from gates.record import EVIDENCE, current_provenance, evidence_dir, read_evidence, record_entry
+from gates.record import (
+    EVIDENCE,
+    current_provenance,
+    evidence_dir,
+    read_evidence,
+    record_entry,
+    refuse_uncommitted,
+)
 from gates.study import study_module
 from gates.verify._audit import commit_seed, compare, not_ready, rerun, tolerance
 
@@ -71,6 +78,7 @@ def certify(
             f"{ev.contract_sha256[:16]}); expected the recorded contract",
             field="contract",
         )
+    refuse_uncommitted(loaded.path, study_module(loaded.contract.study), "certify")
     runs = [r for r in ev.runs if r.status == "completed"]
     result = Certification(loaded.id, completed=len(runs))
     if not runs:
