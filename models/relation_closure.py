@@ -26,7 +26,7 @@ Queries (`query_set`):
 
 Arms choose a parent (`single_key`, `prototypes` m, `lowrank`, `mlp` sized to match prototypes
 m = `mlp_match_prototypes`, `oracle`, or `dense`: no tree, the exact read the tree is measured
-against), a topology (`positional`, `random`, `learned`) and a read (`soft` only, or also a cheap
+against), a topology (`positional`, `random`, `learned`, `kmeans`) and a read (`soft` only, or also a cheap
 `beam` / `drilldown` read; a beam without a width is calibrated on FIT queries to `target_recall`
 top-10 recall and then measured on evaluation queries; `fast_beam` is `models.tree_read`'s GEMM-shaped
 read of a bank, its schedule calibrated on fit queries the same way).
@@ -69,6 +69,9 @@ QUERY_WINDOW = 128  # held-out windows the queries come from
 CONTEXT_POOL = 2048  # training windows a seed draws its per-context trees from
 BANK_WINDOW = 128
 PROBE_QUERIES = 128  # evaluation queries used for the closure error at intermediate reports
+# topology_mass's random tree: its own generator, seeded apart from the arm's draws, so that every
+# arm of a seed measures against the same random tree of the same keys
+RANDOM_TREE_SEED = 2**20
 
 
 class RelationClosureConfig(DeviceConfig):
@@ -102,7 +105,7 @@ class RelationClosureConfig(DeviceConfig):
         description="mlp: hidden width, its node state width then solved for the parameter match "
         "(None: 32, halved while the match cannot afford it); other parents ignore it",
     )
-    topology: Literal["positional", "random", "learned"] = "learned"
+    topology: Literal["positional", "random", "learned", "kmeans"] = "learned"
     read: Literal["soft", "beam", "drilldown", "fast_beam"] = "soft"
     beam_width: int | None = Field(default=None, ge=1, description="None: calibrate on fit queries")
     target_recall: float = Field(default=0.95, gt=0, le=1)
@@ -118,6 +121,11 @@ class RelationClosureConfig(DeviceConfig):
         default=False,
         description="also report oracle_mass_top_{half,quarter}_at_depth_t and "
         "mass_kept_vs_oracle_top_{half,quarter}_at_depth_t (see oracle_mass_metrics)",
+    )
+    topology_mass: bool = Field(
+        default=False,
+        description="also report own_oracle_mass_*, random_tree_mass_* and gap_closed_* per share "
+        "and resolution depth (see topology_mass_metrics)",
     )
 
     @model_validator(mode="after")
@@ -226,6 +234,20 @@ def _metrics() -> dict[str, Metric]:
             for t in range(first, MAX_DEPTH + 1)
         }
     )
+    # with topology_mass (see topology_mass_metrics): the oracle's pruning read on the arm's own tree
+    # (its topology's ceiling), on a random tree of the same keys (what a topology that groups nothing
+    # keeps), and the share of the gap from that random tree to the best leaves the arm's read closes
+    for share, first, kept in (("half", 1, 0.5), ("quarter", 2, 0.25)):
+        for t in range(first, MAX_DEPTH + 1):
+            metrics[f"own_oracle_mass_top_{share}_at_depth_{t}"] = Metric(
+                "higher", "test", kept, 1.0
+            )
+            metrics[f"random_tree_mass_top_{share}_at_depth_{t}"] = Metric(
+                "higher", "test", kept, 1.0
+            )
+            metrics[f"gap_closed_top_{share}_at_depth_{t}"] = Metric(
+                "higher", "test", None, 1.0, chance=0.0
+            )
     # how peaked the dense posterior is (nats over the tree's leaves; log N is uniform): a property of
     # the data regime that a positive control reads, recorded per arm; linear, as it sits away from 0 (no
     # unit: nats, but not to be compared with the KLs, which are on the log scale)
@@ -322,11 +344,16 @@ class RelationClosureStudy(Study):
             }
             if t >= 2:
                 names.add(f"mass_kept_top_quarter_at_depth_{t}")
-            if config.oracle_mass:
-                for share in ("half", "quarter") if t >= 2 else ("half",):
+            for share in ("half", "quarter") if t >= 2 else ("half",):
+                if config.oracle_mass:
                     names |= {
                         f"oracle_mass_top_{share}_at_depth_{t}",
                         f"mass_kept_vs_oracle_top_{share}_at_depth_{t}",
+                    }
+                if config.topology_mass:
+                    names |= {
+                        f"{kind}_top_{share}_at_depth_{t}"
+                        for kind in ("own_oracle_mass", "random_tree_mass", "gap_closed")
                     }
         if config.query_set == "continuation" and config.val_queries:
             names.add("val_closure_error")
@@ -370,6 +397,11 @@ class RelationClosureStudy(Study):
             return Ceiling(
                 "the oracle reads the same tree and keeps the depth-t nodes of highest dense mass, "
                 "exactly 1 by definition; no parent's selection of those nodes keeps more",
+                value=1.0,
+            )
+        if metric.startswith("gap_closed_") and metric in self.reported_metrics(config):
+            return Ceiling(
+                "a read that keeps the best leaves closes the whole gap from the random tree to them",
                 value=1.0,
             )
         if metric.startswith("mass_kept_top_") and metric in self.reported_metrics(config):
@@ -487,6 +519,15 @@ class RelationClosureStudy(Study):
                 reference_order = rt.build_topology("learned", keys, apart)
             metrics.update(
                 oracle_mass_metrics(metrics, rt.heap_keys(keys, reference_order), eval_queries)
+            )
+        if config.topology_mass:
+            random_order = rt.build_topology(
+                "random", keys, torch.Generator().manual_seed(RANDOM_TREE_SEED + seed)
+            )
+            metrics.update(
+                topology_mass_metrics(
+                    metrics, keys_heap, rt.heap_keys(keys, random_order), eval_queries
+                )
             )
         if config.read != "soft":
             metrics.update(cheap_read(config, parent, keys_heap, fit_queries, eval_queries))
@@ -636,23 +677,58 @@ def oracle_mass_metrics(
     On a learned tree the reference is the tree itself: the ratio is at most 1 and exact parents
     reach 1. For another topology the denominator is the same number, so its ratio is its absolute
     mass kept on the same scale as the learned tree's (it may exceed 1)."""
-    depth = rt.tree_depth(reference_heap.shape[1])
-    sums: dict[str, float] = {}
+    out = {}
+    for (share, t), mean in oracle_masses(reference_heap, queries, chunk).items():
+        out[f"oracle_mass_top_{share}_at_depth_{t}"] = mean
+        kept = metrics[f"mass_kept_top_{share}_at_depth_{t}"]
+        out[f"mass_kept_vs_oracle_top_{share}_at_depth_{t}"] = kept / mean
+    return out
+
+
+def oracle_masses(
+    heap: torch.Tensor, queries: torch.Tensor, chunk: int = 128
+) -> dict[tuple[str, int], float]:
+    """(share, t) -> the mean over trees and queries of `oracle_mass` on this tree (`heap`, its keys
+    in heap order), for every resolution depth t and share (half: t >= 1, quarter: t >= 2)."""
+    depth = rt.tree_depth(heap.shape[1])
+    sums: dict[tuple[str, int], float] = {}
     with torch.no_grad():
         for q in rt.query_chunks(queries, chunk):
-            scores = rt.leaf_scores(reference_heap, q)
+            scores = rt.leaf_scores(heap, q)
             for t in rt.resolution_depths(depth):
                 for share, keep in (("half", 2**t // 2), ("quarter", 2**t // 4)):
                     if keep:
-                        name = f"oracle_mass_top_{share}_at_depth_{t}"
                         total = float(oracle_mass(scores, 2**t, keep).double().sum())
-                        sums[name] = sums.get(name, 0.0) + total
-    count = reference_heap.shape[0] * queries.shape[-2]
+                        sums[share, t] = sums.get((share, t), 0.0) + total
+    count = heap.shape[0] * queries.shape[-2]
+    return {key: total / count for key, total in sums.items()}
+
+
+def topology_mass_metrics(
+    metrics: dict[str, float], own_heap: torch.Tensor, random_heap: torch.Tensor, queries
+) -> dict[str, float]:
+    """Where a topology's pruning read stands between grouping nothing and the best leaves, per
+    resolution depth t and share, on the evaluation queries (each a mean over trees and queries):
+
+    - own_oracle_mass_top_{share}_at_depth_t: the oracle's pruning read on the arm's own tree (exact
+      node masses rank its depth-t nodes): the most any parents on this topology keep, its ceiling;
+    - random_tree_mass_top_{share}_at_depth_t: the oracle's pruning read on a random tree of the same
+      keys (the same tree for every arm of a seed: RANDOM_TREE_SEED): at least what fitted parents
+      on a random tree keep;
+    - gap_closed_top_{share}_at_depth_t = (mass_kept - random_tree_mass) / (best_mass_top_{share} -
+      random_tree_mass), with the arm's own mass_kept_top_{share}_at_depth_t: the share of the gap
+      from a random tree to the best N/2 or N/4 leaves (any read's ceiling) the arm's read closes; at
+      most 1. Taking the random tree's oracle rather than fitted parents on it makes the gap the arm
+      must close smaller, and so the share it closes smaller: conservative for a claim that a
+      topology closes much of it."""
+    own, rand = oracle_masses(own_heap, queries), oracle_masses(random_heap, queries)
     out = {}
-    for name, total in sums.items():
-        out[name] = total / count
-        kept = name.replace("oracle_mass_", "mass_kept_")
-        out[name.replace("oracle_mass_", "mass_kept_vs_oracle_")] = metrics[kept] / out[name]
+    for (share, t), ceiling in own.items():
+        suffix = f"top_{share}_at_depth_{t}"
+        floor, best = rand[share, t], metrics[f"best_mass_top_{share}"]
+        out[f"own_oracle_mass_{suffix}"] = ceiling
+        out[f"random_tree_mass_{suffix}"] = floor
+        out[f"gap_closed_{suffix}"] = (metrics[f"mass_kept_{suffix}"] - floor) / (best - floor)
     return out
 
 

@@ -58,7 +58,7 @@ from torch import nn
 
 from gates.models.common import count_parameters
 
-TopologyKind = Literal["positional", "random", "learned"]
+TopologyKind = Literal["positional", "random", "learned", "kmeans"]
 ParentKind = Literal["single_key", "prototypes", "lowrank", "mlp", "oracle"]
 PROTOTYPE_SPREAD = 0.5  # initial prototypes sit halfway between the block mean and a descendant key
 
@@ -137,6 +137,8 @@ def build_topology(
       component (power iteration on X^T X v, batched over blocks), and sorted by the projection:
       the lower half becomes the left child, the upper half the right. Sorting within a block
       keeps it contiguous, so the next depth refines it. D levels, a loop over depths only.
+    - kmeans: the same recursion with each split a balanced 2-means of the block (`kmeans_split`):
+      a clustering of the keys by distance rather than by their direction of largest spread.
     """
     num_trees, num_leaves, width = keys.shape
     depth = tree_depth(num_leaves)
@@ -146,6 +148,18 @@ def build_topology(
     if kind == "random":
         noise = torch.rand(num_trees, num_leaves, generator=generator, dtype=torch.float64)
         return noise.to(keys.device).argsort(dim=1)
+    if kind == "kmeans":
+        order = identity.clone()
+        for k in range(depth):
+            size = num_leaves >> k
+            blocks = heap_keys(keys, order).reshape(num_trees * 2**k, size, width)
+            within = kmeans_split(blocks, generator)
+            order = (
+                order.reshape(num_trees * 2**k, size)
+                .gather(1, within)
+                .reshape(num_trees, num_leaves)
+            )
+        return order
     if kind != "learned":
         raise ValueError(f"unknown topology {kind!r}")
 
@@ -168,6 +182,30 @@ def build_topology(
             order.reshape(num_trees * 2**k, size).gather(1, within).reshape(num_trees, num_leaves)
         )
     return order
+
+
+def kmeans_split(
+    blocks: torch.Tensor, generator: torch.Generator, iterations: int = 16
+) -> torch.Tensor:
+    """A balanced 2-means of each block (B, size, d): the positions sorted so that the first half is
+    one cluster and the second the other, (B, size). Seeded as k-means++ does with two centres (a
+    point drawn at random, then the point farthest from it); then Lloyd steps in which each point's
+    side is its rank by |x - c0|^2 - |x - c1|^2 (the half nearest c0 relative to c1 goes left: the
+    balanced assignment that minimises the within-cluster squared distances given the centres), and
+    each centre the mean of its half."""
+    count, size, width = blocks.shape
+    half = size // 2
+    rows = torch.arange(count, device=blocks.device)
+    first = torch.randint(size, (count,), generator=generator).to(blocks.device)
+    c0 = blocks[rows, first]
+    c1 = blocks[rows, ((blocks - c0[:, None]) ** 2).sum(-1).argmax(dim=1)]
+    within = torch.arange(size, device=blocks.device).expand(count, -1)
+    for _ in range(iterations):
+        side = ((blocks - c0[:, None]) ** 2).sum(-1) - ((blocks - c1[:, None]) ** 2).sum(-1)
+        within = side.argsort(dim=1, stable=True)
+        ordered = blocks.gather(1, within.unsqueeze(-1).expand(-1, -1, width))
+        c0, c1 = ordered[:, :half].mean(dim=1), ordered[:, half:].mean(dim=1)
+    return within
 
 
 # ------------------------------------------------------------------------------------ exact responses
