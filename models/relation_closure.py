@@ -69,9 +69,11 @@ QUERY_WINDOW = 128  # held-out windows the queries come from
 CONTEXT_POOL = 2048  # training windows a seed draws its per-context trees from
 BANK_WINDOW = 128
 PROBE_QUERIES = 128  # evaluation queries used for the closure error at intermediate reports
-# topology_mass's random tree: its own generator, seeded apart from the arm's draws, so that every
-# arm of a seed measures against the same random tree of the same keys
+# topology_mass's random trees: their own generator, seeded apart from the arm's draws, so that every
+# arm of a seed measures against the same random trees of the same keys; their mean, as one random
+# tree's mass varies by a few hundredths (a pilot: 0.47 and 0.50 for two random trees of one seed)
 RANDOM_TREE_SEED = 2**20
+RANDOM_TREES = 8
 
 
 class RelationClosureConfig(DeviceConfig):
@@ -353,8 +355,10 @@ class RelationClosureStudy(Study):
                 if config.topology_mass:
                     names |= {
                         f"{kind}_top_{share}_at_depth_{t}"
-                        for kind in ("own_oracle_mass", "random_tree_mass", "gap_closed")
+                        for kind in ("own_oracle_mass", "random_tree_mass")
                     }
+                    if t < depth:  # at the leaves every tree keeps the best leaves: no gap
+                        names.add(f"gap_closed_top_{share}_at_depth_{t}")
         if config.query_set == "continuation" and config.val_queries:
             names.add("val_closure_error")
         if config.read != "soft":
@@ -521,14 +525,12 @@ class RelationClosureStudy(Study):
                 oracle_mass_metrics(metrics, rt.heap_keys(keys, reference_order), eval_queries)
             )
         if config.topology_mass:
-            random_order = rt.build_topology(
-                "random", keys, torch.Generator().manual_seed(RANDOM_TREE_SEED + seed)
-            )
-            metrics.update(
-                topology_mass_metrics(
-                    metrics, keys_heap, rt.heap_keys(keys, random_order), eval_queries
-                )
-            )
+            shuffles = torch.Generator().manual_seed(RANDOM_TREE_SEED + seed)
+            random_heaps = [
+                rt.heap_keys(keys, rt.build_topology("random", keys, shuffles))
+                for _ in range(RANDOM_TREES)
+            ]
+            metrics.update(topology_mass_metrics(metrics, keys_heap, random_heaps, eval_queries))
         if config.read != "soft":
             metrics.update(cheap_read(config, parent, keys_heap, fit_queries, eval_queries))
         reporter.report(budget.steps, metrics)
@@ -705,30 +707,35 @@ def oracle_masses(
 
 
 def topology_mass_metrics(
-    metrics: dict[str, float], own_heap: torch.Tensor, random_heap: torch.Tensor, queries
+    metrics: dict[str, float], own_heap: torch.Tensor, random_heaps: list[torch.Tensor], queries
 ) -> dict[str, float]:
     """Where a topology's pruning read stands between grouping nothing and the best leaves, per
     resolution depth t and share, on the evaluation queries (each a mean over trees and queries):
 
     - own_oracle_mass_top_{share}_at_depth_t: the oracle's pruning read on the arm's own tree (exact
       node masses rank its depth-t nodes): the most any parents on this topology keep, its ceiling;
-    - random_tree_mass_top_{share}_at_depth_t: the oracle's pruning read on a random tree of the same
-      keys (the same tree for every arm of a seed: RANDOM_TREE_SEED): at least what fitted parents
-      on a random tree keep;
-    - gap_closed_top_{share}_at_depth_t = (mass_kept - random_tree_mass) / (best_mass_top_{share} -
-      random_tree_mass), with the arm's own mass_kept_top_{share}_at_depth_t: the share of the gap
-      from a random tree to the best N/2 or N/4 leaves (any read's ceiling) the arm's read closes; at
-      most 1. Taking the random tree's oracle rather than fitted parents on it makes the gap the arm
-      must close smaller, and so the share it closes smaller: conservative for a claim that a
+    - random_tree_mass_top_{share}_at_depth_t: the mean of the oracle's pruning read over random
+      trees of the same keys (`random_heaps`, the same trees for every arm of a seed): on average at
+      least what fitted parents on a random tree keep;
+    - gap_closed_top_{share}_at_depth_t for t < D = (mass_kept - random_tree_mass) /
+      (best_mass_top_{share} - random_tree_mass), with the arm's own mass_kept_top_{share}_at_depth_t:
+      the share of the gap from a random tree to the best N/2 or N/4 leaves (any read's ceiling) the
+      arm's read closes; at most 1 (at the leaves, t = D, every tree keeps the best leaves: no gap).
+      Taking random trees' oracle rather than fitted parents on them makes the gap the arm must close
+      smaller on average, and so the share it closes smaller: conservative for a claim that a
       topology closes much of it."""
-    own, rand = oracle_masses(own_heap, queries), oracle_masses(random_heap, queries)
+    own = oracle_masses(own_heap, queries)
+    shuffled = [oracle_masses(heap, queries) for heap in random_heaps]
+    depth = rt.tree_depth(own_heap.shape[1])
     out = {}
     for (share, t), ceiling in own.items():
         suffix = f"top_{share}_at_depth_{t}"
-        floor, best = rand[share, t], metrics[f"best_mass_top_{share}"]
+        floor = sum(masses[share, t] for masses in shuffled) / len(shuffled)
         out[f"own_oracle_mass_{suffix}"] = ceiling
         out[f"random_tree_mass_{suffix}"] = floor
-        out[f"gap_closed_{suffix}"] = (metrics[f"mass_kept_{suffix}"] - floor) / (best - floor)
+        if t < depth:
+            best = metrics[f"best_mass_top_{share}"]
+            out[f"gap_closed_{suffix}"] = (metrics[f"mass_kept_{suffix}"] - floor) / (best - floor)
     return out
 
 

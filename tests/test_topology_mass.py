@@ -39,11 +39,13 @@ def test_gap_closed_is_the_share_of_the_gap_from_the_random_tree_to_the_best_lea
     kept = {"best_mass_top_quarter": 0.5, "best_mass_top_half": 0.8}
     kept |= {f"mass_kept_top_half_at_depth_{t}": 0.5 for t in (1, 2, 3)}
     kept |= {f"mass_kept_top_quarter_at_depth_{t}": 0.4 for t in (2, 3)}
-    out = topology_mass_metrics(kept, own, uniform, queries)
+    out = topology_mass_metrics(kept, own, [uniform, uniform], queries)
     assert out["own_oracle_mass_top_quarter_at_depth_2"] == pytest.approx(0.4, abs=1e-12)
     assert out["random_tree_mass_top_quarter_at_depth_2"] == pytest.approx(0.25, abs=1e-12)
     assert out["gap_closed_top_quarter_at_depth_2"] == pytest.approx(0.6, abs=1e-12)
     assert out["gap_closed_top_half_at_depth_1"] == pytest.approx(0.0, abs=1e-12)
+    assert "gap_closed_top_quarter_at_depth_3" not in out  # the leaves: every tree keeps the best
+    assert out["random_tree_mass_top_quarter_at_depth_3"] == pytest.approx(0.25, abs=1e-12)
 
 
 def small(teacher_config, **overrides):  # noqa: F811
