@@ -1249,9 +1249,9 @@ def _named_claims(checks: list, patterns: list[str]) -> list:
 
 
 def _print_status_lines(rows: list[_StatusRow], width: int) -> None:
-    """One line per claim, in columns: id, verdict, date, state (ok, lost, pending, withdrawn, broken;
-    "stale" where its code changed since); a line that does not fit the width drops the padding, then
-    is cut (the id first, whole)."""
+    """One line per claim, in columns: id, verdict, date, state (ok, lost, pending, broken; "stale"
+    where its code changed since; nothing for a withdrawn claim, which its verdict names); a line
+    that does not fit the width drops the padding, then is cut (the id first, whole)."""
     from rich.text import Text
 
     if not rows:
@@ -1259,11 +1259,13 @@ def _print_status_lines(rows: list[_StatusRow], width: int) -> None:
     id_w = max(len(r.id) for r in rows)
     shown_w = max(len(r.shown) for r in rows)
     for row in rows:
-        state = row.status + (" stale" if row.code == "stale" else "")
+        # a withdrawn claim says so in its verdict column; whether its code changed since is moot
+        state = "" if row.status == "withdrawn" else row.status
+        state += " stale" if row.code == "stale" and state else ""
         parts = (row.id, row.shown, row.recorded, state)
-        line = f"{row.id:<{id_w}}  {row.shown:<{shown_w}}  {row.recorded:<10}  {state}"
+        line = f"{row.id:<{id_w}}  {row.shown:<{shown_w}}  {row.recorded:<10}  {state}".rstrip()
         if len(line) > width:
-            line = "  ".join(parts)
+            line = "  ".join(p for p in parts if p)
         if len(line) > width:
             line = line[: max(width - 3, len(row.id))] + "..."
         style = {"lost": "red", "broken": "red", "pending": "yellow"}.get(row.status, "")
