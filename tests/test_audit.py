@@ -13,7 +13,7 @@ import pytest
 
 from gates.contract import load_contract
 from gates.record import render_report
-from gates.verify import Candidate, choose, commit_seed, verify
+from gates.verify import Candidate, choose, fresh_seed, verify
 from tests.conftest import copy_project, regenerate_history, run_project, small_c05
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -37,14 +37,11 @@ def test_the_order_is_seeded_covers_every_run_and_moves_with_the_seed():
     ]
 
 
-def test_the_seed_comes_from_the_commit():
-    seed, origin = commit_seed()
-    head = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True)
-    if head.returncode == 0:
-        assert (
-            seed == int(head.stdout.strip()[:16], 16)
-            and origin == f"from commit {head.stdout.strip()[:12]}"
-        )
+def test_the_seed_is_drawn_afresh_not_taken_from_anything_a_forger_commits():
+    """Whoever forges evidence makes the commits too: a seed from the commit could be ground until the
+    forged run falls far down the order. Each audit draws its own."""
+    drawn = {fresh_seed() for _ in range(5)}
+    assert len(drawn) == 5 and {origin for _, origin in drawn} == {"random"}
 
 
 @pytest.fixture(scope="module")

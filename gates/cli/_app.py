@@ -853,7 +853,7 @@ def verify(
         None,
         "--audit-seed",
         help="Seed of the audit's choice (default: "
-        "from the current git commit), e.g. to repeat a CI run's audit.",
+        "a fresh random one, printed), e.g. to repeat a CI run's audit.",
     ),
     audit_tolerance: str | None = typer.Option(
         None,
@@ -1067,8 +1067,8 @@ def certify(
         None,
         "--sample",
         min=1,
-        help="Re-run this many of each claim's completed runs, chosen at random (seeded by the git "
-        "commit, or --seed), instead of all of them.",
+        help="Re-run this many of each claim's completed runs, chosen at random (a fresh seed, "
+        "printed, or --seed), instead of all of them.",
     ),
     seed: int | None = typer.Option(None, "--seed", help="Seed of the --sample choice."),
     tolerance: str | None = typer.Option(

@@ -52,7 +52,7 @@ _FACE = {
     "check_claim": ("_verify", "check_claim"),
     "choose": ("_audit", "choose"),
     "claims": ("_claims", "claims"),
-    "commit_seed": ("_audit", "commit_seed"),
+    "fresh_seed": ("_audit", "fresh_seed"),
     "estimate": ("_audit", "estimate"),
     "find_contracts": ("_claims", "find_contracts"),
     "machine_bound": ("_audit", "machine_bound"),

@@ -122,14 +122,12 @@ class _Deadline(NullReporter):
             raise _OutOfTime(step, self.budget.steps, need, self.left)
 
 
-def commit_seed() -> tuple[int, str]:
-    """(seed, where it came from): the current git commit, else random."""
-    from gates.record import git
-
-    commit = git("rev-parse", "HEAD")
-    if commit:
-        return int(commit[:16], 16), f"from commit {commit[:12]}"
-    return int.from_bytes(os.urandom(8), "big"), "random: not a git checkout"
+def fresh_seed() -> tuple[int, str]:
+    """(seed, where it came from): drawn from the operating system's entropy at each call. Not the git
+    commit: whoever forges evidence also makes commits, and could re-commit until the edited run falls
+    far down the order; a fresh draw is known to no one before the audit starts (printed, so that
+    `--audit-seed` / `--seed` repeats it)."""
+    return int.from_bytes(os.urandom(8), "big"), "random"
 
 
 def estimate(seconds: float | None, arm_seconds: list[float]) -> float | None:
@@ -281,7 +279,7 @@ def audit(
             need = estimate(recorded, arm_seconds.get(run.arm, []))
             found.append(Candidate(check.contract_id, run.arm, run.seed, recorded, need))
     if seed is None:
-        seed, origin = commit_seed()
+        seed, origin = fresh_seed()
     else:
         origin = "given"
     order = choose(found, seed)

@@ -30,7 +30,7 @@ from gates.record import (
     refuse_uncommitted,
 )
 from gates.study import study_module
-from gates.verify._audit import commit_seed, compare, not_ready, rerun, tolerance
+from gates.verify._audit import compare, fresh_seed, not_ready, rerun, tolerance
 
 
 @dataclass
@@ -57,7 +57,7 @@ def certify(
     log: Callable[[str], None] | None = None,
 ) -> Certification:
     """Re-run the completed runs of `loaded`'s recorded claim (a seeded sample of `sample` of them
-    when given; `seed` fixes it, else the git commit) and append a `certified` entry with today's code
+    when given; `seed` fixes it, else a fresh random one, printed) and append a `certified` entry with today's code
     fingerprint when every one reproduces its recorded metrics within the contract's replay tolerance
     (`default_tolerance` (abs, rel) for a contract without a `replay` section, else `Replay()`'s)."""
     say = log or (lambda line: None)
@@ -88,7 +88,7 @@ def certify(
     chosen = sorted(runs, key=lambda r: (r.arm, r.seed))
     if sample is not None and sample < len(chosen):
         if seed is None:
-            seed, origin = commit_seed()
+            seed, origin = fresh_seed()
         else:
             origin = "given"
         chosen = sorted(random.Random(seed).sample(chosen, sample), key=lambda r: (r.arm, r.seed))
