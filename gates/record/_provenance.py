@@ -287,10 +287,13 @@ def uncommitted(paths: list[Path], *, outside_git: bool = True) -> list[str]:
     files, whose version and fingerprint say what they are), each as `<path> (untracked)`,
     `(changed)` or `(in no git repository)`, relative to the current directory when under it."""
     by_repo: dict[Path, list[Path]] = {}
+    tops: dict[Path, str | None] = {}  # folder -> its work tree (one git call per folder)
     found = []
     for path in paths:
         path = Path(path).resolve()
-        top = git("rev-parse", "--show-toplevel", root=path.parent)
+        if path.parent not in tops:
+            tops[path.parent] = git("rev-parse", "--show-toplevel", root=path.parent)
+        top = tops[path.parent]
         if top is not None:
             by_repo.setdefault(Path(top), []).append(path)
         elif outside_git:
