@@ -165,7 +165,7 @@ def test_a_small_budget_re_runs_few_runs_and_counts_the_rest(project):
     assert 1 <= len(started) < 24
     assert summary.startswith(f"audit: {len(started)} runs started in ")
     assert summary.endswith(
-        f"; {24 - len(started)} runs not reached; successive commits cover others"
+        f"; {24 - len(started)} runs not reached; other audits cover others"
     )
     # every run started is compared or named unaudited
     audited = sum(len(c.audited) for c in checks)

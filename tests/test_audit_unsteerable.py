@@ -143,7 +143,7 @@ def test_a_run_too_costly_for_the_time_left_is_stopped_early_and_named_unaudited
     summary = [line for line in lines if line.startswith("audit: ")][-1]
     assert summary.startswith("audit: 1 runs started in ")
     assert summary.endswith(
-        ": 0 compared, 1 unaudited; 23 runs not reached; successive commits cover others"
+        ": 0 compared, 1 unaudited; 23 runs not reached; other audits cover others"
     )
 
     args = ("--audit-seconds", str(budget), "--audit-seed", "5")

@@ -11,9 +11,9 @@ none), compared as `gates verify --replay` compares.
 
 Which runs: the audit exists to catch a forged record, so its choice must not depend on anything a
 forger can write. Choosing by the recorded seconds did: a forged run recorded as taking a million
-seconds was never chosen. So every completed run is a candidate, in a fixed order shuffled by an RNG
-seeded from the current git commit (successive commits' CI covers different runs; `seed` fixes it),
-never filtered or weighted by what it records.
+seconds was never chosen. So every completed run is a candidate, in an order shuffled by an RNG
+with a fresh seed (`fresh_seed`: not the git commit, which a forger also makes; each CI run covers
+other runs; `seed` fixes it), never filtered or weighted by what it records.
 
 Within the budget: the audit never starts a run it cannot finish (issue #39: a translator run
 started with 2.3 s of 100 left ran on for minutes, because a run can be stopped only at a report). A
@@ -30,7 +30,7 @@ repository) is started. Once started, its reporter still stops it at a report on
 or once its projection (elapsed / step x the contract's steps) exceeds the time it had left (a
 machine slower than the factor allows), also named UNAUDITED. UNAUDITED is no failure, unless
 `gates verify --audit-strict`; the walk goes on while at least MIN_LEFT_S are left, and the runs
-never reached are counted (successive commits reach them). Runs that cannot run here (a corpus not
+never reached are counted (other audits, with other seeds, reach them). Runs that cannot run here (a corpus not
 fetched) or would first need a long setup before their first report, where no deadline can stop them
 (`Study.setup_missing`: a teacher not yet trained on this machine), are left out and named: that
 depends on the machine, not on the evidence.
@@ -385,7 +385,7 @@ def audit(
         f"{len(done)} compared, {stopped} unaudited"
         + (f"; {len(passed_over)} not started (no longer fitting)" if passed_over else "")
         + (f"; {len(too_long)} too long for the budget" if too_long else "")
-        + (f"; {unreached} runs not reached; successive commits cover others" if unreached else "")
+        + (f"; {unreached} runs not reached; other audits cover others" if unreached else "")
     )
     return done
 
