@@ -164,9 +164,7 @@ def test_a_small_budget_re_runs_few_runs_and_counts_the_rest(project):
     assert plan.startswith(f"audit: seed 5 (given), budget {budget:g} s: 24 completed runs ")
     assert 1 <= len(started) < 24
     assert summary.startswith(f"audit: {len(started)} runs started in ")
-    assert summary.endswith(
-        f"; {24 - len(started)} runs not reached; other audits cover others"
-    )
+    assert summary.endswith(f"; {24 - len(started)} runs not reached; other audits cover others")
     # every run started is compared or named unaudited
     audited = sum(len(c.audited) for c in checks)
     unaudited = sum(c.codes.count("unaudited") for c in checks)
