@@ -25,10 +25,11 @@ Queries (`query_set`):
   `dense_entropy` measures how peaked the posterior is.
 
 Arms choose a parent (`single_key`, `prototypes` m, `lowrank`, `mlp` sized to match prototypes
-m = `mlp_match_prototypes`, `oracle`, or `dense`: no tree, the exact read the tree is measured
-against), a topology (`positional`, `random`, `learned`, `kmeans`) and a read (`soft` only, or also a cheap
-`beam` / `drilldown` read; a beam without a width is calibrated on FIT queries to `target_recall`
-top-10 recall and then measured on evaluation queries; `fast_beam` is `models.tree_read`'s GEMM-shaped
+m = `mlp_match_prototypes` (with `mlp_residual`, a correction to one key per node), `oracle`, or
+`dense`: no tree, the exact read the tree is measured against), a topology (`positional`,
+`random`, `learned`, `kmeans`) and a read (`soft` only, or also a cheap `beam` / `drilldown` read; a
+beam without a width is calibrated on FIT queries to `target_recall` top-10 recall and then measured
+on evaluation queries; `fast_beam` is `models.tree_read`'s GEMM-shaped
 read of a bank, its schedule calibrated on fit queries the same way).
 
 Budget: `steps` are Adam steps of the parent fit; every `eval_every` steps the fit loss, the
@@ -107,6 +108,11 @@ class RelationClosureConfig(DeviceConfig):
         description="mlp: hidden width, its node state width then solved for the parameter match "
         "(None: 32, halved while the match cannot afford it); other parents ignore it",
     )
+    mlp_residual: bool = Field(
+        default=False,
+        description="mlp: add q . e_p[:d] / sqrt(d), the node state's first d numbers read as a "
+        "key, so the MLP corrects one key per node and can represent single_key exactly",
+    )
     topology: Literal["positional", "random", "learned", "kmeans"] = "learned"
     read: Literal["soft", "beam", "drilldown", "fast_beam"] = "soft"
     beam_width: int | None = Field(default=None, ge=1, description="None: calibrate on fit queries")
@@ -172,6 +178,13 @@ class RelationClosureConfig(DeviceConfig):
                 raise ValueError(
                     f"mlp_hidden {self.mlp_hidden} cannot be matched to m = "
                     f"{self.mlp_match_prototypes} prototypes' parameters (it leaves no node state)"
+                )
+        if self.parent == "mlp" and self.mlp_residual:
+            state_dim, _ = mlp_shape(self, self.leaves - 1, self.teacher.d_k)
+            if state_dim < self.teacher.d_k:
+                raise ValueError(
+                    f"mlp_residual reads a key of d_k = {self.teacher.d_k} numbers from the node "
+                    f"state, which the parameter match leaves at {state_dim}"
                 )
         if self.read == "fast_beam" and (
             self.leaf_set != "bank" or self.parent not in ("prototypes", "single_key", "lowrank")
@@ -454,7 +467,7 @@ class RelationClosureStudy(Study):
             # the node states' share of the hidden layer (W e_p) does not depend on the query and is
             # computed once per fit step; per query: W q once, then per node an add and the output dot
             _, hidden = mlp_shape(config, n - 1, d)
-            shared, per_node["mlp"] = d * hidden, 2 * hidden
+            shared, per_node["mlp"] = d * hidden, 2 * hidden + (d if config.mlp_residual else 0)
         return 2 * (n * d + shared + (n - 1) * per_node[config.parent])
 
     def run(self, config: RelationClosureConfig, seed: int, reporter: Reporter) -> dict[str, float]:
@@ -562,7 +575,14 @@ def make_parent(
 ) -> rt.Parent:
     if config.parent == "mlp":
         state_dim, hidden = mlp_shape(config, keys_heap.shape[1] - 1, keys_heap.shape[2])
-        return rt.make_parent("mlp", keys_heap, generator, state_dim=state_dim, hidden=hidden)
+        return rt.make_parent(
+            "mlp",
+            keys_heap,
+            generator,
+            state_dim=state_dim,
+            hidden=hidden,
+            residual=config.mlp_residual,
+        )
     return rt.make_parent(
         config.parent, keys_heap, generator, m=config.prototypes, rank=config.rank
     )

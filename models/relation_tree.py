@@ -50,6 +50,7 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Literal
 
 import torch
@@ -133,10 +134,10 @@ def build_topology(
     - positional: the identity (text order).
     - random: an independent uniform permutation per tree.
     - learned: recursive balanced bisection by the keys. At depth k every block of 2^(D-k)
-      positions (all blocks of all trees at once) is centred, projected on its first principal
-      component (power iteration on X^T X v, batched over blocks), and sorted by the projection:
-      the lower half becomes the left child, the upper half the right. Sorting within a block
-      keeps it contiguous, so the next depth refines it. D levels, a loop over depths only.
+      positions (all blocks of all trees at once) is sorted by its projection on the block's first
+      principal component (`principal_split`): the lower half becomes the left child, the upper
+      half the right. Sorting within a block keeps it contiguous, so the next depth refines it.
+      D levels, a loop over depths only.
     - kmeans: the same recursion with each split a balanced 2-means of the block (`kmeans_split`):
       a clustering of the keys by distance rather than by their direction of largest spread.
     """
@@ -149,39 +150,39 @@ def build_topology(
         noise = torch.rand(num_trees, num_leaves, generator=generator, dtype=torch.float64)
         return noise.to(keys.device).argsort(dim=1)
     if kind == "kmeans":
-        order = identity.clone()
-        for k in range(depth):
-            size = num_leaves >> k
-            blocks = heap_keys(keys, order).reshape(num_trees * 2**k, size, width)
-            within = kmeans_split(blocks, generator)
-            order = (
-                order.reshape(num_trees * 2**k, size)
-                .gather(1, within)
-                .reshape(num_trees, num_leaves)
-            )
-        return order
-    if kind != "learned":
+        split = partial(kmeans_split, generator=generator)
+    elif kind == "learned":
+        split = partial(principal_split, generator=generator, iterations=power_iterations)
+    else:
         raise ValueError(f"unknown topology {kind!r}")
-
     order = identity.clone()
     for k in range(depth):
         size = num_leaves >> k
         blocks = heap_keys(keys, order).reshape(num_trees * 2**k, size, width)
-        centred = blocks - blocks.mean(dim=1, keepdim=True)
-        direction = torch.randn(len(blocks), 1, width, generator=generator, dtype=keys.dtype).to(
-            keys.device
-        )
-        for _ in range(power_iterations):  # v <- X^T X v: the leading eigenvector of the scatter
-            # elementwise products and sums, not bmm: deep levels are 2^k tiny (size x d) blocks
-            projection = (centred * direction).sum(dim=-1, keepdim=True)  # (blocks, size, 1)
-            direction = (centred * projection).sum(dim=1, keepdim=True)  # (blocks, 1, d)
-            direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-        projection = (centred * direction).sum(dim=-1)  # (blocks, size)
-        within = projection.argsort(dim=1, stable=True)  # median split = first half vs second half
+        within = split(blocks)
         order = (
             order.reshape(num_trees * 2**k, size).gather(1, within).reshape(num_trees, num_leaves)
         )
     return order
+
+
+def principal_split(
+    blocks: torch.Tensor, generator: torch.Generator, iterations: int = 32
+) -> torch.Tensor:
+    """A median split of each block (B, size, d) along its first principal component: the positions
+    sorted by their projection on it, (B, size). The component comes from power iteration on
+    X^T X v of the centred block, batched over blocks."""
+    centred = blocks - blocks.mean(dim=1, keepdim=True)
+    direction = torch.randn(
+        len(blocks), 1, blocks.shape[-1], generator=generator, dtype=blocks.dtype
+    ).to(blocks.device)
+    for _ in range(iterations):  # v <- X^T X v: the leading eigenvector of the scatter
+        # elementwise products and sums, not bmm: deep levels are 2^k tiny (size x d) blocks
+        projection = (centred * direction).sum(dim=-1, keepdim=True)  # (blocks, size, 1)
+        direction = (centred * projection).sum(dim=1, keepdim=True)  # (blocks, 1, d)
+        direction = direction / direction.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    projection = (centred * direction).sum(dim=-1)  # (blocks, size)
+    return projection.argsort(dim=1, stable=True)  # median split = first half vs second half
 
 
 def kmeans_split(
@@ -453,6 +454,11 @@ class LowRankParent(Parent):
 class MLPParent(Parent):
     """z^_p(q) = w2 . gelu(W1 [q, e_p] + b1) + b2 + beta_p: one MLP per tree, shared over its nodes.
 
+    residual: plus q . e_p[:d] / sqrt(d), the node state's first d numbers read as a key, so the MLP
+    is a correction to one key per node and represents single_key exactly (w2 = 0, as it starts):
+    without it the node state only shifts shared hidden units, and a node-specific linear response
+    in q costs many of them (spr096-prototypes-vs-mlp-v2). Needs state_dim >= d.
+
     Node state = (e_p, beta_p). beta_p is the state's direct path to the output (a skip from the
     state), initialised to log |D(p)| like every other parent's bias/log weights, so no parent
     starts with an advantage on the large depth-dependent offset of z. e_p starts with the single
@@ -468,10 +474,14 @@ class MLPParent(Parent):
         generator: torch.Generator,
         state_dim: int = 64,
         hidden: int = 32,
+        residual: bool = False,
     ):
         super().__init__()
         self._setup(keys_heap)
         d, s, h, dtype = self.width, state_dim, hidden, keys_heap.dtype
+        if residual and s < d:
+            raise ValueError(f"a residual MLP reads a key of {d} numbers from a state of {s}")
+        self.residual = residual
         self.numbers_per_node = s + 1 + h
 
         def uniform(*shape: int) -> torch.Tensor:  # +-1/sqrt(fan_in), fan_in = d + s
@@ -503,7 +513,10 @@ class MLPParent(Parent):
         from_query = q @ self.w1_query + self.b1.unsqueeze(1)  # (T, Q, h)
         from_state = self.state @ self.w1_state  # (T, N-1, h)
         pre = from_query.unsqueeze(2) + from_state.unsqueeze(1)  # (T, Q, N-1, h)
-        return self._head(pre) + self.beta.unsqueeze(1)
+        out = self._head(pre) + self.beta.unsqueeze(1)
+        if self.residual:
+            out = out + q @ self.state[..., : self.width].transpose(1, 2) / math.sqrt(self.width)
+        return out
 
     def score_nodes(self, queries, nodes, account=None):
         q = tree_queries(queries, self.num_trees)
@@ -513,7 +526,11 @@ class MLPParent(Parent):
         pre = (q @ self.w1_query + self.b1.unsqueeze(1)).unsqueeze(2) + torch.einsum(
             "tqbs,tsh->tqbh", state, self.w1_state
         )
-        return self._head(pre) + _gather_nodes(self.beta, nodes)
+        out = self._head(pre) + _gather_nodes(self.beta, nodes)
+        if self.residual:
+            key = state[..., : self.width]
+            out = out + torch.einsum("tqbd,tqd->tqb", key, q) / math.sqrt(self.width)
+        return out
 
 
 class OracleParent(Parent):
@@ -544,6 +561,7 @@ def make_parent(
     rank: int = 16,
     state_dim: int = 64,
     hidden: int = 32,
+    residual: bool = False,
 ) -> Parent:
     """One parent model for every internal node of every tree, initialised from the heap-ordered keys."""
     if kind == "single_key":
@@ -553,7 +571,9 @@ def make_parent(
     if kind == "lowrank":
         return LowRankParent(keys_heap, generator, m=m, rank=rank)
     if kind == "mlp":
-        return MLPParent(keys_heap, generator, state_dim=state_dim, hidden=hidden)
+        return MLPParent(
+            keys_heap, generator, state_dim=state_dim, hidden=hidden, residual=residual
+        )
     if kind == "oracle":
         return OracleParent(keys_heap)
     raise ValueError(f"unknown parent {kind!r}")

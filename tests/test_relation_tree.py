@@ -232,6 +232,31 @@ def test_single_key_is_prototypes_with_one_prototype():
     assert parameter_count(single) == parameter_count(proto) == 31 * 9
 
 
+def test_a_residual_mlp_with_a_silent_head_is_one_key_per_node():
+    """mlp residual: the node state's first d numbers read as a key, so with the MLP's output at zero
+    (as it starts) it is single_key exactly; it reads the same parameters as the plain MLP."""
+    keys = random_keys(trees=2, leaves=32)
+    residual = MLPParent(keys, gen(8), state_dim=10, hidden=6, residual=True)
+    single = SingleKeyParent(keys, gen(9))
+    with torch.no_grad():
+        single.key.copy_(residual.state[..., :8])
+        single.bias.copy_(residual.beta)
+    queries = torch.randn(2, 7, 8, generator=gen(10), dtype=torch.float64)
+    torch.testing.assert_close(residual(queries), single(queries), rtol=0, atol=1e-12)
+    with torch.no_grad():
+        residual.w2.add_(
+            0.1 * torch.randn(residual.w2.shape, generator=gen(11), dtype=torch.float64)
+        )
+    nodes = torch.randint(31, (2, 7, 5), generator=gen(12))
+    torch.testing.assert_close(
+        residual.score_nodes(queries, nodes), residual(queries).gather(2, nodes), rtol=0, atol=1e-12
+    )
+    plain = MLPParent(keys, gen(8), state_dim=10, hidden=6)
+    assert parameter_count(plain) == parameter_count(residual)
+    with pytest.raises(ValueError, match="key of 8 numbers"):
+        MLPParent(keys, gen(8), state_dim=7, residual=True)
+
+
 @pytest.mark.parametrize("kind", PARENTS)
 def test_score_nodes_agrees_with_scoring_all_nodes(kind):
     keys = random_keys(trees=2, leaves=32)
