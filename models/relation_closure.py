@@ -123,6 +123,12 @@ class RelationClosureConfig(DeviceConfig):
     drill_tolerance: float = Field(default=0.01, ge=0, lt=0.5)
     max_frontier: int = Field(default=1024, ge=1)
     lr: float = Field(default=0.02, gt=0)
+    weight_decay: float = Field(
+        default=0.0,
+        ge=0,
+        description="mlp: decoupled weight decay (AdamW) on the shared MLP's weight matrices, "
+        "shrinking its correction; 0: plain Adam",
+    )
     batch: int = Field(default=256, ge=1, description="fit queries per Adam step")
     timing_repeats: int = Field(default=5, ge=1)
     oracle_mass: bool = Field(
@@ -179,6 +185,10 @@ class RelationClosureConfig(DeviceConfig):
                     f"mlp_hidden {self.mlp_hidden} cannot be matched to m = "
                     f"{self.mlp_match_prototypes} prototypes' parameters (it leaves no node state)"
                 )
+        if self.weight_decay and self.parent != "mlp":
+            raise ValueError(
+                "weight_decay shrinks the MLP parent's shared weights; other parents have none"
+            )
         if self.parent == "mlp" and self.mlp_residual:
             state_dim, _ = mlp_shape(self, self.leaves - 1, self.teacher.d_k)
             if state_dim < self.teacher.d_k:
@@ -327,7 +337,7 @@ class RelationClosureStudy(Study):
     machine_metrics: ClassVar[frozenset[str]] = frozenset({"latency_ms", "dense_latency_ms"})
     # the parents' Adam fit; the MLP's hidden width at its matched parameter count (other parents
     # ignore it, so a space over both tunes every arm over the same candidates)
-    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "mlp_hidden"})
+    hyperparameters: ClassVar[frozenset[str]] = frozenset({"lr", "mlp_hidden", "weight_decay"})
     # the data: which teacher (its corpus and training, e.g. v1's 400 steps vs v2's 6000), which of its
     # layers, which queries read the trees (v1's held-out windows vs v2's continuation) and which leaves
     # (per-context trees vs one bank). spr096-prototypes-vs-mlp shares v1's regime; read-cost (a bank) does not.
@@ -520,6 +530,7 @@ class RelationClosureStudy(Study):
             config.batch,
             generator,
             on_step=on_step,
+            weight_decay=config.weight_decay,
         )
         metrics = {
             "fit_loss": losses[-1] if losses else 0.0,

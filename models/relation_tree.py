@@ -337,6 +337,10 @@ class Parent(nn.Module):
     ) -> torch.Tensor:
         raise NotImplementedError
 
+    def decayed_parameters(self) -> list[nn.Parameter]:
+        """What `fit_parents(weight_decay=)` shrinks towards zero: none unless a parent says so."""
+        return []
+
 
 class SingleKeyParent(Parent):
     """z^_p(q) = q.k_p / sqrt(d) + b_p: one key per node, linear in q (the lower-bound baseline)."""
@@ -504,6 +508,11 @@ class MLPParent(Parent):
         self.w2 = nn.Parameter(torch.zeros(self.num_trees, h, dtype=dtype, device=keys_heap.device))
         self.b2 = nn.Parameter(torch.zeros(self.num_trees, dtype=dtype, device=keys_heap.device))
 
+    def decayed_parameters(self) -> list[nn.Parameter]:
+        """The shared MLP's weight matrices: decay shrinks the correction, not the node states or
+        biases (beta_p carries log |D(p)|), so the residual form decays towards one key per node."""
+        return [self.w1_query, self.w1_state, self.w2]
+
     def _head(self, pre: torch.Tensor) -> torch.Tensor:
         """pre (T, Q, B, h) -> (T, Q, B) scalar outputs."""
         return torch.einsum("tqbh,th->tqb", F.gelu(pre), self.w2) + self.b2.view(-1, 1, 1)
@@ -625,6 +634,7 @@ def fit_parents(
     batch: int,
     generator: torch.Generator,
     on_step: Callable[[int, float], None] | None = None,
+    weight_decay: float = 0.0,
 ) -> list[float]:
     """Adam on the closure error mean_{q, p} (z^_p(q) - z_p(q))^2, all nodes of all trees jointly.
 
@@ -633,11 +643,20 @@ def fit_parents(
     2N-1) floats, never all queries at once). Adam's per-parameter scaling is what makes a loss
     averaged over N-1 nodes move every node's parameters at a useful rate. Deterministic given the
     generator (and torch's thread count). Returns the loss of every step; the oracle returns [].
+    weight_decay > 0: AdamW's decoupled decay on the parent's `decayed_parameters` only.
     """
     parameters = [p for p in parent.parameters() if p.requires_grad]
     if not parameters:
         return []
-    optimizer = torch.optim.Adam(parameters, lr=lr)
+    if weight_decay:
+        decayed = {id(p) for p in parent.decayed_parameters()}
+        groups = [
+            {"params": [p for p in parameters if id(p) in decayed], "weight_decay": weight_decay},
+            {"params": [p for p in parameters if id(p) not in decayed], "weight_decay": 0.0},
+        ]
+        optimizer = torch.optim.AdamW(groups, lr=lr)
+    else:  # plain Adam, as every recorded claim ran
+        optimizer = torch.optim.Adam(parameters, lr=lr)
     num_queries = fit_queries.shape[-2]
     losses = []
     parent.train()

@@ -163,3 +163,22 @@ def test_mlp_hidden_sets_the_width_and_keeps_the_parameter_match(teacher_config)
     )
     with pytest.raises(ValueError, match="cannot be matched"):
         RelationClosureConfig(teacher=teacher_config, leaves=32, parent="mlp", mlp_hidden=4096)
+
+
+def test_the_residual_mlp_keeps_the_match_and_weight_decay_is_the_mlps(teacher_config):  # noqa: F811
+    study = RelationClosureStudy()
+    plain = arm(teacher_config, parent="mlp", mlp_hidden=16)
+    residual = arm(teacher_config, parent="mlp", mlp_hidden=16, mlp_residual=True)
+    assert study.param_count(residual) == study.param_count(plain)
+    assert study.flops(residual) > study.flops(plain)  # the key's inner product per node
+    assert arm(teacher_config, parent="mlp", weight_decay=0.1).weight_decay == 0.1
+    with pytest.raises(ValueError, match="other parents have none"):
+        arm(teacher_config, parent="prototypes", weight_decay=0.1)
+    with pytest.raises(ValueError, match="reads a key of d_k"):
+        RelationClosureConfig(
+            teacher=teacher_config,
+            leaves=32,
+            parent="mlp",
+            mlp_match_prototypes=1,
+            mlp_residual=True,
+        )

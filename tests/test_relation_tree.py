@@ -322,6 +322,23 @@ def test_fitting_reduces_closure_error(kind):
     assert after < 0.7 * before, (kind, before, after)
 
 
+def test_weight_decay_shrinks_only_the_mlps_shared_weights():
+    """weight_decay: AdamW's decay on the MLP's weight matrices; node states and biases are fitted as
+    without it, and a strong decay leaves the residual MLP one key per node (its head near zero)."""
+    keys, queries = mixture(trees=2, leaves=32, num_queries=64)
+
+    def fitted(weight_decay):
+        parent = make_parent("mlp", keys, gen(17), state_dim=16, hidden=8, residual=True)
+        fit_parents(parent, keys, queries, 80, 0.05, 32, gen(18), weight_decay=weight_decay)
+        return parent
+
+    free, decayed = fitted(0.0), fitted(30.0)
+    assert decayed.w2.norm() < 0.1 * free.w2.norm()
+    assert decayed.w1_query.norm() < 0.1 * free.w1_query.norm()
+    assert decayed.beta.abs().mean() > 1.0  # log |D(p)| offsets kept, not decayed towards 0
+    assert make_parent("prototypes", keys, gen(0)).decayed_parameters() == []
+
+
 def test_more_prototypes_fit_at_least_as_well_on_a_mixture():
     """A sanity check of the implementation (one synthetic mixture), not a claim about real data."""
     keys, queries = mixture(trees=1, leaves=64, clusters=8, num_queries=384, seed=3)
