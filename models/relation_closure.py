@@ -455,6 +455,14 @@ class RelationClosureStudy(Study):
             f"training it takes minutes that the run's recorded seconds do not include"
         )
 
+    def setup_seconds(self, config: RelationClosureConfig) -> float | None:
+        from gates.models.teacher import training_seconds
+
+        return training_seconds(config.teacher)
+
+    def setup(self, config: RelationClosureConfig) -> None:
+        load_or_train(config.teacher, log=lambda line: print(line, file=sys.stderr))
+
     def param_count(self, config: RelationClosureConfig) -> int:
         """Trainable parameters per tree (the dense arm: none besides the leaf keys it reads)."""
         if config.parent in ("dense", "oracle"):

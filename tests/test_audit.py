@@ -203,3 +203,42 @@ def test_a_run_is_re_run_on_the_thread_count_it_recorded(project, monkeypatch):
     assert recorded_threads({"threads": "2"}) == 2
     assert recorded_threads(None) is None and recorded_threads({"threads": "0"}) is None
     assert recorded_threads({"device": "cpu"}) is None
+
+
+def test_a_missing_setup_is_built_when_the_time_left_covers_it(project, monkeypatch):
+    """A run whose study lacks a setup here (a teacher to train) is left out when its setup takes an
+    unknown time or more than the budget; when `Study.setup_seconds` fits the time left, the audit
+    builds it once, before the first such run, and audits the runs after it."""
+    from gates.models.c05_probe import C05ProbeStudy
+
+    built = []
+    monkeypatch.setattr(
+        C05ProbeStudy, "setup_missing", lambda self, config: None if built else "a cache to build"
+    )
+    monkeypatch.setattr(C05ProbeStudy, "setup", lambda self, config: built.append(config))
+
+    def audit(budget):
+        lines = []
+        checks = verify(
+            project / "runs",
+            project / "contracts",
+            audit_seconds=budget,
+            audit_seed=5,
+            log=lines.append,
+        )
+        return {c.contract_id: c for c in checks}, "\n".join(lines)
+
+    # unknown setup time: cannot run here, named
+    checks, out = audit(600)
+    assert "audit: cannot run here (a cache to build): runs of c05-ci, c05-small left out" in out
+    assert not built and not checks["c05-small"].audited
+    # a setup judged longer than the whole budget: never started, named with what it would take
+    monkeypatch.setattr(C05ProbeStudy, "setup_seconds", lambda self, config: 1000.0)
+    checks, out = audit(600)
+    assert not built and "with 2000 s to build its setup first" in out
+    assert checks["c05-small"].codes.count("unaudited") == 1
+    # one that fits: built once, then every run is audited
+    monkeypatch.setattr(C05ProbeStudy, "setup_seconds", lambda self, config: 1.0)
+    checks, out = audit(600)
+    assert len(built) == 1 and "audit: building what c05-" in out and "audit: built in " in out
+    assert len(checks["c05-small"].audited) == 12 and checks["c05-small"].status == "ok"

@@ -177,6 +177,13 @@ def test_setup_missing_names_an_untrained_teacher(teacher_config):
     assert study.setup_missing(arm(teacher_config)) is None
     other = teacher_config.model_copy(update={"steps": teacher_config.steps + 1})
     assert "is not trained in this machine's cache" in study.setup_missing(arm(other))
+    # what an audit weighs before it trains one: the recorded 6,000-step teacher took 1,003 s, the
+    # 400-step one 55 s (teacher.json); the fixture's tiny teacher far less
+    from gates.models.teacher import TeacherConfig, training_seconds
+
+    assert 1003 <= training_seconds(TeacherConfig(steps=6000)) <= 1.2 * 1003
+    assert 55 <= training_seconds(TeacherConfig(steps=400)) <= 2 * 55
+    assert study.setup_seconds(arm(other)) < training_seconds(TeacherConfig(steps=400))
 
 
 def test_config_rejects_impossible_shapes(teacher_config):

@@ -376,8 +376,18 @@ class Study:
         """What re-running this arm here would first have to build that a run's recorded seconds do not
         include (e.g. a cached teacher to train, minutes), else None. Audits stop a re-run at its reports
         when their time cannot finish it, which cannot stop a setup before the first report, so they
-        leave such runs out and name why; `gates run` builds it."""
+        leave such runs out and name why, unless `setup_seconds` says their time covers it; `gates run`
+        builds it."""
         return None
+
+    def setup_seconds(self, config: StudyConfig) -> float | None:
+        """About how long `setup` takes here (one core like the recording machine's); None: unknown, and
+        an audit never builds it. An audit builds a missing setup only when its time left covers this
+        and the run, both times its safety factor."""
+        return None
+
+    def setup(self, config: StudyConfig) -> None:
+        """Build what `setup_missing` names (e.g. train and cache a teacher); the default has none."""
 
     def run(self, config: StudyConfig, seed: int, reporter: Reporter) -> dict[str, float]:
         """Train and measure one arm for one seed; return the final metrics."""

@@ -31,9 +31,11 @@ or once its projection (elapsed / step x the contract's steps) exceeds the time 
 machine slower than the factor allows), also named UNAUDITED. UNAUDITED is no failure, unless
 `gates verify --audit-strict`; the walk goes on while at least MIN_LEFT_S are left, and the runs
 never reached are counted (other audits, with other seeds, reach them). Runs that cannot run here (a corpus not
-fetched) or would first need a long setup before their first report, where no deadline can stop them
-(`Study.setup_missing`: a teacher not yet trained on this machine), are left out and named: that
-depends on the machine, not on the evidence.
+fetched) are left out and named: that depends on the machine, not on the evidence. A run that would
+first need a setup this machine lacks (`Study.setup_missing`: a teacher not yet trained here) is
+judged with it: `Study.setup_seconds` x SAFETY_FACTOR is added to its need, and the audit builds it
+(`Study.setup`) before the first such run whose total fits the time left, since no deadline can stop
+a setup; one whose time the study cannot say is left out and named.
 
 Machine metrics (`Study.machine_metrics`: wall-clock speed, memory) measure the machine that ran
 them and are never compared. A claim whose conditions read one cannot be re-checked by a re-run at
@@ -48,7 +50,7 @@ import os
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gates.contract import load_contract_cached
@@ -84,6 +86,14 @@ class Candidate:
     seconds: float | None  # as recorded: printed, never used to choose (the evidence controls it)
     # seconds it is judged to need before it starts (`estimate`); None: unknown, started
     need: float | None = None
+    # seconds judged for a setup this machine lacks (`Study.setup_seconds` x SAFETY_FACTOR), built
+    # before the run when the time left covers both; None: nothing to build
+    setup: float | None = None
+
+    @property
+    def total(self) -> float:
+        """What it is judged to need in all before it starts (an unknown run counts 0)."""
+        return (self.need or 0.0) + (self.setup or 0.0)
 
     @property
     def name(self) -> str:
@@ -271,13 +281,13 @@ def audit(
         for run in ev.runs:
             if run.status != "completed":
                 continue
-            why = not_ready(loaded, ev, run.arm)
+            why, setup = _readiness(loaded, ev, run.arm)
             if why:
                 cannot.setdefault(why, set()).add(check.contract_id)
                 continue
             recorded = float(run.seconds) if run.seconds is not None else None
             need = estimate(recorded, arm_seconds.get(run.arm, []))
-            found.append(Candidate(check.contract_id, run.arm, run.seed, recorded, need))
+            found.append(Candidate(check.contract_id, run.arm, run.seed, recorded, need, setup))
     if seed is None:
         seed, origin = fresh_seed()
     else:
@@ -296,8 +306,8 @@ def audit(
         say(f"audit: cannot run here ({why}): runs of {', '.join(sorted(ids))} left out")
     # runs that no budget of `seconds` lets finish are named once, up front; the others are walked
     # (filtering after the shuffle keeps their order: what a run records does not move another)
-    too_long = [c for c in order if c.need is not None and c.need > seconds]
-    order = [c for c in order if c.need is None or c.need <= seconds]
+    too_long = [c for c in order if c.total > seconds]
+    order = [c for c in order if c.total <= seconds]
     for contract_id, runs in _by_claim(too_long).items():
         # UNAUDITED: the claim's runs that this budget can never re-run (stopped at a report, they
         # would only overrun it)
@@ -305,7 +315,7 @@ def audit(
             runs,
             f"not started: judged to need more than the audit's budget of {seconds:g} s "
             f"(recorded seconds x {SAFETY_FACTOR:g})",
-            lambda c: f"about {c.need:.1f} s",
+            _judged,
         )
         by_id[contract_id].add(UNAUDITED, f"audit: {why}")
         say(f"audit: {contract_id}: UNAUDITED ({why})")
@@ -318,12 +328,28 @@ def audit(
         if left < MIN_LEFT_S:
             break
         reached += 1
-        if c.need is not None and c.need > left:
+        loaded, ev = sources[c.contract_id]
+        if c.setup is not None and _readiness(loaded, ev, c.arm) == (None, None):
+            c = replace(c, setup=None)  # an earlier run of this walk built it
+        if c.total > left:
             # never started: a run is stopped only at a report, and this one would overrun; a later
             # run in the order may still fit
             passed_over.append((c, left))
             continue
-        loaded, ev = sources[c.contract_id]
+        if c.setup is not None:  # no deadline can stop a setup: it starts only when judged to fit
+            say(f"audit: building what {c.name} needs first (judged about {c.setup:.0f} s)")
+            t0 = time.perf_counter()
+            try:
+                loaded.study.setup(_config(loaded, ev, c.arm))
+            except Exception as e:  # not a failure of the record: this machine could not build it
+                why = f"its setup failed: {type(e).__name__}: {str(e)[:200]}"
+                by_id[c.contract_id].add(
+                    UNAUDITED, f"audit: {c.arm}/seed {c.seed} unaudited: {why}"
+                )
+                say(f"audit: {c.name}: UNAUDITED ({why})")
+                continue
+            say(f"audit: built in {time.perf_counter() - t0:.1f} s")
+            left = deadline - time.perf_counter()
         threads = run_threads(ev, c.arm, c.seed)
         on = f", {threads} thread{'s' if threads > 1 else ''}" if threads else ""
         was = f"recorded {c.seconds:.1f} s" if c.seconds is not None else "no recorded seconds"
@@ -376,7 +402,7 @@ def audit(
             runs,
             f"not started: judged to need more than the time left (recorded seconds x "
             f"{SAFETY_FACTOR:g})",
-            lambda c: f"about {c.need:.1f} s, {left_at[id(c)]:.1f} s left",
+            lambda c: f"{_judged(c)}, {left_at[id(c)]:.1f} s left",
         )
         say(f"audit: {contract_id}: {why}")
     unreached = len(order) - reached
@@ -402,6 +428,28 @@ def _listed(runs: list[Candidate], what: str, detail: Callable[[Candidate], str]
     named = ", ".join(f"{c.arm}/seed {c.seed} ({detail(c)})" for c in runs[:SHOWN_RUNS])
     more = f" and {len(runs) - SHOWN_RUNS} more" if len(runs) > SHOWN_RUNS else ""
     return f"{len(runs)} run{'s' * (len(runs) != 1)} {what}: {named}{more}"
+
+
+def _judged(c: Candidate) -> str:
+    setup = f" with {c.setup:.0f} s to build its setup first" if c.setup is not None else ""
+    return f"about {c.total:.1f} s{setup}"
+
+
+def _readiness(loaded, ev: Evidence, arm: str) -> tuple[str | None, float | None]:
+    """(why the run cannot run here, else None; the seconds judged for a setup to build first, else
+    None). A missing setup whose `Study.setup_seconds` is unknown cannot run here."""
+    try:
+        config = _config(loaded, ev, arm)
+        why = loaded.study.why_not_ready(config)
+        missing = None if why else loaded.study.setup_missing(config)
+        if missing is None:
+            return why, None
+        seconds = loaded.study.setup_seconds(config)
+        if seconds is None:
+            return missing, None
+        return None, SAFETY_FACTOR * seconds
+    except Exception as e:  # a recorded config that no longer validates
+        return f"{type(e).__name__}: {str(e)[:120]}", None
 
 
 def not_ready(loaded, ev: Evidence, arm: str) -> str | None:
