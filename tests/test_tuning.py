@@ -281,6 +281,41 @@ def test_a_hopeless_trial_is_pruned_at_the_runs_halt_step(workdir, store):
     )
 
 
+def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdir, store):
+    """A tuning job of a run in processes or on Ray (`JOB_KINDS["tune"]`) tunes in the Optuna study
+    named by the fingerprint its run started with, not one measured when the job runs: files edited
+    during a `--jobs 2` run once scattered one contract's trials over four studies, each arm's budget
+    and best then read from one of them."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+
+    from gates.execution import _distributed as distributed
+    from gates.execution._tuning import study_name
+    from gates.record import Tracker
+
+    data = tuned_c05(trials={"subheap_kernel": 1}, id="c05-tuned-start")
+    loaded = load_contract(write_contract(workdir / "contracts", data))
+    uri, storage = store
+    # the start's fingerprint, as if a file had changed since (today's measure differs from it)
+    started = replace(current_provenance("gates.models.c05_probe"), code_sha256="0" * 64)
+    experiment_id, parent_id, _ = Tracker(uri).open_parent(loaded, started)
+    parent = SimpleNamespace(
+        loaded=loaded,
+        tracking_uri=uri,
+        parent_id=parent_id,
+        experiment_id=experiment_id,
+        prov=started,
+    )
+    job = {"arm": "subheap_kernel", "tuning_storage": storage, "index": 0}
+    record = distributed.JOB_KINDS[distributed.KIND_TUNE](
+        SimpleNamespace(parent=parent), job, None, lambda _id: None
+    )
+    assert record["tuning_trial"]["state"] == "completed"
+    names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
+    assert study_name(loaded, "subheap_kernel", "0" * 64) in names
+    assert not any(name.startswith("c05-tuned-start@") and "0" * 12 not in name for name in names)
+
+
 # ---------------------------------------------------------------------------------- end to end
 def test_tuned_contract_end_to_end_and_resume(workdir, store):
     loaded = load_contract(

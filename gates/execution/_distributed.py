@@ -858,6 +858,9 @@ def _run_tuning_trial(ctx: StudyContext, attrs: dict, table: JobTable, on_start)
         parent.tracking_uri,
         parent_run_id=parent.parent_id,
         experiment_id=parent.experiment_id,
+        # the fingerprint the run started with, checked when this process took its first job: one
+        # measured now would file the trial under another study after a file changed mid-run
+        prov=parent.prov,
         index=attrs.get("index"),
     )
     return {
