@@ -442,8 +442,16 @@ def _num(x) -> str:
     return svg.fmt(x) if finite(x) else ("-" if x is None else e(x))
 
 
+# MLflow 3.17's UI shows every page in the mode of its global GenAI / Model training switch (GenAI
+# unless switched), whatever the experiment's declared kind; the URL parameter sets it
+ML_VIEW = "?workflowType=machine_learning"
+
+
 def mlflow_run_url(ui: str, experiment_id, run_id) -> str:
-    return f"{ui.rstrip('/')}/#/experiments/{quote(str(experiment_id), safe='')}/runs/{quote(str(run_id), safe='')}"
+    return (
+        f"{ui.rstrip('/')}/#/experiments/{quote(str(experiment_id), safe='')}"
+        f"/runs/{quote(str(run_id), safe='')}{ML_VIEW}"
+    )
 
 
 def contract_page(view: ContractView, links: Links, mlflow_ui: str, footer: str) -> str:

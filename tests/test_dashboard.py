@@ -170,7 +170,8 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
     assert "<h2>Predicted ablation (gate 3)</h2>" in html
     exp = ev["mlflow"]["experiment_id"]
     for r in ev["runs"]:
-        assert f'href="http://127.0.0.1:5000/#/experiments/{exp}/runs/{r["mlflow_run_id"]}"' in html
+        url = f"http://127.0.0.1:5000/#/experiments/{exp}/runs/{r['mlflow_run_id']}"
+        assert f'href="{url}?workflowType=machine_learning"' in html  # the runs' view, not GenAI
     assert ev["contract_sha256"] in html and ev["git_commit"] in html and ev["code_sha256"] in html
     assert "no metric history" not in html and "not found" not in html
 

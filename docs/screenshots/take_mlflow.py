@@ -1,0 +1,113 @@
+"""Screenshots of the MLflow UI as a reviewer first sees it, for docs/mlflow.md: an experiment opened
+in a fresh browser (MLflow 3's GenAI mode), its runs table through the link the dashboard gives
+(`?workflowType=machine_learning`), and one arm x seed run's page, at 1280 px wide in headless
+Chromium (Playwright driving Debian's /usr/bin/chromium, as take.py does).
+
+    python docs/screenshots/take_mlflow.py [EXPERIMENT] [OUT]   # default: spr096-pruning-topology, here
+
+The repository's mlflow.db is copied (SQLite's backup, consistent while a run writes to it) into a
+temporary folder and served from there by `mlflow ui` on a free port, so nothing is written to it.
+"""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+ML_VIEW = "?workflowType=machine_learning"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _ids(db: Path, experiment: str) -> tuple[str, str]:
+    """(experiment id, the run id of one arm x seed run) in the copied store."""
+    con = sqlite3.connect(db)
+    try:
+        (exp,) = con.execute(
+            "SELECT experiment_id FROM experiments WHERE name = ?", (experiment,)
+        ).fetchone()
+        (run,) = con.execute(
+            "SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
+            "WHERE r.experiment_id = ? AND t.key = 'gates.role' AND t.value = 'run' "
+            "ORDER BY r.start_time LIMIT 1",
+            (exp,),
+        ).fetchone()
+    finally:
+        con.close()
+    return str(exp), run
+
+
+def main(experiment: str, out: Path) -> list[Path]:
+    from playwright.sync_api import sync_playwright
+
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "mlflow.db"
+        source = sqlite3.connect(f"file:{ROOT / 'mlflow.db'}?mode=ro", uri=True)
+        target = sqlite3.connect(db)
+        source.backup(target)
+        source.close()
+        target.close()
+        exp, run = _ids(db, experiment)
+        port = _free_port()
+        server = subprocess.Popen(
+            ["mlflow", "ui", "--backend-store-uri", f"sqlite:///{db}", "--port", str(port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        base = f"http://127.0.0.1:{port}/"
+        shots = {
+            "mlflow-first-open.png": f"#/experiments/{exp}",
+            "mlflow-runs.png": f"#/experiments/{exp}/runs{ML_VIEW}",
+            "mlflow-run.png": f"#/experiments/{exp}/runs/{run}{ML_VIEW}",
+        }
+        try:
+            for _ in range(120):  # until the server answers (its first start migrates the store)
+                try:
+                    urllib.request.urlopen(base, timeout=2)
+                    break
+                except OSError:
+                    time.sleep(1)
+            with sync_playwright() as p:
+                browser = p.chromium.launch(
+                    executable_path=CHROMIUM, headless=True, args=["--no-sandbox", "--disable-gpu"]
+                )
+                for name, path in shots.items():
+                    page = browser.new_page(viewport={"width": 1280, "height": 860})  # fresh each
+                    page.goto(base + path)
+                    # the UI keeps polling (no network idle); its tables fill in within seconds
+                    page.wait_for_timeout(8000)
+                    page.screenshot(path=str(out / name))
+                    written.append(out / name)
+                    page.close()
+                browser.close()
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    for path in written:  # 256 colours, as take.py
+        try:
+            from PIL import Image
+        except ImportError:
+            break
+        Image.open(path).convert("RGB").quantize(256).save(path, optimize=True)
+    return written
+
+
+if __name__ == "__main__":
+    name = sys.argv[1] if len(sys.argv) > 1 else "spr096-pruning-topology"
+    folder = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent
+    for path in main(name, folder):
+        print(path)
