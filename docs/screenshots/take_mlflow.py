@@ -1,6 +1,6 @@
 """Screenshots of the MLflow UI as a reviewer first sees it, for docs/mlflow.md: an experiment opened
-in a fresh browser (MLflow 3's GenAI mode), its runs table through the link the dashboard gives
-(`?workflowType=machine_learning`), and one arm x seed run's page, at 1280 px wide in headless
+in a fresh browser (MLflow 3's GenAI mode) and its runs table through the link the dashboard gives
+(`?workflowType=machine_learning`), at 1280 px wide in headless
 Chromium (Playwright driving Debian's /usr/bin/chromium, as take.py does).
 
     python docs/screenshots/take_mlflow.py [EXPERIMENT] [OUT]   # default: spr096-pruning-topology, here
@@ -31,22 +31,15 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _ids(db: Path, experiment: str) -> tuple[str, str]:
-    """(experiment id, the run id of one arm x seed run) in the copied store."""
+def _experiment_id(db: Path, experiment: str) -> str:
     con = sqlite3.connect(db)
     try:
         (exp,) = con.execute(
             "SELECT experiment_id FROM experiments WHERE name = ?", (experiment,)
         ).fetchone()
-        (run,) = con.execute(
-            "SELECT r.run_uuid FROM runs r JOIN tags t ON t.run_uuid = r.run_uuid "
-            "WHERE r.experiment_id = ? AND t.key = 'gates.role' AND t.value = 'run' "
-            "ORDER BY r.start_time LIMIT 1",
-            (exp,),
-        ).fetchone()
     finally:
         con.close()
-    return str(exp), run
+    return str(exp)
 
 
 def main(experiment: str, out: Path) -> list[Path]:
@@ -61,7 +54,7 @@ def main(experiment: str, out: Path) -> list[Path]:
         source.backup(target)
         source.close()
         target.close()
-        exp, run = _ids(db, experiment)
+        exp = _experiment_id(db, experiment)
         port = _free_port()
         server = subprocess.Popen(
             ["mlflow", "ui", "--backend-store-uri", f"sqlite:///{db}", "--port", str(port)],
@@ -72,7 +65,6 @@ def main(experiment: str, out: Path) -> list[Path]:
         shots = {
             "mlflow-first-open.png": f"#/experiments/{exp}",
             "mlflow-runs.png": f"#/experiments/{exp}/runs{ML_VIEW}",
-            "mlflow-run.png": f"#/experiments/{exp}/runs/{run}{ML_VIEW}",
         }
         try:
             for _ in range(120):  # until the server answers (its first start migrates the store)
