@@ -72,5 +72,9 @@ def test_certify_refuses_an_uncommitted_contract_and_reproducing_runs_from_any_t
     done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "r", "--sample", "1")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot certify" in done.stderr and "contracts/c05-small.yaml" in done.stderr
+    # re-deriving writes an entry too, its verdict from today's engine: refused alike
+    done = gates(project, "rederive", "contracts/c05-small.yaml", "--reason", "r")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "cannot re-derive from files no commit holds" in done.stderr
     done = gates(project, "run", "contracts/c05-small.yaml")  # reproduces the record: allowed
     assert done.returncode == 0, done.stdout + done.stderr

@@ -947,9 +947,12 @@ def rederive(
     Refused unless the claims history vouches for the evidence as it is (its bytes are those of the
     latest entry, so per-seed values edited since cannot be laundered into a new entry); None when
     today's engine, rules and claim family derive the record as stored (nothing to correct). The entry
-    records what the evidence was derived under (`rederived_from`)."""
-    from gates.record import INDEX, latest_entries, record_entry, sha256_file
+    records what the evidence was derived under (`rederived_from`). Like recording, refused from a
+    contract or code (the verdict engine in gates/ included) that no commit holds as it is."""
+    from gates.record import INDEX, latest_entries, record_entry, refuse_uncommitted, sha256_file
+    from gates.study import study_module
 
+    refuse_uncommitted(loaded.path, study_module(loaded.contract.study), "re-derive")
     path = evidence_dir(runs_root, loaded.id) / EVIDENCE
     try:
         old = read_evidence(path)
