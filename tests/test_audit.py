@@ -58,6 +58,20 @@ def project(recorded, tmp_path):
     return copy_project(recorded, tmp_path)
 
 
+def audited(project, seconds: float, **kwargs) -> tuple[list, list[str]]:
+    """`verify` of a project with an audit of `seconds` at seed 5: (its checks, the lines it logs)."""
+    lines: list[str] = []
+    checks = verify(
+        project / "runs",
+        project / "contracts",
+        audit_seconds=seconds,
+        audit_seed=5,
+        log=lines.append,
+        **kwargs,
+    )
+    return checks, lines
+
+
 def test_honest_runs_reproduce_and_the_plan_is_printed(project):
     result = subprocess.run(
         [sys.executable, "-m", "gates", "verify", "--audit-seconds", "600", "--audit-seed", "5"],
@@ -150,14 +164,7 @@ def test_a_small_budget_re_runs_few_runs_and_counts_the_rest(project):
     from gates.verify import MIN_LEFT_S
 
     budget = MIN_LEFT_S + 0.3  # room for a run or a few of ~0.1 s each, never for all sixteen
-    lines = []
-    checks = verify(
-        project / "runs",
-        project / "contracts",
-        audit_seconds=budget,
-        audit_seed=5,
-        log=lines.append,
-    )
+    checks, lines = audited(project, budget)
     lines = [line for line in lines if line.startswith("audit: ")]  # the audit's own lines
     plan, summary = lines[0], lines[-1]
     started = [line for line in lines if line.startswith("audit: re-running ")]
@@ -166,9 +173,9 @@ def test_a_small_budget_re_runs_few_runs_and_counts_the_rest(project):
     assert summary.startswith(f"audit: {len(started)} runs started in ")
     assert summary.endswith(f"; {24 - len(started)} runs not reached; other audits cover others")
     # every run started is compared or named unaudited
-    audited = sum(len(c.audited) for c in checks)
+    compared = sum(len(c.audited) for c in checks)
     unaudited = sum(c.codes.count("unaudited") for c in checks)
-    assert audited + unaudited == len(started) and all(c.status == "ok" for c in checks)
+    assert compared + unaudited == len(started) and all(c.status == "ok" for c in checks)
 
 
 def test_a_run_is_re_run_on_the_thread_count_it_recorded(project, monkeypatch):
@@ -218,14 +225,7 @@ def test_a_missing_setup_is_built_when_the_time_left_covers_it(project, monkeypa
     monkeypatch.setattr(C05ProbeStudy, "setup", lambda self, config: built.append(config))
 
     def audit(budget):
-        lines = []
-        checks = verify(
-            project / "runs",
-            project / "contracts",
-            audit_seconds=budget,
-            audit_seed=5,
-            log=lines.append,
-        )
+        checks, lines = audited(project, budget)
         return {c.contract_id: c for c in checks}, "\n".join(lines)
 
     # unknown setup time: cannot run here, named

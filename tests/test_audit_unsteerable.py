@@ -17,7 +17,7 @@ from gates.cli import app
 from gates.record import render_report
 from gates.verify import AUDIT, REPLAY, Candidate, choose, verify
 from tests.conftest import regenerate_history
-from tests.test_audit import project, recorded  # noqa: F401  (fixtures)
+from tests.test_audit import audited, project, recorded  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -121,14 +121,7 @@ def test_a_run_too_costly_for_the_time_left_is_stopped_early_and_named_unaudited
 
     monkeypatch.setattr(study_cls, "run", slow_run)
     budget = MIN_LEFT_S + 1.0  # enough to start one run, never to finish one (>= 3.6 s)
-    lines = []
-    checks = verify(
-        project / "runs",
-        project / "contracts",
-        audit_seconds=budget,
-        audit_seed=5,
-        log=lines.append,
-    )
+    checks, lines = audited(project, budget)
     stopped = [line for line in lines if ": UNAUDITED (" in line]
     shadowed = sorted(vars(get_study("c05_probe")))  # an instance patch an earlier test left behind
     assert slowed, (

@@ -64,13 +64,18 @@ def main(out: Path) -> list[Path]:
         finally:
             server.shutdown()
             server.server_close()
-    for path in written:  # 256 colours: a page of text and flat charts loses nothing visible
-        try:
-            from PIL import Image
-        except ImportError:
-            break
-        Image.open(path).convert("RGB").quantize(256).save(path, optimize=True)
+    quantize(written)
     return written
+
+
+def quantize(paths: list[Path]) -> None:
+    """256 colours: a page of text and flat charts loses nothing visible (skipped without Pillow)."""
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    for path in paths:
+        Image.open(path).convert("RGB").quantize(256).save(path, optimize=True)
 
 
 if __name__ == "__main__":

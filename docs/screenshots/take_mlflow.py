@@ -20,6 +20,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from take import quantize  # the sibling script (run as a script, its folder is on sys.path)
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 ML_VIEW = "?workflowType=machine_learning"
@@ -89,12 +91,7 @@ def main(experiment: str, out: Path) -> list[Path]:
         finally:
             server.terminate()
             server.wait(timeout=30)
-    for path in written:  # 256 colours, as take.py
-        try:
-            from PIL import Image
-        except ImportError:
-            break
-        Image.open(path).convert("RGB").quantize(256).save(path, optimize=True)
+    quantize(written)
     return written
 
 
