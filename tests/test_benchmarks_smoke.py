@@ -25,15 +25,16 @@ def load_benchmark():
     return module
 
 
-@pytest.mark.parametrize("with_faiss", [False, True])
-def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
-    if with_faiss:
+@pytest.mark.parametrize("with_libraries", [False, True])
+def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_libraries):
+    if with_libraries:
         try:
             import faiss  # noqa: F401
+            import scann  # noqa: F401
         except ImportError:
-            if os.environ.get("GATES_REQUIRE_SERVICES"):  # CI installs it (the dev extra)
-                pytest.fail("faiss-cpu is required here (GATES_REQUIRE_SERVICES is set)")
-            pytest.skip("faiss-cpu is not installed (pip install -e '.[bench]')")
+            if os.environ.get("GATES_REQUIRE_SERVICES"):  # CI installs them (the dev extra)
+                pytest.fail("faiss-cpu and scann are required here (GATES_REQUIRE_SERVICES is set)")
+            pytest.skip("faiss-cpu or scann is not installed (pip install -e '.[bench]')")
     bench = load_benchmark()
     argv = [
         "--sizes",
@@ -63,15 +64,16 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     ]
     threads = torch.get_num_threads()
     try:
-        results = bench.main(argv + ([] if with_faiss else ["--no-faiss"]))
+        results = bench.main(argv + ([] if with_libraries else ["--no-faiss", "--no-scann"]))
     finally:  # the benchmark sets the process-wide thread count; leave it as other tests expect
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
     rows = {row.method: row for row in results[256]["rows"]}
-    expected = {"dense exact", "TreeHeap beam", "TreeHeap drill-down", "TreeHeap fast"}
+    expected = {"dense exact", "floor (10 true rows)", "TreeHeap beam", "TreeHeap drill-down"}
+    expected |= {"TreeHeap fast"}
     expected |= {"TreeHeap max-bound", "TreeHeap exact-bound"}  # the max-closure read (issue #29)
-    if with_faiss:
-        expected |= {"faiss HNSW", "faiss IVF-Flat", "faiss IVF-PQ"}
+    if with_libraries:  # issue #40: HNSW on the L2 reduction and ScaNN beside IVF
+        expected |= {"faiss IVF-Flat", "faiss IVF-PQ", "faiss HNSW-L2", "ScaNN"}
     assert set(rows) == expected
     assert rows["dense exact"].recall == pytest.approx(1.0)
     assert rows["TreeHeap beam"].extra["reached"]  # calibrate_beam always ends at a passing width
@@ -81,9 +83,20 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
         and rows["TreeHeap exact-bound"].extra["reached"]
     )
     for row in rows.values():
-        assert 0.0 <= row.recall <= 1.0 and row.latency_ms > 0 and row.index_bytes_per_key > 0
+        assert 0.0 <= row.recall <= 1.0 and row.latency_ms > 0
+        assert row.index_bytes_per_key is None or row.index_bytes_per_key > 0
         if row.method.startswith("TreeHeap"):
             assert 0.0 < row.visited <= 1.0
+    floor = rows["floor (10 true rows)"]
+    assert floor.recall == 1.0 and floor.index_bytes_per_key is None
+    assert floor.bytes_per_query == pytest.approx(0.95 * 10 * 4 * 32)  # 0.95 x 10 rows of d = 32
+    assert rows["dense exact"].bytes_per_query == 256 * 4 * 32
+    assert all(
+        row.bytes_per_query > floor.bytes_per_query for row in rows.values() if row is not floor
+    )
+    if with_libraries:
+        for name in ("faiss IVF-Flat", "faiss HNSW-L2", "ScaNN"):
+            assert rows[name].extra["reached"] and rows[name].recall >= 0.9
     # the fast read's index keeps the keys and only the parents it reads: less than the full parent table
     assert rows["TreeHeap fast"].index_bytes_per_key < rows["TreeHeap beam"].index_bytes_per_key
     assert "not the target N = 65,536" in out and "(target >= 10x, bar >= 5x)" in out
@@ -95,13 +108,14 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     assert "latency growth exponents" in out and "| 512 | " in out and "| growth exponent | " in out
     written = json.loads((tmp_path / "tree_read.json").read_text())
     assert set(written["sizes"]) == {"256", "512"}
-    methods = {"dense", "beam", "drilldown", "fast_beam", "max_bound", "exact_bound"} | (
-        {"faiss_hnsw", "faiss_ivf", "faiss_ivfpq"} if with_faiss else set()
+    methods = {"dense", "floor", "beam", "drilldown", "fast_beam", "max_bound", "exact_bound"} | (
+        {"faiss_ivf", "faiss_ivfpq", "faiss_hnsw_l2", "scann"} if with_libraries else set()
     )
     for size in written["sizes"].values():
         assert set(size) == methods
         for method in size.values():
             assert {"latency_ms", "recall_at_10", "visited_share", "speedup"} <= set(method)
+            assert {"bytes_per_query", "reached"} <= set(method)
         assert size["dense"]["speedup"] == 1.0
     assert set(written["exponents"]) == methods and all(
         isinstance(v, float) for v in written["exponents"].values()
@@ -110,7 +124,8 @@ def test_tree_read_benchmark_runs_at_tiny_sizes(capsys, tmp_path, with_faiss):
     assert set(written["exponents_adjacent"]) == methods
     assert all(set(pairs) == {"256-512"} for pairs in written["exponents_adjacent"].values())
     assert set(written["process_peak_rss_mb"]) == {"256", "512"}
-    assert "issue #29 targets at N = 512" in out and "max-closure read at N = 512" in out
+    assert "issue #40 targets at N = 512" in out and "max-closure read at N = 512" in out
+    assert ("the best library" in out) == with_libraries
     assert "| exponent 256 -> 512 | " in out
     assert "</svg>" in (tmp_path / "latency.svg").read_text()
 
@@ -119,7 +134,8 @@ def test_tree_read_benchmark_skips_the_reference_reads_above_reference_upto(caps
     bench = load_benchmark()
     argv = "--sizes 256,512 --queries 16 --fit-queries 32 --steps 1 --repeats 1 --source random"
     argv += (
-        " --threads 1 --d 32 --no-faiss --no-drilldown --reference-upto 256 --bound-m 2,4 --cold"
+        " --threads 1 --d 32 --no-faiss --no-scann --no-drilldown --reference-upto 256 --bound-m 2,4"
+        " --cold"
     )
     threads = torch.get_num_threads()
     try:
@@ -131,6 +147,7 @@ def test_tree_read_benchmark_skips_the_reference_reads_above_reference_upto(caps
     assert "each read after a 512 MB sweep (cold caches)" in out
     assert {row.key for row in results[256]["rows"]} == {
         "dense",
+        "floor",
         "beam",
         "fast_beam",
         "max_bound",
@@ -138,6 +155,7 @@ def test_tree_read_benchmark_skips_the_reference_reads_above_reference_upto(caps
     }
     assert {row.key for row in results[512]["rows"]} == {
         "dense",
+        "floor",
         "fast_beam",
         "max_bound",
         "exact_bound",
@@ -166,7 +184,8 @@ def test_tree_read_benchmark_fits_the_growth_exponent():
 
 
 def test_calibrate_int_finds_the_smallest_passing_setting():
-    bench = load_benchmark()
+    load_benchmark()
+    bench = sys.modules["read_common"]  # the helpers every read of the benchmark shares
     tried = []
 
     def recall_at(value):
@@ -175,6 +194,27 @@ def test_calibrate_int_finds_the_smallest_passing_setting():
 
     assert bench.calibrate_int(recall_at, 1, 1000, 0.95) == (37, 1.0)
     assert bench.calibrate_int(lambda v: 0.0, 1, 8, 0.95)[0] == 8  # nothing passes: the upper end
+
+
+def test_interior_best_extends_the_grid_past_the_edge_its_best_sits_at():
+    load_benchmark()
+    common = sys.modules["read_common"]
+    tried = []
+
+    def evaluate(value):  # fastest at 64, and settings below 8 fail
+        tried.append(value)
+        return value < 8, abs(math.log2(value) - 6) + 1.0, None
+
+    double = lambda value: None if value * 2 > 1024 else value * 2  # noqa: E731
+    half = lambda value: None if value // 2 < 1 else value // 2  # noqa: E731
+    best, results, at_edge = common.interior_best(evaluate, [4, 8, 16], half, double)
+    assert (best, at_edge) == (64, False) and tried == [4, 8, 16, 32, 64, 128]
+    # at most `extend` values past the edge: the best then stays at the edge, and says so
+    best, _, at_edge = common.interior_best(evaluate, [4, 8, 16], half, double, extend=1)
+    assert (best, at_edge) == (32, True)
+    # a failing setting never wins over a passing one, however fast
+    best, _, at_edge = common.interior_best(lambda v: (v < 8, float(v), None), [2, 4, 8, 16], half)
+    assert (best, at_edge) == (8, False)
 
 
 # ------------------------------------------------------------------ benchmarks/translator_scaling.py
