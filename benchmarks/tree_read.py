@@ -898,6 +898,12 @@ def main(argv: list[str] | None = None) -> dict:
             f"'prep s' = topology + fit + calibration, or index build + calibration)"
         )
         print_table(n, rows, dense.latency_ms, floor)
+        if dense.recall < 1:
+            print(
+                f"WARNING: the exact dense read's recall is {dense.recall:.4f}: keys with equal scores "
+                f"(duplicate keys) make the top {K} ambiguous, so recall@{K} here partly measures how "
+                f"ties are broken, for every method alike"
+            )
         results[n] = {
             "rows": rows,
             "info": info,
