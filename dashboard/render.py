@@ -25,6 +25,7 @@ from gates.dashboard.data import Claim, ContractView, finite
 from gates.dashboard.diff import ADDED, REMOVED, shown
 from gates.dashboard.svg import e
 from gates.record import (
+    ARMS_VIEW,
     OTHER_SIDE,
     ConditionBar,
     ConditionRecord,
@@ -451,6 +452,15 @@ def mlflow_run_url(ui: str, experiment_id, run_id) -> str:
     return (
         f"{ui.rstrip('/')}/#/experiments/{quote(str(experiment_id), safe='')}"
         f"/runs/{quote(str(run_id), safe='')}{ML_VIEW}"
+    )
+
+
+def mlflow_arms_url(ui: str, experiment_id) -> str:
+    """The experiment's arms view (written by `gates run`: the arm x seed runs grouped by arm, the
+    decision's metrics charted), opened in the chart view."""
+    return (
+        f"{ui.rstrip('/')}/#/experiments/{quote(str(experiment_id), safe='')}/runs{ML_VIEW}"
+        f"&viewStateShareKey={ARMS_VIEW}&compareRunsMode=CHART"
     )
 
 
@@ -1121,6 +1131,12 @@ def _provenance(ev: Evidence, mlflow_ui: str) -> str:
         if ml is not None
         else ("-", "-")
     )
+    experiment = (
+        f'<a href="{e(mlflow_arms_url(mlflow_ui, ml.experiment_id))}">{e(experiment)}</a> (its arms, '
+        "what the decision reads charted)"
+        if ml is not None and ml.experiment_id is not None
+        else e(experiment)
+    )
     s = ev.settings
     rows = [
         ("contract", f"<code>{e(ev.written('contract_path', '-'))}</code>"),
@@ -1139,7 +1155,7 @@ def _provenance(ev: Evidence, mlflow_ui: str) -> str:
         ),
         (
             "MLflow",
-            f"{e(tracking)}, experiment {e(experiment)}, parent run {parent}",
+            f"{e(tracking)}, experiment {experiment}, parent run {parent}",
         ),
         ("signature", f'<code class="mono">{e(sig)}</code>'),
     ]

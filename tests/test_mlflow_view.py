@@ -15,7 +15,7 @@ import pytest
 import yaml
 from mlflow import MlflowClient
 
-from gates.contract import load_contract
+from gates.contract import condition_terms, load_contract
 from gates.execution import execute
 from gates.record import MLflowMetricSink, withdraw_claim_run
 from tests.conftest import ROOT, write_contract
@@ -71,6 +71,37 @@ def test_experiment_opens_in_the_training_view(project):
     for contract_id in (OLD, NEW):
         tags = client.get_experiment_by_name(contract_id).tags
         assert tags["mlflow.experimentKind"] == "custom_model_development", tags
+
+
+# The keys MLflow 3.17's UI reads from a shared view (its bundle: the runs page's search facets, then
+# its UI state); a key outside them would be ignored without a word
+SHARED_VIEW_KEYS = {
+    "searchFilter", "orderByKey", "orderByAsc", "startTime", "lifecycleFilter",
+    "modelVersionFilter", "datasetsFilter", "selectedColumns", "columnOrder", "columnWidths",
+    "compareRunCharts", "compareRunSections", "viewMaximized", "runListHidden",
+    "isAccordionReordered", "groupBy", "groupsExpanded", "useGroupedValuesInCharts",
+    "hideEmptyCharts", "globalLineChartConfig", "chartsSearchFilter",
+}  # fmt: skip
+
+
+def test_experiment_carries_the_arms_view_charting_what_the_decision_reads(project):
+    """The view the dashboard links to: its filter finds exactly the arm x seed runs, and it charts
+    each metric the decision reads, grouped by arm."""
+    client = MlflowClient(store_uri(project))
+    experiment = client.get_experiment_by_name(OLD)
+    view = json.loads(experiment.tags["mlflow.sharedViewState.gates-arms"])
+    assert set(view) <= SHARED_VIEW_KEYS
+    found = client.search_runs([experiment.experiment_id], view["searchFilter"])
+    assert len(found) == 12 and {r.data.tags["gates.role"] for r in found} == {"run"}
+    assert view["groupBy"]["groupByKeys"] == [{"mode": "tag", "groupByData": "gates.arm"}]
+    charted = [chart["metricKey"] for chart in view["compareRunCharts"]]
+    contract = load_contract(project / "contracts" / f"{OLD}.yaml").contract
+    decided = {metric for _, _, c in contract.conditions() for _, metric in condition_terms(c)}
+    assert decided and decided <= set(charted)
+    assert all(metric in found[0].data.metrics for metric in charted)
+    assert {chart["metricSectionId"] for chart in view["compareRunCharts"]} == {
+        section["uuid"] for section in view["compareRunSections"]
+    }
 
 
 def test_each_metric_step_is_logged_once_per_run(project):

@@ -1,6 +1,7 @@
 """Screenshots of the MLflow UI as a reviewer first sees it, for docs/mlflow.md: an experiment opened
-in a fresh browser (MLflow 3's GenAI mode) and its runs table through the link the dashboard gives
-(`?workflowType=machine_learning`), at 1280 px wide in headless
+in a fresh browser (MLflow 3's GenAI mode), its runs table through `?workflowType=machine_learning`,
+and the arms view the dashboard links to (the arms grouped, what the decision reads charted), at
+1280 px wide in headless
 Chromium (Playwright driving Debian's /usr/bin/chromium, as take.py does).
 
     python docs/screenshots/take_mlflow.py [EXPERIMENT] [OUT]   # default: spr096-pruning-topology, here
@@ -21,6 +22,8 @@ import urllib.request
 from pathlib import Path
 
 from take import quantize  # the sibling script (run as a script, its folder is on sys.path)
+
+from gates.record import ARMS_VIEW
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
@@ -67,6 +70,9 @@ def main(experiment: str, out: Path) -> list[Path]:
         shots = {
             "mlflow-first-open.png": f"#/experiments/{exp}",
             "mlflow-runs.png": f"#/experiments/{exp}/runs{ML_VIEW}",
+            # the arms view `gates run` writes on the experiment, as the dashboard links to it
+            "mlflow-arms.png": f"#/experiments/{exp}/runs{ML_VIEW}&viewStateShareKey={ARMS_VIEW}"
+            "&compareRunsMode=CHART",
         }
         try:
             for _ in range(120):  # until the server answers (its first start migrates the store)

@@ -42,6 +42,7 @@ _FACE = {
     "Evidence": ("_evidence", "Evidence"),
     "GENESIS": ("_history", "GENESIS"),
     "INDEX": ("_history", "INDEX"),
+    "ARMS_VIEW": ("_tracking", "ARMS_VIEW"),
     "MLflowMetricSink": ("_tracking", "MLflowMetricSink"),
     "PROJECT_ROOT": ("_provenance", "PROJECT_ROOT"),
     "PilotRecord": ("_evidence", "PilotRecord"),

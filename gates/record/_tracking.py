@@ -23,6 +23,12 @@ FLUSH_SECONDS = 5.0  # so the MLflow UI shows a long run's curves while it train
 # GenAI view (traces, no runs table): gates' experiments are model training. The key and value are
 # MLflow's (its UI's ExperimentKind, set by its "Experiment type" choice: "Machine learning").
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+# MLflow 3's UI opens a view shared by URL (`#/experiments/<id>/runs?viewStateShareKey=KEY`) from the
+# experiment tag `mlflow.sharedViewState.KEY`: JSON of its search facets and UI state (charts,
+# grouping). Other chart choices live in the browser only. gates writes one per contract: the arms'
+# view (`arms_view`, docs/mlflow.md).
+SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
+ARMS_VIEW = "gates-arms"
 # What `gates withdraw` sets on a claim's parent run; a new attempt recorded on that run clears them
 WITHDRAWAL_TAGS = ("gates.withdrawn", "gates.withdrawal_reason", "gates.recorded_verdict")
 
@@ -107,6 +113,63 @@ def base_tags(loaded, prov) -> dict[str, str]:
     }
 
 
+def arms_view(contract) -> str:
+    """The shared view a reviewer lands on: the arm x seed runs alone (no parent, no tuning trials),
+    grouped by arm (mean, with the range of seeds), one line chart over steps per metric a reviewer
+    needs to see move (`plotted_metrics`: the decision's first), in a section of its own."""
+    from gates.record._plots import plotted_metrics
+
+    section = "gates-decision"
+    charts = [
+        {
+            "uuid": f"gates-chart-{i}",
+            "type": "LINE",
+            "runsCountToCompare": 100,
+            "metricSectionId": section,
+            "deleted": False,
+            "isGenerated": False,
+            "displayName": metric,
+            "metricKey": metric,
+            "selectedMetricKeys": [metric],
+            "lineSmoothness": 0,
+            "xAxisKey": "step",
+            "xAxisScaleType": "linear",
+            "scaleType": "linear",
+            "range": {},
+            "selectedXAxisMetricKey": "",
+            "yAxisKey": "metric",
+            "yAxisExpressions": [],
+            "ignoreOutliers": False,
+            "useGlobalXaxisKey": False,
+            "useGlobalLineSmoothing": False,
+        }
+        for i, metric in enumerate(plotted_metrics(contract))
+    ]
+    return json.dumps(
+        {
+            "searchFilter": "tags.`gates.role` = 'run'",
+            "orderByKey": "attributes.start_time",
+            "orderByAsc": False,
+            "groupBy": {
+                "aggregateFunction": "average",
+                "groupByKeys": [{"mode": "tag", "groupByData": "gates.arm"}],
+            },
+            "useGroupedValuesInCharts": True,
+            "compareRunCharts": charts,
+            "compareRunSections": [
+                {
+                    "uuid": section,
+                    "name": f"{contract.id}: what the decision reads",
+                    "display": True,
+                    "isReordered": False,
+                    "deleted": False,
+                    "isGenerated": False,
+                }
+            ],
+        }
+    )
+
+
 class MLflowMetricSink:
     """Buffers metric points and writes them with log_batch, not one database call per value. Each
     (metric, step) is written once: a point already written at that step (the last report, then the
@@ -168,6 +231,9 @@ class Tracker:
         contract hash and code, unless `fresh`) or created, as `gates run` and tuning both need."""
         tags = base_tags(loaded, prov)
         experiment_id = self.experiment_id(loaded.contract.id)
+        self.client.set_experiment_tag(
+            experiment_id, SHARED_VIEW_PREFIX + ARMS_VIEW, arms_view(loaded.contract)
+        )
         parent_id, _ = self.parent_run(
             experiment_id,
             {
