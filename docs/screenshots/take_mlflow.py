@@ -4,7 +4,9 @@ and the arms view the dashboard links to (the arms grouped, what the decision re
 1280 px wide in headless
 Chromium (Playwright driving Debian's /usr/bin/chromium, as take.py does).
 
-    python docs/screenshots/take_mlflow.py [EXPERIMENT] [OUT]   # default: spr096-pruning-topology, here
+    python docs/screenshots/take_mlflow.py [EXPERIMENT] [OUT]   # default: c05-structural-probe-v4, here
+
+(the README's first command, run once, makes that experiment and its arms view.)
 
 The repository's mlflow.db is copied (SQLite's backup, consistent while a run writes to it) into a
 temporary folder and served from there by `mlflow ui` on a free port, so nothing is written to it.
@@ -102,7 +104,7 @@ def main(experiment: str, out: Path) -> list[Path]:
 
 
 if __name__ == "__main__":
-    name = sys.argv[1] if len(sys.argv) > 1 else "spr096-pruning-topology"
+    name = sys.argv[1] if len(sys.argv) > 1 else "c05-structural-probe-v4"
     folder = Path(sys.argv[2]) if len(sys.argv) > 2 else Path(__file__).parent
     for path in main(name, folder):
         print(path)

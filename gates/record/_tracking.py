@@ -155,6 +155,7 @@ def arms_view(contract) -> str:
                 "groupByKeys": [{"mode": "tag", "groupByData": "gates.arm"}],
             },
             "useGroupedValuesInCharts": True,
+            "runListHidden": True,  # the charts get the page's width; one click shows the runs
             "compareRunCharts": charts,
             "compareRunSections": [
                 {
