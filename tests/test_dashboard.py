@@ -173,7 +173,9 @@ def test_contract_view_draws_conditions_curves_stop_rules_and_halts(project, ser
         url = f"http://127.0.0.1:5000/#/experiments/{exp}/runs/{r['mlflow_run_id']}"
         assert f'href="{url}?workflowType=machine_learning"' in html  # the runs' view, not GenAI
     # the experiment links to the arms view `gates run` wrote on it (docs/mlflow.md)
-    arms = "?workflowType=machine_learning&amp;viewStateShareKey=gates-arms&amp;compareRunsMode=CHART"
+    arms = (
+        "?workflowType=machine_learning&amp;viewStateShareKey=gates-arms&amp;compareRunsMode=CHART"
+    )
     assert f'href="http://127.0.0.1:5000/#/experiments/{exp}/runs{arms}"' in html
     assert ev["contract_sha256"] in html and ev["git_commit"] in html and ev["code_sha256"] in html
     assert "no metric history" not in html and "not found" not in html
