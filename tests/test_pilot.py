@@ -78,11 +78,8 @@ def test_a_pilot_of_an_unknown_arm_or_beyond_the_budget_is_refused(workdir):
     assert not (workdir / "mlflow.db").exists()  # refused before any store is opened
 
 
-def test_check_of_a_contract_never_piloted_does_not_import_mlflow(workdir):
-    """Listing pilots costs `gates check` nothing when there are none: one read-only query of the
-    SQLite store, MLflow left unimported (its import takes seconds)."""
-    open_client(f"sqlite:///{workdir / 'mlflow.db'}").create_experiment("other")
-    path = write_contract(workdir / "contracts", small_c05(id="c05-never"), "c05-never.yaml")
+def checked_in_process(workdir: Path, path: Path) -> str:
+    """`gates check PATH`'s output, then whether it imported MLflow (whose import takes seconds)."""
     script = (
         "import sys\nfrom gates.cli import main\n"
         f"sys.argv = ['gates', 'check', {str(path)!r}]\n"
@@ -92,4 +89,30 @@ def test_check_of_a_contract_never_piloted_does_not_import_mlflow(workdir):
     done = subprocess.run(
         [sys.executable, "-c", script], cwd=workdir, capture_output=True, text=True
     )
-    assert "ready to run" in done.stdout and "mlflow not imported" in done.stdout, done.stdout
+    return done.stdout
+
+
+def test_check_of_a_contract_never_piloted_does_not_import_mlflow(workdir):
+    """Listing pilots costs `gates check` nothing when there are none: one read-only query of the
+    SQLite store, MLflow left unimported."""
+    open_client(f"sqlite:///{workdir / 'mlflow.db'}").create_experiment("other")
+    path = write_contract(workdir / "contracts", small_c05(id="c05-never"), "c05-never.yaml")
+    out = checked_in_process(workdir, path)
+    assert "ready to run" in out and "mlflow not imported" in out, out
+
+
+def test_check_lists_pilots_from_a_sqlite_store_without_importing_mlflow(workdir):
+    """The pilots are read from the SQLite store with read-only queries, as MLflow would list them:
+    a deleted pilot run is left out."""
+    path = write_contract(workdir / "contracts", small_c05(id="c05-piloted"), "c05-piloted.yaml")
+    result = gates(workdir, "pilot", str(path), "--arm", "subheap_kernel", "--steps", "20")
+    assert result.returncode == 0, result.stdout + result.stderr
+    client = open_client(f"sqlite:///{workdir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("c05-piloted").experiment_id
+    (pilot,) = client.search_runs([experiment], "tags.`gates.role` = 'run'")
+    out = checked_in_process(workdir, path)
+    assert "mlflow not imported" in out and "1 pilot run of this contract id" in out, out
+    assert "| subheap_kernel | 2147483648 | 20 | this one | completed |" in out, out
+    client.delete_run(pilot.info.run_id)
+    out = checked_in_process(workdir, path)
+    assert "ready to run" in out and "pilot run" not in out, out

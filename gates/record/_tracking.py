@@ -403,68 +403,85 @@ def pilot_runs(uri: str, contract_id: str, contract_path: Path | None = None) ->
     """The pilot runs of contract `contract_id` in the store `uri` (`gates pilot`), oldest first, as
     PilotRecords; [] when the store has no experiment of that id. `contract_path`: the contract file,
     whose first commit says which pilots ran before the contract was registered."""
-    from datetime import datetime, timezone
-
-    from gates.record._evidence import PilotRecord
     from gates.record._store import COMPLETE, inspect, sqlite_path
 
     path = sqlite_path(uri)
-    if path is not None:  # no store yet, or no pilot of this contract: MLflow is not even imported
-        if not path.is_file() or not _has_pilots(path, contract_id):
-            return []
-        if inspect(path).state != COMPLETE:
+    found = None
+    if path is not None:
+        if not path.is_file():
+            return []  # no store yet
+        found = _sqlite_pilots(path, contract_id)
+        if found is None and inspect(path).state != COMPLETE:
             return []  # a store MLflow cannot read as it is: `gates run` says why
-    client = open_client(uri, create=False)
-    experiment = client.get_experiment_by_name(contract_id)
-    if experiment is None:
-        return []
-    found = client.search_runs(
-        [experiment.experiment_id],
-        filter_string="tags.`gates.pilot` = 'true' and tags.`gates.role` = 'run'",
-        order_by=["attributes.start_time ASC"],
-        max_results=10000,
-    )
-    registered = _first_commit_time(contract_path) if contract_path is not None else None
-    pilots = []
-    for run in found:
-        summary, tags = run_summary(run), run.data.tags
-        started = run.info.start_time / 1000.0
-        pilots.append(
-            PilotRecord(
-                arm=summary["arm"],
-                seed=summary["seed"],
-                steps=int(tags.get("gates.pilot_steps", "0")),
-                status=summary["status"] or "running",
-                metrics={k: v for k, v in summary["metrics"].items() if _finite(v)},
-                started=datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
-                contract_sha256=tags.get("gates.contract_sha256", ""),
-                git_commit=tags.get("gates.git_commit", ""),
-                mlflow_run_id=run.info.run_id,
-                before_registration=None if registered is None else started < registered,
+    if found is None:  # another store, or a schema the queries do not know: MLflow reads it
+        client = open_client(uri, create=False)
+        experiment = client.get_experiment_by_name(contract_id)
+        if experiment is None:
+            return []
+        found = [
+            (run.info.run_id, run.info.start_time, run.data.tags)
+            for run in client.search_runs(
+                [experiment.experiment_id],
+                filter_string="tags.`gates.pilot` = 'true' and tags.`gates.role` = 'run'",
+                order_by=["attributes.start_time ASC"],
+                max_results=10000,
             )
-        )
-    return pilots
+        ]
+    registered = _first_commit_time(contract_path) if contract_path is not None else None
+    return [_pilot_record(*run, registered) for run in found]
 
 
-def _has_pilots(path: Path, contract_id: str) -> bool:
-    """Whether the SQLite store at `path` may hold a pilot run of `contract_id`: one read-only query, so
-    that `gates check` of a contract never piloted does not pay MLflow's import (seconds). A schema
-    this query does not know answers yes: MLflow itself then reads the store."""
+def _pilot_record(run_id: str, start_ms: int, tags: dict[str, str], registered: float | None):
+    """One pilot run as a PilotRecord, from its tags (what `gates pilot` wrote on it)."""
+    from datetime import datetime, timezone
+
+    from gates.record._evidence import PilotRecord
+
+    started = start_ms / 1000.0
+    metrics = json.loads(tags.get("gates.final_metrics", "{}"))
+    return PilotRecord(
+        arm=tags.get("gates.arm"),
+        seed=int(tags.get("gates.seed", "-1")),
+        steps=int(tags.get("gates.pilot_steps", "0")),
+        status=tags.get("gates.status") or "running",
+        metrics={k: v for k, v in metrics.items() if _finite(v)},
+        started=datetime.fromtimestamp(started, timezone.utc).isoformat(timespec="seconds"),
+        contract_sha256=tags.get("gates.contract_sha256", ""),
+        git_commit=tags.get("gates.git_commit", ""),
+        mlflow_run_id=run_id,
+        before_registration=None if registered is None else started < registered,
+    )
+
+
+def _sqlite_pilots(path: Path, contract_id: str) -> list | None:
+    """(run id, start ms, tags) of the active pilot runs of `contract_id` in the SQLite store at
+    `path`, oldest first, read with read-only queries: `gates check` then does not pay MLflow's
+    import and store start (seconds) for a list of pilots. None for a schema the queries do not
+    know: MLflow itself reads the store then."""
     import sqlite3
 
     try:
         with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
-            return (
-                db.execute(
-                    "SELECT 1 FROM experiments e JOIN runs r ON r.experiment_id = e.experiment_id "
-                    "JOIN tags t ON t.run_uuid = r.run_uuid "
-                    "WHERE e.name = ? AND t.key = 'gates.pilot' LIMIT 1",
-                    (contract_id,),
-                ).fetchone()
-                is not None
-            )
+            runs = db.execute(
+                "SELECT r.run_uuid, r.start_time FROM experiments e "
+                "JOIN runs r ON r.experiment_id = e.experiment_id "
+                "JOIN tags p ON p.run_uuid = r.run_uuid AND p.key = 'gates.pilot' AND p.value = 'true' "
+                "JOIN tags o ON o.run_uuid = r.run_uuid AND o.key = 'gates.role' AND o.value = 'run' "
+                "WHERE e.name = ? AND r.lifecycle_stage = 'active' ORDER BY r.start_time",
+                (contract_id,),
+            ).fetchall()
+            tags: dict[str, dict[str, str]] = {run_id: {} for run_id, _ in runs}
+            for run_id, key, value in db.execute(
+                "SELECT t.run_uuid, t.key, t.value FROM experiments e "
+                "JOIN runs r ON r.experiment_id = e.experiment_id "
+                "JOIN tags t ON t.run_uuid = r.run_uuid WHERE e.name = ? AND t.key LIKE 'gates.%'",
+                (contract_id,),
+            ):
+                if run_id in tags:
+                    tags[run_id][key] = value
     except sqlite3.Error:
-        return True
+        return None
+    return [(run_id, start_ms, tags[run_id]) for run_id, start_ms in runs]
 
 
 def _finite(value) -> bool:
