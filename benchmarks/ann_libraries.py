@@ -107,6 +107,14 @@ def eval_recall(ids, target) -> float:
     return rt.topk_recall(torch.as_tensor(np.asarray(ids, dtype=np.int64)).unsqueeze(0), target, K)
 
 
+def counted_search(index, queries, target, stats) -> tuple[float, float]:
+    """Recall@10 of one faiss search of the evaluation queries, and the distance computations faiss
+    counted in it (`stats`: its IVF or HNSW counters) per query."""
+    stats.reset()
+    recall = eval_recall(index.search(queries, K)[1], target)
+    return recall, stats.ndis / len(queries)
+
+
 def grid_note(results: dict, unit: str, at_edge: bool) -> str:
     cells = ", ".join(f"{value}: {result[1]:.1f} ms" for value, result in sorted(results.items()))
     return f"fit-query ms per {unit} {cells}" + ("; best at the grid edge" if at_edge else "")
@@ -148,9 +156,7 @@ def ivf_flat(faiss, base, fit_np, eval_np, target, calibrator, args) -> Row:
     nlist, results, at_edge = interior_best(evaluate, grid, half_or_none(1), double_or_none(n // 4))
     failed, _, (ivf, _, nprobe, fit_recall) = results[nlist]
     prep = time.perf_counter() - started
-    faiss.cvar.indexIVF_stats.reset()
-    recall = eval_recall(ivf.search(eval_np, K)[1], target)
-    scanned = faiss.cvar.indexIVF_stats.ndis / len(eval_np)
+    recall, scanned = counted_search(ivf, eval_np, target, faiss.cvar.indexIVF_stats)
     read = lambda: ivf.search(eval_np, K)  # noqa: E731
     row = Row(
         "faiss IVF-Flat",
@@ -257,9 +263,7 @@ def hnsw_l2(faiss, base, fit_np, eval_np, target, calibrator, args) -> Row:
     m, results, at_edge = interior_best(evaluate, HNSW_MS, half_or_none(4), double_or_none(128))
     failed, _, (index, ef, fit_recall) = results[m]
     prep = time.perf_counter() - started
-    faiss.cvar.hnsw_stats.reset()
-    recall = eval_recall(index.search(eval_l2, K)[1], target)
-    distances = faiss.cvar.hnsw_stats.ndis / len(eval_np)
+    recall, distances = counted_search(index, eval_l2, target, faiss.cvar.hnsw_stats)
     read = lambda: index.search(eval_l2, K)  # noqa: E731
     row = Row(
         "faiss HNSW-L2",
