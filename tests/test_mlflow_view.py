@@ -228,3 +228,16 @@ def test_withdraw_never_connects_to_the_store_the_evidence_names(tmp_path):
             listener.accept()
     finally:
         listener.close()
+
+
+def test_the_arms_view_of_a_contract_naming_many_metrics_fits_an_experiment_tag(monkeypatch):
+    """MLflow refuses a tag past 20,000 characters: the last charts give way, the decision's stay."""
+    from types import SimpleNamespace
+
+    from gates.record import _plots, _tracking
+
+    names = [f"metric_{i:03d}" for i in range(80)]
+    monkeypatch.setattr(_plots, "plotted_metrics", lambda contract: names)
+    view = _tracking.arms_view(SimpleNamespace(id="many"))
+    charted = [chart["metricKey"] for chart in json.loads(view)["compareRunCharts"]]
+    assert len(view) <= 20000 and 1 < len(charted) < 80 and charted == names[: len(charted)]

@@ -29,6 +29,7 @@ EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 # view (`arms_view`, docs/mlflow.md).
 SHARED_VIEW_PREFIX = "mlflow.sharedViewState."
 ARMS_VIEW = "gates-arms"
+MAX_TAG = 20000  # MLflow's longest experiment tag value (MAX_EXPERIMENT_TAG_VAL_LENGTH in 3.x)
 # What `gates withdraw` sets on a claim's parent run; a new attempt recorded on that run clears them
 WITHDRAWAL_TAGS = ("gates.withdrawn", "gates.withdrawal_reason", "gates.recorded_verdict")
 
@@ -145,30 +146,33 @@ def arms_view(contract) -> str:
         }
         for i, metric in enumerate(plotted_metrics(contract))
     ]
-    return json.dumps(
-        {
-            "searchFilter": "tags.`gates.role` = 'run'",
-            "orderByKey": "attributes.start_time",
-            "orderByAsc": False,
-            "groupBy": {
-                "aggregateFunction": "average",
-                "groupByKeys": [{"mode": "tag", "groupByData": "gates.arm"}],
-            },
-            "useGroupedValuesInCharts": True,
-            "runListHidden": True,  # the charts get the page's width; one click shows the runs
-            "compareRunCharts": charts,
-            "compareRunSections": [
-                {
-                    "uuid": section,
-                    "name": f"{contract.id}: what the decision reads",
-                    "display": True,
-                    "isReordered": False,
-                    "deleted": False,
-                    "isGenerated": False,
-                }
-            ],
-        }
-    )
+    view = {
+        "searchFilter": "tags.`gates.role` = 'run'",
+        "orderByKey": "attributes.start_time",
+        "orderByAsc": False,
+        "groupBy": {
+            "aggregateFunction": "average",
+            "groupByKeys": [{"mode": "tag", "groupByData": "gates.arm"}],
+        },
+        "useGroupedValuesInCharts": True,
+        "runListHidden": True,  # the charts get the page's width; one click shows the runs
+        "compareRunCharts": charts,
+        "compareRunSections": [
+            {
+                "uuid": section,
+                "name": f"{contract.id}: what the decision reads",
+                "display": True,
+                "isReordered": False,
+                "deleted": False,
+                "isGenerated": False,
+            }
+        ],
+    }
+    # an experiment tag holds at most MAX_TAG characters: the last charts (the decision's come first)
+    # give way rather than the run failing on a contract that names many metrics
+    while len(json.dumps(view)) > MAX_TAG and len(charts) > 1:
+        charts.pop()
+    return json.dumps(view)
 
 
 class MLflowMetricSink:
