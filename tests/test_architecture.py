@@ -188,3 +188,56 @@ def test_every_import_of_a_platform_name_resolves():
                             f"{path.relative_to(ROOT)}:{node.lineno}: {node.module} has no {alias.name}"
                         )
     assert not wrong, wrong
+
+
+# verify re-derives a verdict through gates.record.derive (below execution), as `gates run` and `gates
+# rederive` do; only a replay (a `gates run` into a throwaway store) and `gates check`'s refusals (one
+# implementation of them) ask the runner, from one module
+VERIFY_ASKS_EXECUTION = {
+    "gates/verify/_replay.py": {
+        "ProcessBackend",
+        "contract_errors",
+        "job_threads",
+        "run_contract",
+        "run_processes",
+    }
+}
+
+
+def test_verify_imports_execution_only_to_replay():
+    found: dict[str, set[str]] = {}
+    for path in sorted((ROOT / "gates" / "verify").rglob("*.py")):
+        for _, imported in _imports(path):
+            if _package_of(imported) == "execution" and imported != "gates.execution":
+                found.setdefault(str(path.relative_to(ROOT)), set()).add(
+                    imported.removeprefix("gates.execution.")
+                )
+    assert found == VERIFY_ASKS_EXECUTION
+
+
+def test_one_derivation_for_run_rederive_and_verify():
+    """`finish` (gates run), `rederive` (gates rederive) and verify's re-derivation call
+    gates.record.derive, and only it calls the verdict engine on a claim (`judge_claim`)."""
+    judging = {
+        str(path.relative_to(ROOT))
+        for path in _platform_files()
+        if "judge_claim(" in path.read_text(encoding="utf-8")
+        and path.name not in ("_judging.py", "__init__.py")
+    }
+    assert judging == {"gates/record/_derive.py"}
+    callers = {}
+    for path in _platform_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef):
+                calls = {
+                    c.func.id
+                    for c in ast.walk(node)
+                    if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)
+                }
+                if "derive" in calls:
+                    callers.setdefault(str(path.relative_to(ROOT)), set()).add(node.name)
+    assert callers == {
+        "gates/execution/_runner.py": {"finish", "rederive"},
+        "gates/verify/_verify.py": {"check_claim"},
+    }

@@ -103,7 +103,7 @@ def build_project(folder: Path) -> Path:
       positive control (c05-baseline-control), runs shared across contracts (-v2, -baseline-control,
       -sequential-early)."""
     from gates.contract import load_contract
-    from gates.execution import rederive, skipped_record, verdict_fields
+    from gates.execution import rederive, skipped_record
     from gates.inference import judge_claim
     from gates.record import (
         attempt_field,
@@ -111,6 +111,7 @@ def build_project(folder: Path) -> Path:
         plan_recording,
         read_evidence,
         record_entry,
+        verdict_fields,
         write_evidence,
     )
 

@@ -157,7 +157,8 @@ def test_the_runner_writes_the_json_of_the_evidence_it_builds(tmp_path, monkeypa
     """`gates run` builds the evidence's data (unchanged since evidence was a dict), checks it into an
     Evidence and writes that: evidence.json is exactly `json.dumps` of the data built (what was written
     when the runner wrote the dict), key order included; `run_contract` returns the Evidence."""
-    from gates.execution import _runner, run_contract
+    from gates.execution import run_contract
+    from gates.record import _derive
 
     built = []
 
@@ -167,7 +168,7 @@ def test_the_runner_writes_the_json_of_the_evidence_it_builds(tmp_path, monkeypa
             built.append(json.loads(json.dumps(data)))
             return Evidence.of(data)
 
-    monkeypatch.setattr(_runner, "Evidence", Spy)
+    monkeypatch.setattr(_derive, "Evidence", Spy)  # the one derivation builds every Evidence
     (tmp_path / "contracts").mkdir()
     write_contract(tmp_path / "contracts", small_c05(), "c05-small.yaml")
     monkeypatch.chdir(tmp_path)

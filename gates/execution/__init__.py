@@ -26,13 +26,11 @@ _FACE = {
     "admit": ("_check", "admit"),
     "check_contract": ("_check", "check_contract"),
     "check_existing_evidence": ("_runner", "check_existing_evidence"),
-    "check_tuning_evidence": ("_tuning", "check_evidence"),
     "contract_errors": ("_check", "contract_errors"),
     "contract_lock": ("_locks", "contract_lock"),
     "convergence": ("_stop_rules", "convergence"),
     "default_storage": ("_tuning", "default_storage"),
     "describe_enqueued": ("_distributed", "describe"),
-    "design_of": ("_runner", "design_of"),
     "distributions": ("_tuning", "distributions"),
     "execute": ("_runner", "execute"),
     "grace_seconds": ("_distributed", "grace_seconds"),
@@ -60,7 +58,6 @@ _FACE = {
     "skipped_record": ("_runner", "skipped_record"),
     "tune": ("_tuning", "tune"),
     "tuned_config": ("_tuning", "tuned_config"),
-    "verdict_fields": ("_runner", "verdict_fields"),
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -24,9 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Protocol
 
-import gates
 from gates.contract import LoadedContract
-from gates.design import rule_flags
 from gates.errors import UserError, UserErrors, storage_error
 from gates.execution import _plan as plan
 from gates.execution._locks import contract_lock
@@ -34,10 +32,8 @@ from gates.execution._plan import reference_metrics
 from gates.execution._preflight import PreflightReport, preflight
 from gates.execution._reporter import PlatformReporter
 from gates.execution._stop_rules import StopRuleEngine, convergence
-from gates.inference import json_safe, judge_claim, predictions
 from gates.record import (
     EVIDENCE,
-    EVIDENCE_FORMAT,
     RECORD,
     REPORT,
     WITHDRAWAL_TAGS,
@@ -54,8 +50,8 @@ from gates.record import (
     compare_reproduction,
     condition_intervals,
     current_provenance,
+    derive,
     evidence_dir,
-    family_record,
     flatten_params,
     learning_curves,
     pilot_runs,
@@ -64,8 +60,8 @@ from gates.record import (
     raw_evidence,
     read_evidence,
     record_entry,
-    regime_of,
     render_report,
+    run_facts,
     run_summary,
     shared_runs,
     signature,
@@ -511,28 +507,18 @@ def finish(
     loaded, tracker = parent.loaded, parent.tracker
     c = loaded.contract
     recording = recording or plan_recording(loaded, runs_root)
-    result = judge_claim(loaded, records)
-    data = _evidence(
-        loaded,
-        parent.prov,
-        records,
-        result,
-        parent.pre,
-        parent.tracking_uri,
-        parent.experiment_id,
-        parent.parent_id,
-    )
-    if parent.tuning is not None:
-        data["tuning"] = parent.tuning
-    shared = shared_runs(_recorded_evidence(runs_root, c.id, data), only=c.id).get(c.id)
+    facts = _run_facts(parent, records)
+    after = {}
+    shared = shared_runs(_recorded_evidence(runs_root, c.id, facts), only=c.id).get(c.id)
     if shared:  # runs other recorded contracts ran too: one observation, said beside this verdict
-        data["shared_runs"] = shared
+        after["shared_runs"] = shared
     if recording.mode == RECORD:
-        data["attempt"] = attempt_field(recording)
+        after["attempt"] = attempt_field(recording)
     else:  # reproduced: the recorded attempt's field, as recorded
         attempt = recording.recorded.attempt if recording.recorded is not None else None
-        data["attempt"] = attempt.as_dict() if attempt is not None else None
-    evidence = Evidence.of(data)  # checked as `read_evidence` checks evidence.json
+        after["attempt"] = attempt.as_dict() if attempt is not None else None
+    derived = derive(loaded, facts, tuning=parent.tuning, after=after)
+    result, data, evidence = derived.verdict, derived.data, derived.evidence
     reproduction = None
     with tempfile.TemporaryDirectory(prefix="gates-plots-") as tmp:
         if recording.mode == RECORD:
@@ -599,7 +585,8 @@ def finish(
 
 
 def _recorded_evidence(runs_root: Path, contract_id: str, evidence: dict) -> dict[str, dict | None]:
-    """Every other claim's evidence in runs_root (plain JSON), and this one's as computed now."""
+    """Every other claim's evidence in runs_root (plain JSON), and this one's as recorded now (its runs
+    and settings: what `shared_runs` compares)."""
 
     found = {p.parent.name: raw_evidence(p) for p in sorted(Path(runs_root).glob(f"*/{EVIDENCE}"))}
     return {**found, contract_id: evidence}
@@ -893,50 +880,6 @@ def first_signal(point, series: list[tuple[int, float]]) -> dict:
     return {"step": step, "value": value if math.isfinite(value) else None, "met": bool(met)}
 
 
-def verdict_fields(loaded, evidence: dict, result) -> dict:
-    """The parts of an evidence record that the verdict engine derives from its runs (written by a run,
-    and rewritten when a corrected engine re-derives a recorded claim): `evidence`'s data (as stored:
-    plain JSON) with them set, keys kept in place and new ones last; `Evidence.of` makes the record."""
-    v = result.to_dict()
-    return {
-        **evidence,
-        "verdict": result.verdict,
-        "reasons": v["reasons"],
-        "settle": v["settle"],
-        "conditions": v["conditions"],
-        "halts": v["halts"],
-        "lost": v["lost"],
-        **({"controls": v["controls"]} if loaded.contract.controls else {}),
-        **({"looks": v["looks"]} if loaded.contract.sequential is not None else {}),
-        **{k: v[k] for k in ("not_run", "beyond_ceiling", "tuning_edges") if v[k]},
-        "engine_version": v["engine_version"],
-        "settings": {**evidence["settings"], "correction": v["correction"]},
-        "predictions": predictions(
-            loaded.contract, evidence["runs"], evidence["falsifiable_point"]["runs"]
-        ),
-        **{
-            k: v
-            for k, v in (("design", design_of(loaded.contract)), ("regime", regime_of(loaded)))
-            if v
-        },
-        "rule_flags": list(rule_flags(loaded)),
-        **({"family": family} if (family := family_record(loaded)) else {}),
-    }
-
-
-def design_of(contract) -> dict:
-    """What a contract declares about its design that a reader of the verdict must see beside it: the factor
-    under test, other declared differences between compared arms, arms blind by construction, why its runs
-    are not judged for convergence (only what it declares)."""
-    declared = {
-        "factor": contract.factor,
-        "differences": contract.differences,
-        "blind": contract.blind,
-        "no_convergence": contract.no_convergence,
-    }
-    return {k: v for k, v in declared.items() if v}
-
-
 def rederive(
     loaded: LoadedContract, runs_root: Path, reason: str
 ) -> tuple[Evidence, Evidence] | None:
@@ -982,16 +925,10 @@ def rederive(
     attach_family(loaded, runs_root, attempt_verdicts(old)[:-1])
     family = old.family.as_dict() if old.family is not None else None
     stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
-    loaded.tuning_record = stored.get("tuning")
-    fresh = {
-        k: v
-        for k, v in stored.items()
-        if k not in ("not_run", "beyond_ceiling", "tuning_edges", "design", "regime", "family")
-    }
-    new = verdict_fields(loaded, fresh, judge_claim(loaded, stored["runs"]))
-    if new == stored:
+    derived = derive(loaded, stored, tuning=stored.get("tuning"))
+    if derived.data == stored:
         return None
-    new = Evidence.of(new)
+    new = derived.evidence
     written = write_evidence(runs_root, new)
     before = {"engine_version": str(old.engine_version), "rule_flags": list(old.rule_flags)}
     if family is not None or new.family is not None:
@@ -1000,78 +937,26 @@ def rederive(
     return old, new
 
 
-def _evidence(loaded, prov, records, result, pre, tracking_uri, experiment_id, parent_id) -> dict:
-    """The data of a run's evidence, in the order evidence.json lists it: what the run recorded and
-    the verdict's fields; `finish` adds the tuning, shared runs and attempt, then makes it an
-    Evidence (`Evidence.of`, checked)."""
-    c = loaded.contract
-    pilots = pilot_runs(tracking_uri, c.id, loaded.path)
+def _run_facts(parent: ParentRun, records: list[dict]) -> dict:
+    """This run's record before its verdict (gates.record.run_facts), with what the derivation may not
+    read itself: the time, the contract's path from here, the pilots in the MLflow store."""
+    loaded = parent.loaded
     try:
         contract_path = str(loaded.path.resolve().relative_to(Path.cwd().resolve()))
     except ValueError:
         contract_path = str(loaded.path)
-    v = result.to_dict()
-    return verdict_fields(
+    pilots = pilot_runs(parent.tracking_uri, loaded.contract.id, loaded.path)
+    return run_facts(
         loaded,
-        {
-            "format": EVIDENCE_FORMAT,
-            "contract_id": c.id,
-            "contract_path": contract_path,
-            "contract_sha256": loaded.sha256,
-            "claim": c.claim,
-            "source": c.source,
-            "study": c.study,
-            "supersedes": c.supersedes,
-            "verdict": result.verdict,
-            "reasons": v["reasons"],
-            "settle": v["settle"],
-            "git_commit": prov.git_commit,
-            "git_dirty": prov.git_dirty,
-            "code_sha256": prov.code_sha256,
-            "code_files": prov.code_files,
-            **(
-                {"study_package": prov.study_package}
-                if getattr(prov, "study_package", None)
-                else {}
-            ),
-            "gates_version": gates.__version__,
-            "created_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "settings": {
-                "alpha": c.decision.alpha,
-                "evaluation": c.decision.evaluation,
-                "correction": v["correction"],
-                "seeds": list(c.seeds),
-                "budget": c.budget.model_dump(),
-                "arm_configs": {
-                    a: cfg.model_dump(mode="json") for a, cfg in loaded.arm_configs.items()
-                },
-            },
-            "mlflow": {
-                "tracking_uri": tracking_uri,
-                "experiment_id": experiment_id,
-                "parent_run_id": parent_id,
-            },
-            "preflight": pre.as_dict(),
-            "falsifiable_point": {
-                **c.preflight.falsifiable_point.model_dump(exclude={"statement"}),
-                "runs": [
-                    {"seed": r["seed"], **r["first_signal"]}
-                    for r in records
-                    if r.get("first_signal")
-                ],
-            },
-            "runs": [
-                {
-                    **r,
-                    "metrics": json_safe(r["metrics"]),
-                    "halt_detail": (r.get("halt_detail") or None) and r["halt_detail"][:2000],
-                }
-                for r in records
-            ],
-            "conditions": v["conditions"],
-            "halts": v["halts"],
-            # what the author could see before registering (gates pilot): on the record with the verdict
-            **({"pilots": [p.as_dict() for p in pilots]} if pilots else {}),
+        parent.prov,
+        records,
+        preflight=parent.pre.as_dict(),
+        mlflow={
+            "tracking_uri": parent.tracking_uri,
+            "experiment_id": parent.experiment_id,
+            "parent_run_id": parent.parent_id,
         },
-        result,
+        created_at=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        contract_path=contract_path,
+        pilots=[p.as_dict() for p in pilots],
     )

@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 
 from gates.contract import Convergence, FutilityRule, StopRules
+from gates.record import is_converged
 from gates.study import Direction, Halt, Metric
 
 
@@ -201,17 +202,6 @@ def preflight_convergence(loaded, refuse) -> list[str]:
         f"that improved it by more than {conv.max_rel_improvement:.2%} (relative) is not converged, and every "
         f"decision condition reading its arm is undetermined (halted runs are not judged)"
     ]
-
-
-def is_converged(rule: Convergence, record: dict) -> bool:
-    """What a recorded convergence trend says under `rule` (a missing or non-finite trend: not converged)."""
-    rel = record.get("rel_improvement")
-    return (
-        rel is not None
-        and record.get("first_value") is not None
-        and record.get("last_value") is not None
-        and rel <= rule.max_rel_improvement
-    )
 
 
 def _finite(x: float) -> float | None:

@@ -51,8 +51,10 @@ from gates.record import (
     Provenance,
     Tracker,
     base_tags,
+    best_trial,
     current_provenance,
     flatten_params,
+    tuned_config,
 )
 from gates.study import Budget, Halt
 
@@ -403,19 +405,6 @@ def _trial_record(tr) -> dict:
     }
 
 
-def best_trial(trials: list[dict], direction: str) -> dict | None:
-    """The completed trial with the best finite value; ties go to the earliest trial."""
-    done = [
-        t
-        for t in trials
-        if t["state"] == "completed" and t["value"] is not None and math.isfinite(t["value"])
-    ]
-    if not done:
-        return None
-    sign = -1.0 if direction == "higher" else 1.0
-    return min(done, key=lambda t: (sign * t["value"], t["number"]))
-
-
 # ---------------------------------------------------------------------------------- all arms
 def tune(
     loaded: LoadedContract,
@@ -480,10 +469,6 @@ def tune(
     }
 
 
-def tuned_config(loaded: LoadedContract, arm: str, params: dict):
-    return loaded.study.Config.model_validate({**loaded.contract.arms[arm], **params})
-
-
 def apply(loaded: LoadedContract, record: dict) -> LoadedContract:
     """A copy of `loaded` whose tuned arms run their best trial's params."""
     configs = dict(loaded.arm_configs)
@@ -529,54 +514,3 @@ def tune_and_apply(
             ]
         )
     return tuned, record
-
-
-def check_evidence(loaded: LoadedContract, ev: dict) -> list[str]:
-    """The tuning record agrees with the contract and with itself: every tuned arm has exactly the
-    pre-registered number of trials, the recorded best is the best of them, and the arm config that
-    ran over the seeds is the declared one with the best params."""
-    t = loaded.contract.tuning
-    rec = ev.get("tuning")
-    if t is None:
-        return (
-            ["evidence has a tuning record but the contract has no tuning section"] if rec else []
-        )
-    if not rec:
-        return ["the contract tunes its arms but the evidence has no tuning record"]
-    problems = []
-    tuned = t.tuned_arms(loaded.contract.arms)
-    if sorted(rec.get("arms", {})) != sorted(tuned):
-        problems.append(
-            f"tuning record covers arms {sorted(rec.get('arms', {}))}, the contract tunes {sorted(tuned)}"
-        )
-    for arm, r in rec.get("arms", {}).items():
-        if len(r["trials"]) != t.trials_per_arm:
-            problems.append(
-                f"tuning of {arm!r} records {len(r['trials'])} trials, the contract's budget is "
-                f"{t.trials_per_arm}"
-            )
-        best = best_trial(r["trials"], t.objective.direction)
-        if (best and best["number"]) != (r["best"] and r["best"]["number"]):
-            problems.append(
-                f"tuning of {arm!r}: recorded best trial {r['best'] and r['best']['number']}, "
-                f"re-derived {best and best['number']}"
-            )
-        if arm not in loaded.contract.arms:
-            continue
-        config = tuned_config(loaded, arm, r["best"]["params"] if r["best"] else {})
-        expected, stated = (
-            config.model_dump(mode="json"),
-            config.model_dump(mode="json", exclude_unset=True),
-        )
-        ran = ev.get("settings", {}).get("arm_configs", {}).get(arm)
-        if (
-            ran is not None
-        ):  # a field the study's config gained since (at its default) is no difference
-            expected = {k: v for k, v in expected.items() if k in ran or k in stated}
-        if ran is not None and json.dumps(ran, sort_keys=True) != json.dumps(
-            expected, sort_keys=True
-        ):
-            problems.append(
-                f"arm {arm!r} ran a config that is not its declared one with the best trial's params"
-            )
-    return problems

@@ -11,7 +11,8 @@ regime (`compare_reproduction`, `annotate_siblings`).
 Private modules: `_tracking`, `_store`, `_evidence`, `_report`, `_history`, `_provenance`,
 `_attempts`, `_siblings`, `_family` (a claim's versions share one alpha), `_plots`, `_files`,
 `_conditions` (a claim's conditions as a reviewer reads them: mirrors merged into one row, what each
-result means for the claim).
+result means for the claim), `_derive` (the one derivation of a claim's evidence from its contract and
+recorded runs, pure: `derive`, what `gates run`, `gates rederive` and `gates verify` all call).
 """
 
 from gates._face import lazy_face
@@ -40,6 +41,14 @@ _FACE = {
     "family_record": ("_family", "family_record"),
     "EVIDENCE_FORMAT": ("_evidence", "FORMAT"),
     "Evidence": ("_evidence", "Evidence"),
+    "Derivation": ("_derive", "Derivation"),
+    "best_trial": ("_derive", "best_trial"),
+    "contract_design": ("_derive", "contract_design"),
+    "derive": ("_derive", "derive"),
+    "is_converged": ("_derive", "is_converged"),
+    "run_facts": ("_derive", "run_facts"),
+    "tuned_config": ("_derive", "tuned_config"),
+    "verdict_fields": ("_derive", "verdict_fields"),
     "GENESIS": ("_history", "GENESIS"),
     "INDEX": ("_history", "INDEX"),
     "ARMS_VIEW": ("_tracking", "ARMS_VIEW"),

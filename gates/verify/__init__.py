@@ -7,8 +7,9 @@ runs by re-running them (the audit); `certify` re-runs a claim's runs under toda
 
 Private modules: `_claim` (a claim's check and its problems), `_claims` (every claim, the files
 phase), `_verify` (the re-derive phase), `_audit` (spot checks by re-running runs), `_certify`
-(re-running a claim's runs to check it against today's code), `_workflow` (the CI workflow `gates ci
-init` writes into a researcher's project).
+(re-running a claim's runs to check it against today's code), `_replay` (a replay and `gates check`'s
+refusals: the one module that asks gates.execution), `_workflow` (the CI workflow `gates ci init`
+writes into a researcher's project).
 """
 
 from gates._face import lazy_face

@@ -15,16 +15,24 @@ README's "Reliability" section).
 
 from __future__ import annotations
 
-import contextlib
+import json
 import math
-import tempfile
 from pathlib import Path
 
 from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.design import rule_flags
 from gates.errors import UserError
-from gates.inference import Verdict, claim_inputs, judge_claim, predictions
-from gates.record import Evidence, attempt_verdicts, family_of, family_record
+from gates.inference import Verdict, claim_inputs
+from gates.record import (
+    Derivation,
+    Evidence,
+    attempt_verdicts,
+    best_trial,
+    derive,
+    family_of,
+    is_converged,
+    tuned_config,
+)
 from gates.verify import _audit as audit
 from gates.verify._claim import (
     BEFORE_HASH,
@@ -49,6 +57,7 @@ from gates.verify._claims import (
     lose_history,
 )
 from gates.verify._lineage import check_lineage
+from gates.verify._replay import check_refusals, replay_pool, replay_problems
 
 
 def check_claim(
@@ -92,17 +101,16 @@ def check_claim(
         Path(contracts[check.contract_id]).parent,
         attempt_verdicts(ev)[:-1],
     )
-    check.lose(FAMILY, _check_family(loaded, ev))
+    # what `gates run` and `gates rederive` derive from these runs (gates.record.derive), compared
+    derived = derive(loaded, stored, tuning=stored.get("tuning"))
+    check.lose(FAMILY, _check_family(loaded, ev, derived.data.get("family")))
     check.lose(RUNS, _check_runs(loaded, ev))
     check.lose(CONVERGENCE, _check_convergence(loaded, ev))
-    check.lose(SETTINGS, _check_settings(loaded, ev))
-    again = judge_claim(loaded, stored["runs"])
-    check.lose(VERDICT, _rederive(again, ev))
-    check.lose(DERIVED, _check_derived(loaded, stored, again))
+    check.lose(SETTINGS, _check_settings(loaded, ev, derived.data))
+    check.lose(VERDICT, _rederive(derived.verdict, ev))
+    check.lose(DERIVED, _check_derived(stored, derived))
     if loaded.contract.tuning is not None or stored.get("tuning"):
-        from gates.execution import check_tuning_evidence
-
-        check.lose(TUNING, check_tuning_evidence(loaded, stored))
+        check.lose(TUNING, _check_tuning(loaded, stored))
     bound = audit.machine_bound(loaded)
     if bound:  # said, never lost: the record is what it is; no re-run can vouch for these
         check.add(
@@ -113,15 +121,14 @@ def check_claim(
         )
     if replay and loaded.contract.replay and loaded.contract.replay.ci:
         check.replayed = True
-        check.lose(REPLAY, _replay(loaded, ev, processes))
+        check.lose(REPLAY, replay_problems(loaded, ev, processes))
     return check
 
 
-def _check_family(loaded: LoadedContract, ev: Evidence) -> list[str]:
-    """The claim family the evidence records is the one the record of its earlier versions gives: the
-    same versions, each having spent the same alpha, and so the same level (an earlier version erased
-    or added since would change what this one was judged at)."""
-    want = family_record(loaded)
+def _check_family(loaded: LoadedContract, ev: Evidence, want: dict | None) -> list[str]:
+    """The claim family the evidence records is the one the record of its earlier versions gives
+    (`want`, as derived): the same versions, each having spent the same alpha, and so the same level
+    (an earlier version erased or added since would change what this one was judged at)."""
     have = ev.family.as_dict() if ev.family is not None else None
     if have == want:
         return []
@@ -248,8 +255,6 @@ def _check_convergence(loaded: LoadedContract, ev: Evidence) -> list[str]:
     """Under a convergence rule every completed run records `converged` and the trend it was judged on
     (the rule's metric and window), and the flag is what the rule says of that trend; halted and failed
     runs, and every run of a contract without the rule, record none."""
-    from gates.execution import is_converged
-
     rule = loaded.contract.convergence
     problems = []
     for r in ev.runs:
@@ -282,9 +287,10 @@ def _check_convergence(loaded: LoadedContract, ev: Evidence) -> list[str]:
     return problems
 
 
-def _check_settings(loaded: LoadedContract, ev: Evidence) -> list[str]:
-    """The settings, claim and gate-5 point recorded are the contract's (a tuned arm's config is checked
-    by gates.execution._tuning against the declared one with the best trial's params)."""
+def _check_settings(loaded: LoadedContract, ev: Evidence, derived: dict) -> list[str]:
+    """The settings, claim and gate-5 point recorded are the contract's, the design and regime what
+    `derived` (the evidence as derived today) gives (a tuned arm's config is checked by `_check_tuning`
+    against the declared one with the best trial's params)."""
     c = loaded.contract
     s = ev.settings
     problems = []
@@ -318,13 +324,10 @@ def _check_settings(loaded: LoadedContract, ev: Evidence) -> list[str]:
             problems += _stated_problems(
                 f"settings.arm_configs.{arm}", recorded[arm], cfg, "the study's config"
             )
-    from gates.execution import design_of
-    from gates.record import regime_of
-
     design = ev.design.as_dict() if ev.design is not None else None
     for key, got, want in (
-        ("design", design, design_of(c)),
-        ("regime", ev.regime, regime_of(loaded)),
+        ("design", design, derived.get("design")),
+        ("regime", ev.regime, derived.get("regime")),
     ):
         if not _same(got or None, want or None):
             problems.append(
@@ -348,6 +351,57 @@ def _check_settings(loaded: LoadedContract, ev: Evidence) -> list[str]:
     return problems
 
 
+def _check_tuning(loaded: LoadedContract, ev: dict) -> list[str]:
+    """The tuning record agrees with the contract and with itself: every tuned arm has exactly the
+    pre-registered number of trials, the recorded best is the best of them, and the arm config that
+    ran over the seeds is the declared one with the best params."""
+    t = loaded.contract.tuning
+    rec = ev.get("tuning")
+    if t is None:
+        return (
+            ["evidence has a tuning record but the contract has no tuning section"] if rec else []
+        )
+    if not rec:
+        return ["the contract tunes its arms but the evidence has no tuning record"]
+    problems = []
+    tuned = t.tuned_arms(loaded.contract.arms)
+    if sorted(rec.get("arms", {})) != sorted(tuned):
+        problems.append(
+            f"tuning record covers arms {sorted(rec.get('arms', {}))}, the contract tunes {sorted(tuned)}"
+        )
+    for arm, r in rec.get("arms", {}).items():
+        if len(r["trials"]) != t.trials_per_arm:
+            problems.append(
+                f"tuning of {arm!r} records {len(r['trials'])} trials, the contract's budget is "
+                f"{t.trials_per_arm}"
+            )
+        best = best_trial(r["trials"], t.objective.direction)
+        if (best and best["number"]) != (r["best"] and r["best"]["number"]):
+            problems.append(
+                f"tuning of {arm!r}: recorded best trial {r['best'] and r['best']['number']}, "
+                f"re-derived {best and best['number']}"
+            )
+        if arm not in loaded.contract.arms:
+            continue
+        config = tuned_config(loaded, arm, r["best"]["params"] if r["best"] else {})
+        expected, stated = (
+            config.model_dump(mode="json"),
+            config.model_dump(mode="json", exclude_unset=True),
+        )
+        ran = ev.get("settings", {}).get("arm_configs", {}).get(arm)
+        if (
+            ran is not None
+        ):  # a field the study's config gained since (at its default) is no difference
+            expected = {k: v for k, v in expected.items() if k in ran or k in stated}
+        if ran is not None and json.dumps(ran, sort_keys=True) != json.dumps(
+            expected, sort_keys=True
+        ):
+            problems.append(
+                f"arm {arm!r} ran a config that is not its declared one with the best trial's params"
+            )
+    return problems
+
+
 def _stated_problems(where: str, recorded: dict, model, what: str) -> list[str]:
     """A recorded config (arm config, budget) against the contract's (validated, defaults filled in).
     A field that the model gained since (absent from the record, not set by the contract) is no
@@ -368,13 +422,14 @@ def _stated_problems(where: str, recorded: dict, model, what: str) -> list[str]:
     return problems
 
 
-def _check_derived(loaded: LoadedContract, ev: dict, again: Verdict) -> list[str]:
+def _check_derived(ev: dict, derivation: Derivation) -> list[str]:
     """Everything the verdict engine derives from the per-seed values (each condition's values, n,
     estimate, interval and p-values; the reasons, what would settle it, the halts; the correction)
     equals what today's code derives from the recorded runs, floats within a relative 1e-9. Verdict
     and outcomes are `_rederive`'s. Gates 3 and 5 as measured (`predictions`) likewise, where recorded.
     `ev`: the evidence as stored (plain JSON: `Evidence.as_dict()`), compared key by key with the
-    re-derived `Verdict.to_dict()`."""
+    re-derived `Verdict.to_dict()` (`derivation`: gates.record.derive of these runs)."""
+    again = derivation.verdict
     problems = []
     if ev["settings"]["correction"] != again.correction:
         problems.append(
@@ -382,9 +437,7 @@ def _check_derived(loaded: LoadedContract, ev: dict, again: Verdict) -> list[str
         )
     derived = again.to_dict()
     if "predictions" in ev:
-        derived["predictions"] = predictions(
-            loaded.contract, ev["runs"], (ev.get("falsifiable_point") or {}).get("runs", [])
-        )
+        derived["predictions"] = derivation.data["predictions"]
     for key in OPTIONAL_DERIVED:  # recorded only when not empty: absent and empty are the same
         ev = {**ev, key: ev.get(key) or type(derived[key])()}
     for key in DERIVED_TOP_LEVEL + ("predictions",):
@@ -451,52 +504,6 @@ def _short(x, limit: int = 100) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _replay(loaded: LoadedContract, ev: Evidence, processes=None) -> list[str]:
-    """Re-run the contract into a throwaway store and compare with the evidence, on the CPU thread count
-    its runs recorded (when they all recorded the same one); its runs in `processes` where given (on
-    the cores shared out among them when no count is recorded)."""
-    from gates.execution import job_threads, run_contract, run_processes
-    from gates.study import cpu_threads
-
-    tol = loaded.contract.replay
-    with (
-        tempfile.TemporaryDirectory(prefix="gates-replay-") as tmp,
-        cpu_threads(job_threads(ev.runs, processes.jobs if processes is not None else 1)),
-    ):
-        store, runs = f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs"
-        if processes is None:
-            fresh = run_contract(loaded, store, runs, fresh=True)
-        else:
-            fresh = run_processes(
-                loaded, store, runs, processes.jobs, fresh=True, backend=processes
-            ).evidence
-    problems = []
-    if fresh.verdict != ev.verdict:
-        problems.append(f"replay gives verdict {fresh.verdict!r}, evidence says {ev.verdict!r}")
-    recorded = {(r.arm, r.seed): r for r in ev.runs}
-    for run in fresh.runs:
-        old = recorded.get((run.arm, run.seed))
-        if old is None:
-            problems.append(f"replay ran {run.arm}/seed {run.seed}, which the evidence lacks")
-            continue
-        if run.status != old.status:
-            problems.append(
-                f"{run.arm}/seed {run.seed}: replay status {run.status}, recorded {old.status}"
-            )
-        for name, value in old.metrics.items():
-            if (
-                name in loaded.study.machine_metrics
-            ):  # speed and memory of whichever machine replays
-                continue
-            new = run.metrics.get(name)
-            if not audit.within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
-                problems.append(
-                    f"{run.arm}/seed {run.seed}: {name} replays as {new}, recorded {value} "
-                    f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
-                )
-    return problems
-
-
 def verify(
     runs_root: Path,
     contracts_root: Path,
@@ -517,12 +524,7 @@ def verify(
     `audit_tolerance` (abs, rel) for contracts without a `replay` section, else `Replay()`'s); `jobs`:
     the replays' runs in that many local processes (started once for all of them); `log` receives the
     audit's plan and results line by line."""
-    pool = contextlib.nullcontext()
-    if replay and jobs > 1:
-        from gates.execution import ProcessBackend
-
-        pool = ProcessBackend(jobs)
-    with pool as processes:
+    with replay_pool(jobs if replay else 1) as processes:
         checks = claims(
             runs_root,
             contracts_root,
@@ -552,17 +554,6 @@ def verify(
             default_tolerance=audit_tolerance,
         )
     return checks
-
-
-def check_refusals(path: Path, runs_root: Path, contracts_root: Path) -> list[str]:
-    """What `gates check` refuses in the contract at `path`, a line each (file:line: field: ...)."""
-    from gates.execution import contract_errors
-
-    return [
-        line
-        for e in contract_errors(path, Path(runs_root), Path(contracts_root))
-        for line in e.render().splitlines()
-    ]
 
 
 def today_rule_flags(path: Path) -> list[str] | None:
