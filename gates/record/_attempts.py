@@ -17,13 +17,16 @@ file.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from gates.contract import read_capped
 from gates.errors import UserError
 from gates.record import _evidence as ledger
 from gates.record import _history as history
+from gates.record._files import MAX_EVIDENCE_BYTES
 
 RECORD, REPRODUCE = "record", "reproduce"
 WHY_SHOWN = 3  # reasons of an earlier attempt kept in the new evidence
@@ -75,14 +78,17 @@ def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recordin
             field="--reason",
         )
     path = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
-    found = history.attempts(runs_root, loaded.id).get(loaded.id, [])
-    latest = history.latest(runs_root).get(loaded.id)
-    current = _readable(path)
+    # the claim's files read once each: the history parsed once for its attempts and latest entry, the
+    # evidence's bytes read once for its record and their hash
+    entries = history.index_entries(runs_root)
+    found = history.attempts(runs_root, loaded.id, entries=entries).get(loaded.id, [])
+    latest = history.latest(runs_root, entries=entries).get(loaded.id)
+    current, sha256 = _readable(path)
     vouched = (
         current is not None
         and latest is not None
         and not history.is_withdrawn(latest)
-        and latest.get("evidence_sha256") == history.sha256_file(path)
+        and latest.get("evidence_sha256") == sha256
     )
     if not vouched:
         # nothing recorded, withdrawn, unreadable, or written but not indexed (a run killed in between):
@@ -96,10 +102,10 @@ def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recordin
             and interrupted.number == len(found) + 1
         ):
             reason = str(interrupted.reason or "")
-        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
+        return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, sha256))
     if current.contract_sha256 != loaded.sha256:
         return Recording(
-            RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path)
+            RECORD, len(found) + 1, reason, earlier=_earlier(found, current, sha256)
         )  # refused by the runner
     if not record:
         return Recording(REPRODUCE, len(found), recorded=current)
@@ -122,27 +128,26 @@ def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recordin
             file=str(loaded.path),
             field="--record",
         )
-    return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, path))
+    return Recording(RECORD, len(found) + 1, reason, earlier=_earlier(found, current, sha256))
 
 
-def _readable(path: Path) -> ledger.Evidence | None:
+def _readable(path: Path) -> tuple[ledger.Evidence | None, str | None]:
+    """(the evidence at `path`, the sha256 of its bytes), from one read; (None, None) when it is
+    unreadable or no evidence."""
     try:
-        return ledger.read_evidence(path)
+        raw = read_capped(path, MAX_EVIDENCE_BYTES)
+        return ledger.parse_evidence(raw), hashlib.sha256(raw).hexdigest()
     except (ValueError, OSError):
-        return None
+        return None, None
 
 
 def _earlier(
-    found: list[history.Attempt], current: ledger.Evidence | None, path: Path
+    found: list[history.Attempt], current: ledger.Evidence | None, sha256: str | None
 ) -> list[dict]:
-    """Summaries of the attempts in the history, each with its why: from the evidence on disk for the
-    latest (when it is that attempt's: its bytes are the ones indexed), and from that evidence's own
-    list for the ones before it."""
-    own = (
-        current is not None
-        and bool(found)
-        and found[-1].evidence_sha256 == history.sha256_file(path)
-    )
+    """Summaries of the attempts in the history, each with its why: from the evidence on disk
+    (`current`, its bytes hashing to `sha256`) for the latest (when it is that attempt's: its bytes are
+    the ones indexed), and from that evidence's own list for the ones before it."""
+    own = current is not None and bool(found) and found[-1].evidence_sha256 == sha256
     carried = {}
     if current is not None and current.attempt is not None:
         for a in current.attempt.earlier:

@@ -30,7 +30,13 @@ from pydantic import (
 
 import gates
 from gates.errors import storage_error
-from gates.record._files import MAX_EVIDENCE_BYTES, fsync_dir, read_json, read_json_object
+from gates.record._files import (
+    MAX_EVIDENCE_BYTES,
+    fsync_dir,
+    parse_json,
+    read_json,
+    read_json_object,
+)
 
 EVIDENCE = "evidence.json"
 REPORT = "verdict.md"
@@ -571,6 +577,15 @@ def read_evidence(path: Path) -> Evidence:
     wrong shape, naming the first bad fields)."""
     try:
         data = read_json(Path(path), MAX_EVIDENCE_BYTES)
+    except ValueError as e:
+        raise ValueError(f"unreadable evidence: {_one_line(e)}") from None
+    return _checked(data)
+
+
+def parse_evidence(raw: bytes) -> Evidence:
+    """`read_evidence` of an evidence file's bytes, read already (by a caller that hashes them too)."""
+    try:
+        data = parse_json(raw)
     except ValueError as e:
         raise ValueError(f"unreadable evidence: {_one_line(e)}") from None
     return _checked(data)

@@ -542,10 +542,17 @@ def reran_runs_problem(reran) -> str | None:
     return None
 
 
-def latest(runs_root: Path) -> dict[str, dict]:
-    """contract id -> its latest readable entry (with its line number under `_line`)."""
+def index_entries(runs_root: Path) -> list[dict]:
+    """The history's readable entries, parsed once for a caller that asks several questions of it
+    (`latest`, `attempts`), each with its line number under `_line`."""
+    return _entries(Path(runs_root))[0]
+
+
+def latest(runs_root: Path, *, entries: list[dict] | None = None) -> dict[str, dict]:
+    """contract id -> its latest readable entry (with its line number under `_line`); `entries`: the
+    history as parsed already (`index_entries`), else it is read."""
     found = {}
-    for entry in _entries(Path(runs_root))[0]:
+    for entry in index_entries(runs_root) if entries is None else entries:
         if isinstance(entry.get("contract_id"), str):
             found[entry["contract_id"]] = entry
     return found
@@ -1051,12 +1058,15 @@ def _is_ancestor(runs_root: Path, commit: str, of: str) -> bool:
     return git("merge-base", "--is-ancestor", commit, of, root=folder) is not None
 
 
-def attempts(runs_root: Path, contract_id: str | None = None) -> dict[str, list[Attempt]]:
+def attempts(
+    runs_root: Path, contract_id: str | None = None, *, entries: list[dict] | None = None
+) -> dict[str, list[Attempt]]:
     """contract id -> its attempts in order, from the claims history (or only `contract_id`'s). Every
     `recorded` or `backfilled` entry starts an attempt; a `rederived` entry updates its verdict and
-    evidence hash; a `withdrawn` entry marks it withdrawn."""
+    evidence hash; a `withdrawn` entry marks it withdrawn. `entries`: the history as parsed already
+    (`index_entries`), else it is read."""
     out: dict[str, list[Attempt]] = {}
-    for e in _entries(Path(runs_root))[0]:
+    for e in index_entries(runs_root) if entries is None else entries:
         cid = e.get("contract_id")
         if not isinstance(cid, str) or (contract_id is not None and cid != contract_id):
             continue
