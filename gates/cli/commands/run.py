@@ -152,12 +152,14 @@ def run(
         raise typer.Exit(1)
 
 
-def _execute(executor, jobs, loaded, uri, runs_dir, *, ray_address, progress, recording, **kw):
-    """The run on the executor asked for: Ray tasks, local processes, or this process. A platform
-    error in a task (TaskError) is said in one line, exit 1 (also as an error object under --json)."""
+def _execute(
+    executor, jobs, loaded, uri, runs_dir, *, ray_address, progress, recording, record, reason, **kw
+):
+    """The run on the executor asked for: Ray tasks, local processes, or this process (`kw`: fresh,
+    optuna_storage). A platform error in a task (TaskError) is said in one line, exit 1 (also as an
+    error object under --json). The one place `gates run` chooses its executor."""
     from gates.execution import TaskError, execute, run_processes, run_ray
 
-    record, reason = kw.pop("record"), kw.pop("reason")
     try:
         if executor == "ray":
             return run_ray(
