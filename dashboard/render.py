@@ -36,6 +36,7 @@ from gates.record import (
     condition_label,
     condition_rows,
     condition_sentence,
+    converged_cell,
     describe_regime,
     describe_shared,
     holding_side,
@@ -1012,19 +1013,16 @@ def _lost(ev: Evidence) -> str:
     )
 
 
-def _converged_cell(r: RunRecord) -> str:
-    """A run's convergence: "-" when not judged (halted, failed), else yes/no with the window's change."""
-    if not r.has("converged"):
-        return '<td class="small">-</td>'
-    conv = r.convergence
-    rel = conv.rel_improvement if conv is not None else None
-    change = f" ({rel:+.2%} over the last {e(conv.window)} steps)" if rel is not None else ""
-    if r.converged:
-        return f'<td class="small">yes{change}</td>'
-    return (
-        f'<td class="o-undetermined" title="still improving at the end of training: every decision condition '
-        f'reading this arm is undetermined">not converged{change}</td>'
-    )
+def _convergence_td(r: RunRecord) -> str:
+    """A run's convergence (gates.record.converged_cell, as verdict.md says it) in a table cell: a run
+    still improving is marked, as every decision condition reading its arm is undetermined."""
+    text = e(converged_cell(r, no="not converged", over_window=True))
+    if r.has("converged") and not r.converged:
+        return (
+            f'<td class="o-undetermined" title="still improving at the end of training: every decision '
+            f'condition reading this arm is undetermined">{text}</td>'
+        )
+    return f'<td class="small">{text}</td>'
 
 
 STATUS_WORDS = {
@@ -1076,7 +1074,7 @@ def _runs(view: ContractView, mlflow_ui: str) -> str:
             )
         else:  # a run skipped after its arm kept failing was never started: there is no MLflow run
             link = '<span class="small">none</span>' if not r.mlflow_run_id else "-"
-        cells = (_converged_cell(r) if judged else "") + "".join(
+        cells = (_convergence_td(r) if judged else "") + "".join(
             f'<td class="num">{_num(r.metrics.get(m))}</td>' for m in shown
         )
         status = r.status

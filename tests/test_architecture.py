@@ -241,3 +241,38 @@ def test_one_derivation_for_run_rederive_and_verify():
         "gates/execution/_runner.py": {"finish", "rederive"},
         "gates/verify/_verify.py": {"check_claim"},
     }
+
+
+# the command line stays readable: one thin page per command, printers and progress shared
+CLI_MODULE_LINES = 800
+
+
+def test_every_cli_module_is_at_most_800_lines():
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in sorted((ROOT / "gates" / "cli").rglob("*.py"))
+        if "__pycache__" not in path.parts
+        and (n := len(path.read_text(encoding="utf-8").splitlines())) > CLI_MODULE_LINES
+    }
+    assert not long, long
+
+
+def test_each_command_lives_in_its_own_module_under_cli_commands():
+    """Every command on `gates` (and in its groups, `gates data`, `gates ci`) is defined in a module of
+    gates/cli/commands/, one module per top-level command or group."""
+    from typer.main import get_command
+
+    from gates.cli import app
+
+    owners: dict[str, str] = {}
+    wrong = []
+    for name, command in get_command(app).commands.items():
+        # a group's commands (typer may vendor click: a group is what has commands)
+        leaves = list(getattr(command, "commands", {}).values()) or [command]
+        modules = {leaf.callback.__module__ for leaf in leaves}
+        expected = f"gates.cli.commands.{name}"
+        if modules != {expected}:
+            wrong.append(f"{name}: {sorted(modules)}, expected {expected}")
+        owners[name] = expected
+    assert not wrong, wrong
+    assert len(set(owners.values())) == len(owners)

@@ -26,10 +26,12 @@ from tests.test_plugin_study import EXAMPLE, install_dist
 
 
 def command_paths(command, path=()) -> list[tuple[str, ...]]:
-    """Every command of the app, `data` and its subcommands included, as the words that run it."""
+    """Every command of the app, `data` and its subcommands included, as the words that run it (not
+    the hidden ones: the retired `gates worker` answers anything, -h too, with one line)."""
     found = [path]
     for name, sub in getattr(command, "commands", {}).items():
-        found += command_paths(sub, (*path, name))
+        if not sub.hidden:
+            found += command_paths(sub, (*path, name))
     return found
 
 

@@ -284,11 +284,11 @@ def test_the_records_are_what_the_platform_writes(checks, project):
 
 # ---------------------------------------------------------------------------------- 1. attempts
 def test_every_attempt_is_on_the_index_and_the_contract_page(pages, checks, project):
-    from gates.cli._app import _claim_notes
+    from gates.cli._printers import claim_notes
 
     c = checks["c05-structural-probe"]
     note = f"attempt 2; earlier: {'; '.join(c.earlier)}"
-    assert note in _claim_notes(c, str, short=True)  # the line `gates status` prints
+    assert note in claim_notes(c, str, short=True)  # the line `gates status` prints
     assert c.earlier[0].startswith("attempt 1 invalid (")
     assert h(note) in row(pages["index"], "c05-structural-probe")
     assert "attempt 1;" not in pages["index"] and "earlier:" not in row(

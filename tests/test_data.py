@@ -551,7 +551,9 @@ def test_corpus_fingerprint_comes_from_the_manifest_and_differs_per_side(built, 
 
 
 def test_gates_data_never_imports_torch():
-    code = "import sys, gates.models.corpora, gates.cli._data; print('torch' in sys.modules)"
+    code = (
+        "import sys, gates.models.corpora, gates.cli.commands.data; print('torch' in sys.modules)"
+    )
     done = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

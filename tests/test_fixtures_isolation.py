@@ -28,7 +28,6 @@ PATTERNS = [
 READS_RUNS = {
     "check",
     "run",
-    "worker",
     "verify",
     "rederive",
     "status",

@@ -88,10 +88,9 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
     assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
 
 
-@pytest.mark.parametrize("flags", [["--storage", "sqlite:///q.db"], ["--executor", "ray"]])
-def test_jobs_with_another_executor_is_one_line(workdir, flags):
+def test_jobs_with_another_executor_is_one_line(workdir):
     write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
-    proc = gates_run(workdir, "--jobs", "2", *flags)
+    proc = gates_run(workdir, "--jobs", "2", "--executor", "ray")
     _, errors = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "--jobs" in errors and "Traceback" not in errors
 

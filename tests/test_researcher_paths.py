@@ -172,7 +172,8 @@ def test_check_counts_and_names_the_ways_to_refute(workdir):
         "2 supported_if (all must hold: each tested at alpha), 1 refuted_if; 3 ways to refute "
         "(1 refuted_if holding, 2 supported_if failing), Holm-corrected at alpha" in decision
     )
-    from gates.cli._app import ways_to_refute  # a claim of one condition (no check passes one here)
+    # a claim of one condition (no check passes one here)
+    from gates.cli._printers import ways_to_refute
 
     assert ways_to_refute(1, 0) == "one way to refute (the supported_if failing), tested at alpha"
 

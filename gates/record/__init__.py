@@ -95,6 +95,7 @@ _FACE = {
     "condition_difference": ("_conditions", "difference"),
     "condition_intervals": ("_plots", "condition_intervals"),
     "condition_label": ("_conditions", "label"),
+    "converged_cell": ("_report", "converged_cell"),
     "condition_rows": ("_conditions", "rows"),
     "condition_sentence": ("_conditions", "sentence"),
     "holding_side": ("_conditions", "holding_side"),

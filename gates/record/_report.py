@@ -127,12 +127,19 @@ def _trend(conv: ConvergenceRecord | None) -> str:
     )
 
 
-def _converged_cell(r: RunRecord) -> str:
+def converged_cell(r: RunRecord, no: str = "no", over_window: bool = False) -> str:
+    """A run's convergence as a table cell says it, in verdict.md and on the dashboard: "-" when it was
+    not judged (halted, failed), else "yes" or `no` with the relative change over the window judged
+    (`over_window`: naming the window's steps)."""
     if not r.has("converged"):
         return "-"
-    rel = r.convergence.rel_improvement if r.convergence else None
-    change = f" ({rel:+.2%})" if rel is not None else ""
-    return ("yes" if r.converged else "**no**") + change
+    conv = r.convergence
+    rel = conv.rel_improvement if conv is not None else None
+    change = ""
+    if rel is not None:
+        over = f" over the last {conv.window} steps" if over_window else ""
+        change = f" ({rel:+.2%}{over})"
+    return ("yes" if r.converged else no) + change
 
 
 def _interval(c: ConditionRecord) -> str:
@@ -343,7 +350,7 @@ def render_report(evidence: Evidence | dict) -> str:
     ]
     for r in ev.runs:
         metrics = ", ".join(f"{k}={_fmt(v)}" for k, v in sorted(r.metrics.items()))
-        conv = f"{_converged_cell(r)} | " if judged else ""
+        conv = f"{converged_cell(r, no='**no**')} | " if judged else ""
         lines.append(
             f"| {r.arm} | {r.seed} | {r.status} | {r.halt_reason or '-'} | {conv}{metrics} |"
         )

@@ -1,6 +1,6 @@
 """`gates ci init`: write the CI workflow that runs `gates verify` in a researcher's own project.
 
-Registered in gates/cli/_app.py with `app.add_typer(ci_app, name="ci")`; the workflow's text is
+Registered in gates/cli/_app.py as the group `ci`; the workflow's text is
 gates.verify's (`workflow`).
 """
 

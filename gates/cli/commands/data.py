@@ -1,6 +1,6 @@
 """`gates data`: fetch real text corpora into the cache, list them, verify them.
 
-Registered in gates/cli/_app.py with `app.add_typer(data_app, name="data")`. Errors in the user's input
+Registered in gates/cli/_app.py as the group `data`. Errors in the user's input
 (an unknown corpus name) are raised as gates.errors.UserError, which `gates` prints as one line and
 exits with 2.
 """
