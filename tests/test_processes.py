@@ -17,8 +17,7 @@ import pytest
 from gates.contract import load_contract
 from gates.execution import run_contract, run_processes, threads_per_job
 from gates.verify import verify
-from tests.conftest import ROOT, write_contract
-from tests.test_distributed import JOB_ENV, comparable, dist_contract, reference  # noqa: F401
+from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
 from tests.test_ray import children
 
 pytestmark = pytest.mark.usefixtures("one_thread")
