@@ -322,7 +322,7 @@ def main(argv: list[str] | None = None) -> dict:
             flush=True,
         )
     if not args.no_kill:
-        kill = ray_kill_and_retry(folder, contract("bench-ray-kill", 2, args.steps), uri)
+        kill = ray_kill_and_retry(folder, contract("bench-ray-kill", args.seeds, args.steps), uri)
         results["ray_kill"] = kill
         print(f"SIGKILL of a Ray task's worker -> its retry's run starts: {kill['retried']:.2f} s")
     results["cpu_parallelism_after"] = ideal = cpu_parallelism()
