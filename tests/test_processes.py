@@ -1,4 +1,4 @@
-"""Local processes for real (`gates run --jobs N`): the small C05 contract of the distributed tests (12
+"""Local processes for real (`gates run --jobs N`): the small C05 contract `dist_contract` (12
 jobs, a relatively judged arm that must run after the others of its seed) in two processes gives the
 single-process evidence; Ctrl-C stops the processes' runs (closed as KILLED, none left RUNNING) and
 keeps the finished ones, which the next run reuses; --jobs with another executor is one line;
@@ -87,10 +87,9 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
     assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
 
 
-@pytest.mark.parametrize("flags", [["--storage", "sqlite:///q.db"], ["--executor", "ray"]])
-def test_jobs_with_another_executor_is_one_line(workdir, flags):
+def test_jobs_with_another_executor_is_one_line(workdir):
     write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
-    proc = gates_run(workdir, "--jobs", "2", *flags)
+    proc = gates_run(workdir, "--jobs", "2", "--executor", "ray")
     _, errors = proc.communicate(timeout=60)
     assert proc.returncode == 2 and "--jobs" in errors and "Traceback" not in errors
 

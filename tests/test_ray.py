@@ -1,6 +1,6 @@
 """The Ray executor for real (`gates run --executor ray`): a local Ray instance, the small C05 contract
-of the distributed tests (12 jobs, a relatively judged arm that must run after the others of its seed),
-compared with a single-process run of it as tests/test_distributed.py compares the queue's; a task
+of tests/conftest.py's `dist_contract` (12 jobs, a relatively judged arm that must run after the others
+of its seed), compared with a single-process run of it (the `reference` fixture); a task
 whose worker process dies is retried; Ctrl-C cancels the tasks and keeps the finished runs, which the
 next run reuses; without Ray the flag is one line. The rule for stores only this machine reaches.
 
