@@ -1,22 +1,18 @@
-"""Distributed throughput: the same small C05 contract run by 1 `gates worker`, then by 2, on the
-deployment the README describes (PostgreSQL as Optuna's storage, an `mlflow server` on PostgreSQL),
-all on this machine; then the time from SIGKILLing a worker mid-job to its job being failed as stale,
-re-enqueued and re-claimed by a living worker. Beside them the Ray executor (`gates run --executor
-ray`) on a local Ray instance of 1, then 2 CPUs, into the same `mlflow server`, and the time from
+"""Throughput of the plan's backends at equal cores: the same small C05 contract run by the local
+process pool (`gates run --jobs N`) and by the Ray executor (`gates run --executor ray`) on a local Ray
+instance of N CPUs, N = 1 and 2, on this machine, into one SQLite MLflow store; then the time from
 SIGKILLing the Ray worker process of a running task to its retry's run starting.
 
-    python benchmarks/distributed_throughput.py [--seeds 3] [--steps 2000] [--heartbeat 1]
-        [--executors postgres,ray] [--json benchmarks/results/distributed_throughput.json]
+    python benchmarks/distributed_throughput.py [--seeds 3] [--steps 2000] [--no-kill]
+        [--json benchmarks/results/distributed_throughput.json]
 
-PostgreSQL: `$GATES_TEST_PG_URL` (a user that may create databases), else a throwaway cluster started
-with the machine's initdb/pg_ctl (Debian package `postgresql`). Workers are started before the jobs are
-enqueued and idle-poll, so process start-up is not counted; "wall" runs from the enqueue to the last
-completed job, "busy" from the first claim to the last completion. Ray likewise: the instance is
-started and its worker processes are up (one per CPU, the platform imported) before the run, "wall"
-runs from the first task submitted to the last record back in the driver, "busy" from the first run's
-start to the last run's end (MLflow's times). Per executor and slot count: jobs per minute (jobs /
-wall) and overhead per job, (wall x slots - the runs' own training seconds) / jobs: what a job costs
-beyond its training (the queue or the scheduler, MLflow, starting the study, idle slots).
+Both start their processes before the run and have the platform imported in them (the pool's N
+processes, Ray's one worker per CPU), so start-up is not counted; "wall" runs from the first job
+submitted to the last record back in the driver, "busy" from the first run's start to the last run's
+end (MLflow's times). Per backend and slot count: jobs per minute (jobs / wall) and overhead per job,
+(wall x slots - the runs' own training seconds) / jobs: what a job costs beyond its training (the
+scheduler, MLflow, starting the study, idle slots). The ratio Ray / pool of jobs per minute is the
+number to watch (target: within 20%, i.e. at least 0.8).
 """
 
 from __future__ import annotations
@@ -31,24 +27,17 @@ import sys
 import tempfile
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gates.contract import load_contract
-from gates.execution import grace_seconds, open_storage, run_distributed
+# the local Ray instances listen on loopback only: Ray reads the switch on its first import
+from gates.execution._ray import LOOPBACK_ONLY  # noqa: E402
+
+os.environ.update({k: os.environ.get(k, v) for k, v in LOOPBACK_ONLY.items()})
+
+from gates.contract import load_contract  # noqa: E402
 from tests.conftest import small_c05, write_contract  # noqa: E402
-from tests.test_distributed import (
-    databases,
-    mlflow_server,
-    postgres_server,
-    running_job,  # noqa: E402
-    start_worker,
-    stop_all,
-    trials,
-    wait_for,
-)
 
 
 def contract(contract_id: str, seeds: int, steps: int) -> dict:
@@ -61,47 +50,14 @@ def contract(contract_id: str, seeds: int, steps: int) -> dict:
     return data
 
 
-def enqueue(folder: Path, data: dict, storage_url: str, uri: str, heartbeat: int):
-    path = write_contract(folder / "contracts", data, f"{data['id']}.yaml")
-    loaded = load_contract(path)
-    queued = run_distributed(
-        loaded, uri, folder / "runs", storage_url, wait=False, heartbeat=heartbeat
-    )
-    return queued, time.time()
-
-
-def timed_run(
-    folder: Path, n_workers: int, data: dict, storage_url: str, uri: str, heartbeat: int
-) -> dict:
-    from optuna.trial import TrialState
-
-    procs = [start_worker(storage_url, folder, f"{data['id']}-w{i}")[0] for i in range(n_workers)]
-    storage = open_storage(storage_url, heartbeat)
-    try:
-        time.sleep(3)  # workers up and polling before anything is queued
-        queued, enqueued_at = enqueue(folder, data, storage_url, uri, heartbeat)
-        n = len(queued.enqueued)
-
-        def all_done():
-            done = [t for t in trials(storage, queued.study_name) if t.state == TrialState.COMPLETE]
-            return done if len(done) == n else None
-
-        done = wait_for(all_done, 1800, f"{n} jobs", poll=0.2)
-    finally:
-        stop_all(procs)
-    last = max(t.datetime_complete.timestamp() for t in done)
-    first = min(t.system_attrs["gates.claimed_at"] for t in done)
-    workers = {t.system_attrs["gates.worker"] for t in done}
-    return rates(
-        {
-            "jobs": n,
-            "wall": last - enqueued_at,
-            "busy": last - first,
-            "workers_used": len(workers),
-            "trained_s": sum(t.user_attrs["record"]["seconds"] for t in done),
-        },
-        n_workers,
-    )
+def wait_for(condition, timeout: float, what: str, poll: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(poll)
+    raise TimeoutError(f"no {what} within {timeout:g} s")
 
 
 def rates(result: dict, slots: int) -> dict:
@@ -114,9 +70,8 @@ def rates(result: dict, slots: int) -> dict:
     }
 
 
-# ---------------------------------------------------------------------------------- Ray
 class Clock:
-    """A progress sink that notes when the first task was submitted and the last record came back."""
+    """A progress sink that notes when the first job was submitted and the last record came back."""
 
     def __init__(self):
         self.first = self.last = None
@@ -131,39 +86,9 @@ class Clock:
         self.last = time.time()
 
 
-def warm_ray_workers(ray, slots: int) -> None:
-    """One idle worker process per CPU with the platform imported, as idle `gates worker`s have it."""
-
-    @ray.remote(num_cpus=1)
-    def warm():
-        import gates.execution._ray  # noqa: F401
-
-        time.sleep(1)
-
-    ray.get([warm.remote() for _ in range(slots)])
-
-
-def ray_run(folder: Path, slots: int, data: dict, uri: str) -> dict:
-    import ray
+def measured(outcome, clock: Clock, uri: str, slots: int) -> dict:
     from mlflow import MlflowClient
 
-    from gates.execution import run_ray, starting_local_instance
-
-    with starting_local_instance():  # workers at normal priority, as `gates run --executor ray`
-        ray.init(
-            address="local",
-            num_cpus=slots,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-        )
-    try:
-        warm_ray_workers(ray, slots)
-        path = write_contract(folder / "contracts", data, f"{data['id']}.yaml")
-        clock = Clock()
-        outcome = run_ray(load_contract(path), uri, folder / "runs", progress=clock)
-    finally:
-        ray.shutdown()
     client = MlflowClient(uri)
     runs = [client.get_run(r.mlflow_run_id).info for r in outcome.evidence.runs]
     return rates(
@@ -175,6 +100,62 @@ def ray_run(folder: Path, slots: int, data: dict, uri: str) -> dict:
         },
         slots,
     )
+
+
+# ---------------------------------------------------------------------------------- the pool
+def pool_run(folder: Path, slots: int, data: dict, uri: str) -> dict:
+    from gates.execution import ProcessBackend, run_plan
+
+    with ProcessBackend(slots) as backend:
+        # every process started (each takes one wait) and the platform imported (its initializer)
+        for done in [backend.pool.submit(time.sleep, 1) for _ in range(slots)]:
+            done.result()
+        path = write_contract(folder / "contracts", data, f"{data['id']}.yaml")
+        clock = Clock()
+        outcome = run_plan(
+            load_contract(path), uri, folder / "runs", jobs=slots, processes=backend, progress=clock
+        )
+    return measured(outcome, clock, uri, slots)
+
+
+# ---------------------------------------------------------------------------------- Ray
+def start_ray(slots: int):
+    import ray
+
+    from gates.execution import starting_local_instance
+
+    with starting_local_instance():  # as `gates run --executor ray` starts its own
+        ray.init(
+            address="local",
+            num_cpus=slots,
+            include_dashboard=False,
+            log_to_driver=False,
+            logging_level=logging.ERROR,
+        )
+
+    @ray.remote(num_cpus=1)
+    def warm():  # (defined here: Ray ships it by value, whatever imported this file)
+        import gates.execution._jobs  # noqa: F401
+
+        time.sleep(1)
+
+    ray.get([warm.remote() for _ in range(slots)])  # one worker per CPU, the platform imported
+    return ray
+
+
+def ray_run(folder: Path, slots: int, data: dict, uri: str) -> dict:
+    from gates.execution import run_plan
+
+    ray = start_ray(slots)
+    try:
+        path = write_contract(folder / "contracts", data, f"{data['id']}.yaml")
+        clock = Clock()
+        outcome = run_plan(
+            load_contract(path), uri, folder / "runs", executor="ray", progress=clock
+        )
+    finally:
+        ray.shutdown()
+    return measured(outcome, clock, uri, slots)
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:
@@ -205,22 +186,13 @@ def running_ray_task() -> int | None:
 def ray_kill_and_retry(folder: Path, data: dict, uri: str) -> dict:
     """One CPU (one task at a time): SIGKILL the worker process once its run has started in MLflow,
     then the time until the retry's run of the same arm x seed starts."""
-    import ray
     from mlflow import MlflowClient
 
-    from gates.execution import run_ray, starting_local_instance
+    from gates.execution import run_ray
 
-    with starting_local_instance():  # workers at normal priority, as `gates run --executor ray`
-        ray.init(
-            address="local",
-            num_cpus=1,
-            include_dashboard=False,
-            log_to_driver=False,
-            logging_level=logging.ERROR,
-        )
+    ray = start_ray(1)
     client = MlflowClient(uri)
     try:
-        warm_ray_workers(ray, 1)
         path = write_contract(folder / "contracts", data, f"{data['id']}.yaml")
         outcome: list = []
 
@@ -271,45 +243,6 @@ def ray_kill_and_retry(folder: Path, data: dict, uri: str) -> dict:
     return {"retried": retry.start_time / 1000 - killed_at}
 
 
-def kill_and_reclaim(folder: Path, data: dict, storage_url: str, uri: str, heartbeat: int) -> dict:
-    from optuna.trial import TrialState
-
-    started = [
-        start_worker(storage_url, folder, f"{data['id']}-w{i}", "--heartbeat", str(heartbeat))
-        for i in range(2)
-    ]
-    procs = {p.pid: p for p, _ in started}
-    storage = open_storage(storage_url, heartbeat)
-    try:
-        time.sleep(3)
-        queued, _ = enqueue(folder, data, storage_url, uri, heartbeat)
-        trial, pid = wait_for(
-            lambda: running_job(storage, queued.study_name, procs), 300, "a running job"
-        )
-        os.kill(pid, signal.SIGKILL)
-        killed_at, killed_clock = time.time(), datetime.now()
-        job = trial.user_attrs["job"]
-
-        def reclaimed():
-            return [
-                t
-                for t in trials(storage, queued.study_name)
-                if t.user_attrs.get("job") == job
-                and t.state in (TrialState.RUNNING, TrialState.COMPLETE)
-                and t.system_attrs.get("retry_history") == [trial.number]
-            ]  # (a WAITING copy inherits attrs)
-
-        retry = wait_for(reclaimed, 300, "the re-claim", poll=0.05)[0]
-        failed = storage.get_trial(trial._trial_id)
-        assert failed.state == TrialState.FAIL
-    finally:
-        stop_all(procs.values())
-    return {
-        "stale": (failed.datetime_complete - killed_clock).total_seconds(),
-        "reclaimed": retry.system_attrs["gates.claimed_at"] - killed_at,
-    }
-
-
 SPIN = "x = 0\nfor i in range(20_000_000):\n    x += i\n"
 
 
@@ -328,7 +261,7 @@ def cpu_parallelism() -> float:
     return 2 * spin(1) / spin(2)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
         "--seeds", type=int, default=3, help="seeds per arm (4 arms): jobs = 4 x seeds"
@@ -336,28 +269,26 @@ def main() -> None:
     parser.add_argument(
         "--steps", type=int, default=2000, help="training steps per job (about 1 s per 400)"
     )
+    parser.add_argument("--slots", default="1,2", help="slot counts (processes, Ray CPUs)")
     parser.add_argument(
-        "--heartbeat", type=int, default=1, help="heartbeat interval for the kill test (s)"
-    )
-    parser.add_argument(
-        "--executors",
-        default="postgres,ray",
-        help="what to measure: postgres (gates workers on PostgreSQL), ray (Ray tasks), or both",
+        "--no-kill", action="store_true", help="skip the Ray worker kill-and-retry timing"
     )
     parser.add_argument("--json", type=Path, help="also write every number to this file")
-    args = parser.parse_args()
-    executors = set(args.executors.split(","))
+    args = parser.parse_args(argv)
+    slot_counts = [int(n) for n in args.slots.split(",")]
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import torch
 
-    torch.set_num_threads(1)  # each job on one thread: 1 and 2 slots on the 2 cores
+    torch.set_num_threads(1)  # each job on one thread: N slots on N cores
     folder = Path(tempfile.mkdtemp(prefix="gates-bench-dist-"))
     (folder / "contracts").mkdir()
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
     results: dict = {
         "seeds": args.seeds,
         "steps": args.steps,
         "jobs": 4 * args.seeds,
         "cpu_cores": os.cpu_count(),
+        "store": "sqlite",
     }
     started = time.perf_counter()
 
@@ -368,56 +299,32 @@ def main() -> None:
             flush=True,
         )
 
-    with (
-        postgres_server() as admin,
-        databases(admin, "optuna", "mlflow") as (storage_url, mlflow_db),
-        mlflow_server(mlflow_db, folder / "artifacts") as uri,
-    ):
+    print(
+        f"{4 * args.seeds} jobs of {args.steps} steps; {os.cpu_count()} CPU cores; {uri}",
+        flush=True,
+    )
+    results["cpu_parallelism_before"] = cpu_parallelism()
+    # the backends side by side at each slot count, so that both see the machine as it is then
+    for n in slot_counts:
+        results[f"pool_{n}"] = r = pool_run(
+            folder, n, contract(f"bench-pool{n}", args.seeds, args.steps), uri
+        )
+        say(f"pool, {n} process(es)", r)
+        results[f"ray_{n}"] = r = ray_run(
+            folder, n, contract(f"bench-ray{n}", args.seeds, args.steps), uri
+        )
+        say(f"Ray, {n} CPU(s)", r)
+        ratio = r["jobs_per_min"] / results[f"pool_{n}"]["jobs_per_min"]
+        results[f"ratio_ray_to_pool_{n}"] = ratio
         print(
-            f"PostgreSQL + mlflow server {uri}; {4 * args.seeds} jobs of {args.steps} steps; "
-            f"{os.cpu_count()} CPU cores",
+            f"Ray / pool at {n} slot(s): {ratio:.2f}x jobs/min "
+            f"({'within' if ratio >= 0.8 else 'NOT within'} 20%)",
             flush=True,
         )
-        # the executors side by side at each slot count, so that both see the machine as it is then
-        results["cpu_parallelism_before"] = cpu_parallelism()
-        for n in (1, 2):
-            if "postgres" in executors:
-                data = contract(f"bench-pg{n}", args.seeds, args.steps)
-                results[f"postgres_{n}"] = r = timed_run(folder, n, data, storage_url, uri, 10)
-                say(f"{n} gates worker(s)", r)
-            if "ray" in executors:
-                data = contract(f"bench-ray{n}", args.seeds, args.steps)
-                results[f"ray_{n}"] = r = ray_run(folder, n, data, uri)
-                say(f"Ray, {n} CPU(s)", r)
-        for name, key in (("2 workers / 1 worker", "postgres"), ("Ray 2 CPUs / 1 CPU", "ray")):
-            if key in executors:
-                one, two = results[f"{key}_1"], results[f"{key}_2"]
-                print(
-                    f"throughput {name}: {one['wall'] / two['wall']:.2f}x (wall), "
-                    f"{one['busy'] / two['busy']:.2f}x (busy)",
-                    flush=True,
-                )
-        if "postgres" in executors:
-            kill = kill_and_reclaim(
-                folder,
-                contract("bench-kill", args.seeds, args.steps),
-                storage_url,
-                uri,
-                args.heartbeat,
-            )
-            results["postgres_kill"] = {**kill, "heartbeat": args.heartbeat}
-            print(
-                f"SIGKILL mid-job -> failed as stale and re-enqueued: {kill['stale']:.2f} s; -> "
-                f"re-claimed: {kill['reclaimed']:.2f} s (heartbeat {args.heartbeat} s, grace "
-                f"{grace_seconds(args.heartbeat)} s)",
-                flush=True,
-            )
-        if "ray" in executors:
-            kill = ray_kill_and_retry(folder, contract("bench-ray-kill", 2, args.steps), uri)
-            results["ray_kill"] = kill
-            print(
-                f"SIGKILL of a Ray task's worker -> its retry's run starts: {kill['retried']:.2f} s"
-            )
+    if not args.no_kill:
+        kill = ray_kill_and_retry(folder, contract("bench-ray-kill", args.seeds, args.steps), uri)
+        results["ray_kill"] = kill
+        print(f"SIGKILL of a Ray task's worker -> its retry's run starts: {kill['retried']:.2f} s")
     results["cpu_parallelism_after"] = ideal = cpu_parallelism()
     print(
         f"two CPU-bound processes gain {results['cpu_parallelism_before']:.2f}x (before), "
@@ -427,6 +334,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {args.json}")
+    return results
 
 
 if __name__ == "__main__":

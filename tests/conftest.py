@@ -31,6 +31,14 @@ def _share_the_cores() -> None:
 
 _share_the_cores()
 
+# The Ray instances tests start (and the `gates run --executor ray` processes they start, which inherit
+# it) listen on loopback only: Ray reads the switch when it is first imported, so it is set before any
+# test imports Ray (gates/execution/_ray.py, LOOPBACK_ONLY).
+from gates.execution._ray import LOOPBACK_ONLY  # noqa: E402
+
+for _key, _value in LOOPBACK_ONLY.items():
+    os.environ.setdefault(_key, _value)
+
 # Tests record into throwaway projects from a working tree that is being edited: let them (the
 # refusal itself is tested with this unset, tests/test_uncommitted.py). Subprocesses inherit it.
 os.environ["GATES_ALLOW_UNCOMMITTED"] = "1"
@@ -296,3 +304,68 @@ def tiny_teacher(root: Path):
             yield config
         finally:
             torch.set_num_threads(threads)
+
+
+# ---------------------------------------------------------------------------------- backends
+# a job process's threads, as the driver's
+JOB_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def dist_contract(contract_id: str = "c05-dist", seeds=(0, 1, 2), steps: int = 400) -> dict:
+    """Small C05 (12 jobs of about a second each), with a relative futility rule: `path_only` is judged
+    against the best other arm of its seed, so it must run after them (and halts: it is far behind)."""
+    data = small_c05(id=contract_id)
+    for cfg in data["arms"].values():
+        cfg.update(train_trees=400, test_trees=60)
+    data["seeds"] = list(seeds)
+    data["budget"] = {"steps": steps, "eval_every": 20}
+    data["preflight"]["falsifiable_point"]["by_step"] = steps
+    data["stop_rules"]["futility"].append(
+        {
+            "metric": "test_acc",
+            "at_step": 200,
+            "behind_best_other_by": 0.5,
+            "window": 100,
+            "min_rel_improvement": 0.5,
+            "arms": ["path_only"],
+        }
+    )
+    return data
+
+
+def comparable(evidence: dict) -> dict:
+    """What must agree between runs of the same contract on different backends."""
+    return {
+        "verdict": evidence["verdict"],
+        "contract_sha256": evidence["contract_sha256"],
+        "conditions": [
+            (c["list_name"], c["index"], c["outcome"], c["values"]) for c in evidence["conditions"]
+        ],
+        "runs": [
+            (r["arm"], r["seed"], r["status"], r["halt_reason"], r["metrics"], r["first_signal"])
+            for r in evidence["runs"]
+        ],
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """`dist_contract` run in this process (a plain `gates run`), its evidence as evidence.json holds it:
+    what a run on other backends must give."""
+    from gates.contract import load_contract
+    from gates.execution import run_contract
+
+    root = tmp_path_factory.mktemp("reference")
+    path = write_contract(root, dist_contract(), "c05-dist.yaml")
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        evidence = run_contract(
+            load_contract(path), f"sqlite:///{root / 'mlflow.db'}", root / "runs"
+        ).as_dict()
+    finally:
+        os.chdir(cwd)
+    halted = {(r["arm"], r["seed"]) for r in evidence["runs"] if r["status"] == "halted"}
+    # the relative rule needs the other arms first
+    assert halted == {("path_only", 0), ("path_only", 1), ("path_only", 2)}
+    return evidence

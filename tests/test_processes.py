@@ -1,4 +1,4 @@
-"""Local processes for real (`gates run --jobs N`): the small C05 contract of the distributed tests (12
+"""Local processes for real (`gates run --jobs N`): the small C05 contract `dist_contract` (12
 jobs, a relatively judged arm that must run after the others of its seed) in two processes gives the
 single-process evidence; Ctrl-C stops the processes' runs (closed as KILLED, none left RUNNING) and
 keeps the finished ones, which the next run reuses; --jobs with another executor is one line;
@@ -17,8 +17,7 @@ import pytest
 from gates.contract import load_contract
 from gates.execution import run_contract, run_processes, threads_per_job
 from gates.verify import verify
-from tests.conftest import ROOT, write_contract
-from tests.test_distributed import JOB_ENV, comparable, dist_contract, reference  # noqa: F401
+from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
 from tests.test_ray import children
 
 pytestmark = pytest.mark.usefixtures("one_thread")

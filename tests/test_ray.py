@@ -1,6 +1,6 @@
 """The Ray executor for real (`gates run --executor ray`): a local Ray instance, the small C05 contract
-of the distributed tests (12 jobs, a relatively judged arm that must run after the others of its seed),
-compared with a single-process run of it as tests/test_distributed.py compares the queue's; a task
+of tests/conftest.py's `dist_contract` (12 jobs, a relatively judged arm that must run after the others
+of its seed), compared with a single-process run of it (the `reference` fixture); a task
 whose worker process dies is retried; Ctrl-C cancels the tasks and keeps the finished runs, which the
 next run reuses; without Ray the flag is one line. The rule for stores only this machine reaches.
 
@@ -26,8 +26,7 @@ from gates.contract import load_contract
 from gates.errors import UserError
 from gates.execution import run_contract, run_ray
 from gates.execution._ray import LocalStoreRefused, check_nodes, local_only, refuse_local_store
-from tests.conftest import ROOT, write_contract
-from tests.test_distributed import JOB_ENV, comparable, dist_contract, reference  # noqa: F401
+from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 KILL_FLAG = "GATES_TEST_RAY_KILL_ONCE"  # a file: the first run that removes it kills its worker
@@ -311,3 +310,33 @@ def test_a_local_instances_workers_run_at_normal_priority(ray_instance):
         return os.nice(0)
 
     assert ray.get(niceness.remote()) == os.nice(0)
+
+
+def test_a_local_instance_listens_on_loopback_only(ray_instance):
+    """The tests' local instance (started as `gates run --executor ray` starts its own, after
+    conftest.py set LOOPBACK_ONLY) has 127.0.0.1 as its node address, and its GCS and raylet listen
+    there only: no test traffic leaves loopback."""
+    import psutil  # Ray's own copy (ray/thirdparty_files), on the path once Ray is imported
+
+    ray = ray_instance.ray
+    assert {n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"]} == {"127.0.0.1"}
+    assert ray_instance.address.startswith("127.0.0.1:")
+
+    @ray.remote
+    def node_address():
+        import ray
+
+        return ray.util.get_node_ip_address()
+
+    assert ray.get(node_address.remote()) == "127.0.0.1"
+    servers = [
+        p for p in psutil.Process().children(recursive=True) if p.name() in ("gcs_server", "raylet")
+    ]
+    assert {p.name() for p in servers} == {"gcs_server", "raylet"}
+    listening = {
+        c.laddr.ip
+        for p in servers
+        for c in p.net_connections(kind="tcp")
+        if c.status == psutil.CONN_LISTEN
+    }
+    assert listening and listening <= {"127.0.0.1", "::ffff:127.0.0.1"}, listening

@@ -359,27 +359,14 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_coordinator_enqueues_one_look_at_a_time(workdir):
-    """The distributed coordinator follows the same plan: only look 1's jobs are enqueued; once a worker
-    has run them and they decide, the evidence is the single-process one (look 1's runs only)."""
-    import threading
-
-    from gates.execution import Worker, run_distributed
+def test_processes_run_one_look_at_a_time(workdir):
+    """The plan driver asks for one look's jobs at a time whatever runs them: in two local processes,
+    look 1's runs decide, and the evidence is the single-process one (look 1's runs only)."""
+    from gates.execution import run_processes
 
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-dist", 7, [5, 7]))
     loaded = load_contract(path)
-    uri, storage_url = f"sqlite:///{workdir / 'mlflow.db'}", f"sqlite:///{workdir / 'queue.db'}"
-    queued = run_distributed(loaded, uri, workdir / "runs", storage_url, wait=False, heartbeat=2)
-    assert sorted(queued.enqueued) == sorted(
-        f"{a}/seed{s}" for a in ("flat_address", "subheap_kernel") for s in range(5)
-    )
-    worker = Worker(storage_url, uri, heartbeat=2, poll=0.1)
-    thread = threading.Thread(
-        target=worker.serve, kwargs={"max_jobs": 10, "idle_exit": 60.0}, daemon=True
-    )
-    thread.start()
-    outcome = run_distributed(loaded, uri, workdir / "runs", storage_url, heartbeat=2, poll=0.2)
-    thread.join(timeout=60)
+    outcome = run_processes(loaded, f"sqlite:///{workdir / 'mlflow.db'}", workdir / "runs", 2)
     assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded
     ev = outcome.evidence
     assert ev.verdict == "supported" and len(ev.looks) == 1

@@ -289,7 +289,7 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
     from dataclasses import replace
     from types import SimpleNamespace
 
-    from gates.execution import _distributed as distributed
+    from gates.execution import _jobs as jobs
     from gates.execution._tuning import study_name
     from gates.record import Tracker
 
@@ -307,9 +307,7 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
         prov=started,
     )
     job = {"arm": "subheap_kernel", "tuning_storage": storage, "index": 0}
-    record = distributed.JOB_KINDS[distributed.KIND_TUNE](
-        SimpleNamespace(parent=parent), job, None, lambda _id: None
-    )
+    record = jobs.JOB_KINDS[jobs.KIND_TUNE](SimpleNamespace(parent=parent), job, {}, None)
     assert record["tuning_trial"]["state"] == "completed"
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     assert study_name(loaded, "subheap_kernel", "0" * 64) in names

@@ -1,4 +1,4 @@
-"""The order of work of a contract: one plan, run by both executors.
+"""The order of work of a contract: one plan, whatever runs its jobs.
 
 1. tuning trials (`tuning_jobs`), when the contract tunes its arms; then the tuned configs
    (`gates.execution._tuning.tune_and_apply`: the best trial's params, preflight again);
@@ -8,10 +8,9 @@
    None when the records decide (a sequential contract, gates.inference._sequential) or every seed has run.
    A contract without `sequential` is one look of all its seeds.
 
-The single-process runner (gates.execution._runner) runs each look's jobs in order in its own process; the
-distributed coordinator (gates.execution._distributed) enqueues one look's jobs at a time and waits for them; the
-Ray executor (gates/execution/_ray.py) submits one look's jobs as Ray tasks as their `after` allows.
-Both ask `next_seeds` the same question with the records they have, so the looks are written once.
+One driver follows it (gates/execution/_tasks.py), whichever backend runs the jobs (this process, local
+processes, Ray tasks): it submits one look's jobs as their `after` allows and asks `next_seeds` with the
+records it has, so the looks are written once.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """Local processes, `gates run CONTRACT --jobs N` (and `gates verify --replay --jobs N`): the plan's
-jobs as tasks in N processes of this machine, driven as the Ray executor drives its tasks
+jobs as tasks in N processes of this machine, a backend of the one plan driver
 (gates/execution/_tasks.py: plan order, dependencies, the verdict and evidence written once, by this
 process), with no cluster to install or start. Each task computes on the driver's thread count, so a
 run's sums are those of a single-process run on that many threads.
 
 Processes are started with `spawn` (a fork of a process that has imported torch or opened SQLite is not
-safe) and kept for the run, each with its contexts (`_tasks.run_task`). Their standard output goes to
+safe) and kept for the run, each with its contexts (`_jobs.run_task`). Their standard output goes to
 standard error: stdout is the driver's (its progress display, or JSON lines under --json).
 
 Ctrl-C: the processes ignore SIGINT (the terminal sends it to the whole group); the driver's
@@ -24,14 +24,10 @@ import multiprocessing
 import os
 import signal
 import sys
-from pathlib import Path
 
-from gates.contract import LoadedContract
 from gates.errors import storage_error
-from gates.execution import _runner as runner
+from gates.execution import _jobs as jobs
 from gates.execution import _tasks as tasks
-from gates.execution._locks import contract_lock
-from gates.record import Recording, plan_recording
 
 CANCEL_WAIT_SECONDS = 10  # how long interrupted tasks get to close their MLflow runs
 
@@ -62,7 +58,7 @@ def _run_task(info: dict, attrs: dict, readable: dict, threads: int) -> dict:
     """`run_task` with SIGTERM as a KeyboardInterrupt while it runs (the driver's cancel)."""
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return tasks.run_task(info, attrs, readable, threads)
+        return jobs.run_task(info, attrs, readable, threads)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -87,6 +83,8 @@ def job_threads(recorded_runs, jobs: int = 1) -> int | None:
 
 class ProcessBackend:
     """Tasks in `jobs` local processes (gates.execution._tasks.Backend)."""
+
+    live = False
 
     def __init__(self, jobs: int):
         self.jobs, self.cancelled = jobs, False
@@ -155,46 +153,3 @@ class ProcessBackend:
 
     def __exit__(self, *_) -> None:
         self.close()
-
-
-def run_processes(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    jobs: int,
-    *,
-    fresh: bool = False,
-    progress: runner.Progress | None = None,
-    optuna_storage: str | None = None,
-    record: bool = False,
-    reason: str | None = None,
-    recording: Recording | None = None,
-    backend: ProcessBackend | None = None,
-) -> runner.Outcome:
-    """Run the contract's plan in `jobs` local processes and decide here: the same outcome (evidence
-    recorded, or a recorded claim reproduced) as `execute`, under the same lock. `backend`: processes
-    already started (`ProcessBackend(jobs)`, closed by its owner), e.g. for several contracts in a row."""
-    import torch
-
-    progress = progress or runner.SilentProgress()
-    tuning_url = tasks.tuning_storage(loaded, tracking_uri, optuna_storage)
-    threads = torch.get_num_threads()  # the driver's, under --threads: every task's
-    recording = recording or plan_recording(loaded, runs_root, record=record, reason=reason)
-    with contract_lock(runs_root, loaded.id):
-        own = backend is None
-        backend = backend or ProcessBackend(jobs)
-        try:
-            return tasks.drive(
-                lambda parent: backend,
-                loaded,
-                tracking_uri,
-                runs_root,
-                recording,
-                threads,
-                progress,
-                tuning_url,
-                fresh=fresh,
-            )
-        finally:
-            if own:
-                backend.close()

@@ -1,7 +1,7 @@
 """The Ray executor, `gates run CONTRACT --executor ray [--ray-address ADDRESS]`: the plan's jobs as
 Ray tasks, on a local Ray instance or on a cluster. The driver's side (the plan's order, dependencies,
-the verdict written once, here) is gates/execution/_tasks.py's, shared with the local processes of
-`--jobs N`; this module is Ray's backend for it.
+the verdict written once, here) is gates/execution/_tasks.py's, shared with the inline run and the
+local processes of `--jobs N`; this module is Ray's backend for it (`drive_on_ray`).
 
 Resources: `num_cpus` is the run's CPU thread count (`--threads`, else the driver's torch count), and
 the task computes on exactly that many threads, so its sums are those of a single-process run;
@@ -9,7 +9,7 @@ the task computes on exactly that many threads, so its sums are those of a singl
 tasks at once than the cluster has CPUs for.
 
 Failures: Ray retries a task whose worker process or node died (`max_retries`); the MLflow runs that
-dead attempts left RUNNING are closed (KILLED) at the end (gates.execution._distributed.close_leftovers; a tuning
+dead attempts left RUNNING are closed (KILLED) at the end (gates.execution._jobs.close_leftovers; a tuning
 trial's by gates.execution._tuning.reap_interrupted). A run whose study raised is a failed run in its record, as
 everywhere, and is not retried. An error of the platform's own in a task (the store unreachable, a
 node on other code) stops the run: the other tasks are cancelled, finished runs are kept (RayJobError).
@@ -36,15 +36,14 @@ from urllib.parse import urlsplit
 
 from gates.contract import LoadedContract
 from gates.errors import UserError, storage_error
-from gates.execution import _distributed as distributed
+from gates.execution import _jobs as jobs
 from gates.execution import _runner as runner
 from gates.execution import _tasks as tasks
 from gates.execution._locks import contract_lock
-from gates.record import Recording, plan_recording
+from gates.record import Recording
 
 EXTRA = "pip install 'treeheap-gates[ray]'"
-# attempts after the first whose worker process or node died, as the distributed queue retries a job
-MAX_RETRIES = distributed.MAX_RETRY
+MAX_RETRIES = 3  # attempts after the first whose worker process or node died (then: RayJobError)
 CANCEL_WAIT_SECONDS = 10  # how long cancelled tasks get to close their MLflow runs after Ctrl-C
 LOCAL_ADDRESSES = (None, "local")  # --ray-address values that start a new Ray instance here
 LOOPBACK = ("localhost", "127.0.0.1", "::1", "0.0.0.0", "")
@@ -68,8 +67,12 @@ class RayJobError(tasks.TaskError):
     code = "ray_job_failed"
 
 
-def import_ray():
-    """Ray, or a one-line RayUnavailable naming the extra (exit 2)."""
+def import_ray(local: bool = False):
+    """Ray, or a one-line RayUnavailable naming the extra (exit 2). `local`: for a local instance,
+    imported on loopback only (`LOOPBACK_ONLY`, which Ray reads on its first import in a process)."""
+    if local:
+        for key, value in LOOPBACK_ONLY.items():
+            os.environ.setdefault(key, value)
     try:
         import ray
     except ImportError:
@@ -155,9 +158,16 @@ def check_nodes(ray, stores: dict[str, str], address: str | None) -> None:
 # ---------------------------------------------------------------------------------- connecting
 # A local instance (no address, `local`) runs its workers at normal priority: Ray starts them at niceness
 # 15, which on a loaded machine starves them (2 of 40 runs in 9 minutes where one process ran all 40 in
-# 3.4). The raylet reads the niceness from its environment, which it inherits from the driver. (Its
-# node address stays the machine's: Ray 2.60 resolves a loopback `_node_ip_address` to it.)
+# 3.4). The raylet reads the niceness from its environment, which it inherits from the driver.
 WORKER_NICENESS = {"RAY_worker_niceness": "0"}
+# ... and listens on loopback only: nothing off this machine needs to reach a one-machine instance.
+# Ray 2.60 resolves a loopback `_node_ip_address` (and `ray start --node-ip-address 127.0.0.1`) to the
+# machine's address (services.resolve_ip_for_localhost), and its GCS and raylet then listen on every
+# interface; its single-machine mode (the one it runs on Windows and macOS) takes 127.0.0.1 as the node
+# address, where the GCS, raylet and workers listen. Ray reads the switch once, when a process first
+# imports it (ray._private.ray_constants): it must be in the environment before then (`import_ray`
+# with `local`; tests set it in conftest.py), and the raylet and workers inherit it.
+LOOPBACK_ONLY = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 
 
 @contextlib.contextmanager
@@ -175,9 +185,9 @@ def _environment(values: dict[str, str]):
 
 @contextlib.contextmanager
 def starting_local_instance():
-    """For the block: the environment a local instance's raylet inherits (`WORKER_NICENESS`); tests and
-    benchmarks start theirs in it too."""
-    with _environment(WORKER_NICENESS):
+    """For the block: the environment a local instance's raylet inherits (`WORKER_NICENESS`,
+    `LOOPBACK_ONLY`); tests and benchmarks start theirs in it too."""
+    with _environment({**WORKER_NICENESS, **LOOPBACK_ONLY}):
         yield
 
 
@@ -245,9 +255,11 @@ def gpus(config, cluster_has_gpus: bool) -> int:
 class RayBackend:
     """Tasks as Ray tasks (gates.execution._tasks.Backend)."""
 
+    live = False
+
     def __init__(self, ray, parent: runner.ParentRun, threads: int):
         self.ray, self.threads = ray, threads
-        self.remote = ray.remote(tasks.run_task)
+        self.remote = ray.remote(jobs.run_task)
         has_gpus = ray.cluster_resources().get("GPU", 0) >= 1
         self.gpus = {arm: gpus(cfg, has_gpus) for arm, cfg in parent.loaded.arm_configs.items()}
 
@@ -300,33 +312,27 @@ class RayBackend:
 
 
 # ---------------------------------------------------------------------------------- the run
-def run_ray(
+def drive_on_ray(
     loaded: LoadedContract,
     tracking_uri: str,
     runs_root: Path,
+    recording: Recording,
     *,
-    address: str | None = None,
-    fresh: bool = False,
-    progress: runner.Progress | None = None,
-    optuna_storage: str | None = None,
-    record: bool = False,
-    reason: str | None = None,
-    recording: Recording | None = None,
+    address: str | None,
+    fresh: bool,
+    progress,
+    tuning_url: str | None,
+    threads: int,
 ) -> runner.Outcome:
-    """Run the contract's plan as Ray tasks and decide here: the same outcome (evidence recorded, or a
-    recorded claim reproduced) as `execute`, under the same lock (one driver per contract)."""
-    import torch
-
-    ray = import_ray()
-    progress = progress or runner.SilentProgress()
+    """The contract's plan as Ray tasks, decided here (gates.execution._tasks.drive), under the
+        contract's lock (one driver per contract): on a local instance (no `address`, `local`) or the
+        cluster at `address`; a store only this machine reaches is refused for a cluster elsewhere. Each task
+    computes on `threads` CPU threads (the driver's) and holds as many of Ray's CPUs."""
+    ray = import_ray(local=address in LOCAL_ADDRESSES)
     stores = {"--tracking-uri": tracking_uri}
-    tuning_url = tasks.tuning_storage(loaded, tracking_uri, optuna_storage)
     if tuning_url is not None:
         stores["--optuna-storage"] = tuning_url
     refuse_local_store(ray, stores, address)
-    # the thread count the runs compute on (each records it): the driver's, under --threads
-    threads = torch.get_num_threads()
-    recording = recording or plan_recording(loaded, runs_root, record=record, reason=reason)
     with contract_lock(runs_root, loaded.id), connected(ray, address, threads):
         check_nodes(ray, stores, address)
         largest = max(

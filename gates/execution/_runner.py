@@ -1,8 +1,8 @@
-"""Run a contract: preflight, every arm x seed under the stop rules, then the verdict and evidence.
-
-The order of work is the plan's (gates/execution/_plan.py): tuning trials, then the arm x seed jobs look by look
-(one look of all seeds unless the contract is `sequential`), asking the plan between looks whether
-to go on; the distributed coordinator (gates/execution/_distributed.py) follows the same plan.
+"""What a contract's run is made of: its parent MLflow run (preflight, reuse of finished runs, the
+runs a killed driver left), one arm x seed run under the stop rules (`run_job`), then the verdict and
+evidence (`finish`). The plan driver (gates/execution/_tasks.py, entered by
+gates/execution/_executor.py's `run_plan`) puts them together in the plan's order
+(gates/execution/_plan.py).
 
 Every arm x seed is one MLflow run nested under the contract's parent run. A finished run
 (completed, or halted by a stop rule) of the same contract hash and code is never redone unless
@@ -26,9 +26,6 @@ from typing import Protocol
 
 from gates.contract import LoadedContract
 from gates.errors import UserError, UserErrors, storage_error
-from gates.execution import _plan as plan
-from gates.execution._locks import contract_lock
-from gates.execution._plan import reference_metrics
 from gates.execution._preflight import PreflightReport, preflight
 from gates.execution._reporter import PlatformReporter
 from gates.execution._stop_rules import StopRuleEngine, convergence
@@ -139,8 +136,8 @@ def check_existing_evidence(loaded: LoadedContract, runs_root: Path) -> None:
 
 @dataclass
 class ParentRun:
-    """A contract's MLflow parent run, prepared for its arm x seed jobs (by `gates run`, or by the
-    coordinator of a distributed run; workers rebuild it from what the coordinator recorded)."""
+    """A contract's MLflow parent run, prepared for its arm x seed jobs by the driver of `gates run`
+    (task processes rebuild it from what the driver ships: gates.execution._jobs.load_context)."""
 
     loaded: LoadedContract
     tracking_uri: str
@@ -223,8 +220,9 @@ def own_parent(parent: ParentRun) -> None:
 def close_abandoned(parent: ParentRun) -> list[str]:
     """Close (KILLED) the runs of this contract that a `gates run` on this machine left RUNNING when it was
     killed, under any parent run: after a code change the next run opens a new parent, and the old one's
-    runs would stay RUNNING for good. Only runs whose owner process is gone; runs without an owner (a
-    distributed worker's) are left to `finished_runs` and the workers. Called under the contract's lock."""
+    runs would stay RUNNING for good. Only runs whose owner process (the driver whose tag every run of
+    it carries, a task's elsewhere too) is gone; runs without an owner (recorded by an older gates) are
+    left to `finished_runs`. Called under the contract's lock."""
     host = socket.gethostname()
     found = parent.tracker.client.search_runs(
         [parent.experiment_id],
@@ -267,7 +265,6 @@ def run_job(
     seed: int,
     progress: Progress | None = None,
     others: dict | None = None,
-    on_start=None,
 ) -> tuple[dict, dict]:
     """Train one arm x seed as a nested run of `parent`: (its record, its metric histories). `others`:
     arm -> metric -> [(step, value)] of the arms already run on this seed (for relative futility)."""
@@ -283,7 +280,6 @@ def run_job(
         parent.budget,
         progress or SilentProgress(),
         others=dict(others or {}),
-        on_start=on_start,
     )
 
 
@@ -335,120 +331,6 @@ class Outcome:
     @property
     def recorded(self) -> bool:
         return self.recording.mode == RECORD
-
-
-def run_contract(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    *,
-    fresh: bool = False,
-    progress: Progress | None = None,
-    optuna_storage: str | None = None,
-) -> Evidence:
-    """Run everything the contract asks for and return its evidence (recorded in runs/<id>/ unless the
-    contract already has evidence, which is reproduced and compared instead: see `execute`)."""
-    return execute(
-        loaded,
-        tracking_uri,
-        runs_root,
-        fresh=fresh,
-        progress=progress,
-        optuna_storage=optuna_storage,
-    ).evidence
-
-
-def execute(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    *,
-    fresh: bool = False,
-    progress: Progress | None = None,
-    optuna_storage: str | None = None,
-    record: bool = False,
-    reason: str | None = None,
-) -> Outcome:
-    """Run everything the contract asks for. A contract without evidence (or whose evidence was
-    withdrawn) records attempt 1 (N + 1) in runs/<id>/ and the claims history; one with evidence is
-    reproduced and compared with it, writing nothing under runs/, unless `record` (with a `reason`)
-    records another attempt (gates.record._attempts). One process at a time per contract (runs/.<id>.lock): a
-    second is a UserError naming the first's pid, before it opens the store, so it neither trains the
-    same runs again nor closes the first's running runs as killed. Runs a killed process left RUNNING
-    are closed (KILLED) and redone."""
-    recording = plan_recording(loaded, runs_root, record=record, reason=reason)
-    with contract_lock(runs_root, loaded.id):
-        return _run_contract(
-            loaded,
-            tracking_uri,
-            runs_root,
-            recording,
-            fresh=fresh,
-            progress=progress,
-            optuna_storage=optuna_storage,
-        )
-
-
-def _run_contract(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    recording: Recording,
-    *,
-    fresh: bool = False,
-    progress: Progress | None = None,
-    optuna_storage: str | None = None,
-) -> Outcome:
-    progress = progress or SilentProgress()
-    c = loaded.contract
-    parent = prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
-    tracker = parent.tracker
-    own_parent(parent)
-    done = finished_runs(parent)
-    reuse = Reuse()
-    reuse.other_code, reuse.other_code_sha256 = runs_under_other_code(parent)
-    # tune first (gates/execution/_tuning.py): the seeds run each tuned arm's best config
-    if c.tuning is not None:
-        parent.apply_tuning(optuna_storage, progress, fresh=fresh)
-        loaded = parent.loaded
-
-    records: list[dict] = []
-    budget = parent.budget
-    reference = reference_metrics(loaded)
-    try:
-        # the plan (gates/execution/_plan.py): one look's arm x seed jobs at a time, seed-major, the arms that
-        # relative futility rules judge last in each seed; between looks, the decision point
-        for seeds in plan.seeds_by_look(loaded, records):
-            seed_histories: dict[
-                int, dict[str, dict]
-            ] = {}  # seed -> arm -> metric -> [(step, value)]
-            for job in plan.run_jobs(loaded, seeds):
-                arm, seed = job.arm, job.seed
-                others = seed_histories.setdefault(seed, {})
-                failing = plan.failing_streak(loaded, records, arm)
-                if (arm, seed) in done:
-                    record = run_record(done[(arm, seed)])
-                    progress.start(arm, seed, budget.steps, skipped=record)
-                    others[arm] = {
-                        m: tracker.history(record["mlflow_run_id"], m) for m in reference
-                    }
-                    reuse.reused += 1
-                elif failing:
-                    record = skipped_record(arm, seed, failing)
-                    progress.start(arm, seed, budget.steps, skipped=record)
-                    reuse.skipped += 1
-                else:
-                    progress.start(arm, seed, budget.steps)
-                    record, history = run_job(parent, arm, seed, progress, others=others)
-                    others[arm] = history
-                    reuse.trained += 1
-                records.append(record)
-                progress.end(record)
-    except KeyboardInterrupt:
-        tracker.client.set_terminated(parent.parent_id, status="KILLED")
-        raise
-    reuse.total = len(records)
-    return finish(parent, records, runs_root, recording, reuse)
 
 
 def runs_under_other_code(parent: ParentRun) -> tuple[int, str | None]:
@@ -629,7 +511,6 @@ def _run_one(
     budget,
     progress,
     others: dict,
-    on_start=None,
 ) -> tuple[dict, dict]:
     """Train one arm x seed as a nested MLflow run; (its record, its metric histories)."""
     c, study = loaded.contract, loaded.study
@@ -650,8 +531,6 @@ def _run_one(
         params,
         {**base_tags, "gates.arm": arm, "gates.seed": str(seed), **env_tag},
     )
-    if on_start is not None:  # a distributed worker records the child run's id with its job
-        on_start(run_id)
     sink = MLflowMetricSink(tracker.client, run_id)
     reporter = PlatformReporter(
         budget,

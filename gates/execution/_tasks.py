@@ -1,23 +1,21 @@
-"""A contract's plan as tasks, whatever runs them: the driver's side shared by the Ray executor
-(`--executor ray`, gates/execution/_ray.py) and the local processes (`--jobs N`,
-gates/execution/_processes.py).
+"""A contract's plan as tasks, whatever runs them: the one plan loop of `gates run`, whose backends
+run each job in this process (`InlineBackend`, a plain `gates run`), in N local processes (`--jobs N`,
+gates/execution/_processes.py) or as Ray tasks (`--executor ray`, gates/execution/_ray.py);
+gates/execution/_executor.py picks one.
 
-The driver (this process) does what a single-process `gates run` does around the jobs: the contract's
-lock, preflight and the parent MLflow run (gates.execution._runner.prepare_parent, own_parent), the plan's order of
-work (gates/execution/_plan.py: tuning trials, then the arm x seed jobs look by look, `next_seeds`
-between looks), the verdict and the evidence, written once, here (gates.execution._runner.finish). Each job is one
-task that runs it with the distributed worker's code: the job's description is the one the distributed
-coordinator enqueues (gates.execution._distributed.run_jobs, tune_jobs), the task rebuilds the worker's context
-from the contract's text and the coordinator's code fingerprint (`load_context`: a process on other
-code refuses) and runs `JOB_KINDS[kind]`, the function `gates worker` runs (stop rules, nested MLflow
-run, tags, a relatively judged arm's comparison, an arm that keeps failing not run). The task computes
-on exactly the driver's thread count, so its sums are those of a single-process run.
+The driver (this process) holds the contract's lock and does everything around the jobs: preflight and
+the parent MLflow run (gates.execution._runner.prepare_parent, own_parent), the plan's order of work
+(gates/execution/_plan.py: tuning trials, then the arm x seed jobs look by look, `next_seeds` between
+looks), reuse of finished runs, skipping an arm that keeps failing, the verdict and the evidence,
+written once, here (gates.execution._runner.finish). Each job runs as gates/execution/_jobs.py runs it
+(`JOB_KINDS`: stop rules, nested MLflow run, tags, a relatively judged arm's comparison), in a task
+process on exactly the driver's thread count, so its sums are those of a single-process run.
 
 Order: a job is submitted once the jobs it needs have records (`after`: a relatively judged arm after
 the arms it is compared with; a tuned arm's trial n after its trial n - 1, so each samples with the
 trials before it finished, as in one process), and no more at once than the backend has room for: an
-arm that keeps failing is then not run on the seeds after, as far as records show, as a `gates worker`
-decides it, and Ctrl-C has little to cancel.
+arm that keeps failing is then not run on the seeds after, as far as records show, and Ctrl-C has
+little to cancel.
 
 A backend (`Backend`) submits a task, waits for one, returns its record or raises `TaskError` (an error
 of the platform's own in a task: the store unreachable, a process on other code; the other tasks are
@@ -26,13 +24,13 @@ cancelled, finished runs are kept) and cancels what is outstanding.
 
 from __future__ import annotations
 
-import tempfile
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
 from gates.contract import LoadedContract
-from gates.execution import _distributed as distributed
+from gates.execution import _jobs as jobs
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
 from gates.record import Recording
@@ -44,53 +42,55 @@ class TaskError(Exception):
     code = "task_failed"
 
 
-# ---------------------------------------------------------------------------------- the task
-_CONTEXTS: dict[str, distributed.StudyContext] = {}  # per task process: contexts by contract
-_TRACKERS: dict[str, object] = {}
-_FOLDER: list[Path] = []
-
-
-def run_task(info: dict, attrs: dict, records: dict[str, dict], threads: int) -> dict:
-    """One job in a task process: the distributed worker's code for its kind (JOB_KINDS) on the context
-    rebuilt from the driver's `queue_info` (kept for the process's next tasks), on `threads` CPU
-    threads; `records`: the records it may read (the jobs it follows, its arm's earlier seeds)."""
-    from gates.study import cpu_threads
-
-    key = f"{info[distributed.ATTR]}:{info['gates.parent_run_id']}"
-    if key not in _CONTEXTS:
-        if not _FOLDER:
-            _FOLDER.append(Path(tempfile.mkdtemp(prefix="gates-task-")))
-        _CONTEXTS[key] = distributed.load_context(
-            f"task:{info['gates.contract_id']}",
-            0,
-            info,
-            _FOLDER[0] / str(len(_CONTEXTS)),
-            trackers=_TRACKERS,
-        )
-    table = distributed.JobTable(records=dict(records))
-    with cpu_threads(threads):
-        return distributed.JOB_KINDS[attrs["kind"]](_CONTEXTS[key], attrs, table, lambda _id: None)
-
-
-# ---------------------------------------------------------------------------------- the driver
 class Backend(Protocol):
-    """Where tasks run: `run_task(info, attrs, readable, threads)` for each submitted job."""
+    """Where tasks run: `_jobs.run_task(info, job, readable, threads)` for each submitted job.
+    `live`: whether a task reports its progress itself (in this process); else the driver shows each
+    record as it arrives."""
+
+    live: bool
 
     def room(self) -> int:
         """How many tasks may run at once (at least one)."""
 
-    def submit(self, info: dict, attrs: dict, readable: dict, threads: int):
-        """Start `run_task` for one job; a handle to wait on."""
+    def submit(self, info: dict, job: dict, readable: dict, threads: int):
+        """Start one job's task; a handle to wait on."""
 
     def wait(self, handles: list) -> list:
         """Block until at least one of `handles` is done; those done."""
 
-    def result(self, handle, attrs: dict) -> dict:
+    def result(self, handle, job: dict) -> dict:
         """The job's record, or TaskError (a storage error: its own one-line error; Ctrl-C in the task:
         KeyboardInterrupt)."""
 
     def cancel(self, handles: list) -> None:
         """Stop the outstanding tasks and give them a moment to close their MLflow runs."""
+
+
+class InlineBackend:
+    """Each job in this process, one at a time, on the parent run as the driver holds it (no contract
+    reloaded, no code fingerprint checked: it is this process's), on the thread count as it is, with
+    the progress display fed as the run reports: a plain `gates run`."""
+
+    live = True
+
+    def __init__(self, parent: runner.ParentRun, progress):
+        self.context = jobs.JobContext(parent, histories={})
+        self.progress = progress
+
+    def room(self) -> int:
+        return 1
+
+    def submit(self, info: dict, job: dict, readable: dict, threads: int):
+        return functools.partial(jobs.JOB_KINDS[job["kind"]], self.context, job, readable)
+
+    def wait(self, handles: list) -> list:
+        return handles[:1]  # (it runs when its result is asked for)
+
+    def result(self, handle, job: dict) -> dict:
+        return handle(self.progress)
+
+    def cancel(self, handles: list) -> None:
+        pass  # nothing runs but the job that was interrupted
 
 
 class Tasks:
@@ -103,59 +103,73 @@ class Tasks:
         self.backend, self.parent, self.info, self.threads = backend, parent, info, threads
         self.progress = progress
         self.records: dict[str, dict] = {}  # job -> record, every look's
-        self.running: dict = {}  # handle -> the job's attrs
+        self.running: dict = {}  # handle -> the job
+        self.reused: dict[tuple[str, int], dict] = {}  # (arm, seed) -> a finished run's summary
 
-    def run(self, jobs: list[dict], reused: dict[tuple[str, int], dict] | None = None) -> list:
+    def run(self, todo: list[dict], reused: dict[tuple[str, int], dict] | None = None) -> list:
         """Each job's record, in job order: a finished run of the same contract and code (`reused`)
         taken as it is, every other job run as a task."""
         steps = self.parent.budget.steps
-        pending = []
-        for attrs in jobs:
-            done = (reused or {}).get((attrs.get("arm"), attrs.get("seed")))
-            if attrs["kind"] == plan.KIND_RUN and done is not None:
-                record = runner.run_record(done)
-                self.progress.start(attrs["arm"], attrs["seed"], steps, skipped=record)
-                self.progress.end(record)
-                self.records[attrs["job"]] = record
-            else:
-                pending.append(attrs)
+        self.reused = reused or {}
+        pending = list(todo)
         try:
             while pending or self.running:
                 self._submit(pending, steps)
-                if not self.running:  # (the plan lists a job's dependencies before it)
+                if not self.running:
+                    if not pending:  # the last jobs were settled here (an arm that keeps failing)
+                        break
+                    # (the plan lists a job's dependencies before it)
                     raise RuntimeError(
-                        f"jobs wait on jobs that are not in the plan: {[a['job'] for a in pending]}"
+                        f"jobs wait on jobs that are not in the plan: {[j['job'] for j in pending]}"
                     )
                 for handle in self.backend.wait(list(self.running)):
-                    attrs = self.running.pop(handle)
-                    record = self.backend.result(handle, attrs)
-                    self.records[attrs["job"]] = record
-                    distributed.show_record(self.progress, attrs, record, steps)
+                    job = self.running.pop(handle)
+                    record = self.backend.result(handle, job)
+                    self.records[job["job"]] = record
+                    if not self.backend.live:
+                        jobs.show_record(self.progress, job, record, steps)
+                    elif job["kind"] == plan.KIND_RUN:
+                        self.progress.end(record)
+                    elif record.get("tuning_trial") and hasattr(self.progress, "tuning_trial"):
+                        self.progress.tuning_trial(record["tuning_trial"])
         except BaseException:
             handles = list(self.running)
             self.running.clear()
             self.backend.cancel(handles)
             raise
-        return [self.records[attrs["job"]] for attrs in jobs]
+        return [self.records[job["job"]] for job in todo]
+
+    def _settle(self, job: dict, record: dict, steps: int) -> None:
+        """A run job's record found here, without a task (reused, or not run)."""
+        self.progress.start(job["arm"], job["seed"], steps, skipped=record)
+        self.progress.end(record)
+        self.records[job["job"]] = record
 
     def _submit(self, pending: list[dict], steps: int) -> None:
         room = self.backend.room()
-        for attrs in list(pending):
+        for job in list(pending):
             if len(self.running) >= room:
-                return
-            if any(dep not in self.records for dep in attrs.get("after", [])):
+                return  # (a reused run is settled in its turn too: the display shows the plan's order)
+            done = self.reused.get((job.get("arm"), job.get("seed")))
+            if job["kind"] == plan.KIND_RUN and done is not None:
+                pending.remove(job)
+                self._settle(job, runner.run_record(done), steps)
+                continue
+            if any(dep not in self.records for dep in job.get("after", [])):
                 continue  # after the jobs it needs (they come earlier in the plan's order)
-            pending.remove(attrs)
-            # what the job may read: the jobs it follows, and its arm's runs (an arm that keeps failing)
-            readable = {
-                k: r
-                for k, r in self.records.items()
-                if k in attrs.get("after", []) or r.get("arm") == attrs["arm"]
-            }
-            handle = self.backend.submit(self.info, attrs, readable, self.threads)
-            self.running[handle] = attrs
-            if attrs["kind"] == plan.KIND_RUN:
-                self.progress.start(attrs["arm"], attrs["seed"], steps)
+            pending.remove(job)
+            if job["kind"] == plan.KIND_RUN:
+                failing = jobs.failing_before(self.parent.loaded, self.records, job)
+                if failing:  # its arm failed on the seeds just before: not run
+                    self._settle(
+                        job, runner.skipped_record(job["arm"], job["seed"], failing), steps
+                    )
+                    continue
+            readable = {k: self.records[k] for k in job.get("after", [])}
+            handle = self.backend.submit(self.info, job, readable, self.threads)
+            self.running[handle] = job
+            if job["kind"] == plan.KIND_RUN:
+                self.progress.start(job["arm"], job["seed"], steps)
 
 
 def tuning_storage(
@@ -184,8 +198,8 @@ def drive(
 ) -> runner.Outcome:
     """The contract's parent run prepared and owned here, then its plan as tasks on
     `backend_for(parent)`: tuning trials (each arm's in order), the best configs applied, then the arm x
-    seed jobs look by look; the verdict and evidence written here, as by `execute`. On Ctrl-C the tasks
-    are cancelled and the parent run is marked KILLED, as a single process marks it."""
+    seed jobs look by look; the verdict and evidence written here. On Ctrl-C the tasks are cancelled
+    and the parent run is marked KILLED. The caller holds the contract's lock."""
     parent = runner.prepare_parent(loaded, tracking_uri, runs_root, fresh=fresh)
     runner.own_parent(parent)
     backend = backend_for(parent)
@@ -194,13 +208,13 @@ def drive(
     except KeyboardInterrupt:
         # a task interrupted before its run's own handler was in place (while MLflow created the run)
         # left it RUNNING: closed now, as the next run would close it
-        distributed.close_leftovers(parent, [])
+        jobs.close_leftovers(parent, [])
         parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
         raise
 
 
 def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url, fresh):
-    info = distributed.queue_info(parent)
+    info = jobs.job_info(parent)
     info["gates.tracking_uri"] = task_url(parent.tracking_uri)
     tasks = Tasks(backend, parent, info, threads, progress)
     done = runner.finished_runs(parent)  # a RUNNING child is a killed driver's: closed, redone
@@ -211,12 +225,15 @@ def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url,
         from gates.execution import _tuning as tuning
 
         if fresh:
-            distributed.delete_tuning_studies(loaded, parent, tuning_url)
-        # the storage's tables and each arm's study made here, once: tasks that start together on a
-        # new storage would race to create them (SQLite: a UNIQUE constraint on alembic_version)
+            jobs.delete_tuning_studies(loaded, parent, tuning_url)
+        # the storage's tables and each arm's study made here, once (tasks that start together on a
+        # new storage would race to create them; SQLite: a UNIQUE constraint on alembic_version), and
+        # the trials a killed run left RUNNING closed, uncounted (this driver holds the lock)
         for arm in loaded.contract.tuning.tuned_arms(loaded.contract.arms):
-            tuning.open_study(loaded, arm, tuning_url, parent.prov.code_sha256)
-        trials = distributed.tune_jobs(loaded, task_url(tuning_url))
+            tuning.reap_interrupted(
+                loaded, arm, tuning_url, parent.tracker, parent.prov.code_sha256
+            )
+        trials = jobs.tune_jobs(loaded, task_url(tuning_url))
         for before, after in zip(trials, trials[1:]):
             if before["arm"] == after["arm"]:  # trial n samples with trial n - 1 finished
                 after["after"] = [before["job"]]
@@ -224,8 +241,8 @@ def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url,
         parent.apply_tuning(tuning_url, progress)
     records: list[dict] = []
     for seeds in plan.seeds_by_look(parent.loaded, records):  # look by look
-        records += tasks.run(distributed.run_jobs(parent, seeds), reused=done)
-    distributed.close_leftovers(parent, records)  # dead attempts' runs
+        records += tasks.run(jobs.run_jobs(parent, seeds), reused=done)
+    jobs.close_leftovers(parent, records)  # dead attempts' runs
     reuse.tally(records, reused=sum((r["arm"], r["seed"]) in done for r in records))
     return runner.finish(parent, records, runs_root, recording, reuse)
 
