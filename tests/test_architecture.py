@@ -276,3 +276,31 @@ def test_each_command_lives_in_its_own_module_under_cli_commands():
         owners[name] = expected
     assert not wrong, wrong
     assert len(set(owners.values())) == len(owners)
+
+
+def _face_of(package: str) -> tuple[dict[str, str], dict[str, str]]:
+    """(`_FACE`: name -> private module, the TYPE_CHECKING block's imports: name -> module) of a
+    package's `__init__`."""
+    tree = ast.parse((ROOT / "gates" / package / "__init__.py").read_text(encoding="utf-8"))
+    face, checked = {}, {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "_FACE":
+            face = ast.literal_eval(node.value)
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            for imp in node.body:
+                assert isinstance(imp, ast.ImportFrom), package
+                prefix = f"gates.{package}."
+                assert imp.module.startswith(prefix), imp.module
+                for alias in imp.names:
+                    assert alias.asname is None, f"gates.{package}: {alias.name} renamed"
+                    checked[alias.name] = imp.module[len(prefix) :]
+    return face, checked
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_every_face_names_its_exports_for_type_checkers(package):
+    """Each public name is imported under TYPE_CHECKING from the module that defines it under that
+    very name (so go-to-definition lands on it; no export is renamed), and the lazy face loads the
+    same names from the same modules."""
+    face, checked = _face_of(package)
+    assert face and face == checked, set(face.items()) ^ set(checked.items())
