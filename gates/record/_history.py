@@ -202,7 +202,7 @@ def record_entry(
         "evidence_sha256": None if kind == "withdrawn" else evidence_sha,
         "verdict": evidence.get("verdict") if evidence else None,
         # the versions that computed the evidence: what it records, else (backfilled evidence from
-        # before engines were numbered: gates.ledger.signature calls that engine 1) today's
+        # before engines were numbered: gates.record._evidence.signature calls that engine 1) today's
         "gates_version": str((evidence or {}).get("gates_version") or gates.__version__),
         "engine_version": str(
             (evidence or {}).get("engine_version")
