@@ -9,7 +9,7 @@ the mirror), and counts a false support when any version is supported. Rules com
 - `full-same`: what the record did before families: every version at full alpha on seeds 0..n-1 (a
   later version re-uses the earlier seeds);
 - `full-fresh`: every version at full alpha on fresh seeds: fresh seeds alone do not make it a new test;
-- `family`: the platform's rule (gates.record.family): one family alpha; the first version declares
+- `family`: the platform's rule (gates.record._family): one family alpha; the first version declares
   `alpha` 0.05 with no `family_alpha`, so a re-try is judged at what is left, nothing;
 - `family-split`: the first version declares `family_alpha: 0.05` and each version the same share of it
   (0.05 / the chain's length), on fresh seeds (the family's next).

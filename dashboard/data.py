@@ -1,6 +1,6 @@
 """What the dashboard shows, loaded from runs/*/evidence.json, contracts/ and (when reachable) MLflow.
 
-Claim checks come from `gates.claims` (the files phase `gates status` shows: evidence, contract hash,
+Claim checks come from `gates.verify.claims` (the files phase `gates status` shows: evidence, contract hash,
 claims history, staleness; `gates verify` adds the re-derivation of every verdict); they are cached
 until a file under runs/ or contracts/ changes. Metric histories of finished runs never change, so
 they are cached by run id. Nothing here writes anywhere.
@@ -66,12 +66,12 @@ class Claim:
     stale_files: list[str] = field(default_factory=list)
     stale_note: str = ""
     rule_flags: list[str] = field(default_factory=list)  # rules the recorded contract predates
-    # every attempt on the record (gates.history.attempts, as `gates status` shows them)
+    # every attempt on the record (gates.record.claim_attempts, as `gates status` shows them)
     attempts: int = 0
     earlier: list[str] = field(
         default_factory=list
     )  # a line per earlier attempt ("attempt 1 invalid (...)")
-    # claims that stand together (gates.siblings)
+    # claims that stand together (gates.record._siblings)
     shared_runs: dict[str, list[str]] = field(
         default_factory=dict
     )  # other claim -> "arm/seed N" it ran too
@@ -166,9 +166,8 @@ class Store:
                     )  # read-only: never builds or upgrades a store
                     client.search_experiments(max_results=1)  # reachable and readable?
                     self._client = client
-                except (
-                    UserError
-                ) as e:  # gates.store: a half-built or damaged SQLite store, one line with the fix
+                # gates.record._store: a half-built or damaged SQLite store, one line with the fix
+                except UserError as e:
                     return None, e.render()
                 except (
                     Exception

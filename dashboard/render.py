@@ -225,7 +225,7 @@ def _list_brief(items: list[str], shown: int = 3) -> str:
 
 
 def _regime_left_brief(left, links: Links) -> str:
-    """'regime left: sibling X superseded by Y', linked (gates.siblings.RegimeLeft)."""
+    """'regime left: sibling X superseded by Y', linked (gates.record.RegimeLeft)."""
     return (
         f'regime left: sibling <a href="{e(links.contract(left.sibling))}">{e(left.sibling)}</a> superseded by '
         f'<a href="{e(links.contract(left.superseded_by))}">{e(left.superseded_by)}</a> in another regime'
@@ -532,7 +532,7 @@ def _changes(view: ContractView, links: Links) -> str:
 
 
 def _attempt(ev: Evidence) -> str:
-    """The evidence's own attempt record, as verdict.md has it (gates.attempts.describe): its number, why
+    """The evidence's own attempt record, as verdict.md has it (gates.record._attempts.describe): its number, why
     it was recorded, and each earlier attempt with its verdict and why (none for a lone first attempt)."""
     attempt = ev.attempt
     if attempt is None or attempt.number <= 1 and not attempt.earlier:
@@ -785,7 +785,7 @@ CONDITION_HEAD = (
 
 def families(ev: Evidence) -> str:
     """How the conditions' p-values were compared with alpha, by the evidence's correction (verdict.md's
-    wording, gates.ledger._families)."""
+    wording, gates.record._report._families)."""
     alpha, correction = _num(ev.settings.alpha), ev.settings.correction
     if correction == "iut+holm":
         refute = sum(1 for c in ev.conditions if c.list_name in ("supported_if", "refuted_if"))

@@ -6,14 +6,22 @@ progress, for people and as JSON lines), `_common` (shared options, consoles and
 (what a command group is made of).
 """
 
+from typing import TYPE_CHECKING
+
 from gates._face import lazy_face
 
-# public name -> (private module, its name there), imported on first use
+# what type checkers and editors resolve; at run time each name loads on first use
+if TYPE_CHECKING:
+    from gates.cli._app import app, main
+    from gates.cli.commands.check import check
+    from gates.cli.commands.data import data_app
+
+# public name -> its private module, imported on first use
 _FACE = {
-    "app": ("_app", "app"),
-    "check": ("commands.check", "check"),
-    "data_app": ("commands.data", "data_app"),
-    "main": ("_app", "main"),
+    "app": "_app",
+    "check": "commands.check",
+    "data_app": "commands.data",
+    "main": "_app",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

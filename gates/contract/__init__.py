@@ -8,39 +8,72 @@ Private modules: `_schema` (models, loading, hashing, reference checks), `_yaml`
 with line numbers), `_template` (the `gates new` skeleton).
 """
 
+from typing import TYPE_CHECKING
+
 from gates._face import lazy_face
 
-# public name -> (private module, its name there), imported on first use
+# what type checkers and editors resolve; at run time each name loads on first use
+if TYPE_CHECKING:
+    from gates.contract._schema import (
+        MAX_CONTRACT_BYTES,
+        MIN_VERDICT_SEEDS,
+        PILOT_SEED_BASE,
+        SLUG,
+        Compare,
+        Contract,
+        Control,
+        Convergence,
+        Decision,
+        FutilityRule,
+        LoadedContract,
+        Replay,
+        Sequential,
+        SpaceParam,
+        StopRules,
+        Threshold,
+        Trend,
+        arms_under_test,
+        canonical_json,
+        condition_terms,
+        is_contiguous,
+        load_contract,
+        load_contract_cached,
+        metric_locs,
+    )
+    from gates.contract._template import placeholders, require_filled, write
+    from gates.contract._yaml import load_yaml, read_capped
+
+# public name -> its private module, imported on first use
 _FACE = {
-    "Compare": ("_schema", "Compare"),
-    "Contract": ("_schema", "Contract"),
-    "Control": ("_schema", "Control"),
-    "Convergence": ("_schema", "Convergence"),
-    "Decision": ("_schema", "Decision"),
-    "FutilityRule": ("_schema", "FutilityRule"),
-    "LoadedContract": ("_schema", "LoadedContract"),
-    "MAX_CONTRACT_BYTES": ("_schema", "MAX_CONTRACT_BYTES"),
-    "MIN_VERDICT_SEEDS": ("_schema", "MIN_VERDICT_SEEDS"),
-    "PILOT_SEED_BASE": ("_schema", "PILOT_SEED_BASE"),
-    "Replay": ("_schema", "Replay"),
-    "SLUG": ("_schema", "SLUG"),
-    "Sequential": ("_schema", "Sequential"),
-    "SpaceParam": ("_schema", "SpaceParam"),
-    "StopRules": ("_schema", "StopRules"),
-    "Threshold": ("_schema", "Threshold"),
-    "Trend": ("_schema", "Trend"),
-    "arms_under_test": ("_schema", "arms_under_test"),
-    "canonical_json": ("_schema", "canonical_json"),
-    "condition_terms": ("_schema", "condition_terms"),
-    "is_contiguous": ("_schema", "is_contiguous"),
-    "load_contract": ("_schema", "load_contract"),
-    "load_contract_cached": ("_schema", "load_contract_cached"),
-    "load_yaml": ("_yaml", "load_yaml"),
-    "metric_locs": ("_schema", "metric_locs"),
-    "placeholders": ("_template", "placeholders"),
-    "read_capped": ("_yaml", "read_capped"),
-    "require_filled": ("_template", "require_filled"),
-    "write": ("_template", "write"),
+    "Compare": "_schema",
+    "Contract": "_schema",
+    "Control": "_schema",
+    "Convergence": "_schema",
+    "Decision": "_schema",
+    "FutilityRule": "_schema",
+    "LoadedContract": "_schema",
+    "MAX_CONTRACT_BYTES": "_schema",
+    "MIN_VERDICT_SEEDS": "_schema",
+    "PILOT_SEED_BASE": "_schema",
+    "Replay": "_schema",
+    "SLUG": "_schema",
+    "Sequential": "_schema",
+    "SpaceParam": "_schema",
+    "StopRules": "_schema",
+    "Threshold": "_schema",
+    "Trend": "_schema",
+    "arms_under_test": "_schema",
+    "canonical_json": "_schema",
+    "condition_terms": "_schema",
+    "is_contiguous": "_schema",
+    "load_contract": "_schema",
+    "load_contract_cached": "_schema",
+    "load_yaml": "_yaml",
+    "metric_locs": "_schema",
+    "placeholders": "_template",
+    "read_capped": "_yaml",
+    "require_filled": "_template",
+    "write": "_template",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -7,13 +7,19 @@ rules read the contract and ask the verdict engine what its seeds can reach, so 
 Private module: `_rules`.
 """
 
+from typing import TYPE_CHECKING
+
 from gates._face import lazy_face
 
-# public name -> (private module, its name there), imported on first use
+# what type checkers and editors resolve; at run time each name loads on first use
+if TYPE_CHECKING:
+    from gates.design._rules import check_rules, require_current_rules, rule_flags
+
+# public name -> its private module, imported on first use
 _FACE = {
-    "check_rules": ("_rules", "check_rules"),
-    "require_current_rules": ("_rules", "require_current_rules"),
-    "rule_flags": ("_rules", "rule_flags"),
+    "check_rules": "_rules",
+    "require_current_rules": "_rules",
+    "rule_flags": "_rules",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -2,7 +2,7 @@
 
 A contract's optional `tuning` section pre-registers a search: the space (arm config fields), the
 same number of trials for every tuned arm, the objective (a validation metric the decision never
-reads, checked in gates/contract.py), the tuning seeds (disjoint from the contract's) and the
+reads, checked in gates/contract/_schema.py), the tuning seeds (disjoint from the contract's) and the
 sampler seed. Here:
 
 - each tuned arm is one Optuna study, named `<id>@<contract sha256[:16]>.<code sha256[:12]>/<arm>`,

@@ -212,6 +212,6 @@ def stopping_seeds(
     contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, **inputs
 ) -> list[int]:
     """The seeds of the look the sequence stops at on these runs (what the evidence must hold); `inputs`:
-    the ceilings and tuning edges (`gates.judging.claim_inputs`)."""
+    the ceilings and tuning edges (`gates.inference._judging.claim_inputs`)."""
     result = judge_sequential(contract, runs, metrics, **inputs)
     return list(result.looks[-1]["seeds"])

@@ -81,8 +81,8 @@ def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recordin
     # the claim's files read once each: the history parsed once for its attempts and latest entry, the
     # evidence's bytes read once for its record and their hash
     entries = history.index_entries(runs_root)
-    found = history.attempts(runs_root, loaded.id, entries=entries).get(loaded.id, [])
-    latest = history.latest(runs_root, entries=entries).get(loaded.id)
+    found = history.claim_attempts(runs_root, loaded.id, entries=entries).get(loaded.id, [])
+    latest = history.latest_entries(runs_root, entries=entries).get(loaded.id)
     current, sha256 = _readable(path)
     vouched = (
         current is not None
@@ -247,7 +247,7 @@ class Reproduction:
         return out
 
 
-def compare(
+def compare_reproduction(
     recorded: ledger.Evidence, fresh: ledger.Evidence, attempt: int, machine_metrics=frozenset()
 ) -> Reproduction:
     """The fresh evidence of a re-run against the recorded evidence."""

@@ -27,7 +27,7 @@ _COMPARE = re.compile(
 
 
 @dataclass(frozen=True)
-class Bar:
+class ConditionBar:
     """What a condition compares: its terms as (arm, metric), its operator and its bar.
 
     `mirror` is what a mirror condition has in common with it (the same terms and the same
@@ -56,32 +56,32 @@ def split_term(term: str, arms: list[str]) -> tuple[str, str]:
     return arm, metric
 
 
-def bar_of(record: ConditionRecord, arms: list[str]) -> Bar:
+def bar_of(record: ConditionRecord, arms: list[str]) -> ConditionBar:
     """The condition's terms, operator and bar, read from its description and its values' keys."""
     desc, keys = record.description, list(record.values)
     head, op, rest = _split_op(desc)
     if record.kind == "trend" or op is None:
-        return Bar(tuple(split_term(k, arms) for k in keys), None, desc)
+        return ConditionBar(tuple(split_term(k, arms) for k in keys), None, desc)
     a = split_term(head, arms)
     try:
-        return Bar((a,), op, rest, ("threshold", head, float(rest)), op)
+        return ConditionBar((a,), op, rest, ("threshold", head, float(rest)), op)
     except ValueError:
         pass
     m = _COMPARE.match(rest)
     if m is None:
-        return Bar(tuple(split_term(k, arms) for k in keys), op, rest)
+        return ConditionBar(tuple(split_term(k, arms) for k in keys), op, rest)
     b = m["b"]
     terms = (a, split_term(b, arms))
     if m["relative"] is not None:
-        return Bar(terms, op, rest, ("relative", head, b, m["rsign"], m["relative"]), op)
+        return ConditionBar(terms, op, rest, ("relative", head, b, m["rsign"], m["relative"]), op)
     try:
         offset = float(m["margin"]) * (-1 if m["sign"] == "-" else 1) if m["margin"] else 0.0
     except ValueError:  # not the engine's wording: shown as written, never merged
-        return Bar(terms, op, rest)
+        return ConditionBar(terms, op, rest)
     if head <= b:
-        return Bar(terms, op, rest, ("compare", head, b, offset), op)
+        return ConditionBar(terms, op, rest, ("compare", head, b, offset), op)
     # b op' a - offset, with the other operator: the same boundary read from the other side
-    return Bar(terms, op, rest, ("compare", b, head, -offset), _FLIP[op])
+    return ConditionBar(terms, op, rest, ("compare", b, head, -offset), _FLIP[op])
 
 
 def _split_op(desc: str) -> tuple[str, str | None, str]:
@@ -115,7 +115,7 @@ def holding_side(record: ConditionRecord) -> str:
 OTHER_SIDE = {SUPPORTS: REFUTES, REFUTES: SUPPORTS, SOUND: INVALIDATES, INVALIDATES: SOUND}
 
 
-def sentence(record: ConditionRecord) -> str:
+def condition_sentence(record: ConditionRecord) -> str:
     """The result in words, with what it means."""
     if record.list_name == "controls":
         return {
@@ -130,12 +130,12 @@ def sentence(record: ConditionRecord) -> str:
 
 
 @dataclass(frozen=True)
-class Row:
+class ConditionRow:
     """One row of a conditions table: a condition, or a supported_if condition and its refuted_if
     mirror (the same terms and bar, the other way round), which the engine judges on the same values."""
 
     records: tuple[ConditionRecord, ...]
-    bar: Bar
+    bar: ConditionBar
 
     @property
     def first(self) -> ConditionRecord:
@@ -160,19 +160,19 @@ class Row:
         s, r = self.records
         if self.meaning == REFUTES:
             which = r if r.outcome == "holds" else s
-            return f"refuted side: {label(which)} {which.outcome}"
+            return f"refuted side: {condition_label(which)} {which.outcome}"
         if self.meaning == SUPPORTS:
-            return f"supported side: {label(s)} holds, {label(r)} {r.outcome}"
+            return f"supported side: {condition_label(s)} holds, {condition_label(r)} {r.outcome}"
         if r.outcome == "fails":
-            return f"neither side: {label(r)} fails (not refuted), {label(s)} undetermined"
+            return f"neither side: {condition_label(r)} fails (not refuted), {condition_label(s)} undetermined"
         return "neither side: both undetermined"
 
 
-def label(record: ConditionRecord) -> str:
+def condition_label(record: ConditionRecord) -> str:
     return f"{record.list_name}[{record.index}]"
 
 
-def rows(records: list[ConditionRecord], arms: list[str]) -> list[Row]:
+def condition_rows(records: list[ConditionRecord], arms: list[str]) -> list[ConditionRow]:
     """The conditions in order, each supported_if condition merged with the first refuted_if
     condition that mirrors it (it takes the supported_if condition's place)."""
     bars = [bar_of(r, arms) for r in records]
@@ -195,10 +195,10 @@ def rows(records: list[ConditionRecord], arms: list[str]) -> list[Row]:
                 None,
             )
         if mate is None:
-            out.append(Row((record,), bar))
+            out.append(ConditionRow((record,), bar))
         else:
             taken.add(mate)
-            out.append(Row((record, records[mate]), bar))
+            out.append(ConditionRow((record, records[mate]), bar))
     return out
 
 
@@ -224,8 +224,8 @@ def term_values(record: ConditionRecord) -> list[TermValue]:
     return out
 
 
-def difference(record: ConditionRecord) -> tuple[str, str, str, float] | None:
-    """A two-term comparison's raw difference of its terms' values before any margin, a ratio on a
+def condition_difference(record: ConditionRecord) -> tuple[str, str, str, float] | None:
+    """A two-term comparison's raw condition_difference of its terms' values before any margin, a ratio on a
     log scale: (term a, "-" or "/", term b, value). None for other conditions or missing values."""
     values = term_values(record)
     if record.kind != "compare" or len(values) != 2 or None in (v.centre for v in values):
@@ -236,7 +236,7 @@ def difference(record: ConditionRecord) -> tuple[str, str, str, float] | None:
     return a.term, "-", b.term, a.centre - b.centre
 
 
-def short_names(record: ConditionRecord, bar: Bar) -> dict[str, str]:
+def term_short_names(record: ConditionRecord, bar: ConditionBar) -> dict[str, str]:
     """term -> how a table names it: the arm where every term reads the same metric, the metric
     where they all read one arm, else the whole term."""
     terms = list(record.values)

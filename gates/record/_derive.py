@@ -23,7 +23,7 @@ import gates
 from gates.contract import LoadedContract
 from gates.design import rule_flags
 from gates.inference import Verdict, json_safe, judge_claim, predictions
-from gates.record._evidence import FORMAT, Evidence
+from gates.record._evidence import EVIDENCE_FORMAT, Evidence
 from gates.record._family import family_record
 from gates.record._siblings import regime_of
 
@@ -123,7 +123,7 @@ def run_facts(
     it was registered. The verdict's fields are placeholders here, in their places; `derive` sets them."""
     c = loaded.contract
     return {
-        "format": FORMAT,
+        "format": EVIDENCE_FORMAT,
         "contract_id": c.id,
         "contract_path": contract_path,
         "contract_sha256": loaded.sha256,

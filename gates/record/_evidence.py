@@ -6,7 +6,7 @@ record and is written first; verdict.md is derived from it (`render_report`) and
 a kill between the two leaves new evidence beside an old verdict.md, which `gates verify` detects
 and `gates render` (or the next `gates run`) repairs. Evidence is read as records (`Evidence`, frozen
 pydantic models) that check the shapes every reader relies on, after bringing an older format up to
-the current one (`FORMAT`, `_migrate`); `raw_evidence` reads the plain JSON.
+the current one (`EVIDENCE_FORMAT`, `_migrate`); `raw_evidence` reads the plain JSON.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from gates.record._files import (
 
 EVIDENCE = "evidence.json"
 REPORT = "verdict.md"
-FORMAT = 1
+EVIDENCE_FORMAT = 1
 
 
 @contextlib.contextmanager
@@ -461,7 +461,7 @@ class Evidence(_Record):
     Read with `read_evidence` (checked, brought up to the current format), built by the runner with
     `Evidence.of`; `as_dict()` is the JSON that evidence.json holds."""
 
-    format: int = FORMAT
+    format: int = EVIDENCE_FORMAT
     contract_id: str
     contract_path: str | None = None
     contract_sha256: str
@@ -524,8 +524,8 @@ REQUIRED = tuple(name for name, f in Evidence.model_fields.items() if f.is_requi
 
 
 # ---------------------------------------------------------------------------------- formats
-# evidence.json's `format` says how to read it; FORMAT is the one written today. A reader brings an
-# older format up to FORMAT on read (`_migrate`, one step per format) and refuses a newer one, which
+# evidence.json's `format` says how to read it; EVIDENCE_FORMAT is the one written today. A reader brings an
+# older format up to EVIDENCE_FORMAT on read (`_migrate`, one step per format) and refuses a newer one, which
 # it could misread. Fields added within a format (evidence of older writers lacks them) are read with
 # the record's defaults; within format 1 that is every field added since the first commit:
 # `first_signal`, `falsifiable_point`, `lost`, `predictions`, `rule_flags`, `controls`, `attempt`,
@@ -546,22 +546,24 @@ _UPGRADES = {0: _from_0}  # format N -> its data in format N + 1
 
 
 def _migrate(data: dict) -> dict:
-    """Evidence data of any known format brought up to FORMAT (the data itself when it is in
-    FORMAT already); ValueError for a newer or unknown format. A `format` that is no integer is left
+    """Evidence data of any known format brought up to EVIDENCE_FORMAT (the data itself when it is in
+    EVIDENCE_FORMAT already); ValueError for a newer or unknown format. A `format` that is no integer is left
     for the schema to name."""
     version = data.get("format")
     if version is None:
         version = 0
     if not isinstance(version, int) or isinstance(version, bool):
         return data
-    if version > FORMAT:
+    if version > EVIDENCE_FORMAT:
         raise ValueError(
-            f"evidence has format {version}, newer than this gates reads ({FORMAT}); expected format "
-            f"{FORMAT} or older: upgrade gates (gates {gates.__version__})"
+            f"evidence has format {version}, newer than this gates reads ({EVIDENCE_FORMAT}); expected format "
+            f"{EVIDENCE_FORMAT} or older: upgrade gates (gates {gates.__version__})"
         )
     if version < 0:
-        raise ValueError(f"evidence has an unknown format {version}; expected 0 to {FORMAT}")
-    while version < FORMAT:
+        raise ValueError(
+            f"evidence has an unknown format {version}; expected 0 to {EVIDENCE_FORMAT}"
+        )
+    while version < EVIDENCE_FORMAT:
         data, version = _UPGRADES[version](data), version + 1
     return data
 

@@ -7,7 +7,7 @@ One JSON object per line, appended and never rewritten:
 
 - `kind`: `recorded` (a `gates run` wrote the evidence), `rederived` (the evidence was rewritten from
   its recorded per-seed values, e.g. by a corrected verdict engine; `reason` says why), `withdrawn`
-  (`gates withdraw`: the claim is no longer made; `evidence_sha256` is null), `backfilled` (evidence
+  (`gates withdraw_claim`: the claim is no longer made; `evidence_sha256` is null), `backfilled` (evidence
   that existed before the index, entered once as it was) or `certified` (`gates certify`: re-runs of
   the recorded runs under today's code reproduced them; the entry adds that code's `code_sha256` and
   per-file `code_files`, and `reran`, which runs: staleness is then measured from that code).
@@ -17,10 +17,10 @@ One JSON object per line, appended and never rewritten:
   engine and design-rule flags the evidence was derived under before.
 - `prev`: sha256 of the previous line's bytes (without its newline); the first line has 64 zeros.
 
-`check()` (run by `gates verify`, whose `_lineage` adds that the file only grew across git commits)
+`check_history()` (run by `gates verify`, whose `_lineage` adds that the file only grew across git commits)
 finds: entries that vouch for other per-seed values than their attempt recorded, a second contract
 under one id (`contract_change`), a broken chain (a line edited, removed or moved: the next
-line's `prev` no longer matches), evidence whose bytes differ from the latest entry for its id
+line's `prev` no longer matches), evidence whose bytes differ from the latest_entries entry for its id
 (changed without an entry that says so, or a `gates run` killed between writing the evidence and
 indexing it: re-running it repairs that), and evidence or a contract that has entries but is gone
 without a withdrawal. The chain cannot show a history re-chained or regenerated whole: that is what
@@ -112,7 +112,7 @@ def _shown(runs_root: Path) -> str:
 
 def index_location_problem(runs_root: Path) -> str | None:
     """One line when the claims history is not a file of the repository itself: the file, or the runs
-    folder it is in, is a symbolic link (its target, anywhere, would be read as the history; git keeps
+    folder it is in, is a symbolic link (its target, anywhere, would be read_index as the history; git keeps
     the link, not the file). A link is never followed. None otherwise (a missing index included)."""
     runs_root = Path(runs_root)
     for path, what in ((runs_root, "its folder"), (index_path(runs_root), "it")):
@@ -166,13 +166,13 @@ def engine_version() -> str:
 
 
 # ---------------------------------------------------------------------------------- writing
-def record(
+def record_entry(
     runs_root: Path, evidence_path: Path, kind: str, reason: str = "", extra: dict | None = None
 ) -> dict:
     """Append one entry for the evidence at `evidence_path` (runs/<id>/evidence.json) and return it.
 
     For `withdrawn`, the evidence may be missing (its id is the folder's name); its contract sha256
-    and verdict are taken from the evidence if present, else from the id's latest entry. `extra`:
+    and verdict are taken from the evidence if present, else from the id's latest_entries entry. `extra`:
     fields a kind adds (a certification's code fingerprint)."""
     if kind not in KINDS:
         raise ValueError(f"unknown index entry kind {kind!r}; expected one of {', '.join(KINDS)}")
@@ -202,7 +202,7 @@ def record(
         "evidence_sha256": None if kind == "withdrawn" else evidence_sha,
         "verdict": evidence.get("verdict") if evidence else None,
         # the versions that computed the evidence: what it records, else (backfilled evidence from
-        # before engines were numbered: gates.ledger.signature calls that engine 1) today's
+        # before engines were numbered: gates.record._evidence.signature calls that engine 1) today's
         "gates_version": str((evidence or {}).get("gates_version") or gates.__version__),
         "engine_version": str(
             (evidence or {}).get("engine_version")
@@ -220,12 +220,12 @@ def record(
     return _append(runs_root, entry)
 
 
-def withdraw(runs_root: Path, contract_id: str, reason: str) -> dict:
+def withdraw_claim(runs_root: Path, contract_id: str, reason: str) -> dict:
     """Append a withdrawal of `contract_id` (its evidence, if any, stays where it is)."""
-    return record(runs_root, Path(runs_root) / contract_id / EVIDENCE, "withdrawn", reason)
+    return record_entry(runs_root, Path(runs_root) / contract_id / EVIDENCE, "withdrawn", reason)
 
 
-def backfill(runs_root: Path) -> list[dict]:
+def backfill_index(runs_root: Path) -> list[dict]:
     """Enter every runs/<id>/evidence.json that has no index entry yet as `backfilled` (idempotent:
     evidence already indexed is left alone). Returns the entries appended."""
     runs_root = Path(runs_root)
@@ -240,7 +240,7 @@ def backfill(runs_root: Path) -> list[dict]:
         except (AttributeError, ValueError):
             when = "unreadable"
         added.append(
-            record(
+            record_entry(
                 runs_root,
                 evidence,
                 "backfilled",
@@ -258,7 +258,7 @@ def _append(runs_root: Path, entry: dict) -> dict:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         created = not path.exists()
-        # O_NOFOLLOW: a link put in place since the check above is refused, never written through
+        # O_NOFOLLOW: a link put in place since the check_history above is refused, never written through
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o644)
     except OSError as e:
         _unwritable(e, path)
@@ -303,7 +303,7 @@ def _append(runs_root: Path, entry: dict) -> dict:
 
 
 def _unwritable(e: OSError, path: Path) -> None:
-    """Raise a StorageError naming the index when `e` is a full disk or a read-only file or folder
+    """Raise a StorageError naming the index when `e` is a full disk or a read_index-only file or folder
     (one line, exit 1); else nothing (the caller re-raises `e`)."""
     found = storage_error(e, path)
     if found is not None:
@@ -335,7 +335,7 @@ def _repair_tail(fd: int, data: bytes) -> bytes:
 
 
 # ---------------------------------------------------------------------------------- reading
-def read(runs_root: Path) -> list[dict]:
+def read_index(runs_root: Path) -> list[dict]:
     """Every entry, in order; ValueError naming the line when a line is not a JSON object. An
     index that does not exist yet is empty."""
     entries, problems = _entries(Path(runs_root))
@@ -442,7 +442,7 @@ def _entries(runs_root: Path) -> tuple[list[dict], list[tuple[int, str | None, s
                     number,
                     cid,
                     f"{where} line {number} ({cid or '?'}) lacks its newline: an append "
-                    f"was interrupted (the next `gates run` or `gates withdraw` repairs it)",
+                    f"was interrupted (the next `gates run` or `gates withdraw_claim` repairs it)",
                 )
             )
         entries.append({**entry, "_line": number})
@@ -544,13 +544,13 @@ def reran_runs_problem(reran) -> str | None:
 
 def index_entries(runs_root: Path) -> list[dict]:
     """The history's readable entries, parsed once for a caller that asks several questions of it
-    (`latest`, `attempts`), each with its line number under `_line`."""
+    (`latest_entries`, `claim_attempts`), each with its line number under `_line`."""
     return _entries(Path(runs_root))[0]
 
 
-def latest(runs_root: Path, *, entries: list[dict] | None = None) -> dict[str, dict]:
-    """contract id -> its latest readable entry (with its line number under `_line`); `entries`: the
-    history as parsed already (`index_entries`), else it is read."""
+def latest_entries(runs_root: Path, *, entries: list[dict] | None = None) -> dict[str, dict]:
+    """contract id -> its latest_entries readable entry (with its line number under `_line`); `entries`: the
+    history as parsed already (`index_entries`), else it is read_index."""
     found = {}
     for entry in index_entries(runs_root) if entries is None else entries:
         if isinstance(entry.get("contract_id"), str):
@@ -563,7 +563,7 @@ def is_withdrawn(entry: dict | None) -> bool:
 
 
 # ---------------------------------------------------------------------------------- checking
-def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
+def check_history(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
     """contract id -> what is wrong with its history (ids without problems are absent).
 
     `contracts`: contract id -> file, for the contracts that load (gates.verify.find_contracts). A
@@ -600,8 +600,8 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
         add(cid, text)
     for cid, text in _contract_problems(entries, runs_root):
         add(cid, text)
-    last = latest(runs_root)
-    tried = attempts(runs_root)
+    last = latest_entries(runs_root)
+    tried = claim_attempts(runs_root)
     where = f"runs/{INDEX}" if runs_root.name == "runs" else str(index_path(runs_root))
     for cid, entry in sorted(last.items()):
         evidence = runs_root / cid / EVIDENCE
@@ -612,8 +612,8 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
             gone = "" if cid in contracts else "; its contract is gone too"
             add(
                 cid,
-                f"{evidence} disappeared without a withdrawal (latest index entry: {said}){gone}; "
-                f"expected the evidence, or `gates withdraw {cid} --reason ...`",
+                f"{evidence} disappeared without a withdrawal (latest_entries index entry: {said}){gone}; "
+                f"expected the evidence, or `gates withdraw_claim {cid} --reason ...`",
             )
             continue
         try:
@@ -624,7 +624,7 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
             add(
                 cid,
                 f"{evidence} changed without an index entry: sha256 {actual[:16]} != "
-                f"{str(entry.get('evidence_sha256'))[:16]} of the latest entry ({said}) in {where}; "
+                f"{str(entry.get('evidence_sha256'))[:16]} of the latest_entries entry ({said}) in {where}; "
                 f"evidence is rewritten only by `gates run` (which indexes it; re-running an "
                 f"interrupted one repairs this) or with a `rederived` entry that says why",
             )
@@ -636,7 +636,7 @@ def check(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list[str]]:
             if isinstance(ev, dict) and ev.get(key) != entry.get(key):
                 add(
                     cid,
-                    f"the latest index entry ({said}) says {key} {entry.get(key)!r}, its evidence "
+                    f"the latest_entries index entry ({said}) says {key} {entry.get(key)!r}, its evidence "
                     f"{ev.get(key)!r}: the entry was edited",
                 )
         if isinstance(ev, dict):
@@ -691,7 +691,7 @@ def contract_change(
     """Why an attempt at `contract_id` under contract `sha256` may not be recorded in this claims
     history, or None. One id, one contract: an id whose evidence was recorded under one contract
     takes another only once that claim was withdrawn, and the new contract must declare what it
-    supersedes (its own id included), so that the change of goalpost is on the record."""
+    supersedes (its own id included), so that the change of goalpost is on the record_entry."""
     state = None
     for e in _entries(Path(runs_root))[0]:
         if e.get("contract_id") == contract_id:
@@ -700,7 +700,7 @@ def contract_change(
 
 
 def _standing(state: tuple | None, entry: dict) -> tuple | None:
-    """(contract sha256, its line, withdrawn since) of an id's latest attempt, after `entry`."""
+    """(contract sha256, its line, withdrawn since) of an id's latest_entries attempt, after `entry`."""
     if entry.get("kind") in ATTEMPT_KINDS:
         return entry.get("contract_sha256"), entry.get("_line"), False
     if entry.get("kind") == "withdrawn" and state is not None:
@@ -787,8 +787,8 @@ def successor_problem(
     """Why the claim `contract_id` (of `design`, declaring `supersedes`) may not stand: a claim withdrawn
     before it was first recorded (or, not recorded yet, before now) has the same design, and its
     supersedes chain (what it declares, then what each evidence declares) does not reach it. Withdraw,
-    then register the same experiment again under a new id unlinked, and the withdrawal would read as
-    a fresh start; naming what it replaces puts the earlier attempt on its record. None otherwise."""
+    then register the same experiment again under a new id unlinked, and the withdrawal would read_index as
+    a fresh start; naming what it replaces puts the earlier attempt on its record_entry. None otherwise."""
     runs_root = Path(runs_root)
     if design is None:
         return None
@@ -822,14 +822,14 @@ def successor_problem(
             return (
                 f"it tests what withdrawn {cid} tested ({INDEX} line {line}: study {design[0]}, "
                 f"arms {', '.join(design[1])}, the same kinds of conditions) without naming it: "
-                f"declare `supersedes: {cid}` (the withdrawn attempt goes on its record)"
+                f"declare `supersedes: {cid}` (the withdrawn attempt goes on its record_entry)"
             )
     return None
 
 
 def _contract_problems(entries: list[dict], runs_root: Path) -> list[tuple[str, str]]:
     """(contract id, problem) for each attempt recorded under another contract than the attempt before
-    it (`contract_change`); the latest attempt's `supersedes` is read from its evidence (an older
+    it (`contract_change`); the latest_entries attempt's `supersedes` is read_index from its evidence (an older
     attempt's evidence is gone: only its withdrawal is checked)."""
     last_attempt = {
         e["contract_id"]: e["_line"]
@@ -853,7 +853,7 @@ def _contract_problems(entries: list[dict], runs_root: Path) -> list[tuple[str, 
     return out
 
 
-# ---------------------------------------------------------------------------------- attempts
+# ---------------------------------------------------------------------------------- claim_attempts
 @dataclass
 class Attempt:
     """One attempt at a claim: a `recorded` (or `backfilled`) entry and what later entries said of it
@@ -899,7 +899,7 @@ def within_tolerance(a, b, abs_tol: float, rel_tol: float) -> bool:
 @dataclass
 class Certifications:
     """What the claims history's certified entries establish (`check_certifications`): `valid`
-    (contract id -> its latest certified entry that still concerns its evidence and holds: staleness
+    (contract id -> its latest_entries certified entry that still concerns its evidence and holds: staleness
     is measured from its code), `problems` ((contract id, Problem) for entries that do not hold: the
     claim is lost) and `notes` (contract id -> why an entry was not counted)."""
 
@@ -909,7 +909,7 @@ class Certifications:
 
 
 def certifications(runs_root: Path) -> dict[str, dict]:
-    """contract id -> its latest `certified` entry that still concerns its evidence (no attempt
+    """contract id -> its latest_entries `certified` entry that still concerns its evidence (no attempt
     recorded since: a new attempt's evidence is measured against the code that computed it) and holds
     (`check_certifications`)."""
     return check_certifications(runs_root).valid
@@ -973,7 +973,7 @@ def _reran_problem(runs_root: Path, cid: str, entry: dict) -> str | None:
         return f"{why} (a certification records the tolerance it compared with)"
     ev = read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES)
     if ev is None or not isinstance(ev.get("runs"), list):
-        return None  # the evidence's own check says what is wrong with it
+        return None  # the evidence's own check_history says what is wrong with it
     recorded = {
         (r.get("arm"), r.get("seed")): r
         for r in ev["runs"]
@@ -1058,13 +1058,13 @@ def _is_ancestor(runs_root: Path, commit: str, of: str) -> bool:
     return git("merge-base", "--is-ancestor", commit, of, root=folder) is not None
 
 
-def attempts(
+def claim_attempts(
     runs_root: Path, contract_id: str | None = None, *, entries: list[dict] | None = None
 ) -> dict[str, list[Attempt]]:
-    """contract id -> its attempts in order, from the claims history (or only `contract_id`'s). Every
+    """contract id -> its claim_attempts in order, from the claims history (or only `contract_id`'s). Every
     `recorded` or `backfilled` entry starts an attempt; a `rederived` entry updates its verdict and
     evidence hash; a `withdrawn` entry marks it withdrawn. `entries`: the history as parsed already
-    (`index_entries`), else it is read."""
+    (`index_entries`), else it is read_index."""
     out: dict[str, list[Attempt]] = {}
     for e in index_entries(runs_root) if entries is None else entries:
         cid = e.get("contract_id")
@@ -1095,8 +1095,8 @@ def attempts(
 
 
 def attempt_problems(evidence: dict, found: list[Attempt]) -> list[str]:
-    """What the evidence's own `attempt` record says that the claims history contradicts: its number,
-    and the number and verdict of each earlier attempt (evidence from before attempts were recorded has
+    """What the evidence's own `attempt` record_entry says that the claims history contradicts: its number,
+    and the number and verdict of each earlier attempt (evidence from before claim_attempts were recorded has
     no `attempt` and is not checked)."""
     said = evidence.get("attempt")
     if not isinstance(said, dict):
@@ -1116,7 +1116,7 @@ def attempt_problems(evidence: dict, found: list[Attempt]) -> list[str]:
     indexed = [(a.number, a.verdict) for a in found[:-1]]
     if earlier != indexed:
         problems.append(
-            f"the evidence lists earlier attempts {earlier}, the claims history {indexed}"
+            f"the evidence lists earlier claim_attempts {earlier}, the claims history {indexed}"
         )
     return problems
 

@@ -12,9 +12,12 @@ from pathlib import Path
 
 from gates.errors import UserError, storage_error
 from gates.record._attempts import describe as describe_attempt
-from gates.record._conditions import Row as ConditionRow
-from gates.record._conditions import label, sentence
-from gates.record._conditions import rows as condition_rows
+from gates.record._conditions import (
+    ConditionRow,
+    condition_label,
+    condition_rows,
+    condition_sentence,
+)
 from gates.record._evidence import (
     EVIDENCE,
     REPORT,
@@ -153,7 +156,7 @@ def _mirror_p(own: float | None, mirror: float | None) -> str:
 
 
 def _labels(row: ConditionRow) -> str:
-    return " and ".join(label(r) for r in row.records)
+    return " and ".join(condition_label(r) for r in row.records)
 
 
 def _design_lines(ev: Evidence) -> list[str]:
@@ -280,17 +283,15 @@ def render_report(evidence: Evidence | dict) -> str:
         c = row.first
         if row.merged:
             mirror = row.records[1]
-            cell = f"{label(c)}: `{c.description}`, mirror {label(mirror)}"
-            result = (
-                f"**{row.meaning}** ({', '.join(f'{label(r)} {r.outcome}' for r in row.records)})"
-            )
+            cell = f"{condition_label(c)}: `{c.description}`, mirror {condition_label(mirror)}"
+            result = f"**{row.meaning}** ({', '.join(f'{condition_label(r)} {r.outcome}' for r in row.records)})"
             # the mirror's adjusted p-values are the same numbers the other way round unless its
             # family was corrected differently (several refuted_if conditions): then both are shown
             p_hold = _fmt(c.p_hold_adj, 3) + _mirror_p(c.p_hold_adj, mirror.p_fail_adj)
             p_fail = _fmt(c.p_fail_adj, 3) + _mirror_p(c.p_fail_adj, mirror.p_hold_adj)
         else:
-            cell = f"{label(c)}: `{c.description}`"
-            outcome, _, means = sentence(c).partition(": ")
+            cell = f"{condition_label(c)}: `{c.description}`"
+            outcome, _, means = condition_sentence(c).partition(": ")
             result = f"**{c.outcome}**: {means}" if means else f"**{outcome}**"
             p_hold, p_fail = _fmt(c.p_hold_adj, 3), _fmt(c.p_fail_adj, 3)
         lines.append(

@@ -165,7 +165,7 @@ def describe_shared(shared: dict[str, list[str]]) -> str:
     )
 
 
-def annotate(claims: list, evidence: dict[str, dict | None]) -> None:
+def annotate_siblings(claims: list, evidence: dict[str, dict | None]) -> None:
     """Set each claim's `shared_runs` and `regime_left` (claims: gates.verify's ClaimCheck, or what `gates
     status` lists; their `superseded_by` and `withdrawn` already set)."""
     shared, left = shared_runs(evidence), regimes_left(claims, evidence)

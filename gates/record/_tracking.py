@@ -88,13 +88,13 @@ def _name_storage_errors() -> None:
     _named.append(True)
 
 
-def flatten(config: dict, prefix: str = "") -> dict[str, str]:
+def flatten_params(config: dict, prefix: str = "") -> dict[str, str]:
     """Nested config -> {"a.b": "value"}; lists as JSON so they read back unambiguously."""
     flat = {}
     for key, value in config.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            flat.update(flatten(value, name + "."))
+            flat.update(flatten_params(value, name + "."))
         else:
             flat[name] = json.dumps(value) if isinstance(value, (list, tuple)) else str(value)
     return flat

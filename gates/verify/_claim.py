@@ -99,9 +99,7 @@ class ClaimCheck:
     audited: list[str] = field(
         default_factory=list
     )  # runs re-run by a spot-check audit, with their outcome
-    attempts: int = (
-        0  # attempts at this claim in the claims history (gates.record._history.attempts)
-    )
+    attempts: int = 0  # attempts at this claim in the claims history (gates.record.claim_attempts)
     earlier: list[str] = field(
         default_factory=list
     )  # each earlier attempt in a line ("attempt 1 invalid (...)")
