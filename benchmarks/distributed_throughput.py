@@ -188,7 +188,7 @@ def ray_kill_and_retry(folder: Path, data: dict, uri: str) -> dict:
     then the time until the retry's run of the same arm x seed starts."""
     from mlflow import MlflowClient
 
-    from gates.execution import run_ray
+    from gates.execution import run_plan
 
     ray = start_ray(1)
     client = MlflowClient(uri)
@@ -198,7 +198,7 @@ def ray_kill_and_retry(folder: Path, data: dict, uri: str) -> dict:
 
         def drive():
             try:
-                outcome.append(run_ray(load_contract(path), uri, folder / "runs"))
+                outcome.append(run_plan(load_contract(path), uri, folder / "runs", executor="ray"))
             except BaseException as e:  # said by the main thread
                 outcome.append(e)
 

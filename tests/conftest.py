@@ -188,7 +188,7 @@ def run_project(root: Path, *contracts: dict) -> Path:
     import os
 
     from gates.contract import load_contract
-    from gates.execution import run_contract
+    from tests.helpers import run_contract
 
     (root / "contracts").mkdir()
     for data in contracts:
@@ -353,7 +353,7 @@ def reference(tmp_path_factory):
     """`dist_contract` run in this process (a plain `gates run`), its evidence as evidence.json holds it:
     what a run on other backends must give."""
     from gates.contract import load_contract
-    from gates.execution import run_contract
+    from tests.helpers import run_contract
 
     root = tmp_path_factory.mktemp("reference")
     path = write_contract(root, dist_contract(), "c05-dist.yaml")

@@ -199,8 +199,7 @@ VERIFY_ASKS_EXECUTION = {
         "ProcessBackend",
         "contract_errors",
         "job_threads",
-        "run_contract",
-        "run_processes",
+        "run_plan",
     }
 }
 
@@ -372,3 +371,24 @@ def test_prose_names_only_modules_that_exist():
                 if not (ROOT / m.group(0)).exists()
             ]
     assert not wrong, wrong
+
+
+def test_one_entry_point_runs_a_plan():
+    """A contract's plan runs through gates.execution.run_plan alone, whichever backend runs its jobs:
+    the driver (`tasks.drive`) is called from run_plan and from Ray's `drive_on_ray` (connected to
+    its cluster first), which only run_plan calls; the face offers no other way in."""
+    import gates.execution
+
+    callers: dict[str, set[str]] = {"drive": set(), "drive_on_ray": set()}
+    for path in _platform_files():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "attr", getattr(node.func, "id", None))
+                if name in callers:
+                    callers[name].add(str(path.relative_to(ROOT)))
+    assert callers == {
+        "drive": {"gates/execution/_executor.py", "gates/execution/_ray.py"},
+        "drive_on_ray": {"gates/execution/_executor.py"},
+    }
+    runs_a_plan = {n for n in gates.execution.__all__ if n.startswith(("run_", "execute"))}
+    assert runs_a_plan - {"run_pilot", "run_tuning_trial"} == {"run_plan"}

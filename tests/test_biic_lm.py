@@ -531,7 +531,7 @@ def shrunk(
 
 
 def test_tiny_contracts_run_through_gates(corpus, workdir):
-    from gates.execution import run_contract
+    from tests.helpers import run_contract
 
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
     algebra_arms = yaml.safe_load((ROOT / "contracts" / "biic-algebra-gates.yaml").read_text())[

@@ -12,11 +12,12 @@ from mlflow import MlflowClient
 
 from gates.contract import Convergence, load_contract
 from gates.errors import UserError, UserErrors
-from gates.execution import convergence, is_converged, preflight, run_contract
+from gates.execution import convergence, is_converged, preflight
 from gates.record import Evidence, read_evidence, render_report
 from gates.verify import check_claim, find_contracts
 from gates.verify._verify import _check_convergence
 from tests.conftest import copy_claims, frozen_evidence, small_c05, write_contract
+from tests.helpers import run_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

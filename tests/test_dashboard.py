@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from gates.contract import load_contract
-from gates.execution import run_contract
 from tests.conftest import small_c05, write_contract
+from tests.helpers import run_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,9 +13,10 @@ from mlflow import MlflowClient
 
 from gates.contract import load_contract
 from gates.errors import UserError, UserErrors
-from gates.execution import execute, run_contract
+from gates.execution import run_plan
 from gates.verify import CONTRACT_EDITED, HISTORY, VERDICT, verify
 from tests.conftest import small_c05, write_contract
+from tests.helpers import run_contract
 
 
 @pytest.fixture(scope="module")
@@ -104,7 +105,7 @@ def test_rerun_reuses_finished_runs_and_fresh_redoes_them(finished, monkeypatch)
     loaded = load_contract("contracts/c05-small.yaml")
     recorded = {p: p.read_bytes() for p in (root / "runs").rglob("*") if p.is_file()}
     # a contract with evidence is reproduced and compared with its record, writing nothing under runs/
-    outcome = execute(loaded, uri, root / "runs")
+    outcome = run_plan(loaded, uri, root / "runs")
     assert (
         not outcome.recorded
         and outcome.reproduction.reproduces

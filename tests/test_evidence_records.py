@@ -157,8 +157,8 @@ def test_the_runner_writes_the_json_of_the_evidence_it_builds(tmp_path, monkeypa
     """`gates run` builds the evidence's data (unchanged since evidence was a dict), checks it into an
     Evidence and writes that: evidence.json is exactly `json.dumps` of the data built (what was written
     when the runner wrote the dict), key order included; `run_contract` returns the Evidence."""
-    from gates.execution import run_contract
     from gates.record import _derive
+    from tests.helpers import run_contract
 
     built = []
 

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from gates.contract import load_contract
-from gates.execution import run_contract
 from gates.record import Family, Version, family_of
 from tests.conftest import small_c05, write_contract
+from tests.helpers import run_contract
 
 
 def gates(root: Path, *args: str) -> subprocess.CompletedProcess:

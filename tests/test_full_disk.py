@@ -23,9 +23,9 @@ import pytest
 
 from gates.contract import load_contract
 from gates.errors import DISK_FULL, READ_ONLY, StorageError, storage_error
-from gates.execution import run_contract
 from gates.record import EVIDENCE, REPORT, open_client, read_evidence, render_report
 from tests.conftest import ROOT
+from tests.helpers import run_contract
 from tests.test_tracking_store import tiny_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from gates.contract import load_contract
-from gates.execution import run_contract
 from gates.record import (
     GENESIS,
     INDEX,
@@ -29,6 +28,7 @@ from gates.record import (
 )
 from gates.verify import verify
 from tests.conftest import FIXTURE_CLAIMS, FIXTURE_RUNS, small_c05, write_contract
+from tests.helpers import run_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

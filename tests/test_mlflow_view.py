@@ -16,7 +16,7 @@ import yaml
 from mlflow import MlflowClient
 
 from gates.contract import condition_terms, load_contract
-from gates.execution import execute
+from gates.execution import run_plan
 from gates.record import MLflowMetricSink, withdraw_claim_run
 from tests.conftest import ROOT, write_contract
 from tests.test_tracking_store import tiny_contract
@@ -31,7 +31,7 @@ def record(project: Path, contract: Path):
     cwd = os.getcwd()
     os.chdir(project)
     try:
-        return execute(load_contract(contract), store_uri(project), project / "runs")
+        return run_plan(load_contract(contract), store_uri(project), project / "runs")
     finally:
         os.chdir(cwd)
 

@@ -15,9 +15,10 @@ import sys
 import pytest
 
 from gates.contract import load_contract
-from gates.execution import run_contract, run_processes, threads_per_job
+from gates.execution import run_plan, threads_per_job
 from gates.verify import verify
 from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
+from tests.helpers import run_contract
 from tests.test_ray import children
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,7 +83,7 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
     runs = children(uri, "c05-dist")
     finished = {r.info.run_id for r in runs if r.info.status == "FINISHED"}
     assert 0 < len(finished) < 12 and not [r for r in runs if r.info.status == "RUNNING"]
-    outcome = run_processes(load_contract(CONTRACT), uri, workdir / "runs", 2)
+    outcome = run_plan(load_contract(CONTRACT), uri, workdir / "runs", jobs=2)
     assert outcome.reuse.reused == len(finished) and outcome.reuse.trained == 12 - len(finished)
     assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
 
@@ -142,7 +143,7 @@ def test_a_tuned_contract_on_a_new_store_in_processes_is_a_single_processs(workd
     path = write_contract(workdir / "contracts", tuned_c05(), "c05-tuned-small.yaml")
     # absolute store paths: MLflow keeps one store per URI string in a process, whatever the folder
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    tasks = run_processes(load_contract(path), uri, workdir / "runs", 2).evidence
+    tasks = run_plan(load_contract(path), uri, workdir / "runs", jobs=2).evidence
     single = workdir / "single"
     (single / "contracts").mkdir(parents=True)
     alone_path = write_contract(single / "contracts", tuned_c05(), "c05-tuned-small.yaml")

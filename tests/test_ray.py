@@ -24,7 +24,7 @@ from mlflow import MlflowClient
 
 from gates.contract import load_contract
 from gates.errors import UserError
-from gates.execution import run_contract, run_ray
+from gates.execution import run_plan
 from gates.execution._ray import LocalStoreRefused, check_nodes, local_only, refuse_local_store
 from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
 
@@ -133,7 +133,7 @@ def test_a_task_whose_worker_dies_is_retried_and_the_verdict_holds(
     write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
     ray_instance.flag.write_text("")
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
-    outcome = run_ray(load_contract(CONTRACT), uri, workdir / "runs")
+    outcome = run_plan(load_contract(CONTRACT), uri, workdir / "runs", executor="ray")
     assert not ray_instance.flag.exists()  # the kill happened
     evidence = outcome.evidence.as_dict()
     assert outcome.recorded and comparable(evidence) == comparable(reference)
@@ -185,14 +185,16 @@ def test_ctrl_c_cancels_the_tasks_and_keeps_finished_runs(ray_instance, workdir,
     runs = children(uri, "c05-dist")
     finished = {r.info.run_id for r in runs if r.info.status == "FINISHED"}
     assert 0 < len(finished) < 12 and not [r for r in runs if r.info.status == "RUNNING"]
-    outcome = run_ray(load_contract(CONTRACT), uri, workdir / "runs")
+    outcome = run_plan(load_contract(CONTRACT), uri, workdir / "runs", executor="ray")
     assert outcome.reuse.reused == len(finished) and outcome.reuse.trained == 12 - len(finished)
     assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
     single = workdir / "single"
     single.mkdir()
     path = write_contract(single, data, "c05-dist.yaml")
     monkeypatch.chdir(single)
-    alone = run_contract(load_contract(path), f"sqlite:///{single / 'mlflow.db'}", single / "runs")
+    alone = run_plan(
+        load_contract(path), f"sqlite:///{single / 'mlflow.db'}", single / "runs"
+    ).evidence
     assert comparable(outcome.evidence.as_dict()) == comparable(alone.as_dict())
 
 
@@ -203,7 +205,12 @@ def test_threads_beyond_every_node_are_refused(ray_instance, workdir):
     torch.set_num_threads(3)  # the module's instance has 2 CPUs
     try:
         with pytest.raises(UserError, match="no node of the Ray cluster has 3 CPUs"):
-            run_ray(load_contract(CONTRACT), f"sqlite:///{workdir / 'mlflow.db'}", workdir / "runs")
+            run_plan(
+                load_contract(CONTRACT),
+                f"sqlite:///{workdir / 'mlflow.db'}",
+                workdir / "runs",
+                executor="ray",
+            )
     finally:
         torch.set_num_threads(1)
 

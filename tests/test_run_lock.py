@@ -22,9 +22,9 @@ import pytest
 
 from gates.contract import load_contract
 from gates.errors import UserError
-from gates.execution import run_contract
 from gates.record import EVIDENCE, REPORT, atomic_write_text, open_client
 from tests.conftest import ROOT, small_c05, write_contract
+from tests.helpers import run_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -259,9 +259,9 @@ def _sequential_c05(id_: str, seeds: int, looks: list[int], spending: str = "poc
 
 @pytest.mark.usefixtures("one_thread")
 def test_stops_early_and_verify_catches_tampered_look(workdir):
-    from gates.execution import run_contract
     from gates.verify import verify
     from gates.verify._verify import _check_runs
+    from tests.helpers import run_contract
 
     # pocock, alpha 0.1: look 1 (5 of 7 seeds) spends 0.080; 5 seeds below the bar give the sign test's
     # p = 1/32 (engine 3: the supported_if tested at the look's alpha itself, intersection-union)
@@ -308,9 +308,9 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     every finished run and ends the sequence at its last look. (Engine 4 judges the bounded test_acc
     on its median: a 3-seed sequence, whose smallest p 1/8 never reaches alpha, is refused before any
     run.)"""
-    from gates.execution import run_contract
     from gates.verify import verify
     from gates.verify._verify import _check_runs
+    from tests.helpers import run_contract
 
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-last", 6, [3, 6]))
     uri = f"sqlite:///{workdir / 'mlflow.db'}"
@@ -362,11 +362,11 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
 def test_processes_run_one_look_at_a_time(workdir):
     """The plan driver asks for one look's jobs at a time whatever runs them: in two local processes,
     look 1's runs decide, and the evidence is the single-process one (look 1's runs only)."""
-    from gates.execution import run_processes
+    from gates.execution import run_plan
 
     path = write_contract(workdir / "contracts", _sequential_c05("c05-seq-dist", 7, [5, 7]))
     loaded = load_contract(path)
-    outcome = run_processes(loaded, f"sqlite:///{workdir / 'mlflow.db'}", workdir / "runs", 2)
+    outcome = run_plan(loaded, f"sqlite:///{workdir / 'mlflow.db'}", workdir / "runs", jobs=2)
     assert outcome.recorded and outcome.recording.number == 1  # the first attempt, recorded
     ev = outcome.evidence
     assert ev.verdict == "supported" and len(ev.looks) == 1

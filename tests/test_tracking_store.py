@@ -23,9 +23,9 @@ import pytest
 
 from gates.contract import load_contract
 from gates.errors import UserError
-from gates.execution import run_contract
 from gates.record import open_client
 from tests.conftest import ROOT, small_c05, write_contract
+from tests.helpers import run_contract
 
 # SIGKILL this process right after MLflow's batch migration created its temporary table: the moment
 # a kill, a full disk or a second process used to leave `table _alembic_tmp_experiments already exists`

@@ -24,7 +24,6 @@ from gates.execution import (
     default_storage,
     distributions,
     open_study,
-    run_contract,
     run_tuning_trial,
     tune,
     tuned_config,
@@ -33,6 +32,7 @@ from gates.record import current_provenance
 from gates.study import Budget, Halt
 from gates.verify import check_claim
 from tests.conftest import small_c05, write_contract
+from tests.helpers import run_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -7,8 +7,7 @@ one of its backends, as Optuna has storages:
 - Ray: Ray tasks on a local instance or a cluster (`executor="ray"`, gates/execution/_ray.py).
 
 Whichever runs them, a job computes on the driver's thread count, so a run's metrics are a single
-process's on that many threads. `execute`, `run_contract`, `run_processes` and `run_ray` are the names
-callers knew before there was one entry point: thin wrappers of `run_plan`.
+process's on that many threads.
 """
 
 from __future__ import annotations
@@ -20,9 +19,36 @@ from gates.errors import UserError
 from gates.execution import _runner as runner
 from gates.execution import _tasks as tasks
 from gates.execution._locks import contract_lock
-from gates.record import Evidence, Recording, plan_recording
+from gates.record import Recording, plan_recording
 
 EXECUTORS = ("local", "ray")
+
+
+def check_executor(executor: str, jobs: int = 1, ray_address: str | None = None) -> None:
+    """The executor and its options, before any contract is read (`gates run` checks them first):
+    a UserError naming the option (exit 2); Ray not installed, one line naming the extra."""
+    from gates.errors import did_you_mean
+
+    if executor not in EXECUTORS:
+        raise UserError(
+            f"{executor!r}{did_you_mean(executor, EXECUTORS)}; expected one of {', '.join(EXECUTORS)}",
+            field="--executor",
+        )
+    if ray_address is not None and executor != "ray":
+        raise UserError("applies only with --executor ray", field="--ray-address")
+    if jobs < 1:
+        raise UserError(f"{jobs}: expected a whole number >= 1", field="--jobs")
+    if jobs > 1 and executor != "local":
+        raise UserError(
+            "--jobs runs the jobs in local processes, --executor ray as Ray tasks (as many at once "
+            "as its cluster has CPUs for): expected one of them",
+            field="--jobs",
+        )
+    if executor == "ray":
+        from gates.execution._ray import import_ray
+
+        # a local instance is started on loopback only, which Ray reads on its first import
+        import_ray(local=ray_address in (None, "local"))
 
 
 def run_plan(
@@ -57,16 +83,7 @@ def run_plan(
     finished runs of the same contract and code are reused unless `fresh`."""
     from gates.study import cpu_threads
 
-    if executor not in EXECUTORS:
-        raise UserError(
-            f"--executor {executor}: expected one of {', '.join(EXECUTORS)}", field="--executor"
-        )
-    if jobs < 1 or (executor == "ray" and jobs > 1):
-        raise UserError(
-            f"--jobs {jobs}: expected a whole number >= 1, with the local executor (Ray runs as "
-            f"many tasks at once as its cluster has CPUs for)",
-            field="--jobs",
-        )
+    check_executor(executor, jobs, ray_address)
     progress = progress or runner.SilentProgress()
     tuning_url = tasks.tuning_storage(loaded, tracking_uri, optuna_storage)
     recording = recording or plan_recording(loaded, runs_root, record=record, reason=reason)
@@ -122,73 +139,3 @@ def _torch_threads() -> int:
     import torch
 
     return torch.get_num_threads()
-
-
-# ---------------------------------------------------------------------------------- former names
-def execute(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    *,
-    fresh: bool = False,
-    progress: runner.Progress | None = None,
-    optuna_storage: str | None = None,
-    record: bool = False,
-    reason: str | None = None,
-) -> runner.Outcome:
-    """`run_plan` in this process."""
-    return run_plan(
-        loaded,
-        tracking_uri,
-        runs_root,
-        fresh=fresh,
-        progress=progress,
-        optuna_storage=optuna_storage,
-        record=record,
-        reason=reason,
-    )
-
-
-def run_contract(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    *,
-    fresh: bool = False,
-    progress: runner.Progress | None = None,
-    optuna_storage: str | None = None,
-) -> Evidence:
-    """`run_plan` in this process; its evidence (recorded, or reproduced and compared)."""
-    return run_plan(
-        loaded,
-        tracking_uri,
-        runs_root,
-        fresh=fresh,
-        progress=progress,
-        optuna_storage=optuna_storage,
-    ).evidence
-
-
-def run_processes(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    jobs: int,
-    *,
-    backend=None,
-    **options,
-) -> runner.Outcome:
-    """`run_plan` in `jobs` local processes (`backend`: a ProcessBackend already started)."""
-    return run_plan(loaded, tracking_uri, runs_root, jobs=jobs, processes=backend, **options)
-
-
-def run_ray(
-    loaded: LoadedContract,
-    tracking_uri: str,
-    runs_root: Path,
-    *,
-    address: str | None = None,
-    **options,
-) -> runner.Outcome:
-    """`run_plan` as Ray tasks (`address`: a cluster; none: a local instance)."""
-    return run_plan(loaded, tracking_uri, runs_root, executor="ray", ray_address=address, **options)

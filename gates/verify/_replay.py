@@ -33,7 +33,7 @@ def replay_problems(loaded: LoadedContract, ev: Evidence, processes=None) -> lis
     """Re-run the contract into a throwaway store and compare with the evidence, on the CPU thread count
     its runs recorded (when they all recorded the same one); its runs in `processes` where given (on
     the cores shared out among them when no count is recorded)."""
-    from gates.execution import job_threads, run_contract, run_processes
+    from gates.execution import job_threads, run_plan
     from gates.study import cpu_threads
 
     tol = loaded.contract.replay
@@ -42,12 +42,8 @@ def replay_problems(loaded: LoadedContract, ev: Evidence, processes=None) -> lis
         cpu_threads(job_threads(ev.runs, processes.jobs if processes is not None else 1)),
     ):
         store, runs = f"sqlite:///{Path(tmp) / 'mlflow.db'}", Path(tmp) / "runs"
-        if processes is None:
-            fresh = run_contract(loaded, store, runs, fresh=True)
-        else:
-            fresh = run_processes(
-                loaded, store, runs, processes.jobs, fresh=True, backend=processes
-            ).evidence
+        jobs = processes.jobs if processes is not None else 1
+        fresh = run_plan(loaded, store, runs, fresh=True, jobs=jobs, processes=processes).evidence
     problems = []
     if fresh.verdict != ev.verdict:
         problems.append(f"replay gives verdict {fresh.verdict!r}, evidence says {ev.verdict!r}")

@@ -1,7 +1,7 @@
 """`gates run CONTRACT`: admit a contract, train its arm x seed runs on an executor and decide the
-verdict. Which executor runs the jobs is chosen here (`_execute`): gates.execution's `execute` (this
-process), `run_processes` (--jobs N) or `run_ray` (--executor ray). The PostgreSQL queue of
-`gates worker`s (--storage, --no-wait, --heartbeat) is retired: Ray runs the jobs on a cluster."""
+verdict, through gates.execution's one entry point, `run_plan` (this process, --jobs N local
+processes, or --executor ray). The PostgreSQL queue of `gates worker`s (--storage, --no-wait,
+--heartbeat) is retired: Ray runs the jobs on a cluster."""
 
 from __future__ import annotations
 
@@ -22,9 +22,7 @@ from gates.cli._common import (
 )
 from gates.cli._printers import print_outcome
 from gates.cli._progress import progress_display
-from gates.errors import UserError
 
-EXECUTORS = ("local", "ray")
 # where running on a cluster is described (the retirement lines point there)
 CLUSTER_DOC = "docs/distributed.md"
 ON_RAY = "gates run CONTRACT --executor ray --ray-address HOST:6379"
@@ -100,12 +98,12 @@ def run(
     --record --reason TEXT records another attempt. Finished runs of the same contract and code are reused
     (never runs recorded under other code). A contract with `tuning` first searches each tuned arm's config
     (Optuna trials, same budget per arm); the best config per arm then runs over the seeds."""
-    from gates.execution import admit, retain_freed_memory
+    from gates.execution import admit, check_executor, retain_freed_memory
     from gates.record import REPRODUCE, plan_recording, resolve_uri
     from gates.study import cpu_threads
 
     _refuse_queue(storage, no_wait, heartbeat)
-    _check_executor(executor, ray_address, jobs)
+    check_executor(executor, jobs, ray_address)
     loaded = admit(
         contract, runs_dir, contracts_dir
     )  # what `gates check` checks before its preflight
@@ -126,18 +124,16 @@ def run(
     try:
         with progress, cpu_threads(threads):
             outcome = _execute(
-                executor,
-                jobs,
                 loaded,
                 uri,
                 runs_dir,
+                progress,
+                recording=recording,
+                executor=executor,
+                jobs=jobs,
                 ray_address=ray_address,
                 fresh=fresh,
-                progress=progress,
                 optuna_storage=optuna_storage,
-                recording=recording,
-                record=record,
-                reason=reason,
             )
     except KeyboardInterrupt:
         err.print(
@@ -152,34 +148,17 @@ def run(
         raise typer.Exit(1)
 
 
-def _execute(
-    executor, jobs, loaded, uri, runs_dir, *, ray_address, progress, recording, record, reason, **kw
-):
-    """The run on the executor asked for: Ray tasks, local processes, or this process (`kw`: fresh,
-    optuna_storage). A platform error in a task (TaskError) is said in one line, exit 1 (also as an
-    error object under --json). The one place `gates run` chooses its executor."""
-    from gates.execution import TaskError, execute, run_processes, run_ray
+def _execute(loaded, uri, runs_dir, progress, **options):
+    """`run_plan` on the executor asked for; a platform error in a task (TaskError) said in one line,
+    exit 1 (also as an error object under --json)."""
+    from gates.execution import TaskError, run_plan
 
     try:
-        if executor == "ray":
-            return run_ray(
-                loaded,
-                uri,
-                runs_dir,
-                address=ray_address,
-                progress=progress,
-                recording=recording,
-                **kw,
-            )
-        if jobs > 1:
-            return run_processes(
-                loaded, uri, runs_dir, jobs, progress=progress, recording=recording, **kw
-            )
+        return run_plan(loaded, uri, runs_dir, progress=progress, **options)
     except TaskError as e:
         progress.error(e.code, str(e))
         err.print(f"error: {e}", markup=False, highlight=False)
         raise typer.Exit(1) from None
-    return execute(loaded, uri, runs_dir, progress=progress, record=record, reason=reason, **kw)
 
 
 def _refuse_queue(storage: str | None, no_wait: bool, heartbeat: int | None) -> None:
@@ -200,28 +179,6 @@ def _refuse_queue(storage: str | None, no_wait: bool, heartbeat: int | None) -> 
             f"Ray cluster: `{ON_RAY}` (see {CLUSTER_DOC})",
             field=used[0],
         )
-
-
-def _check_executor(executor: str, ray_address: str | None, jobs: int = 1) -> None:
-    """--executor and its flags, before the contract is read: one line each (exit 2)."""
-    from gates.errors import did_you_mean
-
-    if executor not in EXECUTORS:
-        raise UserError(
-            f"{executor!r}{did_you_mean(executor, EXECUTORS)}; expected one of {', '.join(EXECUTORS)}",
-            field="--executor",
-        )
-    if ray_address is not None and executor != "ray":
-        raise UserError("applies only with --executor ray", field="--ray-address")
-    if jobs > 1 and executor != "local":
-        raise UserError(
-            "--jobs runs the jobs in local processes, --executor ray as Ray tasks: expected one of them",
-            field="--jobs",
-        )
-    if executor == "ray":
-        from gates.execution import import_ray
-
-        import_ray()  # not installed: one line naming the extra
 
 
 def _fetch_corpora(loaded, console) -> None:
