@@ -4,15 +4,19 @@ What a run leaves behind and how it is read back: the MLflow store (`Tracker`, `
 `runs/<id>/evidence.json` and verdict.md (`write_evidence`, `read_evidence`, `render_report`),
 evidence read as a frozen record (`Evidence`, with its `RunRecord`s and `ConditionRecord`s, in
 format `EVIDENCE_FORMAT`) or as plain JSON (`raw_evidence`), the hash-chained claims history
-`runs/INDEX.jsonl` (`record_entry`, `check_history`, `claim_attempts`), the code fingerprint and
+`runs/INDEX.jsonl` read as entries (`IndexEntry`, `read_index`) and appended to (`record_entry`),
+checked (`check_history`) and read as attempts (`claim_attempts`), the code fingerprint and
 staleness (`current_provenance`, `staleness`), attempts at a claim and claims that share runs or a
 regime (`compare_reproduction`, `annotate_siblings`).
 
-Private modules: `_tracking`, `_store`, `_evidence`, `_report`, `_history`, `_provenance`,
-`_attempts`, `_siblings`, `_family` (a claim's versions share one alpha), `_plots`, `_files`,
-`_conditions` (a claim's conditions as a reviewer reads them: mirrors merged into one row, what each
-result means for the claim), `_derive` (the one derivation of a claim's evidence from its contract and
-recorded runs, pure: `derive`, what `gates run`, `gates rederive` and `gates verify` all call).
+Private modules: `_tracking`, `_store`, `_evidence`, `_report`, the claims history's (`_index`: the
+file and its entries; `_writer`: appending; `_history`: its checks; `_certified`: certifications;
+`_attempt_log`: attempts as it records them; `_successors`: designs and supersession),
+`_provenance`, `_attempts`, `_siblings`, `_family` (a claim's versions share one alpha), `_plots`,
+`_files`, `_conditions` (a claim's conditions as a reviewer reads them: mirrors merged into one row,
+what each result means for the claim), `_derive` (the one derivation of a claim's evidence from its
+contract and recorded runs, pure: `derive`, what `gates run`, `gates rederive` and `gates verify` all
+call).
 """
 
 from typing import TYPE_CHECKING
@@ -21,6 +25,7 @@ from gates._face import lazy_face
 
 # what type checkers and editors resolve; at run time each name loads on first use
 if TYPE_CHECKING:
+    from gates.record._attempt_log import Attempt, claim_attempts
     from gates.record._attempts import (
         RECORD,
         REPRODUCE,
@@ -29,6 +34,13 @@ if TYPE_CHECKING:
         attempt_field,
         compare_reproduction,
         plan_recording,
+    )
+    from gates.record._certified import (
+        CERTIFICATION_IGNORED,
+        CERTIFICATION_INVALID,
+        certifications,
+        check_certifications,
+        within_tolerance,
     )
     from gates.record._conditions import (
         INVALIDATES,
@@ -88,33 +100,22 @@ if TYPE_CHECKING:
         family_record,
     )
     from gates.record._files import parse_json, read_json
-    from gates.record._history import (
-        CERTIFICATION_IGNORED,
-        CERTIFICATION_INVALID,
+    from gates.record._history import check_history, contract_change
+    from gates.record._index import (
         GENESIS,
         HISTORY_MALFORMED,
         HISTORY_NOT_A_FILE,
         INDEX,
-        backfill_index,
-        certifications,
-        check_certifications,
-        check_history,
-        claim_attempts,
-        contract_change,
-        design_of,
+        IndexEntry,
+        index_entries,
         index_location_problem,
         index_path,
         is_withdrawn,
         latest_entries,
         line_sha256,
-        link_supersession,
         read_index,
-        record_entry,
         require_index_file,
         sha256_file,
-        successor_problem,
-        withdraw_claim,
-        within_tolerance,
     )
     from gates.record._plots import condition_intervals, learning_curves, plotted_metrics
     from gates.record._provenance import (
@@ -147,6 +148,7 @@ if TYPE_CHECKING:
         regime_of,
         shared_runs,
     )
+    from gates.record._successors import design_of, link_supersession, successor_problem
     from gates.record._tracking import (
         ARMS_VIEW,
         WITHDRAWAL_TAGS,
@@ -161,13 +163,15 @@ if TYPE_CHECKING:
         supersede_claim_run,
         withdraw_claim_run,
     )
+    from gates.record._writer import backfill_index, record_entry, withdraw_claim
 
 # public name -> its private module, imported on first use
 _FACE = {
     "ARMS_VIEW": "_tracking",
+    "Attempt": "_attempt_log",
     "AttemptRecord": "_evidence",
-    "CERTIFICATION_IGNORED": "_history",
-    "CERTIFICATION_INVALID": "_history",
+    "CERTIFICATION_IGNORED": "_certified",
+    "CERTIFICATION_INVALID": "_certified",
     "ConditionBar": "_conditions",
     "ConditionRecord": "_evidence",
     "ConditionRow": "_conditions",
@@ -176,11 +180,12 @@ _FACE = {
     "EVIDENCE_FORMAT": "_evidence",
     "Evidence": "_evidence",
     "Family": "_family",
-    "GENESIS": "_history",
-    "HISTORY_MALFORMED": "_history",
-    "HISTORY_NOT_A_FILE": "_history",
-    "INDEX": "_history",
+    "GENESIS": "_index",
+    "HISTORY_MALFORMED": "_index",
+    "HISTORY_NOT_A_FILE": "_index",
+    "INDEX": "_index",
     "INVALIDATES": "_conditions",
+    "IndexEntry": "_index",
     "MLflowMetricSink": "_tracking",
     "OTHER_SIDE": "_conditions",
     "PROJECT_ROOT": "_provenance",
@@ -210,13 +215,13 @@ _FACE = {
     "attach_family": "_family",
     "attempt_field": "_attempts",
     "attempt_verdicts": "_family",
-    "backfill_index": "_history",
+    "backfill_index": "_writer",
     "base_tags": "_tracking",
     "best_trial": "_derive",
-    "certifications": "_history",
-    "check_certifications": "_history",
+    "certifications": "_certified",
+    "check_certifications": "_certified",
     "check_history": "_history",
-    "claim_attempts": "_history",
+    "claim_attempts": "_attempt_log",
     "code_files": "_provenance",
     "code_sha256": "_provenance",
     "compare_reproduction": "_attempts",
@@ -234,7 +239,7 @@ _FACE = {
     "describe_regime": "_siblings",
     "describe_shared": "_siblings",
     "describe_stale": "_provenance",
-    "design_of": "_history",
+    "design_of": "_successors",
     "devices_of": "_evidence",
     "evidence_dir": "_evidence",
     "family_errors": "_family",
@@ -244,14 +249,15 @@ _FACE = {
     "flatten_params": "_tracking",
     "git": "_provenance",
     "holding_side": "_conditions",
-    "index_location_problem": "_history",
-    "index_path": "_history",
+    "index_entries": "_index",
+    "index_location_problem": "_index",
+    "index_path": "_index",
     "is_converged": "_derive",
-    "is_withdrawn": "_history",
-    "latest_entries": "_history",
+    "is_withdrawn": "_index",
+    "latest_entries": "_index",
     "learning_curves": "_plots",
-    "line_sha256": "_history",
-    "link_supersession": "_history",
+    "line_sha256": "_index",
+    "link_supersession": "_successors",
     "open_client": "_tracking",
     "parse_json": "_files",
     "pilot_lines": "_report",
@@ -260,31 +266,31 @@ _FACE = {
     "plotted_metrics": "_plots",
     "raw_evidence": "_evidence",
     "read_evidence": "_evidence",
-    "read_index": "_history",
+    "read_index": "_index",
     "read_json": "_files",
-    "record_entry": "_history",
+    "record_entry": "_writer",
     "refuse_uncommitted": "_provenance",
     "regime_of": "_siblings",
     "render_report": "_report",
-    "require_index_file": "_history",
+    "require_index_file": "_index",
     "resolve_uri": "_tracking",
     "run_facts": "_derive",
     "run_summary": "_tracking",
-    "sha256_file": "_history",
+    "sha256_file": "_index",
     "shared_runs": "_siblings",
     "signature": "_evidence",
     "staleness": "_provenance",
     "study_files": "_provenance",
-    "successor_problem": "_history",
+    "successor_problem": "_successors",
     "supersede_claim_run": "_tracking",
     "term_short_names": "_conditions",
     "term_values": "_conditions",
     "tuned_config": "_derive",
     "verdict_fields": "_derive",
     "watched_paths": "_provenance",
-    "withdraw_claim": "_history",
+    "withdraw_claim": "_writer",
     "withdraw_claim_run": "_tracking",
-    "within_tolerance": "_history",
+    "within_tolerance": "_certified",
     "write_evidence": "_report",
     "write_report": "_report",
 }

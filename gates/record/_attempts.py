@@ -25,8 +25,9 @@ from pathlib import Path
 from gates.contract import read_capped
 from gates.errors import UserError
 from gates.record import _evidence as ledger
-from gates.record import _history as history
+from gates.record._attempt_log import Attempt, claim_attempts
 from gates.record._files import MAX_EVIDENCE_BYTES
+from gates.record._index import index_entries, is_withdrawn, latest_entries
 
 RECORD, REPRODUCE = "record", "reproduce"
 WHY_SHOWN = 3  # reasons of an earlier attempt kept in the new evidence
@@ -80,15 +81,15 @@ def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recordin
     path = ledger.evidence_dir(runs_root, loaded.id) / ledger.EVIDENCE
     # the claim's files read once each: the history parsed once for its attempts and latest entry, the
     # evidence's bytes read once for its record and their hash
-    entries = history.index_entries(runs_root)
-    found = history.claim_attempts(runs_root, loaded.id, entries=entries).get(loaded.id, [])
-    latest = history.latest_entries(runs_root, entries=entries).get(loaded.id)
+    entries = index_entries(runs_root)
+    found = claim_attempts(runs_root, loaded.id, entries=entries).get(loaded.id, [])
+    latest = latest_entries(runs_root, entries=entries).get(loaded.id)
     current, sha256 = _readable(path)
     vouched = (
         current is not None
         and latest is not None
-        and not history.is_withdrawn(latest)
-        and latest.get("evidence_sha256") == sha256
+        and not is_withdrawn(latest)
+        and latest.evidence_sha256 == sha256
     )
     if not vouched:
         # nothing recorded, withdrawn, unreadable, or written but not indexed (a run killed in between):
@@ -97,7 +98,7 @@ def _plan(loaded, runs_root: Path, record: bool, reason: str | None) -> Recordin
         if (
             not reason
             and latest is not None
-            and not history.is_withdrawn(latest)
+            and not is_withdrawn(latest)
             and interrupted is not None
             and interrupted.number == len(found) + 1
         ):
@@ -142,7 +143,7 @@ def _readable(path: Path) -> tuple[ledger.Evidence | None, str | None]:
 
 
 def _earlier(
-    found: list[history.Attempt], current: ledger.Evidence | None, sha256: str | None
+    found: list[Attempt], current: ledger.Evidence | None, sha256: str | None
 ) -> list[dict]:
     """Summaries of the attempts in the history, each with its why: from the evidence on disk
     (`current`, its bytes hashing to `sha256`) for the latest (when it is that attempt's: its bytes are

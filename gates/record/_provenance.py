@@ -25,9 +25,13 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gates
 from gates.errors import UserError
+
+if TYPE_CHECKING:
+    from gates.record._index import IndexEntry
 
 PROJECT_ROOT = Path(gates.__file__).resolve().parent.parent
 CODE_PACKAGES = ("gates", "models")
@@ -359,7 +363,7 @@ def staleness(
     study_module: str | None,
     root: Path | None = None,
     today: dict | None = None,
-    certified: dict | None = None,
+    certified: IndexEntry | None = None,
 ) -> Staleness:
     """Compare the code fingerprint the evidence recorded (`code_sha256`) with today's files. The
     changed files come from the evidence's `code_files` (per-file sha256, recorded since the claims
@@ -370,7 +374,11 @@ def staleness(
     read and hashed once."""
     root = root or PROJECT_ROOT
     if certified is not None:
-        evidence = {**evidence, **{k: certified[k] for k in ("code_sha256", "code_files")}}
+        evidence = {
+            **evidence,
+            "code_sha256": certified.code_sha256,
+            "code_files": certified.code_files,
+        }
     recorded = evidence.get("code_sha256")
     if study_module is None:
         return Staleness(

@@ -23,6 +23,7 @@ from gates.contract import LoadedContract
 from gates.errors import UserError, storage_error
 from gates.record import (
     EVIDENCE,
+    IndexEntry,
     current_provenance,
     evidence_dir,
     read_evidence,
@@ -39,7 +40,7 @@ class Certification:
     reran: list[str] = field(default_factory=list)  # "arm/seed N" of each run re-run
     completed: int = 0  # completed runs the evidence records
     problems: list[str] = field(default_factory=list)  # what did not reproduce
-    entry: dict | None = None  # the `certified` entry appended (None: nothing written)
+    entry: IndexEntry | None = None  # the `certified` entry appended (None: nothing written)
 
     @property
     def certified(self) -> bool:

@@ -30,6 +30,7 @@ from gates.record import (
     EVIDENCE,
     REPORT,
     Evidence,
+    IndexEntry,
     annotate_siblings,
     check_certifications,
     check_history,
@@ -329,13 +330,13 @@ def _broken(contract_id: str, refused: list[str]) -> ClaimCheck:
     return broken
 
 
-def _withdrawn(contract_id: str, entry: dict) -> ClaimCheck:
+def _withdrawn(contract_id: str, entry: IndexEntry) -> ClaimCheck:
     """A withdrawn claim: shown with its last verdict, not checked (it is no longer made)."""
     return ClaimCheck(
         contract_id,
         "withdrawn",
         withdrawn=True,
-        withdrawal=f"{entry.get('reason') or 'no reason given'} (withdrawn {entry.get('time')})",
+        withdrawal=f"{entry.reason or 'no reason given'} (withdrawn {entry.time})",
     )
 
 
@@ -408,10 +409,10 @@ def _annotate(
         cert = certified.get(cid)
         if cert is not None:
             check.certified = (
-                f"{str(cert.get('time'))[:10]}: {cert.get('reran')} re-run under code "
-                f"{str(cert.get('code_sha256'))[:12]} reproduced the evidence"
-                + _within(cert.get("tolerance"))
-                + (f" ({cert['reason']})" if cert.get("reason") else "")
+                f"{str(cert.time)[:10]}: {cert.reran} re-run under code "
+                f"{str(cert.code_sha256)[:12]} reproduced the evidence"
+                + _within(cert.tolerance)
+                + (f" ({cert.reason})" if cert.reason else "")
             )
         found = staleness(ev, study_module(ev["study"]), today=today, certified=cert)
         check.stale, check.stale_files, check.stale_note = (

@@ -61,8 +61,8 @@ def certify(
         )
         if done.certified:
             out.print(
-                f"{loaded.id}: certified ({done.entry['reran']} reproduce under code "
-                f"{done.entry['code_sha256'][:12]})",
+                f"{loaded.id}: certified ({done.entry.reran} reproduce under code "
+                f"{str(done.entry.code_sha256)[:12]})",
                 markup=False,
             )
         else:

@@ -58,8 +58,8 @@ def withdraw(
         )
     if is_withdrawn(latest):
         raise UserError(
-            f"{contract_id} is already withdrawn ({INDEX} line {latest['_line']}, "
-            f"{latest.get('time')}: {latest.get('reason')})",
+            f"{contract_id} is already withdrawn ({INDEX} line {latest.line}, "
+            f"{latest.time}: {latest.reason})",
             field="contract_id",
         )
     try:

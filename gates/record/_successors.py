@@ -1,0 +1,113 @@
+"""Claims that replace others: what a claim tests (`design_of`), the rule that a claim registered
+after the withdrawal of one with the same design names it in its supersedes chain
+(`successor_problem`, which `gates run`, `gates check` and `gates verify` apply), and the
+supersession links between claims (`link_supersession`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gates.record._files import MAX_EVIDENCE_BYTES, read_json_object
+from gates.record._index import EVIDENCE, INDEX, IndexEntry, parse_index
+
+CONDITION_LISTS = ("supported_if", "refuted_if")
+
+
+def design_of(source: dict | None) -> list | None:
+    """What a claim tests, never its wording: [study, [arm names], [[condition list, kind], ...]],
+    from a contract's YAML mapping or from evidence (plain JSON); None when it does not say. Two claims
+    with one design test the same arms of the same study with the same kinds of conditions (their
+    bars, margins and claim text may differ: an easier bar is the same design)."""
+    if not isinstance(source, dict) or not isinstance(source.get("study"), str):
+        return None
+    if isinstance(source.get("decision"), dict):  # a contract
+        arms = source.get("arms")
+        conditions = [
+            (name, c.get("kind"))
+            for name in CONDITION_LISTS
+            for c in source["decision"].get(name) or []
+            if isinstance(c, dict)
+        ]
+    else:  # evidence
+        settings = source.get("settings")
+        arms = settings.get("arm_configs") if isinstance(settings, dict) else None
+        conditions = [
+            (c.get("list_name"), c.get("kind"))
+            for c in source.get("conditions") or []
+            if isinstance(c, dict)
+        ]
+    if not isinstance(arms, dict) or not arms or not conditions:
+        return None
+    return [
+        source["study"],
+        sorted(map(str, arms)),
+        sorted([str(a), str(b)] for a, b in conditions),
+    ]
+
+
+def successor_problem(
+    runs_root: Path,
+    contract_id: str,
+    design: list | None,
+    supersedes: str | None,
+    entries: list[IndexEntry] | None = None,
+) -> str | None:
+    """Why the claim `contract_id` (of `design`, declaring `supersedes`) may not stand: a claim withdrawn
+    before it was first recorded (or, not recorded yet, before now) has the same design, and its
+    supersedes chain (what it declares, then what each evidence declares) does not reach it. Withdraw,
+    then register the same experiment again under a new id unlinked, and the withdrawal would read as
+    a fresh start; naming what it replaces puts the earlier attempt on its record. None otherwise."""
+    runs_root = Path(runs_root)
+    if design is None:
+        return None
+    if entries is None:
+        entries = parse_index(runs_root)[0]
+    first: int | None = None  # the line of this claim's first attempt
+    withdrawn: dict[str, tuple[int, list | None]] = {}
+    for e in entries:
+        cid = e.contract_id
+        if cid is None:
+            continue
+        if cid == contract_id and e.is_attempt and first is None:
+            first = e.line
+        if e.kind == "withdrawn":
+            withdrawn[cid] = (e.line, e.design)
+        elif e.is_attempt:
+            withdrawn.pop(cid, None)  # recorded anew since: standing again
+    if not withdrawn:
+        return None
+    chain, at = set(), supersedes
+    while isinstance(at, str) and at not in chain:
+        chain.add(at)
+        ev = read_json_object(runs_root / at / EVIDENCE, MAX_EVIDENCE_BYTES)
+        at = ev.get("supersedes") if ev else None
+    for cid, (line, said) in sorted(withdrawn.items()):
+        if cid == contract_id or cid in chain or (first is not None and first < line):
+            continue
+        if said is None:
+            said = design_of(read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES))
+        if said == design:
+            return (
+                f"it tests what withdrawn {cid} tested ({INDEX} line {line}: study {design[0]}, "
+                f"arms {', '.join(design[1])}, the same kinds of conditions) without naming it: "
+                f"declare `supersedes: {cid}` (the withdrawn attempt goes on its record_entry)"
+            )
+    return None
+
+
+def link_supersession(
+    claims: list, declared: dict[str, str], evidence: dict[str, dict | None]
+) -> None:
+    """Set each claim's `supersedes` and `superseded_by` (claims: objects with `contract_id`). What a
+    contract declares (`declared`: id -> the id it supersedes) comes first; evidence whose contract
+    is gone still says what it superseded."""
+    supersedes = dict(declared)
+    for cid, ev in evidence.items():
+        if ev is not None and isinstance(ev.get("supersedes"), str):
+            supersedes.setdefault(cid, ev["supersedes"])
+    for claim in claims:
+        claim.supersedes = supersedes.get(claim.contract_id)
+        claim.superseded_by = sorted(
+            new for new, old in supersedes.items() if old == claim.contract_id
+        )
