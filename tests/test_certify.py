@@ -57,9 +57,9 @@ def test_a_stale_claim_that_reproduces_is_certified_and_no_longer_stale(project)
     assert done.returncode == 0, done.stderr
     assert "c05-small: certified (" in done.stdout and "reproduces" in done.stdout
     entry = read_index(project / "runs")[-1]
-    assert entry["kind"] == "certified" and entry["reason"] == "after a refactor"
+    assert entry.kind == "certified" and entry.reason == "after a refactor"
     n = len(json.loads((project / "runs/c05-small/evidence.json").read_text())["runs"])
-    assert entry["reran"] == f"{n} of {n} completed runs"
+    assert entry.reran == f"{n} of {n} completed runs"
     after = status(project)
     assert not after["stale"] and "after a refactor" in after["certified"]
     verified = gates(project, "verify")
@@ -97,7 +97,7 @@ def test_a_sample_reruns_as_many_runs_as_asked(project):
     )
     assert done.returncode == 0, done.stderr
     n = len(json.loads((project / "runs/c05-small/evidence.json").read_text())["runs"])
-    assert read_index(project / "runs")[-1]["reran"] == f"1 of {n} completed runs"
+    assert read_index(project / "runs")[-1].reran == f"1 of {n} completed runs"
     assert done.stdout.count("reproduces") == 1
 
 

@@ -7,7 +7,7 @@ predates; on the live server and in `gates report --html`.
 No training: the frozen claims (tests/fixtures) are copied into a tmp project, a few contracts and runs
 are changed the way a researcher's work would change them (a crashed arm, a new attempt, a declared
 design, a ceiling), and every record is written by the platform's own code (gates.ledger.write_evidence,
-gates.record._history, gates.execution._runner.rederive), so that `gates verify` holds on all of them."""
+gates.record._writer, gates.execution._runner.rederive), so that `gates verify` holds on all of them."""
 
 from __future__ import annotations
 

@@ -60,17 +60,17 @@ def test_backfill_chains_every_claim_once(tmp_path):
     assert len(added) == n == len(FIXTURE_CLAIMS) >= 7  # the quiet rewrites below need 7
     assert backfill_index(runs) == []  # idempotent
     entries = read_index(runs)
-    assert [e["kind"] for e in entries] == ["backfilled"] * n
-    assert entries[0]["prev"] == GENESIS
+    assert [e.kind for e in entries] == ["backfilled"] * n
+    assert entries[0].prev == GENESIS
     raw = lines(runs)
     for before, entry in zip(raw, entries[1:]):
-        assert entry["prev"] == line_sha256(before.rstrip(b"\n"))
+        assert entry.prev == line_sha256(before.rstrip(b"\n"))
     for entry in entries:
-        evidence = runs / entry["contract_id"] / "evidence.json"
-        assert entry["evidence_sha256"] == sha256_file(evidence)
-        assert entry["verdict"] == json.loads(evidence.read_text())["verdict"]
+        evidence = runs / entry.contract_id / "evidence.json"
+        assert entry.evidence_sha256 == sha256_file(evidence)
+        assert entry.verdict == json.loads(evidence.read_text())["verdict"]
         recorded_engine = json.loads(evidence.read_text()).get("engine_version")
-        assert entry["engine_version"] == (
+        assert entry.engine_version == (
             recorded_engine or "1"
         )  # "1": from before engines were numbered
     assert check_history(runs, {}) == {}
@@ -125,7 +125,7 @@ def test_every_quiet_rewrite_is_named(tmp_path):
     assert "changed without an index entry" in problem and ids[0] in problem
     record_entry(runs, evidence, "rederived", reason="re-derived by verdict engine 2")
     assert check_history(runs, {}) == {}
-    assert latest_entries(runs)[ids[0]]["reason"] == "re-derived by verdict engine 2"
+    assert latest_entries(runs)[ids[0]].reason == "re-derived by verdict engine 2"
 
     # evidence gone without a withdrawal; then withdrawn: nothing to say
     evidence.unlink()
@@ -133,7 +133,7 @@ def test_every_quiet_rewrite_is_named(tmp_path):
     assert "disappeared without a withdrawal" in problem and "contract is gone too" in problem
     withdraw_claim(runs, ids[0], "the corpus it was measured on was wrong")
     assert check_history(runs, {}) == {}
-    assert latest_entries(runs)[ids[0]]["evidence_sha256"] is None
+    assert latest_entries(runs)[ids[0]].evidence_sha256 is None
 
     # evidence that was never indexed
     (runs / "new-claim").mkdir()
@@ -151,7 +151,7 @@ def test_torn_append_is_named_and_the_next_append_repairs_it(tmp_path):
     with pytest.raises(ValueError, match="line 3 is not a JSON object"):
         read_index(runs)
     entry = record_entry(runs, runs / "twin-tree-toy" / "evidence.json", "rederived", "test")
-    assert len(read_index(runs)) == 3 and entry["prev"] == line_sha256(lines(runs)[1].rstrip(b"\n"))
+    assert len(read_index(runs)) == 3 and entry.prev == line_sha256(lines(runs)[1].rstrip(b"\n"))
     assert check_history(runs, {}) == {}
 
 
@@ -227,10 +227,10 @@ def test_runner_indexes_its_evidence(project):
     root, _ = project
     (entry,) = read_index(root / "runs")
     evidence = root / "runs" / "c05-small" / "evidence.json"
-    assert entry["kind"] == "recorded" and entry["evidence_sha256"] == sha256_file(evidence)
+    assert entry.kind == "recorded" and entry.evidence_sha256 == sha256_file(evidence)
     ev = json.loads(evidence.read_text())
-    assert entry["contract_sha256"] == ev["contract_sha256"] and entry["verdict"] == ev["verdict"]
-    assert entry["engine_version"] == ev.get("engine_version", entry["engine_version"])
+    assert entry.contract_sha256 == ev["contract_sha256"] and entry.verdict == ev["verdict"]
+    assert entry.engine_version == ev.get("engine_version", entry.engine_version)
     assert ev["supersedes"] is None and "models/c05_probe.py" in ev["code_files"]
 
 
@@ -307,7 +307,7 @@ def test_running_again_after_a_withdrawal_records_the_claim_anew(project, monkey
     run_contract(
         load_contract("contracts/c05-small.yaml"), uri, root / "runs"
     )  # reuses the finished runs
-    assert [e["kind"] for e in read_index(root / "runs")] == ["recorded", "withdrawn", "recorded"]
+    assert [e.kind for e in read_index(root / "runs")] == ["recorded", "withdrawn", "recorded"]
     (check,) = verify(root / "runs", root / "contracts")
     assert check.status == "ok" and not check.withdrawn
 
@@ -348,7 +348,7 @@ def test_kill_between_evidence_and_index_is_named_and_the_next_run_repairs_it(pr
     assert rerun.returncode == 0, rerun.stderr
     assert "recorded attempt 2" in rerun.stdout
     assert gates(root, "verify").returncode == 0
-    assert [e["kind"] for e in read_index(root / "runs")] == ["recorded", "recorded"]
+    assert [e.kind for e in read_index(root / "runs")] == ["recorded", "recorded"]
     attempt = json.loads((root / "runs" / "c05-small" / "evidence.json").read_text())["attempt"]
     assert attempt["number"] == 2 and [a["number"] for a in attempt["earlier"]] == [1]
 

@@ -87,11 +87,11 @@ def certified_by_hand(project: Path, **fields) -> dict:
     from gates.study import study_module
 
     ev = json.loads(evidence_path(project).read_text())
-    latest = [e for e in read_index(project / "runs") if e["contract_id"] == CID][-1]
+    latest = [e for e in read_index(project / "runs") if e.contract_id == CID][-1]
     prov = current_provenance(study_module(ev["study"]))
     n = sum(r["status"] == "completed" for r in ev["runs"])
     entry = {
-        **{k: v for k, v in latest.items() if k != "rederived_from"},
+        **{k: v for k, v in latest.data.items() if k != "rederived_from"},
         "kind": "certified",
         "reason": "after a refactor",
         "code_sha256": prov.code_sha256,
@@ -163,7 +163,7 @@ def test_gates_certify_records_the_reruns_and_they_verify(project):
     done = gates(project, "certify", f"contracts/{CID}.yaml", "--reason", "r", "--sample", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     entry = read_index(project / "runs")[-1]
-    assert len(entry["reran_runs"]) == 1 and entry["reran_runs"][0]["metrics"]
+    assert len(entry.reran_runs) == 1 and entry.reran_runs[0]["metrics"]
     assert gates(project, "verify", "--strict-code").returncode == 0
 
 

@@ -99,9 +99,9 @@ def test_a_rederived_entry_records_what_it_corrected_and_pins_the_values(tmp_pat
         tmp_path, "c05-structural-probe"
     )  # frozen under engine 2, re-derived to today's
     entries = read_index(root / "runs")
-    assert [e["kind"] for e in entries] == ["backfilled", "rederived"]
-    assert entries[1]["rederived_from"]["engine_version"] == "2"
-    assert entries[1]["values_sha256"] == entries[0]["values_sha256"]
+    assert [e.kind for e in entries] == ["backfilled", "rederived"]
+    assert entries[1].rederived_from["engine_version"] == "2"
+    assert entries[1].values_sha256 == entries[0].values_sha256
 
 
 def test_an_entry_that_vouches_for_other_values_loses_the_claim(project):
