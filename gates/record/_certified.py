@@ -126,7 +126,7 @@ def _reran_problem(runs_root: Path, cid: str, entry: IndexEntry) -> str | None:
         return f"{why} (a certification records the tolerance it compared with)"
     ev = read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES)
     if ev is None or not isinstance(ev.get("runs"), list):
-        return None  # the evidence's own check_history says what is wrong with it
+        return None  # the evidence's own check says what is wrong with it
     recorded = {
         (r.get("arm"), r.get("seed")): r
         for r in ev["runs"]

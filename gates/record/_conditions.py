@@ -225,7 +225,7 @@ def term_values(record: ConditionRecord) -> list[TermValue]:
 
 
 def condition_difference(record: ConditionRecord) -> tuple[str, str, str, float] | None:
-    """A two-term comparison's raw condition_difference of its terms' values before any margin, a ratio on a
+    """A two-term comparison's raw difference of its terms' values before any margin, a ratio on a
     log scale: (term a, "-" or "/", term b, value). None for other conditions or missing values."""
     values = term_values(record)
     if record.kind != "compare" or len(values) != 2 or None in (v.centre for v in values):

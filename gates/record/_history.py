@@ -80,8 +80,8 @@ def check_history(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list
             gone = "" if cid in contracts else "; its contract is gone too"
             add(
                 cid,
-                f"{evidence} disappeared without a withdrawal (latest_entries index entry: {said}){gone}; "
-                f"expected the evidence, or `gates withdraw_claim {cid} --reason ...`",
+                f"{evidence} disappeared without a withdrawal (latest index entry: {said}){gone}; "
+                f"expected the evidence, or `gates withdraw {cid} --reason ...`",
             )
             continue
         try:
@@ -92,7 +92,7 @@ def check_history(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list
             add(
                 cid,
                 f"{evidence} changed without an index entry: sha256 {actual[:16]} != "
-                f"{str(entry.evidence_sha256)[:16]} of the latest_entries entry ({said}) in {where}; "
+                f"{str(entry.evidence_sha256)[:16]} of the latest entry ({said}) in {where}; "
                 f"evidence is rewritten only by `gates run` (which indexes it; re-running an "
                 f"interrupted one repairs this) or with a `rederived` entry that says why",
             )
@@ -107,7 +107,7 @@ def check_history(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list
             if isinstance(ev, dict) and ev.get(key) != said_there:
                 add(
                     cid,
-                    f"the latest_entries index entry ({said}) says {key} {said_there!r}, its evidence "
+                    f"the latest index entry ({said}) says {key} {said_there!r}, its evidence "
                     f"{ev.get(key)!r}: the entry was edited",
                 )
         if isinstance(ev, dict):
@@ -162,7 +162,7 @@ def contract_change(
     """Why an attempt at `contract_id` under contract `sha256` may not be recorded in this claims
     history, or None. One id, one contract: an id whose evidence was recorded under one contract
     takes another only once that claim was withdrawn, and the new contract must declare what it
-    supersedes (its own id included), so that the change of goalpost is on the record_entry."""
+    supersedes (its own id included), so that the change of goalpost is on the record."""
     state = None
     for e in parse_index(Path(runs_root))[0]:
         if e.contract_id == contract_id:

@@ -295,7 +295,7 @@ def parse_index(runs_root: Path) -> tuple[list[IndexEntry], list[tuple[int, str 
                     number,
                     cid,
                     f"{where} line {number} ({cid or '?'}) lacks its newline: an append "
-                    f"was interrupted (the next `gates run` or `gates withdraw_claim` repairs it)",
+                    f"was interrupted (the next `gates run` or `gates withdraw` repairs it)",
                 )
             )
         entries.append(IndexEntry.from_json(entry, number, malformed=malformed))

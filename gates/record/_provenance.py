@@ -289,7 +289,7 @@ def uncommitted(paths: list[Path], *, outside_git: bool = True) -> list[str]:
     """Of these files, those no commit holds as they are: untracked or ignored, changed since HEAD
     (staged or not), or in no git work tree (unless not `outside_git`: an installed distribution's
     files, whose version and fingerprint say what they are), each as `<path> (untracked)`,
-    `(changed)` or `(in no git repository)`, relative to the current_provenance directory when under it."""
+    `(changed)` or `(in no git repository)`, relative to the current directory when under it."""
     by_repo: dict[Path, list[Path]] = {}
     tops: dict[Path, str | None] = {}  # folder -> its work tree (one git call per folder)
     found = []

@@ -91,7 +91,7 @@ def successor_problem(
             return (
                 f"it tests what withdrawn {cid} tested ({INDEX} line {line}: study {design[0]}, "
                 f"arms {', '.join(design[1])}, the same kinds of conditions) without naming it: "
-                f"declare `supersedes: {cid}` (the withdrawn attempt goes on its record_entry)"
+                f"declare `supersedes: {cid}` (the withdrawn attempt goes on its record)"
             )
     return None
 
