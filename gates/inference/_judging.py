@@ -9,7 +9,8 @@ import math
 from collections.abc import Mapping
 
 from gates.inference._sequential import judge_sequential
-from gates.inference._verdict import Verdict, decide
+from gates.inference._results import Verdict
+from gates.inference._verdict import decide
 from gates.study import Metric
 
 
