@@ -84,7 +84,7 @@ from scipy import integrate, optimize, stats
 
 from gates.contract import Control, Decision, Sequential
 from gates.inference import ENGINE_VERSION, decide, json_safe, judge_sequential
-from gates.inference import _verdict as v
+from gates.inference._statistics import _Stat
 from gates.study import Metric, positive
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -624,7 +624,7 @@ def simulate(cell: Cell, draws: int) -> dict:
     verdicts, tests, looks = Counter(), Counter(), Counter()
     valid = 0
     started = time.perf_counter()
-    with mock.patch.object(v._Stat, "needed", lambda self, level: None):
+    with mock.patch.object(_Stat, "needed", lambda self, level: None):
         for i in range(draws):
             runs = _runs(values, i, cell.n)
             if sim.contract is not None:

@@ -34,7 +34,7 @@ import numpy as np
 
 from gates.contract import Decision
 from gates.inference import ENGINE_VERSION, decide
-from gates.inference import _verdict as v
+from gates.inference._statistics import _Stat
 from gates.record import Family, Version
 from gates.study import Metric
 
@@ -91,7 +91,7 @@ def simulate(chain: list[int], rule: str, draws: int) -> dict:
     rng = np.random.default_rng([SEED, zlib.crc32(name.encode())])
     started = time.perf_counter()
     counts: dict[str, int] = {}
-    with mock.patch.object(v._Stat, "needed", lambda self, level: None):  # power planning: unused
+    with mock.patch.object(_Stat, "needed", lambda self, level: None):  # power planning: unused
         for _ in range(draws):
             verdict = chain_verdict(chain, rule, rng)
             counts[verdict] = counts.get(verdict, 0) + 1

@@ -191,7 +191,7 @@ class TorchyStudy:
 
 
 def test_a_study_s_error_is_said_at_its_own_line_not_torch_s(tmp_path, monkeypatch):
-    from gates.execution._runner import study_error
+    from gates.execution._study_run import study_error
 
     (tmp_path / "torchy_study.py").write_text(TORCHY)
     monkeypatch.syspath_prepend(str(tmp_path))

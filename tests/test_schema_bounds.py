@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from gates.contract import load_contract
-from gates.contract._schema import (
+from gates.contract._bounds import (
     MAX_EVALUATIONS,
     MAX_ITEMS,
     MAX_LOOKS,

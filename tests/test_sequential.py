@@ -18,8 +18,8 @@ import pytest
 from scipy.stats import norm
 
 from gates.contract import Decision, Sequential, load_contract
-from gates.inference import _verdict as v
 from gates.inference import decide, judge_sequential, next_look, obrien_fleming, pocock, spent
+from gates.inference._statistics import _Stat
 from gates.record import Evidence
 from tests.conftest import small_c05, write_contract
 
@@ -95,7 +95,7 @@ def _runs(values: np.ndarray) -> list[dict]:
 def no_power_planning(monkeypatch):
     """seeds_needed (a noncentral-t search for the settle lines) takes most of decide's time and never
     changes an outcome; the simulation leaves it out."""
-    monkeypatch.setattr(v._Stat, "needed", lambda self, level: None)
+    monkeypatch.setattr(_Stat, "needed", lambda self, level: None)
 
 
 SIMULATED = 2000

@@ -187,7 +187,7 @@ decision:
 
 def write(contracts_dir: Path, contract_id: str, study_name: str) -> Path:
     """Write contracts_dir/<id>.yaml; a UserError for an invalid id, an unknown study or an existing file."""
-    from gates.contract._schema import SLUG
+    from gates.contract._bounds import SLUG
     from gates.study import get_study, study_names
 
     if not re.fullmatch(SLUG.strip("^$"), contract_id) or len(contract_id) > 80:
@@ -232,7 +232,7 @@ def write(contracts_dir: Path, contract_id: str, study_name: str) -> Path:
 
 def _files_with_id(contracts_dir: Path, contract_id: str) -> list[Path]:
     """The contract files in `contracts_dir` whose `id` is `contract_id` (files that do not parse: skipped)."""
-    from gates.contract._schema import MAX_CONTRACT_BYTES
+    from gates.contract._load import MAX_CONTRACT_BYTES
     from gates.contract._yaml import load_yaml
 
     found = []
@@ -277,7 +277,7 @@ def placeholders(data: Any, lines: dict[tuple, int], shown: str) -> list[UserErr
 
 def require_filled(path: Path) -> None:
     """Refuse a contract that still has `TODO` placeholders: every one named, exit 2."""
-    from gates.contract._schema import MAX_CONTRACT_BYTES
+    from gates.contract._load import MAX_CONTRACT_BYTES
     from gates.contract._yaml import load_yaml
 
     data, lines = load_yaml(Path(path), max_bytes=MAX_CONTRACT_BYTES)

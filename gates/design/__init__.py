@@ -4,7 +4,8 @@
 evidence must break none (`require_current_rules`), a recorded one is flagged (`rule_flags`). The
 rules read the contract and ask the verdict engine what its seeds can reach, so they sit above both.
 
-Private module: `_rules`.
+Private modules: `_rules` (the list of rules and running them), `_metric_rules`, `_arm_rules`,
+`_claim_rules` (the rules by group), `_rule_base` (what every rule reads).
 """
 
 from typing import TYPE_CHECKING

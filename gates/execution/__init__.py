@@ -6,7 +6,8 @@ the one entry point every command, test and benchmark runs a plan through.
 The stop rules (`StopRuleEngine`) halt hopeless runs as the reporter hears their metrics.
 
 Private modules: `_executor`, `_tasks` (the driver), `_jobs` (one job), `_processes`, `_ray`, `_plan`,
-`_runner`, `_tuning`, `_stop_rules`, `_reporter`, `_preflight`, `_check`, `_locks`, `_allocator`.
+`_runner` (the parent run, finish, rederive), `_study_run` (one arm x seed run of the study),
+`_tuning`, `_stop_rules`, `_reporter`, `_preflight`, `_check`, `_locks`, `_allocator`.
 """
 
 from typing import TYPE_CHECKING
@@ -31,14 +32,9 @@ if TYPE_CHECKING:
     from gates.execution._processes import ProcessBackend, job_threads, threads_per_job
     from gates.execution._ray import RayJobError, import_ray, starting_local_instance
     from gates.execution._reporter import PlatformReporter
-    from gates.execution._runner import (
-        StudyInterfaceError,
-        check_existing_evidence,
-        rederive,
-        returned_metrics,
-        skipped_record,
-    )
+    from gates.execution._runner import check_existing_evidence, rederive, skipped_record
     from gates.execution._stop_rules import StopRuleEngine, convergence, is_converged
+    from gates.execution._study_run import StudyInterfaceError, returned_metrics
     from gates.execution._tasks import TaskError
     from gates.execution._tuning import (
         StopRulePruner,
@@ -59,7 +55,7 @@ _FACE = {
     "RayJobError": "_ray",
     "StopRuleEngine": "_stop_rules",
     "StopRulePruner": "_tuning",
-    "StudyInterfaceError": "_runner",
+    "StudyInterfaceError": "_study_run",
     "TaskError": "_tasks",
     "TrialRules": "_tuning",
     "admit": "_check",
@@ -82,7 +78,7 @@ _FACE = {
     "require_family": "_check",
     "require_in_contracts": "_check",
     "retain_freed_memory": "_allocator",
-    "returned_metrics": "_runner",
+    "returned_metrics": "_study_run",
     "run_pilot": "_pilot",
     "run_plan": "_executor",
     "run_tuning_trial": "_tuning",

@@ -38,7 +38,8 @@ def run_pilot(
     """Train `arms` (default: every arm) of `loaded` for `steps` (default: the contract's budget) on
     `seeds` pilot seeds each, recorded in MLflow as pilots; the pilot runs of the contract, this one's
     included, as `pilot_runs` reads them back."""
-    from gates.execution._runner import SilentProgress, _run_one
+    from gates.execution._runner import SilentProgress
+    from gates.execution._study_run import _run_one
 
     c = loaded.contract
     unknown = [a for a in arms or [] if a not in loaded.arm_configs]

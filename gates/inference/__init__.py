@@ -4,7 +4,10 @@
 look with alpha spending; `judge_claim` is what every caller (a run, verify, rederive) goes through.
 Nothing here trains, tracks or writes: the input is the runs as evidence.json stores them.
 
-Private modules: `_verdict` (tests, intervals, families, reasons), `_sequential` (group-sequential
+Private modules: `_verdict` (`decide`: each condition, the families, the verdict), `_effects` (a
+condition as effects: estimand, scale, test), `_statistics` (the tests, intervals, seeds needed),
+`_results` (the verdict as recorded, its wording), `_validity` (lost values, arms not run as designed,
+ceilings), `_reachability` (whether the seeds can reach a verdict), `_sequential` (group-sequential
 looks), `_judging` (a contract's claim: fixed or sequential, ceilings, tuning edges).
 """
 
@@ -14,7 +17,10 @@ from gates._face import lazy_face
 
 # what type checkers and editors resolve; at run time each name loads on first use
 if TYPE_CHECKING:
+    from gates.inference._effects import ESTIMANDS, condition_estimand, condition_test, log_able
     from gates.inference._judging import claim_inputs, judge, judge_claim, tuning_edges
+    from gates.inference._reachability import estimand_notes, supportable, unreachable
+    from gates.inference._results import ENGINE_VERSION, Verdict, json_safe
     from gates.inference._sequential import (
         judge_sequential,
         next_look,
@@ -23,49 +29,35 @@ if TYPE_CHECKING:
         spent,
         stopping_seeds,
     )
-    from gates.inference._verdict import (
-        BOOTSTRAP_RESAMPLES,
-        ENGINE_VERSION,
-        ESTIMANDS,
-        Verdict,
-        condition_estimand,
-        condition_test,
-        decide,
-        estimand_notes,
-        holm,
-        json_safe,
-        log_able,
-        predictions,
-        supportable,
-        unreachable,
-    )
+    from gates.inference._statistics import BOOTSTRAP_RESAMPLES, holm
+    from gates.inference._verdict import decide, predictions
 
 # public name -> its private module, imported on first use
 _FACE = {
-    "BOOTSTRAP_RESAMPLES": "_verdict",
-    "ENGINE_VERSION": "_verdict",
-    "ESTIMANDS": "_verdict",
-    "Verdict": "_verdict",
+    "BOOTSTRAP_RESAMPLES": "_statistics",
+    "ENGINE_VERSION": "_results",
+    "ESTIMANDS": "_effects",
+    "Verdict": "_results",
     "claim_inputs": "_judging",
-    "condition_estimand": "_verdict",
-    "condition_test": "_verdict",
+    "condition_estimand": "_effects",
+    "condition_test": "_effects",
     "decide": "_verdict",
-    "estimand_notes": "_verdict",
-    "holm": "_verdict",
-    "json_safe": "_verdict",
+    "estimand_notes": "_reachability",
+    "holm": "_statistics",
+    "json_safe": "_results",
     "judge": "_judging",
     "judge_claim": "_judging",
     "judge_sequential": "_sequential",
-    "log_able": "_verdict",
+    "log_able": "_effects",
     "next_look": "_sequential",
     "obrien_fleming": "_sequential",
     "pocock": "_sequential",
     "predictions": "_verdict",
     "spent": "_sequential",
     "stopping_seeds": "_sequential",
-    "supportable": "_verdict",
+    "supportable": "_reachability",
     "tuning_edges": "_judging",
-    "unreachable": "_verdict",
+    "unreachable": "_reachability",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

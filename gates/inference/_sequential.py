@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from scipy import special
 
 from gates.inference import _verdict as v
+from gates.inference._results import json_safe
 from gates.study import Metric
 
 DECIDED = ("supported", "refuted", "invalid")
@@ -169,7 +170,7 @@ def judge_sequential(
                 f"version of the claim, with its own looks (the last line says on which seeds and at "
                 f"which alpha; the estimates below say roughly how many)"
             ] + result.settle
-    result.looks = v.json_safe(looks)
+    result.looks = json_safe(looks)
     return result
 
 
