@@ -523,15 +523,15 @@ def rederive(
             file=str(loaded.path),
         )
     entry = latest_entries(runs_root).get(loaded.id)
-    if entry is None or entry.get("kind") == "withdrawn":
+    if entry is None or entry.kind == "withdrawn":
         raise UserError(
             f"{loaded.id} has no standing entry in {runs_root / INDEX}; only an indexed, "
             f"standing claim is re-derived",
             file=str(loaded.path),
         )
-    if sha256_file(path) != entry.get("evidence_sha256"):
+    if sha256_file(path) != entry.evidence_sha256:
         raise UserError(
-            f"{path} is not the evidence {INDEX} line {entry['_line']} vouches for (its bytes "
+            f"{path} is not the evidence {INDEX} line {entry.line} vouches for (its bytes "
             f"changed since): re-deriving starts only from evidence as it was indexed",
             file=str(loaded.path),
         )

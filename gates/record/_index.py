@@ -128,14 +128,6 @@ class IndexEntry:
         """Whether this entry starts an attempt at its claim (`recorded` or `backfilled`)."""
         return self.kind in ATTEMPT_KINDS
 
-    # the old dict reads, for gates/execution/_runner.py's `rederive` alone, which a parallel branch is
-    # moving: `entry.get("kind")` and `entry["_line"]` answer as before until it reads attributes
-    def get(self, key: str, default=None):
-        return self.line if key == "_line" else self.data.get(key, default)
-
-    def __getitem__(self, key: str):
-        return self.line if key == "_line" else self.data[key]
-
 
 def index_path(runs_root: Path) -> Path:
     return Path(runs_root) / INDEX
