@@ -290,6 +290,7 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
     from types import SimpleNamespace
 
     from gates.execution import _jobs as jobs
+    from gates.execution._job import Job
     from gates.execution._tuning import study_name
     from gates.record import Tracker
 
@@ -306,7 +307,9 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
         experiment_id=experiment_id,
         prov=started,
     )
-    job = {"arm": "subheap_kernel", "tuning_storage": storage, "index": 0}
+    job = Job(
+        jobs.KIND_TUNE, "tune:subheap_kernel:0", "subheap_kernel", index=0, tuning_storage=storage
+    )
     record = jobs.JOB_KINDS[jobs.KIND_TUNE](SimpleNamespace(parent=parent), job, {}, None)
     assert record["tuning_trial"]["state"] == "completed"
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
