@@ -317,6 +317,27 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
     assert not any(name.startswith("c05-tuned-start@") and "0" * 12 not in name for name in names)
 
 
+def test_the_plan_makes_each_tuning_job_after_the_arm_s_trial_before_it(tmp_path):
+    """A tuned arm's trial n waits for its trial n - 1 (so each samples with the trials before it
+    finished), fixed where the plan makes the jobs; the jobs, frozen, pickle as they are for a
+    process pool or a Ray task."""
+    import dataclasses
+    import pickle
+
+    from gates.execution import _jobs as jobs
+
+    loaded = load_contract(write_contract(tmp_path, tuned_c05(trials=3)))
+    trials = jobs.tune_jobs(loaded, "sqlite:///optuna.db")
+    for arm in ARMS:
+        keys = [j.key for j in trials if j.arm == arm]
+        assert [j.after for j in trials if j.arm == arm] == [(), *[(k,) for k in keys[:-1]]]
+        assert [j.index for j in trials if j.arm == arm] == [0, 1, 2]
+    assert {j.tuning_storage for j in trials} == {"sqlite:///optuna.db"}
+    assert pickle.loads(pickle.dumps(trials)) == trials
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trials[1].after = ()
+
+
 # ---------------------------------------------------------------------------------- end to end
 def test_tuned_contract_end_to_end_and_resume(workdir, store):
     loaded = load_contract(
