@@ -290,6 +290,7 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
     from types import SimpleNamespace
 
     from gates.execution import _jobs as jobs
+    from gates.execution._job import Job
     from gates.execution._tuning import study_name
     from gates.record import Tracker
 
@@ -306,12 +307,35 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
         experiment_id=experiment_id,
         prov=started,
     )
-    job = {"arm": "subheap_kernel", "tuning_storage": storage, "index": 0}
+    job = Job(
+        jobs.KIND_TUNE, "tune:subheap_kernel:0", "subheap_kernel", index=0, tuning_storage=storage
+    )
     record = jobs.JOB_KINDS[jobs.KIND_TUNE](SimpleNamespace(parent=parent), job, {}, None)
     assert record["tuning_trial"]["state"] == "completed"
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     assert study_name(loaded, "subheap_kernel", "0" * 64) in names
     assert not any(name.startswith("c05-tuned-start@") and "0" * 12 not in name for name in names)
+
+
+def test_the_plan_makes_each_tuning_job_after_the_arm_s_trial_before_it(tmp_path):
+    """A tuned arm's trial n waits for its trial n - 1 (so each samples with the trials before it
+    finished), fixed where the plan makes the jobs; the jobs, frozen, pickle as they are for a
+    process pool or a Ray task."""
+    import dataclasses
+    import pickle
+
+    from gates.execution import _jobs as jobs
+
+    loaded = load_contract(write_contract(tmp_path, tuned_c05(trials=3)))
+    trials = jobs.tune_jobs(loaded, "sqlite:///optuna.db")
+    for arm in ARMS:
+        keys = [j.key for j in trials if j.arm == arm]
+        assert [j.after for j in trials if j.arm == arm] == [(), *[(k,) for k in keys[:-1]]]
+        assert [j.index for j in trials if j.arm == arm] == [0, 1, 2]
+    assert {j.tuning_storage for j in trials} == {"sqlite:///optuna.db"}
+    assert pickle.loads(pickle.dumps(trials)) == trials
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        trials[1].after = ()
 
 
 # ---------------------------------------------------------------------------------- end to end

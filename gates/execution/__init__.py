@@ -5,9 +5,10 @@ with its jobs in this process, in N local processes (`jobs=N`) or as Ray tasks (
 the one entry point every command, test and benchmark runs a plan through.
 The stop rules (`StopRuleEngine`) halt hopeless runs as the reporter hears their metrics.
 
-Private modules: `_executor`, `_tasks` (the driver), `_jobs` (one job), `_processes`, `_ray`, `_plan`,
-`_runner` (the parent run, finish, rederive), `_study_run` (one arm x seed run of the study),
-`_tuning`, `_stop_rules`, `_reporter`, `_preflight`, `_check`, `_locks`, `_allocator`.
+Private modules: `_executor`, `_tasks` (the driver), `_jobs` (one job), `_job` (a job and its
+context's description, as they travel to a task), `_processes`, `_ray`, `_plan`, `_runner` (the
+parent run, finish, rederive), `_study_run` (one arm x seed run of the study), `_tuning`,
+`_stop_rules`, `_reporter`, `_preflight`, `_check`, `_locks`, `_allocator`.
 """
 
 from typing import TYPE_CHECKING

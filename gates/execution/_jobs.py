@@ -1,12 +1,12 @@
 """One job of a contract's plan, wherever it runs: in the driver's own process (the inline backend of
 a plain `gates run`), in a local process (`--jobs N`) or as a Ray task (`--executor ray`).
 
-A job is described by a JSON-able dict (`run_jobs`, `tune_jobs`: its kind, key, arm, seed or trial
-place, the jobs it comes `after`, the config it runs), and runs as `JOB_KINDS[kind](context, job,
+A job is a `Job` (gates/execution/_job.py; `run_jobs`, `tune_jobs`: its kind, key, arm, seed or trial
+place, the jobs it comes `after`, the config it runs), and runs as `JOB_KINDS[job.kind](context, job,
 records, progress)`, which returns its record. The context (`JobContext`) is the parent MLflow run the
 job's run is nested under: the driver's own in this process; elsewhere rebuilt (`load_context`) from
-what the driver ships with each task (`job_info`: the contract's text, the driver's code fingerprint,
-the parent run), and refused on other code. `records`: the records of the jobs it comes after (a
+what the driver ships with each task (`job_info`, a `ContextInfo`: the contract's text, the driver's
+code fingerprint, the parent run), and refused on other code. `records`: the records of the jobs it comes after (a
 relatively judged arm reads their metric histories). gates/execution/_tasks.py drives the jobs.
 """
 
@@ -23,10 +23,7 @@ from gates.contract import LoadedContract
 from gates.errors import UserError
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
-
-KIND_RUN = plan.KIND_RUN
-KIND_TUNE = plan.KIND_TUNE
-ATTR = "gates.contract_sha256"  # the contract's hash in `job_info`: a process on another refuses
+from gates.execution._job import KIND_RUN, KIND_TUNE, ContextInfo, Job
 
 
 @dataclass
@@ -41,62 +38,47 @@ class JobContext:
 
 
 # ---------------------------------------------------------------------------------- descriptions
-def job_info(parent: runner.ParentRun) -> dict:
+def job_info(parent: runner.ParentRun, tracking_uri: str) -> ContextInfo:
     """What a process elsewhere needs to run a parent run's jobs (`load_context` rebuilds it): the
-    contract's text, the driver's code fingerprint, the MLflow parent run."""
+    contract's text, the driver's code fingerprint, the MLflow parent run in the store at
+    `tracking_uri` (the parent's store as a task opens it)."""
     loaded = parent.loaded
-    return {
-        "gates.contract_id": loaded.id,
-        "gates.code_sha256": parent.prov.code_sha256,
-        "gates.contract_name": loaded.path.name,
-        "gates.contract_yaml": loaded.path.read_text(encoding="utf-8"),
-        "gates.tracking_uri": parent.tracking_uri,
-        "gates.experiment_id": parent.experiment_id,
-        "gates.parent_run_id": parent.parent_id,
-        "gates.base_tags": parent.base_tags,
-        ATTR: loaded.sha256,
-    }
+    return ContextInfo(
+        contract_id=loaded.id,
+        contract_name=loaded.path.name,
+        contract_yaml=loaded.path.read_text(encoding="utf-8"),
+        contract_sha256=loaded.sha256,
+        code_sha256=parent.prov.code_sha256,
+        tracking_uri=tracking_uri,
+        experiment_id=parent.experiment_id,
+        parent_run_id=parent.parent_id,
+        base_tags=parent.base_tags,
+    )
 
 
-def run_jobs(parent: runner.ParentRun, seeds: list[int] | None = None) -> list[dict]:
+def run_jobs(parent: runner.ParentRun, seeds: list[int] | None = None) -> list[Job]:
     """The plan's arm x seed jobs (kind "run") of these seeds (default: all); a relatively judged job
     lists the jobs it is compared with in `after`. Each carries the arm config it runs (the tuned one
     after tuning)."""
     loaded = parent.loaded
     seeds = list(loaded.contract.seeds) if seeds is None else seeds
     return [
-        {
-            "kind": KIND_RUN,
-            "job": j.key,
-            "arm": j.arm,
-            "seed": j.seed,
-            "after": list(j.after),
-            "config": loaded.arm_configs[j.arm].model_dump(mode="json"),
-        }
+        dataclasses.replace(j, config=loaded.arm_configs[j.arm].model_dump(mode="json"))
         for j in plan.run_jobs(loaded, seeds)
     ]
 
 
-def tune_jobs(loaded: LoadedContract, tuning_storage: str) -> list[dict]:
-    """The plan's tuning trials (kind "tune"), one per pre-registered trial of every tuned arm."""
-    return [
-        {
-            "kind": KIND_TUNE,
-            "job": j.key,
-            "arm": j.arm,
-            "index": j.index,
-            "after": [],
-            "tuning_storage": tuning_storage,
-        }
-        for j in plan.tuning_jobs(loaded)
-    ]
+def tune_jobs(loaded: LoadedContract, tuning_storage: str) -> list[Job]:
+    """The plan's tuning trials (kind "tune"), one per pre-registered trial of every tuned arm, each
+    filed in `tuning_storage`."""
+    return [dataclasses.replace(j, tuning_storage=tuning_storage) for j in plan.tuning_jobs(loaded)]
 
 
-def failing_before(loaded: LoadedContract, records: dict[str, dict], job: dict) -> list[dict]:
+def failing_before(loaded: LoadedContract, records: dict[str, dict], job: Job) -> list[dict]:
     """The failing streak (plan.failing_streak) of a run job's arm on the seeds just before its own, in
     the contract's order, back to the first of them without a record yet: what a single process saw
     when it came to this seed. Non-empty: the job is not run."""
-    arm, seed = job["arm"], int(job["seed"])
+    arm, seed = job.arm, job.seed
     seeds = list(loaded.contract.seeds)
     earlier = []
     for s in reversed(seeds[: seeds.index(seed)] if seed in seeds else []):
@@ -108,7 +90,7 @@ def failing_before(loaded: LoadedContract, records: dict[str, dict], job: dict) 
 
 
 # ---------------------------------------------------------------------------------- contexts
-def load_context(info: dict, folder: Path, trackers: dict | None = None) -> JobContext:
+def load_context(info: ContextInfo, folder: Path, trackers: dict | None = None) -> JobContext:
     """A job's context from the driver's `job_info` (the contract written to `folder` and loaded),
     refused (RuntimeError) when the contract or this machine's code is not the driver's, or an arm
     cannot run here. `trackers`: this process's open stores, by URI."""
@@ -118,38 +100,34 @@ def load_context(info: dict, folder: Path, trackers: dict | None = None) -> JobC
 
     trackers = {} if trackers is None else trackers
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / info["gates.contract_name"]
-    path.write_text(info["gates.contract_yaml"], encoding="utf-8")
+    path = folder / info.contract_name
+    path.write_text(info.contract_yaml, encoding="utf-8")
     try:
         loaded = load_contract(path)
     except (UserError, UserErrors) as e:
         raise RuntimeError(
             f"its contract does not load here: {e.render().splitlines()[0]}"
         ) from None
-    if loaded.sha256 != info[ATTR]:
+    if loaded.sha256 != info.contract_sha256:
         raise RuntimeError(
-            f"its contract hashes to {loaded.sha256[:16]} here, {info[ATTR][:16]} at the driver"
+            f"its contract hashes to {loaded.sha256[:16]} here, "
+            f"{info.contract_sha256[:16]} at the driver"
         )
     code = code_sha256(type(loaded.study).__module__)
-    if code != info["gates.code_sha256"]:
+    if code != info.code_sha256:
         raise RuntimeError(
             f"this process's code (sha256 {code[:12]}) differs from the driver's "
-            f"({info['gates.code_sha256'][:12]}): install the same commit"
+            f"({info.code_sha256[:12]}): install the same commit"
         )
     for arm, cfg in loaded.arm_configs.items():
         why = loaded.study.why_not_ready(cfg)
         if why:
             raise RuntimeError(f"arm {arm!r} cannot run here: {why}")
-    uri = info["gates.tracking_uri"]
+    uri = info.tracking_uri
     if uri not in trackers:
         trackers[uri] = Tracker(uri)
     parent = runner.ParentRun(
-        loaded,
-        uri,
-        trackers[uri],
-        info["gates.experiment_id"],
-        info["gates.parent_run_id"],
-        dict(info["gates.base_tags"]),
+        loaded, uri, trackers[uri], info.experiment_id, info.parent_run_id, dict(info.base_tags)
     )
     return JobContext(parent)
 
@@ -159,27 +137,26 @@ _TRACKERS: dict[str, object] = {}
 _FOLDER: list[Path] = []
 
 
-def run_task(info: dict, job: dict, records: dict[str, dict], threads: int) -> dict:
+def run_task(info: ContextInfo, job: Job, records: dict[str, dict], threads: int) -> dict:
     """One job in a task process (a local process, a Ray worker), on the context rebuilt from the
     driver's `job_info` (kept for the process's next tasks), on exactly `threads` CPU threads: the
     driver's, so its sums are a single process's."""
     from gates.study import cpu_threads
 
-    key = f"{info[ATTR]}:{info['gates.parent_run_id']}"
+    key = info.key
     if key not in _CONTEXTS:
         if not _FOLDER:
             _FOLDER.append(Path(tempfile.mkdtemp(prefix="gates-task-")))
         _CONTEXTS[key] = load_context(info, _FOLDER[0] / str(len(_CONTEXTS)), _TRACKERS)
     with cpu_threads(threads):
-        return JOB_KINDS[job["kind"]](_CONTEXTS[key], job, records, runner.SilentProgress())
+        return JOB_KINDS[job.kind](_CONTEXTS[key], job, records, runner.SilentProgress())
 
 
 # ---------------------------------------------------------------------------------- the kinds
-def _run_arm_seed(ctx: JobContext, job: dict, records: dict[str, dict], progress) -> dict:
+def _run_arm_seed(ctx: JobContext, job: Job, records: dict[str, dict], progress) -> dict:
     """Job kind "run": one arm x seed under the contract's stop rules, as a child of the parent run."""
     parent = ctx.parent
-    arm = job["arm"]
-    config = job.get("config")
+    arm, config = job.arm, job.config
     if (
         parent.loaded.contract.tuning is not None
         and config is not None
@@ -190,7 +167,7 @@ def _run_arm_seed(ctx: JobContext, job: dict, records: dict[str, dict], progress
         parent = dataclasses.replace(parent, loaded=loaded)
     reference = plan.reference_metrics(parent.loaded)
     others = {}  # the arms before this one on its seed (a run not run has no history)
-    for dep in job.get("after", []):
+    for dep in job.after:
         record = records[dep]
         run_id = record.get("mlflow_run_id")
         if run_id is None:
@@ -199,13 +176,13 @@ def _run_arm_seed(ctx: JobContext, job: dict, records: dict[str, dict], progress
             others[record["arm"]] = ctx.histories[run_id]
         else:
             others[record["arm"]] = {m: parent.tracker.history(run_id, m) for m in reference}
-    record, history = runner.run_job(parent, arm, int(job["seed"]), progress, others=others)
+    record, history = runner.run_job(parent, arm, job.seed, progress, others=others)
     if ctx.histories is not None and record.get("mlflow_run_id"):
         ctx.histories[record["mlflow_run_id"]] = history
     return record
 
 
-def _run_tuning_trial(ctx: JobContext, job: dict, records: dict[str, dict], progress) -> dict:
+def _run_tuning_trial(ctx: JobContext, job: Job, records: dict[str, dict], progress) -> dict:
     """Job kind "tune": one pre-registered tuning trial of an arm (gates.execution._tuning
     .run_tuning_trial, which does nothing once the arm's budget is spent); its MLflow run is nested
     under the parent run."""
@@ -214,37 +191,40 @@ def _run_tuning_trial(ctx: JobContext, job: dict, records: dict[str, dict], prog
     parent = ctx.parent
     trial = tuning.run_tuning_trial(
         parent.loaded,
-        job["arm"],
-        job["tuning_storage"],
+        job.arm,
+        job.tuning_storage,
         parent.tracking_uri,
         parent_run_id=parent.parent_id,
         experiment_id=parent.experiment_id,
         # the fingerprint the run started with, checked when this process took its first job: one
         # measured now would file the trial under another study after a file changed mid-run
         prov=parent.prov,
-        index=job.get("index"),
+        index=job.index,
     )
     return {
         "kind": KIND_TUNE,
-        "arm": job["arm"],
+        "arm": job.arm,
         "tuning_trial": trial,
         "mlflow_run_id": (trial or {}).get("mlflow_run_id"),
     }
 
 
 # kind -> function(JobContext, job, records it may read, progress) -> record (JSON-able)
-JOB_KINDS: dict[str, Callable[[JobContext, dict, dict[str, dict], runner.Progress], dict]] = {
+JOB_KINDS: dict[str, Callable[[JobContext, Job, dict[str, dict], runner.Progress], dict]] = {
     KIND_RUN: _run_arm_seed,
     KIND_TUNE: _run_tuning_trial,
 }
 
 
 # ---------------------------------------------------------------------------------- the driver's side
-def show_record(progress: runner.Progress, job: dict, record: dict, steps: int) -> None:
-    """A job's record as it arrives from a task elsewhere: a run's final metrics and its end, or a
-    tuning trial."""
-    if job["kind"] == KIND_RUN:
-        progress.update(job["arm"], job["seed"], steps, record["metrics"])
+def show_record(
+    progress: runner.Progress, job: Job, record: dict, steps: int, *, live: bool = False
+) -> None:
+    """A job's record as it arrives: a run's end (after its final metrics when it ran in a task
+    elsewhere; `live`: its task fed the display as it ran, in this process), or a tuning trial."""
+    if job.kind == KIND_RUN:
+        if not live:
+            progress.update(job.arm, job.seed, steps, record["metrics"])
         progress.end(record)
     elif record.get("tuning_trial") and hasattr(progress, "tuning_trial"):
         progress.tuning_trial(record["tuning_trial"])

@@ -1,41 +1,34 @@
 """The order of work of a contract: one plan, whatever runs its jobs.
 
-1. tuning trials (`tuning_jobs`), when the contract tunes its arms; then the tuned configs
-   (`gates.execution._tuning.tune_and_apply`: the best trial's params, preflight again);
+1. tuning trials (`tuning_jobs`; an arm's trial n `after` its trial n - 1), when the contract tunes
+   its arms; then the tuned configs (`gates.execution._tuning.tune_and_apply`: the best trial's
+   params, preflight again);
 2. arm x seed jobs grouped by look (`run_jobs(loaded, seeds)`), seed-major, the arms that relative
    futility rules judge last in each seed (`after` names the jobs they are compared with);
 3. between looks, a decision point (`next_seeds(loaded, records)`): the seeds of the next look, or
    None when the records decide (a sequential contract, gates.inference._sequential) or every seed has run.
    A contract without `sequential` is one look of all its seeds.
 
-One driver follows it (gates/execution/_tasks.py), whichever backend runs the jobs (this process, local
-processes, Ray tasks): it submits one look's jobs as their `after` allows and asks `next_seeds` with the
+Each job is a `Job` (gates/execution/_job.py), its `after` fixed as it is made. One driver follows the
+plan (gates/execution/_tasks.py), whichever backend runs the jobs (this process, local processes, Ray
+tasks): it submits one look's jobs as their `after` allows and asks `next_seeds` with the
 records it has, so the looks are written once.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 from gates.contract import LoadedContract
-
-KIND_RUN = "run"
-KIND_TUNE = "tune"
-
-
-@dataclass(frozen=True)
-class Job:
-    kind: str  # "run" (an arm x seed) | "tune" (one tuning trial of an arm)
-    key: str
-    arm: str
-    seed: int | None = None  # run
-    index: int | None = None  # tune: the trial's place in the arm's budget
-    after: tuple[str, ...] = field(default=())  # jobs whose records this one needs first
+from gates.execution._job import KIND_RUN, KIND_TUNE, Job
 
 
 def job_key(arm: str, seed: int) -> str:
     return f"{arm}/seed{seed}"
+
+
+def tuning_key(arm: str, index: int) -> str:
+    return f"tune:{arm}:{index}"
 
 
 def judged_arms(loaded: LoadedContract) -> set[str]:
@@ -65,12 +58,19 @@ def arm_order(loaded: LoadedContract) -> list[str]:
 
 
 def tuning_jobs(loaded: LoadedContract) -> list[Job]:
-    """One job per pre-registered tuning trial of every tuned arm, arm by arm."""
+    """One job per pre-registered tuning trial of every tuned arm, arm by arm; trial n of an arm after
+    its trial n - 1, so that each samples with the trials before it finished, as in one process."""
     t = loaded.contract.tuning
     if t is None:
         return []
     return [
-        Job(KIND_TUNE, f"tune:{arm}:{i}", arm, index=i)
+        Job(
+            KIND_TUNE,
+            tuning_key(arm, i),
+            arm,
+            index=i,
+            after=(tuning_key(arm, i - 1),) if i else (),
+        )
         for arm in t.tuned_arms(loaded.contract.arms)
         for i in range(t.trials_per_arm)
     ]

@@ -28,6 +28,7 @@ import sys
 from gates.errors import storage_error
 from gates.execution import _jobs as jobs
 from gates.execution import _tasks as tasks
+from gates.execution._job import ContextInfo, Job
 
 CANCEL_WAIT_SECONDS = 10  # how long interrupted tasks get to close their MLflow runs
 
@@ -54,11 +55,11 @@ def _interrupt(_signum, _frame):
     raise KeyboardInterrupt
 
 
-def _run_task(info: dict, attrs: dict, readable: dict, threads: int) -> dict:
+def _run_task(info: ContextInfo, job: Job, readable: dict, threads: int) -> dict:
     """`run_task` with SIGTERM as a KeyboardInterrupt while it runs (the driver's cancel)."""
     signal.signal(signal.SIGTERM, _interrupt)
     try:
-        return jobs.run_task(info, attrs, readable, threads)
+        return jobs.run_task(info, job, readable, threads)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
@@ -95,18 +96,18 @@ class ProcessBackend:
     def room(self) -> int:
         return self.jobs
 
-    def submit(self, info: dict, attrs: dict, readable: dict, threads: int):
-        return self.pool.submit(_run_task, info, attrs, readable, threads)
+    def submit(self, info: ContextInfo, job: Job, readable: dict, threads: int):
+        return self.pool.submit(_run_task, info, job, readable, threads)
 
     def wait(self, handles: list) -> list:
         return list(futures.wait(handles, return_when=futures.FIRST_COMPLETED).done)
 
-    def result(self, handle, attrs: dict) -> dict:
+    def result(self, handle, job: Job) -> dict:
         try:
             return handle.result()
         except futures.process.BrokenProcessPool:
             raise tasks.TaskError(
-                f"job {attrs['job']}: a process of --jobs {self.jobs} died; finished runs are kept "
+                f"job {job.key}: a process of --jobs {self.jobs} died; finished runs are kept "
                 f"and the next `gates run` reuses them"
             ) from None
         except KeyboardInterrupt:
@@ -117,7 +118,7 @@ class ProcessBackend:
                 raise found from None
             what = (str(e).strip().splitlines() or [""])[0]
             raise tasks.TaskError(
-                f"job {attrs['job']} failed in a process of --jobs {self.jobs}: "
+                f"job {job.key} failed in a process of --jobs {self.jobs}: "
                 f"{type(e).__name__}: {what}; finished runs are kept and the next `gates run` "
                 f"reuses them"
             ) from None

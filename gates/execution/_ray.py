@@ -39,6 +39,7 @@ from gates.errors import UserError, storage_error
 from gates.execution import _jobs as jobs
 from gates.execution import _runner as runner
 from gates.execution import _tasks as tasks
+from gates.execution._job import ContextInfo, Job
 from gates.execution._locks import contract_lock
 from gates.record import Recording
 
@@ -268,19 +269,19 @@ class RayBackend:
         cpus = self.ray.cluster_resources().get("CPU", 0)
         return max(1, int(cpus // self.threads))
 
-    def submit(self, info: dict, attrs: dict, readable: dict, threads: int):
+    def submit(self, info: ContextInfo, job: Job, readable: dict, threads: int):
         return self.remote.options(
             num_cpus=threads,
-            num_gpus=self.gpus.get(attrs["arm"], 0),
+            num_gpus=self.gpus.get(job.arm, 0),
             max_retries=MAX_RETRIES,
             retry_exceptions=False,  # a study's error is a failed run in its record
-            name=f"gates {attrs['job']}",
-        ).remote(info, attrs, readable, threads)
+            name=f"gates {job.key}",
+        ).remote(info, job, readable, threads)
 
     def wait(self, handles: list) -> list:
         return self.ray.wait(handles, num_returns=1)[0]
 
-    def result(self, handle, attrs: dict) -> dict:
+    def result(self, handle, job: Job) -> dict:
         exceptions = self.ray.exceptions
         try:
             return self.ray.get(handle)
@@ -293,12 +294,12 @@ class RayBackend:
                 raise KeyboardInterrupt from None
             what = (str(cause).strip().splitlines() or [""])[0]
             raise RayJobError(
-                f"job {attrs['job']} failed on a Ray worker: {type(cause).__name__}: {what}; "
+                f"job {job.key} failed on a Ray worker: {type(cause).__name__}: {what}; "
                 f"finished runs are kept and the next `gates run` reuses them"
             ) from None
         except (exceptions.WorkerCrashedError, exceptions.NodeDiedError) as e:
             raise RayJobError(
-                f"job {attrs['job']}: its Ray worker died on all {MAX_RETRIES + 1} attempts "
+                f"job {job.key}: its Ray worker died on all {MAX_RETRIES + 1} attempts "
                 f"({type(e).__name__}); finished runs are kept and the next `gates run` reuses them"
             ) from None
 

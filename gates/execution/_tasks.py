@@ -33,6 +33,7 @@ from gates.contract import LoadedContract
 from gates.execution import _jobs as jobs
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
+from gates.execution._job import KIND_RUN, ContextInfo, Job
 from gates.record import Recording
 
 
@@ -52,13 +53,13 @@ class Backend(Protocol):
     def room(self) -> int:
         """How many tasks may run at once (at least one)."""
 
-    def submit(self, info: dict, job: dict, readable: dict, threads: int):
+    def submit(self, info: ContextInfo, job: Job, readable: dict, threads: int):
         """Start one job's task; a handle to wait on."""
 
     def wait(self, handles: list) -> list:
         """Block until at least one of `handles` is done; those done."""
 
-    def result(self, handle, job: dict) -> dict:
+    def result(self, handle, job: Job) -> dict:
         """The job's record, or TaskError (a storage error: its own one-line error; Ctrl-C in the task:
         KeyboardInterrupt)."""
 
@@ -80,13 +81,13 @@ class InlineBackend:
     def room(self) -> int:
         return 1
 
-    def submit(self, info: dict, job: dict, readable: dict, threads: int):
-        return functools.partial(jobs.JOB_KINDS[job["kind"]], self.context, job, readable)
+    def submit(self, info: ContextInfo, job: Job, readable: dict, threads: int):
+        return functools.partial(jobs.JOB_KINDS[job.kind], self.context, job, readable)
 
     def wait(self, handles: list) -> list:
         return handles[:1]  # (it runs when its result is asked for)
 
-    def result(self, handle, job: dict) -> dict:
+    def result(self, handle, job: Job) -> dict:
         return handle(self.progress)
 
     def cancel(self, handles: list) -> None:
@@ -98,15 +99,20 @@ class Tasks:
     backend has room, and collects their records."""
 
     def __init__(
-        self, backend: Backend, parent: runner.ParentRun, info: dict, threads: int, progress
+        self,
+        backend: Backend,
+        parent: runner.ParentRun,
+        info: ContextInfo,
+        threads: int,
+        progress,
     ):
         self.backend, self.parent, self.info, self.threads = backend, parent, info, threads
         self.progress = progress
         self.records: dict[str, dict] = {}  # job -> record, every look's
-        self.running: dict = {}  # handle -> the job
+        self.running: dict = {}  # handle -> its Job
         self.reused: dict[tuple[str, int], dict] = {}  # (arm, seed) -> a finished run's summary
 
-    def run(self, todo: list[dict], reused: dict[tuple[str, int], dict] | None = None) -> list:
+    def run(self, todo: list[Job], reused: dict[tuple[str, int], dict] | None = None) -> list:
         """Each job's record, in job order: a finished run of the same contract and code (`reused`)
         taken as it is, every other job run as a task."""
         steps = self.parent.budget.steps
@@ -120,56 +126,49 @@ class Tasks:
                         break
                     # (the plan lists a job's dependencies before it)
                     raise RuntimeError(
-                        f"jobs wait on jobs that are not in the plan: {[j['job'] for j in pending]}"
+                        f"jobs wait on jobs that are not in the plan: {[j.key for j in pending]}"
                     )
                 for handle in self.backend.wait(list(self.running)):
                     job = self.running.pop(handle)
                     record = self.backend.result(handle, job)
-                    self.records[job["job"]] = record
-                    if not self.backend.live:
-                        jobs.show_record(self.progress, job, record, steps)
-                    elif job["kind"] == plan.KIND_RUN:
-                        self.progress.end(record)
-                    elif record.get("tuning_trial") and hasattr(self.progress, "tuning_trial"):
-                        self.progress.tuning_trial(record["tuning_trial"])
+                    self.records[job.key] = record
+                    jobs.show_record(self.progress, job, record, steps, live=self.backend.live)
         except BaseException:
             handles = list(self.running)
             self.running.clear()
             self.backend.cancel(handles)
             raise
-        return [self.records[job["job"]] for job in todo]
+        return [self.records[job.key] for job in todo]
 
-    def _settle(self, job: dict, record: dict, steps: int) -> None:
+    def _settle(self, job: Job, record: dict, steps: int) -> None:
         """A run job's record found here, without a task (reused, or not run)."""
-        self.progress.start(job["arm"], job["seed"], steps, skipped=record)
+        self.progress.start(job.arm, job.seed, steps, skipped=record)
         self.progress.end(record)
-        self.records[job["job"]] = record
+        self.records[job.key] = record
 
-    def _submit(self, pending: list[dict], steps: int) -> None:
+    def _submit(self, pending: list[Job], steps: int) -> None:
         room = self.backend.room()
         for job in list(pending):
             if len(self.running) >= room:
                 return  # (a reused run is settled in its turn too: the display shows the plan's order)
-            done = self.reused.get((job.get("arm"), job.get("seed")))
-            if job["kind"] == plan.KIND_RUN and done is not None:
+            done = self.reused.get((job.arm, job.seed))
+            if job.kind == KIND_RUN and done is not None:
                 pending.remove(job)
                 self._settle(job, runner.run_record(done), steps)
                 continue
-            if any(dep not in self.records for dep in job.get("after", [])):
+            if any(dep not in self.records for dep in job.after):
                 continue  # after the jobs it needs (they come earlier in the plan's order)
             pending.remove(job)
-            if job["kind"] == plan.KIND_RUN:
+            if job.kind == KIND_RUN:
                 failing = jobs.failing_before(self.parent.loaded, self.records, job)
                 if failing:  # its arm failed on the seeds just before: not run
-                    self._settle(
-                        job, runner.skipped_record(job["arm"], job["seed"], failing), steps
-                    )
+                    self._settle(job, runner.skipped_record(job.arm, job.seed, failing), steps)
                     continue
-            readable = {k: self.records[k] for k in job.get("after", [])}
+            readable = {k: self.records[k] for k in job.after}
             handle = self.backend.submit(self.info, job, readable, self.threads)
             self.running[handle] = job
-            if job["kind"] == plan.KIND_RUN:
-                self.progress.start(job["arm"], job["seed"], steps)
+            if job.kind == KIND_RUN:
+                self.progress.start(job.arm, job.seed, steps)
 
 
 def tuning_storage(
@@ -214,9 +213,9 @@ def drive(
 
 
 def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url, fresh):
-    info = jobs.job_info(parent)
-    info["gates.tracking_uri"] = task_url(parent.tracking_uri)
-    tasks = Tasks(backend, parent, info, threads, progress)
+    tasks = Tasks(
+        backend, parent, jobs.job_info(parent, task_url(parent.tracking_uri)), threads, progress
+    )
     done = runner.finished_runs(parent)  # a RUNNING child is a killed driver's: closed, redone
     reuse = runner.Reuse()
     reuse.other_code, reuse.other_code_sha256 = runner.runs_under_other_code(parent)
@@ -233,11 +232,7 @@ def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url,
             tuning.reap_interrupted(
                 loaded, arm, tuning_url, parent.tracker, parent.prov.code_sha256
             )
-        trials = jobs.tune_jobs(loaded, task_url(tuning_url))
-        for before, after in zip(trials, trials[1:]):
-            if before["arm"] == after["arm"]:  # trial n samples with trial n - 1 finished
-                after["after"] = [before["job"]]
-        tasks.run(trials)
+        tasks.run(jobs.tune_jobs(loaded, task_url(tuning_url)))
         parent.apply_tuning(tuning_url, progress)
     records: list[dict] = []
     for seeds in plan.seeds_by_look(parent.loaded, records):  # look by look
