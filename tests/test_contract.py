@@ -214,3 +214,16 @@ def test_futility_window_must_fit_after_the_first_evaluation(tmp_path):
     data["stop_rules"]["futility"][0].update(at_step=40, window=30)
     msg = error_of(tmp_path, yaml.safe_dump(data))
     assert "stop_rules.futility.0.window: window 30 reaches back before the first evaluation" in msg
+
+
+def test_a_loaded_contract_is_immutable_and_changes_go_to_a_copy(tmp_path):
+    """What a run learns (tuned configs, the tuning record, the claim family) goes to a copy: no
+    caller's contract changes under it."""
+    loaded = load_contract(write_contract(tmp_path, small_c05()))
+    with pytest.raises(AttributeError, match="immutable"):
+        loaded.tuning_record = {"arms": {}}
+    tuned = loaded.replace(tuning_record={"arms": {}})
+    assert tuned.tuning_record == {"arms": {}} and loaded.tuning_record is None
+    assert tuned.sha256 == loaded.sha256 and tuned.contract is loaded.contract
+    with pytest.raises(AttributeError, match="no 'tuned'"):
+        loaded.replace(tuned=True)

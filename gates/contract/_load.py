@@ -5,6 +5,7 @@ line, the field path and what is expected. `load_contract_cached` loads each fil
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from pathlib import Path
@@ -39,12 +40,29 @@ class LoadedContract:
         self.arm_configs = arm_configs  # arm name -> study.Config instance (defaults filled in)
         self.sha256 = sha256
         self.lines = lines  # field path -> line in the YAML file
-        # the tuning record of the run being judged (gates.execution._tuning: a tuned arm's search may have stopped at
-        # an edge); set by the runner after tuning and by verify from the evidence
+        # the tuning record of the run being judged (gates.execution._tuning: a tuned arm's search may
+        # have stopped at an edge): a copy with it is made after tuning, and by verify from the evidence
         self.tuning_record: dict | None = None
-        # its claim family (gates.record.family_of: the alpha its verdict is judged at); set by whoever
-        # reads it with the record (admit, verify, rederive); None: judged at its own alpha
+        # its claim family (gates.record.family_of: the alpha its verdict is judged at), given to a copy
+        # by whoever reads it with the record (admit, gates run, verify, rederive); None: its own alpha
         self.family = None
+        self._frozen = True
+
+    def __setattr__(self, name: str, value) -> None:
+        # immutable once loaded: what a run learns (tuned configs, the tuning record, the claim family)
+        # goes to a copy (`replace`), so no caller's contract changes under it
+        if getattr(self, "_frozen", False):
+            raise AttributeError(f"LoadedContract is immutable: replace({name}=...) makes a copy")
+        object.__setattr__(self, name, value)
+
+    def replace(self, **changes) -> LoadedContract:
+        """A copy with `changes` (tuning_record, family, arm_configs) set."""
+        new = copy.copy(self)
+        for name, value in changes.items():
+            if not hasattr(self, name):
+                raise AttributeError(f"LoadedContract has no {name!r}")
+            object.__setattr__(new, name, value)
+        return new
 
     def ceilings(self) -> dict[str, dict]:
         """condition label -> its ceiling ({why, value | metric | arm}): the contract's `ceiling`, else what

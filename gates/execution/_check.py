@@ -83,20 +83,20 @@ def admit(path: Path, runs_dir: Path, contracts_dir: Path) -> LoadedContract:
     require_in_contracts(loaded, contracts_dir)
     check_existing_evidence(loaded, runs_dir)
     require_current_rules(loaded, runs_dir)
-    require_family(loaded, runs_dir, contracts_dir)
-    return loaded
+    return require_family(loaded, runs_dir, contracts_dir)
 
 
-def require_family(loaded: LoadedContract, runs_dir: Path, contracts_dir: Path) -> None:
-    """Set the contract's claim family (`loaded.family`: the alpha its verdict is judged at) and, for a
-    contract not yet recorded, refuse a version its family cannot take (`family_errors`)."""
+def require_family(loaded: LoadedContract, runs_dir: Path, contracts_dir: Path) -> LoadedContract:
+    """The contract with its claim family (`family`: the alpha its verdict is judged at); for a
+    contract not yet recorded, a version its family cannot take refused (`family_errors`)."""
     from gates.record import family_errors, family_of
 
-    loaded.family = family_of(loaded.contract, runs_dir, contracts_dir)
+    loaded = loaded.replace(family=family_of(loaded.contract, runs_dir, contracts_dir))
     if not loaded.recorded_in(runs_dir):
         errors = family_errors(loaded, loaded.family, runs_dir)
         if errors:
             raise UserErrors(errors)
+    return loaded
 
 
 def check_contract(

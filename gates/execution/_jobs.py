@@ -12,7 +12,6 @@ relatively judged arm reads their metric histories). gates/execution/_tasks.py d
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import tempfile
 from collections.abc import Callable
@@ -162,8 +161,12 @@ def _run_arm_seed(ctx: JobContext, job: Job, records: dict[str, dict], progress)
         and config is not None
         and config != parent.loaded.arm_configs[arm].model_dump(mode="json")
     ):  # the tuned config the driver chose (a task process loaded the contract's own)
-        loaded = copy.copy(parent.loaded)
-        loaded.arm_configs = {**loaded.arm_configs, arm: loaded.study.Config.model_validate(config)}
+        loaded = parent.loaded.replace(
+            arm_configs={
+                **parent.loaded.arm_configs,
+                arm: parent.loaded.study.Config.model_validate(config),
+            }
+        )
         parent = dataclasses.replace(parent, loaded=loaded)
     reference = plan.reference_metrics(parent.loaded)
     others = {}  # the arms before this one on its seed (a run not run has no history)

@@ -37,7 +37,6 @@ from gates.record import (
     Reproduction,
     Tracker,
     atomic_write_text,
-    attach_family,
     attempt_field,
     attempt_verdicts,
     compare_reproduction,
@@ -45,6 +44,7 @@ from gates.record import (
     current_provenance,
     derive,
     evidence_dir,
+    family_for,
     learning_curves,
     pilot_runs,
     plan_recording,
@@ -381,9 +381,9 @@ def finish(
     (evidence and report written atomically to runs/<id>/ and indexed) or, for a recorded claim, the
     comparison with its record (nothing written under runs/); and the parent run's outcome tags,
     metrics, plots and artifacts."""
-    loaded, tracker = parent.loaded, parent.tracker
+    recording = recording or plan_recording(parent.loaded, runs_root)
+    loaded, tracker = parent.loaded.replace(family=recording.family), parent.tracker
     c = loaded.contract
-    recording = recording or plan_recording(loaded, runs_root)
     facts = _run_facts(parent, records)
     after = {}
     shared = shared_runs(_recorded_evidence(runs_root, c.id, facts), only=c.id).get(c.id)
@@ -536,7 +536,7 @@ def rederive(
             file=str(loaded.path),
         )
     # the family as the record stands (its contract's folder), judging the attempt this evidence is
-    attach_family(loaded, runs_root, attempt_verdicts(old)[:-1])
+    loaded = loaded.replace(family=family_for(loaded, runs_root, attempt_verdicts(old)[:-1]))
     family = old.family.as_dict() if old.family is not None else None
     stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
     derived = derive(loaded, stored, tuning=stored.get("tuning"))

@@ -28,7 +28,6 @@ every arm's remaining budget; `tune_and_apply` is the runner's hook.
 
 from __future__ import annotations
 
-import copy
 import json
 import math
 import time
@@ -475,9 +474,7 @@ def apply(loaded: LoadedContract, record: dict) -> LoadedContract:
     for arm, r in record["arms"].items():
         if r["best"] is not None:
             configs[arm] = tuned_config(loaded, arm, r["best"]["params"])
-    tuned = copy.copy(loaded)
-    tuned.arm_configs = configs
-    return tuned
+    return loaded.replace(arm_configs=configs)
 
 
 def tune_and_apply(
@@ -503,8 +500,7 @@ def tune_and_apply(
         progress=progress,
         prov=prov,
     )
-    tuned = apply(loaded, record)
-    tuned.tuning_record = record
+    tuned = apply(loaded, record).replace(tuning_record=record)
     pre = preflight(tuned)
     if pre.errors:
         raise UserErrors(

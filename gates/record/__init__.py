@@ -92,10 +92,10 @@ if TYPE_CHECKING:
     from gates.record._family import (
         Family,
         Version,
-        attach_family,
         attempt_verdicts,
         describe_family,
         family_errors,
+        family_for,
         family_of,
         family_record,
     )
@@ -212,7 +212,6 @@ _FACE = {
     "as_evidence": "_evidence",
     "atomic_write_text": "_evidence",
     "atomic_writer": "_evidence",
-    "attach_family": "_family",
     "attempt_field": "_attempts",
     "attempt_verdicts": "_family",
     "backfill_index": "_writer",
@@ -243,6 +242,7 @@ _FACE = {
     "devices_of": "_evidence",
     "evidence_dir": "_evidence",
     "family_errors": "_family",
+    "family_for": "_family",
     "family_of": "_family",
     "family_record": "_family",
     "files_at_commit": "_provenance",

@@ -44,6 +44,7 @@ class Recording:
         None  # the evidence on disk (REPRODUCE: the attempt reproduced)
     )
     earlier: list[dict] = field(default_factory=list)  # RECORD: summaries of the earlier attempts
+    family: object = None  # the claim family (gates.record.Family) the verdict is judged at
 
 
 def plan_recording(
@@ -51,15 +52,14 @@ def plan_recording(
 ) -> Recording:
     """Decide before any training whether this run records a new attempt or reproduces the recorded
     one; UserError (exit 2) for flags that do not fit the claim's state, and for recording from files
-    no commit holds (`refuse_uncommitted`). Sets the contract's claim family
-    (`loaded.family`, the alpha its verdict is judged at) where its caller has not (`gates run` did, at
-    admission, with the family's refusals), judging the attempt this run records or reproduces."""
+    no commit holds (`refuse_uncommitted`). Its `family`: the contract's claim family (the alpha its
+    verdict is judged at) for the attempt this run records or reproduces (`family_for`)."""
     recording = _plan(loaded, runs_root, record, reason)
     if recording.mode == RECORD:
         from gates.record._provenance import refuse_uncommitted
 
         refuse_uncommitted(loaded.path, type(loaded.study).__module__, "record")
-    from gates.record._family import attach_family, attempt_verdicts
+    from gates.record._family import attempt_verdicts, family_for
 
     # a later attempt is judged at what the earlier ones left
     before = (
@@ -67,7 +67,7 @@ def plan_recording(
         if recording.mode == RECORD
         else attempt_verdicts(recording.recorded)[:-1]
     )
-    attach_family(loaded, runs_root, before)
+    recording.family = family_for(loaded, runs_root, before)
     return recording
 
 

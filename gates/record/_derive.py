@@ -14,7 +14,6 @@ evidence as stored (plain JSON).
 
 from __future__ import annotations
 
-import copy
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -58,10 +57,7 @@ def derive(
     tuned arms whose search stopped at an edge: `loaded.tuning_record` is not read); `after`: fields
     the caller records beside the verdict (a new attempt's shared runs and attempt), appended last.
     The claim family judged at is `loaded.family` (set by the caller, which reads the other claims)."""
-    judged = loaded
-    if getattr(loaded, "tuning_record", None) is not tuning:  # judged under `tuning`, `loaded` kept
-        judged = copy.copy(loaded)
-        judged.tuning_record = tuning
+    judged = loaded if loaded.tuning_record is tuning else loaded.replace(tuning_record=tuning)
     record = {k: v for k, v in recorded.items() if k not in OPTIONAL_DERIVED}
     result = judge_claim(judged, record["runs"])
     data = verdict_fields(loaded, record, result)

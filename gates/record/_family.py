@@ -241,15 +241,13 @@ def attempt_verdicts(ev: Evidence | None) -> list:
     return [*earlier, ev.verdict]
 
 
-def attach_family(loaded, runs_root: Path, attempts_before=None) -> Family:
-    """`loaded.family`, set from the record (`family_of`, the contracts folder being the contract's own)
-    where its caller has not set it, judging the attempt after attempts with the verdicts
-    `attempts_before` where given: what a run and a re-derivation judge the verdict at."""
-    if getattr(loaded, "family", None) is None:
-        loaded.family = family_of(loaded.contract, runs_root, loaded.path.parent)
-    if attempts_before is not None:
-        loaded.family = loaded.family.after_attempts(attempts_before)
-    return loaded.family
+def family_for(loaded, runs_root: Path, attempts_before=None) -> Family:
+    """The claim family a run or a re-derivation judges the verdict at: `loaded.family` where its
+    caller found it (admission, with the family's refusals), else read from the record (`family_of`,
+    the contracts folder being the contract's own), for the attempt after attempts with the verdicts
+    `attempts_before` where given."""
+    family = loaded.family or family_of(loaded.contract, runs_root, loaded.path.parent)
+    return family.after_attempts(attempts_before) if attempts_before is not None else family
 
 
 def family_record(loaded) -> dict | None:

@@ -94,13 +94,13 @@ def check_claim(
     # the verdict engine reads runs as stored in evidence.json, and what is compared with re-derived
     # values is the record as stored: plain JSON
     stored = ev.as_dict()
-    loaded.tuning_record = stored.get("tuning")
-    loaded.family = family_of(
+    family = family_of(
         loaded.contract,
         evidence_path.parent.parent,
         Path(contracts[check.contract_id]).parent,
         attempt_verdicts(ev)[:-1],
     )
+    loaded = loaded.replace(tuning_record=stored.get("tuning"), family=family)
     # what `gates run` and `gates rederive` derive from these runs (gates.record.derive), compared
     derived = derive(loaded, stored, tuning=stored.get("tuning"))
     check.lose(FAMILY, _check_family(loaded, ev, derived.data.get("family")))
