@@ -185,50 +185,29 @@ def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path
 def run_project(root: Path, *contracts: dict) -> Path:
     """A project at `root` with these contracts in contracts/<id>.yaml, each run (recorded) into
     root/runs and the MLflow store root/mlflow.db, as `gates run` in that folder would."""
-    import os
+    from tests.helpers import new_project
 
-    from gates.contract import load_contract
-    from tests.helpers import run_contract
-
-    (root / "contracts").mkdir()
-    for data in contracts:
-        write_contract(root / "contracts", data, f"{data['id']}.yaml")
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        for data in contracts:
-            path = f"contracts/{data['id']}.yaml"
-            run_contract(load_contract(path), f"sqlite:///{root / 'mlflow.db'}", root / "runs")
-    finally:
-        os.chdir(cwd)
-    return root
+    return new_project(root, *contracts)
 
 
-def copy_project(project: Path, tmp_path: Path) -> Path:
-    """A copy of a recorded project (a module fixture's) that one test may change."""
-    import shutil
+@pytest.fixture(scope="session")
+def make_project(tmp_path_factory):
+    """make_project(*contracts, name="project", claims=..., copy_of=..., record=..., git=...): a new
+    project in a fresh temporary folder (tests.helpers.new_project: its options), for a test or a module
+    fixture (`recorded`) alike: its root."""
+    from tests.helpers import new_project
 
-    copy = tmp_path / "p"
-    shutil.copytree(project, copy)
-    return copy
+    def make(*contracts, name: str = "project", **options) -> Path:
+        return new_project(tmp_path_factory.mktemp(name), *contracts, **options)
+
+    return make
 
 
-def gates_cli(project: Path, *args: str, timeout: float = 120):
-    """`gates ARGS` run as a user runs it, in `project`, in a process of its own (wide output)."""
-    import os
-    import subprocess
-    import sys
-
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args],
-        cwd=project,
-        capture_output=True,
-        text=True,
-        # PYTHONSAFEPATH: the project folder is not put on sys.path, as the `gates` script does not put
-        # it there (a project with a folder named gates/ must not shadow the platform)
-        env={**os.environ, "COLUMNS": "250", "PYTHONSAFEPATH": "1"},
-        timeout=timeout,
-    )
+@pytest.fixture
+def project(recorded, make_project):
+    """A copy of the module's recorded project (its `recorded` fixture, module-scoped: a project with
+    contracts run into it) that one test may change; a module may define its own `project`."""
+    return make_project(copy_of=recorded)
 
 
 def regenerate_history(runs_root: Path) -> None:

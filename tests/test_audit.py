@@ -6,15 +6,14 @@ cannot steer (recorded seconds, the CI-replay mark): tests/test_audit_unsteerabl
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from gates.contract import load_contract
 from gates.record import render_report
 from gates.verify import Candidate, choose, fresh_seed, verify
-from tests.conftest import copy_project, regenerate_history, run_project, small_c05
+from tests.conftest import regenerate_history, small_c05
+from tests.helpers import gates
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,17 +44,10 @@ def test_the_seed_is_drawn_afresh_not_taken_from_anything_a_forger_commits():
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(make_project):
     """Two small C05 contracts run into a temp project: c05-small (audited) and c05-ci (replayed in CI,
     so never audited)."""
-    return run_project(
-        tmp_path_factory.mktemp("project"), small_c05(), small_c05(id="c05-ci", replay={"ci": True})
-    )
-
-
-@pytest.fixture
-def project(recorded, tmp_path):
-    return copy_project(recorded, tmp_path)
+    return make_project(small_c05(), small_c05(id="c05-ci", replay={"ci": True}))
 
 
 def audited(project, seconds: float, **kwargs) -> tuple[list, list[str]]:
@@ -73,12 +65,7 @@ def audited(project, seconds: float, **kwargs) -> tuple[list, list[str]]:
 
 
 def test_honest_runs_reproduce_and_the_plan_is_printed(project):
-    result = subprocess.run(
-        [sys.executable, "-m", "gates", "verify", "--audit-seconds", "600", "--audit-seed", "5"],
-        cwd=project,
-        capture_output=True,
-        text=True,
-    )
+    result = gates(project, "verify", "--audit-seconds", "600", "--audit-seed", "5")
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert (

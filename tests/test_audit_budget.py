@@ -16,7 +16,7 @@ from gates.cli import app
 from gates.record import render_report
 from gates.verify import MACHINE_BOUND, SAFETY_FACTOR, UNAUDITED, estimate, verify
 from tests.conftest import regenerate_history
-from tests.test_audit import project, recorded  # noqa: F401  (fixtures)
+from tests.test_audit import recorded  # noqa: F401  (a fixture: `project` copies it)
 from tests.test_audit_unsteerable import SLEEP_S, _Slow
 
 pytestmark = pytest.mark.usefixtures("one_thread")

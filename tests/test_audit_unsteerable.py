@@ -17,7 +17,7 @@ from gates.cli import app
 from gates.record import render_report
 from gates.verify import AUDIT, REPLAY, Candidate, choose, verify
 from tests.conftest import regenerate_history
-from tests.test_audit import audited, project, recorded  # noqa: F401  (fixtures)
+from tests.test_audit import audited, recorded  # noqa: F401  (a fixture: `project` copies it)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,20 +10,15 @@ from pathlib import Path
 import pytest
 
 from gates.record import INDEX, read_index, record_entry, write_report
-from tests.conftest import copy_project, regenerate_history, run_project, small_c05
-from tests.conftest import gates_cli as gates
+from tests.conftest import regenerate_history, small_c05
+from tests.helpers import gates
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    return run_project(tmp_path_factory.mktemp("project"), small_c05())
-
-
-@pytest.fixture
-def project(recorded, tmp_path):
-    return copy_project(recorded, tmp_path)
+def recorded(make_project):
+    return make_project(small_c05())
 
 
 def rewrite_evidence(project: Path, change, reason: str) -> None:

@@ -16,22 +16,21 @@ import tomllib
 
 from gates.verify import WORKFLOW_PATH, workflow, workflow_commands
 from tests.conftest import git
-from tests.test_plugin_study import CONTRACT, EXAMPLE, gates, install_dist
+from tests.helpers import gates
+from tests.test_plugin_study import CONTRACT, EXAMPLE, install_dist
 
 INSTALLS = 2  # the workflow's install commands: CPU torch, then the project (need a package index)
 
 
 @pytest.fixture
-def project(tmp_path) -> tuple[Path, Path]:
+def project(tmp_path, make_project) -> tuple[Path, Path]:
     """(site folder with examples/my_study installed, a git project with its example contract run)."""
     site = tmp_path / "site"
     meta = tomllib.loads((EXAMPLE / "pyproject.toml").read_text())["project"]
     install_dist(site, meta["name"], meta["version"], meta["entry-points"]["gates.studies"])
     shutil.copytree(EXAMPLE / "my_study", site / "my_study")
-    root = tmp_path / "circle"
-    (root / "contracts").mkdir(parents=True)
-    shutil.copy(CONTRACT, root / "contracts" / CONTRACT.name)
-    done = gates(site, root, "run", f"contracts/{CONTRACT.name}")
+    root = make_project(CONTRACT, record=False, name="circle")
+    done = gates(root, "run", f"contracts/{CONTRACT.name}", site=site)
     assert done.returncode == 0, done.stdout + done.stderr
     return site, root
 
@@ -50,7 +49,7 @@ def run_in_ci(site: Path, root: Path, command: str) -> subprocess.CompletedProce
 
 def test_the_workflow_passes_while_claims_hold_and_fails_when_one_loses_its_evidence(project):
     site, root = project
-    done = gates(site, root, "ci", "init", "--audit-seconds", "60")
+    done = gates(root, "ci", "init", "--audit-seconds", "60", site=site)
     assert done.returncode == 0, done.stderr
     text = (root / WORKFLOW_PATH).read_text()
     assert text == workflow(audit_seconds=60)
@@ -84,16 +83,16 @@ def test_the_workflow_passes_while_claims_hold_and_fails_when_one_loses_its_evid
 def test_init_never_overwrites_unasked_and_takes_the_project_s_options(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    first = gates(site, tmp_path, "ci", "init")
+    first = gates(tmp_path, "ci", "init", site=site)
     assert first.returncode == 0, first.stderr
-    again = gates(site, tmp_path, "ci", "init", "--replay")
+    again = gates(tmp_path, "ci", "init", "--replay", site=site)
     assert again.returncode == 2 and "exists; expected --force" in again.stderr
     assert "Traceback" not in again.stderr
     forced = gates(
-        site,
         tmp_path,
         *("ci", "init", "--force", "--replay", "--strict-code", "--corpus", "tatoeba:en"),
         *("--install", "pip install -e .[studies]", "--audit-seconds", "0"),
+        site=site,
     )
     assert forced.returncode == 0, forced.stderr
     commands = workflow_commands((tmp_path / WORKFLOW_PATH).read_text())

@@ -6,7 +6,6 @@ claims are frozen copies (tests/fixtures/claims) in a temp project, never the re
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -15,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import FIXTURE_CLAIMS, copy_claims
+from tests.conftest import FIXTURE_CLAIMS
+from tests.helpers import gates
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = (
@@ -46,26 +46,20 @@ sys.exit(code or 0)
 """.replace("HEAVY", repr(HEAVY))
 
 
-def run_cli(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[str]]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(list(args))],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+def run_cli(cwd: Path, *args: str, **options) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """`gates ARGS` in `cwd` through DRIVER (tests.helpers.gates, its options): the process and the heavy
+    modules it imported."""
+    done = gates(cwd, json.dumps(list(args)), script=DRIVER, timeout=300, **options)
     marker = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED ")]
-    assert marker, done.stderr
+    assert marker, done.stderr[-3000:]
     return done, json.loads(marker[-1].removeprefix("IMPORTED "))
 
 
 @pytest.fixture(scope="module")
-def claims(tmp_path_factory) -> Path:
+def claims(make_project) -> Path:
     """A project holding every frozen claim, brought to today's engine (read only: for tests that change
     nothing; `project` below is a fresh copy per test)."""
-    return copy_claims(tmp_path_factory.mktemp("claims"))
+    return make_project(claims=True, name="claims")
 
 
 @pytest.mark.parametrize("args", [("--help",), ("status",), ("status", "--json"), ("studies",)])
@@ -125,9 +119,9 @@ def test_status_lists_every_recorded_claim_as_verify_sees_it(claims):
 
 
 @pytest.fixture
-def project(tmp_path):
+def project(make_project):
     """A copy of the frozen claims (contracts, evidence and their claims history) to change."""
-    return copy_claims(tmp_path)
+    return make_project(claims=True)
 
 
 def status_rows(project: Path, *extra: str) -> tuple[dict, list[str]]:

@@ -5,19 +5,10 @@ contract is read; under --json the error is also the usual JSON object on stdout
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 
-from gates.cli import main
-
-
-def gates(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["gates", *args])
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    said = capsys.readouterr()
-    return exit_.value.code, said.out, said.err
+from tests.helpers import run_main
 
 
 @pytest.mark.parametrize(
@@ -30,7 +21,7 @@ def gates(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
     ],
 )
 def test_gates_worker_is_one_line_naming_ray(monkeypatch, capsys, args):
-    code, out, err = gates(monkeypatch, capsys, "worker", *args)
+    code, out, err = run_main(monkeypatch, capsys, "worker", *args)
     assert code == 2 and out == ""
     (line,) = err.splitlines()
     assert line.startswith("error[worker_retired]: ")
@@ -48,7 +39,7 @@ def test_gates_worker_is_one_line_naming_ray(monkeypatch, capsys, args):
 )
 def test_gates_run_queue_flags_are_one_line_naming_ray(monkeypatch, capsys, tmp_path, flags):
     missing = tmp_path / "contracts" / "nothing.yaml"  # refused before the contract is read
-    code, out, err = gates(monkeypatch, capsys, "run", str(missing), *flags)
+    code, out, err = run_main(monkeypatch, capsys, "run", str(missing), *flags)
     assert code == 2 and out == ""
     (line,) = err.splitlines()
     assert line.startswith(f"error[storage_retired]: {flags[0]}: ")
@@ -56,7 +47,7 @@ def test_gates_run_queue_flags_are_one_line_naming_ray(monkeypatch, capsys, tmp_
 
 
 def test_gates_run_storage_under_json_is_an_error_object(monkeypatch, capsys, tmp_path):
-    code, out, err = gates(
+    code, out, err = run_main(
         monkeypatch,
         capsys,
         "run",
@@ -73,8 +64,8 @@ def test_gates_run_storage_under_json_is_an_error_object(monkeypatch, capsys, tm
 
 
 def test_the_retired_worker_is_hidden_from_help(monkeypatch, capsys):
-    code, out, _ = gates(monkeypatch, capsys, "--help")
+    code, out, _ = run_main(monkeypatch, capsys, "--help")
     assert code == 0 and "worker" not in out and "--storage" not in out
-    code, out, _ = gates(monkeypatch, capsys, "run", "--help")
+    code, out, _ = run_main(monkeypatch, capsys, "run", "--help")
     assert code == 0 and "--storage" not in out and "--heartbeat" not in out
     assert "--optuna-storage" in out and "--executor" in out

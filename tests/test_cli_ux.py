@@ -7,21 +7,17 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import shutil
-import subprocess
-import sys
-from pathlib import Path
 
-import pytest
 import tomllib
 from typer.main import get_command
 from typer.testing import CliRunner
 
 from gates import __version__
-from gates.cli import app, main
+from gates.cli import app
 from tests.conftest import ROOT, copy_claims, small_c05, write_contract
-from tests.test_cli_fast import DRIVER
+from tests.helpers import gates, run_main
+from tests.test_cli_fast import run_cli
 from tests.test_plugin_study import EXAMPLE, install_dist
 
 
@@ -33,42 +29,6 @@ def command_paths(command, path=()) -> list[tuple[str, ...]]:
         if not sub.hidden:
             found += command_paths(sub, (*path, name))
     return found
-
-
-def gates(cwd: Path, *args: str, columns: int = 200, pythonpath: str = str(ROOT)):
-    env = {**os.environ, "PYTHONPATH": pythonpath, "COLUMNS": str(columns)}
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-    )
-
-
-def imported_by(cwd: Path, *args: str, pythonpath: str) -> tuple[subprocess.CompletedProcess, list]:
-    """Run main() as the console script does; the heavy modules it imported (tests/test_cli_fast.py)."""
-    done = subprocess.run(
-        [sys.executable, "-c", DRIVER, json.dumps(list(args))],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": pythonpath, "COLUMNS": "200"},
-        timeout=600,
-    )
-    marker = [line for line in done.stderr.splitlines() if line.startswith("IMPORTED ")]
-    assert marker, done.stderr[-3000:]
-    return done, json.loads(marker[-1].removeprefix("IMPORTED "))
-
-
-def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """main() in this process: (exit code, stdout, stderr)."""
-    monkeypatch.setattr(sys, "argv", ["gates", *args])
-    with pytest.raises(SystemExit) as exit_:
-        main()
-    captured = capsys.readouterr()
-    return exit_.value.code, captured.out, captured.err
 
 
 # ---------------------------------------------------------------------------------- help, version
@@ -202,13 +162,13 @@ def test_check_imports_no_scipy_stats_nor_mlflow_nor_a_torch_the_study_does_not(
     shutil.copytree(EXAMPLE / "my_study", site / "my_study")
     (tmp_path / "plugin" / "contracts").mkdir(parents=True)
     shutil.copy(EXAMPLE / "contracts" / "circle-quadratic.yaml", tmp_path / "plugin" / "contracts")
-    done, imported = imported_by(
+    done, imported = run_cli(
         tmp_path / "plugin",
         "check",
         "contracts/circle-quadratic.yaml",
         "--runs-dir",
         "runs",
-        pythonpath=os.pathsep.join([str(site), str(ROOT)]),
+        pythonpath=[site, ROOT],
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "ready to run" in done.stdout
@@ -217,13 +177,8 @@ def test_check_imports_no_scipy_stats_nor_mlflow_nor_a_torch_the_study_does_not(
 
     (tmp_path / "c05" / "contracts").mkdir(parents=True)
     write_contract(tmp_path / "c05" / "contracts", small_c05(), "c05-small.yaml")
-    done, imported = imported_by(
-        tmp_path / "c05",
-        "check",
-        "contracts/c05-small.yaml",
-        "--runs-dir",
-        "runs",
-        pythonpath=str(ROOT),
+    done, imported = run_cli(
+        tmp_path / "c05", "check", "contracts/c05-small.yaml", "--runs-dir", "runs"
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "torch" in imported  # by gates.models.c05_probe, at its top

@@ -17,9 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from gates.contract import load_contract
-from tests.conftest import small_c05, write_contract
-from tests.helpers import run_contract
+from tests.conftest import small_c05
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -45,23 +43,17 @@ def markup_contract() -> dict:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
-    root = tmp_path_factory.mktemp("dash-project")
-    contracts = root / "contracts"
-    contracts.mkdir()
-    write_contract(contracts, small_c05(), "c05-small.yaml")
-    write_contract(contracts, markup_contract(), "markup-claim.yaml")
-    write_contract(contracts, small_c05(id="c05-pending"), "c05-pending.yaml")
-    cwd = os.getcwd()
-    os.chdir(root)  # evidence records contract paths relative to the project, as `gates run` does
-    try:
-        for name in ("c05-small", "markup-claim"):
-            run_contract(
-                load_contract(f"contracts/{name}.yaml"), "sqlite:///mlflow.db", Path("runs")
-            )
-    finally:
-        os.chdir(cwd)
-    return root
+def project(make_project):
+    """c05-small and markup-claim recorded into the project's mlflow.db as `gates run` records by default;
+    c05-pending not run."""
+    return make_project(
+        small_c05(),
+        markup_contract(),
+        small_c05(id="c05-pending"),
+        record=("c05-small", "markup-claim"),
+        tracking_uri="sqlite:///mlflow.db",
+        name="dash-project",
+    )
 
 
 def start_dashboard(cwd: Path, *args: str):

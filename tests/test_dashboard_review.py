@@ -31,7 +31,7 @@ from gates.record import (
     ConditionRecord,
     condition_rows,
 )
-from tests.conftest import FIXTURE_CLAIMS, copy_claims
+from tests.conftest import FIXTURE_CLAIMS
 from tests.test_dashboard import browser, open_page  # noqa: F401 (browser: a fixture)
 
 # the colours the page gives each meaning (render.CSS), as the browser computes them
@@ -262,8 +262,8 @@ def test_the_board_filters_sorts_and_folds_superseded_versions():
 
 # ---------------------------------------------------------------------------------- the pages
 @pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    return copy_claims(tmp_path_factory.mktemp("dash-review"))
+def project(make_project) -> Path:
+    return make_project(claims=True, name="dash-review")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,6 @@ from gates.contract import load_contract
 from gates.inference import decide
 from gates.record import EVIDENCE, REPORT, render_report
 from gates.verify import check_claim, find_contracts
-from tests.conftest import copy_claims
 
 C05 = "c05-structural-probe"
 TUNED = "c05-structural-probe-tuned"
@@ -49,10 +48,10 @@ def evidence(project: Path, contract_id: str = C05) -> dict:
 
 
 @pytest.fixture
-def project(tmp_path) -> Path:
+def project(make_project) -> Path:
     """contracts/ and runs/ holding copies of two committed claims (one with tuning), as today's code
     records them (copy_claims re-derives them with today's engine and indexes them)."""
-    return copy_claims(tmp_path, C05, TUNED)
+    return make_project(claims=(C05, TUNED))
 
 
 def check(project: Path, contract_id: str = C05):

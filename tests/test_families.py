@@ -4,10 +4,6 @@ before it left, on seeds none of them used, and the family is shown and verified
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,14 +12,7 @@ import yaml
 from gates.contract import load_contract
 from gates.record import Family, Version, family_of
 from tests.conftest import small_c05, write_contract
-from tests.helpers import run_contract
-
-
-def gates(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "250", "PYTHONSAFEPATH": "1"}
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args], cwd=root, capture_output=True, text=True, env=env
-    )
+from tests.helpers import gates, run_contract
 
 
 def first_version(**decision) -> dict:
@@ -41,31 +30,12 @@ def next_version(previous: str, seeds, **decision) -> dict:
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(make_project):
     """Two first versions run into a temp project: `fam` at full alpha (its family has none left) and
     `keep` at alpha 0.025 of a family alpha of 0.05 (a re-try may spend the other 0.025)."""
-    root = tmp_path_factory.mktemp("families")
-    (root / "contracts").mkdir()
-    write_contract(root / "contracts", first_version(), "fam.yaml")
     keep = first_version(alpha=0.025, family_alpha=0.05)
     keep["id"] = "keep"
-    write_contract(root / "contracts", keep, "keep.yaml")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        for name in ("fam", "keep"):
-            run_contract(load_contract(f"contracts/{name}.yaml"), uri, root / "runs")
-    finally:
-        os.chdir(cwd)
-    return root
-
-
-@pytest.fixture
-def project(recorded, tmp_path):
-    copy = tmp_path / "p"
-    shutil.copytree(recorded, copy)
-    return copy
+    return make_project(first_version(), keep, name="families")
 
 
 def test_the_versions_spend_one_alpha_in_order():

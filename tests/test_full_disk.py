@@ -25,7 +25,7 @@ from gates.contract import load_contract
 from gates.errors import DISK_FULL, READ_ONLY, StorageError, storage_error
 from gates.record import EVIDENCE, REPORT, open_client, read_evidence, render_report
 from tests.conftest import ROOT
-from tests.helpers import run_contract
+from tests.helpers import gates, run_contract
 from tests.test_tracking_store import tiny_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,21 +82,6 @@ def _env(**extra: str) -> dict[str, str]:
     return env
 
 
-def gates(
-    project: Path, *args: str, code: str | None = None, prefix=(), **env: str
-) -> subprocess.CompletedProcess:
-    """`gates ARGS` in `project` (through `code`, a driver, when given; under `prefix`, e.g. unshare)."""
-    launch = [sys.executable, "-c", code] if code else [sys.executable, "-m", "gates"]
-    return subprocess.run(
-        [*prefix, *launch, *args],
-        cwd=project,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
 def one_line(done: subprocess.CompletedProcess, start: str) -> str:
     """The one line a storage error gives: exit 1, nothing else on stderr, no traceback."""
     assert done.returncode == 1, done.stderr[-3000:]
@@ -131,17 +116,12 @@ def completes(project: Path, *args: str) -> None:
 
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory) -> Path:
-    """A project whose tiny claim is recorded (evidence, verdict.md, index; its runs in mlflow.db)."""
+    """A project whose tiny claim is recorded (evidence, verdict.md, index; its runs in mlflow.db). Tests
+    change copies of it (conftest's `project`): a re-run reuses its store's runs."""
     project = new_project(tmp_path_factory.mktemp("recorded") / "project")
     done = gates(project, *RUN)
     assert done.returncode == 0, done.stderr[-3000:]
     return project
-
-
-@pytest.fixture
-def project(recorded, tmp_path) -> Path:
-    """A copy of the recorded project (its store's runs are reused by a re-run)."""
-    return Path(shutil.copytree(recorded, tmp_path / "project"))
 
 
 # ---------------------------------------------------------------------------------- recognising
@@ -275,10 +255,8 @@ def test_a_full_disk_while_recording_keeps_the_old_evidence_and_index(project, c
         "--record",
         "--reason",
         "recorded again",
-        code=DRIVER,
-        FAULT_CALL=call,
-        FAULT_WHEN=when,
-        FAULT_HOW="raise",
+        script=DRIVER,
+        env={"FAULT_CALL": call, "FAULT_WHEN": when, "FAULT_HOW": "raise"},
     )
     named = "runs/INDEX.jsonl" if call == "write" else f"runs/{CLAIM}/{EVIDENCE}"
     line = one_line(done, f"{named}: cannot write (disk_full: ENOSPC")
@@ -300,10 +278,8 @@ def test_a_full_disk_while_appending_to_the_index_leaves_it_as_it_was(project, h
         CLAIM,
         "--reason",
         "no longer claimed",
-        code=DRIVER,
-        FAULT_CALL="write",
-        FAULT_WHEN="INDEX.jsonl",
-        FAULT_HOW=how,
+        script=DRIVER,
+        env={"FAULT_CALL": "write", "FAULT_WHEN": "INDEX.jsonl", "FAULT_HOW": how},
     )
     one_line(done, "runs/INDEX.jsonl: cannot write (disk_full: ENOSPC")
     assert snapshot(project) == before
@@ -320,7 +296,7 @@ def test_a_full_mlflow_store_mid_run_is_one_line_and_the_rerun_completes(tmp_pat
     open_client(f"sqlite:///{store}")  # built before the cap: its schema takes most of its pages
     with sqlite3.connect(store) as con:
         pages = con.execute("PRAGMA page_count").fetchone()[0]
-    done = gates(project, *RUN, code=CAPPED, CAP_PAGES=str(pages + 15))
+    done = gates(project, *RUN, script=CAPPED, env={"CAP_PAGES": str(pages + 15)})
     one_line(done, "mlflow.db: cannot write (disk_full: SQLITE_FULL")
     assert '"event": "run"' in done.stdout  # it failed mid-run, after runs had finished
     assert '"status": "failed"' not in done.stdout  # no run recorded as the study's failure

@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,8 +12,7 @@ import yaml
 
 from gates.contract import MAX_CONTRACT_BYTES, Contract, load_yaml, placeholders
 from gates.study import get_study
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import gates
 
 # what a researcher would write in place of each placeholder (c05_probe, a few seconds per run)
 FILLED = {
@@ -32,18 +28,6 @@ FILLED = {
     "convergence.window": "20",
     "controls.0.value": "0.5",
 }
-
-
-def gates(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
 
 
 def fill(path: Path) -> None:

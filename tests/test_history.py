@@ -28,7 +28,7 @@ from gates.record import (
 )
 from gates.verify import verify
 from tests.conftest import FIXTURE_CLAIMS, FIXTURE_RUNS, small_c05, write_contract
-from tests.helpers import run_contract
+from tests.helpers import gates, run_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -186,35 +186,17 @@ def test_record_refuses_unknown_kinds_and_missing_evidence(tmp_path):
 
 # ---------------------------------------------------------------------------------- with gates run
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
+def recorded(make_project):
     """One small C05 contract run into a temp project (its evidence indexed by the runner)."""
-    root = tmp_path_factory.mktemp("project")
-    (root / "contracts").mkdir()
-    write_contract(root / "contracts", small_c05(), "c05-small.yaml")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    cwd = os.getcwd()
-    os.chdir(root)
-    try:
-        run_contract(load_contract("contracts/c05-small.yaml"), uri, root / "runs")
-    finally:
-        os.chdir(cwd)
-    return root, uri
+    root = make_project(small_c05())
+    return root, f"sqlite:///{root / 'mlflow.db'}"
 
 
 @pytest.fixture
-def project(recorded, tmp_path):
+def project(recorded, make_project):
     """A copy of the recorded project (contracts/, runs/, mlflow.db) to tamper with."""
-    root, _ = recorded
-    copy = tmp_path / "p"
-    shutil.copytree(root, copy)
+    copy = make_project(copy_of=recorded[0])
     return copy, f"sqlite:///{copy / 'mlflow.db'}"
-
-
-def gates(project: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "250"}  # tables unwrapped
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args], cwd=project, capture_output=True, text=True, env=env
-    )
 
 
 def status_json(project: Path) -> dict[str, dict]:

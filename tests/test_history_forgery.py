@@ -12,22 +12,17 @@ from pathlib import Path
 import pytest
 
 from gates.record import INDEX, line_sha256, read_index
-from tests.conftest import copy_project, run_project, small_c05
-from tests.conftest import gates_cli as gates
+from tests.conftest import small_c05
+from tests.helpers import committed, gates
 from tests.test_certify import pretend_older_code, rewrite_evidence
-from tests.test_history_integrity import CID, committed, evidence_path, git, one_line
+from tests.test_history_integrity import CID, evidence_path, git, one_line
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    return run_project(tmp_path_factory.mktemp("project"), small_c05())
-
-
-@pytest.fixture
-def project(recorded, tmp_path):
-    return copy_project(recorded, tmp_path)
+def recorded(make_project):
+    return make_project(small_c05())
 
 
 def status(project: Path) -> dict:

@@ -16,8 +16,8 @@ import yaml
 
 from gates.contract import load_contract
 from gates.record import GENESIS, INDEX, line_sha256, read_index, record_entry, write_report
-from tests.conftest import copy_project, regenerate_history, run_project, small_c05, write_contract
-from tests.conftest import gates_cli as gates
+from tests.conftest import regenerate_history, small_c05, write_contract
+from tests.helpers import committed, gates
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -25,13 +25,8 @@ CID = "c05-small"
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    return run_project(tmp_path_factory.mktemp("project"), small_c05())
-
-
-@pytest.fixture
-def project(recorded, tmp_path):
-    return copy_project(recorded, tmp_path)
+def recorded(make_project):
+    return make_project(small_c05())
 
 
 def git(project: Path, *args: str) -> str:
@@ -45,14 +40,6 @@ def git(project: Path, *args: str) -> str:
     done = subprocess.run(["git", *args], cwd=project, capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def committed(project: Path) -> Path:
-    (project / ".gitignore").write_text("mlflow.db\nmlruns/\n")
-    git(project, "init", "-q")
-    git(project, "add", "-A")
-    git(project, "commit", "-qm", "recorded c05-small")
-    return project
 
 
 def evidence_path(project: Path) -> Path:

@@ -28,34 +28,23 @@ from gates.contract import load_contract
 from gates.errors import UserError
 from gates.record import EVIDENCE, REPORT, read_evidence, render_report, write_evidence
 from gates.verify import check_claim, find_contracts, verify
-from tests.conftest import copy_claims, small_c05, write_contract
+from tests.conftest import small_c05, write_contract
+from tests.helpers import gates
 
 ROOT = Path(__file__).resolve().parent.parent
 BROKEN, INTACT = "c05-structural-probe", "c05-structural-probe-hard"
 GATES = [sys.executable, "-m", "gates"]
+RUN = ("run", "contracts/c05-small.yaml", "--json")
 
 
 def _memory_cap():  # a regression (reading /dev/zero to the end) must not take the machine down
     resource.setrlimit(resource.RLIMIT_AS, (6 << 30, 6 << 30))
 
 
-def gates_cli(
-    *args: str, cwd: Path | None = None, timeout: float = 120
-) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        GATES + list(args),
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        preexec_fn=_memory_cap,
-    )
-
-
 @pytest.fixture
-def project(tmp_path) -> Path:
+def project(make_project) -> Path:
     """contracts/ and runs/ with copies of two frozen committed claims (tests/fixtures/claims), indexed."""
-    return copy_claims(tmp_path, BROKEN, INTACT)
+    return make_project(claims=(BROKEN, INTACT))
 
 
 def evidence_path(project: Path, contract_id: str = BROKEN) -> Path:
@@ -275,7 +264,7 @@ def test_an_unwritable_runs_folder_is_a_one_line_error_and_the_rerun_writes_it(t
     (tmp_path / "runs" / "c05-small").write_text(
         "in the way\n"
     )  # the folder cannot be made (root or not)
-    done = gates_cli("run", "contracts/c05-small.yaml", "--json", cwd=tmp_path, timeout=600)
+    done = gates(tmp_path, *RUN, preexec_fn=_memory_cap)
     assert done.returncode == 2, done.stderr[-3000:]
     errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and "Traceback" not in done.stderr
@@ -284,7 +273,7 @@ def test_an_unwritable_runs_folder_is_a_one_line_error_and_the_rerun_writes_it(t
         in errors[0]
     )
     (tmp_path / "runs" / "c05-small").unlink()
-    done = gates_cli("run", "contracts/c05-small.yaml", "--json", cwd=tmp_path, timeout=600)
+    done = gates(tmp_path, *RUN, preexec_fn=_memory_cap)
     assert done.returncode == 0, done.stderr[-3000:]
     folder = tmp_path / "runs" / "c05-small"
     ev = read_evidence(folder / EVIDENCE)
@@ -351,14 +340,14 @@ def test_temporaries_of_a_killed_write_are_removed_by_the_next_write(project):
 
 def test_gates_render_names_bad_evidence_in_one_line(project):
     corrupt(project, "runs a string")
-    done = gates_cli("render", BROKEN, cwd=project)
+    done = gates(project, "render", BROKEN, timeout=120, preexec_fn=_memory_cap)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.count("\n") == 1 and "malformed evidence: runs" in done.stderr
 
 
 # ---------------------------------------------------------------------------------- contract files
 def test_gates_check_refuses_a_device_and_a_fifo(tmp_path):
-    done = gates_cli("check", "/dev/zero", timeout=60)
+    done = gates(tmp_path, "check", "/dev/zero", timeout=60, preexec_fn=_memory_cap)
     assert (
         done.returncode == 2
         and done.stderr
@@ -366,12 +355,13 @@ def test_gates_check_refuses_a_device_and_a_fifo(tmp_path):
     )
     fifo = tmp_path / "contract.yaml"
     os.mkfifo(fifo)
-    done = gates_cli("check", str(fifo), timeout=60)  # no writer: reading it would wait for ever
+    # no writer: reading it would wait for ever
+    done = gates(tmp_path, "check", str(fifo), timeout=60, preexec_fn=_memory_cap)
     assert (
         done.returncode == 2
         and done.stderr == f"error: {fifo}: a FIFO, not a regular file; expected a regular file\n"
     )
-    done = gates_cli("check", str(tmp_path), timeout=60)
+    done = gates(tmp_path, "check", str(tmp_path), timeout=60, preexec_fn=_memory_cap)
     assert done.returncode == 2 and "a folder, not a regular file" in done.stderr
 
 

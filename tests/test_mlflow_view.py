@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -18,7 +16,8 @@ from mlflow import MlflowClient
 from gates.contract import condition_terms, load_contract
 from gates.execution import run_plan
 from gates.record import MLflowMetricSink, withdraw_claim_run
-from tests.conftest import ROOT, write_contract
+from tests.conftest import write_contract
+from tests.helpers import gates
 from tests.test_tracking_store import tiny_contract
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,13 +39,6 @@ def store_uri(project: Path) -> str:
     return f"sqlite:///{project / 'mlflow.db'}"
 
 
-def gates(project: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "250"}
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args], cwd=project, capture_output=True, text=True, env=env
-    )
-
-
 def parent_tags(project: Path, contract_id: str) -> dict[str, str]:
     """The tags of the parent run a claim's evidence names."""
     evidence = json.loads((project / "runs" / contract_id / "evidence.json").read_text())
@@ -55,10 +47,9 @@ def parent_tags(project: Path, contract_id: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory):
+def project(make_project):
     """A recorded tiny C05 claim, then a new version of it (`supersedes`) recorded beside it."""
-    root = tmp_path_factory.mktemp("view")
-    (root / "contracts").mkdir()
+    root = make_project(name="view")
     old = tiny_contract(root / "contracts", OLD)
     record(root, old)
     data = {**yaml.safe_load(old.read_text()), "id": NEW, "supersedes": OLD}
@@ -213,12 +204,13 @@ def test_withdraw_never_connects_to_the_store_the_evidence_names(tmp_path):
         ev = json.loads(evidence.read_text())
         ev["mlflow"]["tracking_uri"] = f"http://127.0.0.1:{listener.getsockname()[1]}"
         evidence.write_text(json.dumps(ev))
-        done = subprocess.run(
-            [sys.executable, "-m", "gates", "withdraw", "c05-structural-probe", "--reason", "x"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": ""},
+        done = gates(
+            root,
+            "withdraw",
+            "c05-structural-probe",
+            "--reason",
+            "x",
+            env={"MLFLOW_TRACKING_URI": ""},
             timeout=120,
         )
         assert done.returncode == 0, done.stderr

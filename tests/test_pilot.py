@@ -5,7 +5,6 @@ before the contract was registered)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,16 +14,9 @@ import pytest
 from gates.contract import PILOT_SEED_BASE
 from gates.record import open_client
 from tests.conftest import git, small_c05, write_contract
+from tests.helpers import gates
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-def gates(root: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "250", "PYTHONSAFEPATH": "1"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    return subprocess.run(
-        [sys.executable, "-m", "gates", *args], cwd=root, capture_output=True, text=True, env=env
-    )
 
 
 def test_pilots_run_on_their_own_seeds_and_stay_on_the_record(workdir):

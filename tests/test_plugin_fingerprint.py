@@ -18,7 +18,8 @@ import pytest
 import tomllib
 
 from gates.record import PROJECT_ROOT, code_files, study_files
-from tests.test_plugin_study import CONTRACT, EXAMPLE, gates, install_dist
+from tests.helpers import gates
+from tests.test_plugin_study import CONTRACT, EXAMPLE, install_dist
 
 # prints the fingerprint of a study module as the platform computes it, from a process whose sys.path
 # starts with the site folder (PYTHONPATH, as `gates` runs there)
@@ -70,7 +71,7 @@ def site_copy(pristine, tmp_path) -> Path:
 
 
 def fingerprint(site: Path, cwd: Path, module: str) -> dict:
-    done = gates(site, cwd, module, script=FINGERPRINT)
+    done = gates(cwd, module, script=FINGERPRINT, site=site)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -112,13 +113,15 @@ def test_editing_the_installed_study_package_makes_its_claim_stale(site_copy, tm
     (root / "contracts").mkdir(parents=True)
     shutil.copy(CONTRACT, root / "contracts")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    done = gates(site_copy, root, "run", "contracts/circle-quadratic.yaml", "--tracking-uri", uri)
+    done = gates(
+        root, "run", "contracts/circle-quadratic.yaml", "--tracking-uri", uri, site=site_copy
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     recorded = json.loads((root / "runs" / "circle-quadratic" / "evidence.json").read_text())
     assert "my_study/study.py" in recorded["code_files"]
 
     def status() -> dict:
-        shown = gates(site_copy, root, "status", "--json")
+        shown = gates(root, "status", "--json", site=site_copy)
         assert shown.returncode in (0, 1), shown.stderr
         return {r["id"]: r for r in json.loads(shown.stdout)}["circle-quadratic"]
 
@@ -131,12 +134,12 @@ def test_editing_the_installed_study_package_makes_its_claim_stale(site_copy, tm
     )
     row = status()
     assert row["stale"] is True and row["stale_files"] == ["my_study/study.py"]
-    verified = gates(site_copy, root, "verify")
+    verified = gates(root, "verify", site=site_copy)
     assert verified.returncode == 0, (
         verified.stdout + verified.stderr
     )  # stale is noted, the claim holds
     assert "note: stale: code changed since its evidence: my_study/study.py" in verified.stdout
-    strict = gates(site_copy, root, "verify", "--strict-code")
+    strict = gates(root, "verify", "--strict-code", site=site_copy)
     assert (
         strict.returncode == 1
         and "stale (--strict-code): the code changed since its evidence: my_study/study.py"
@@ -197,7 +200,7 @@ print(json.dumps({"stale": found.stale, "files": found.files, "note": found.note
 def test_evidence_recorded_before_the_package_was_fingerprinted_is_stale_and_says_so(
     pristine, tmp_path
 ):
-    done = gates(pristine, tmp_path, script=OLD_EVIDENCE)
+    done = gates(tmp_path, script=OLD_EVIDENCE, site=pristine)
     assert done.returncode == 0, done.stderr
     found = json.loads(done.stdout)
     assert found["stale"] is True

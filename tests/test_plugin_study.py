@@ -7,7 +7,6 @@ losing anything else. `gates run --fetch` fetches a missing corpus (apt faked, n
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -17,6 +16,8 @@ from pathlib import Path
 import pytest
 import tomllib
 from mlflow import MlflowClient
+
+from tests.helpers import gates
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "my_study"
@@ -138,22 +139,6 @@ def site(tmp_path_factory) -> Path:
     return site
 
 
-def gates(site: Path, cwd: Path, *args: str, script: str | None = None, env: dict | None = None):
-    environ = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)]),
-        "COLUMNS": "200",
-        "TREEHEAP_GATES_CACHE": str(cwd / "cache"),
-        **(env or {}),
-    }
-    command = (
-        [sys.executable, "-c", script, *args] if script else [sys.executable, "-m", "gates", *args]
-    )
-    return subprocess.run(
-        command, cwd=cwd, capture_output=True, text=True, env=environ, timeout=600
-    )
-
-
 def contract_text(contract_id: str, study: str, arms: str) -> str:
     """The example contract as another id, study and arms (its factor, blind arm and the rest kept)."""
     text = CONTRACT.read_text().replace("id: circle-quadratic", f"id: {contract_id}")
@@ -168,11 +153,9 @@ def contract_text(contract_id: str, study: str, arms: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def project(site, tmp_path_factory):
+def project(site, make_project):
     """The example contract and a faulty one run into one temp MLflow store (about 30 s)."""
-    root = tmp_path_factory.mktemp("project")
-    (root / "contracts").mkdir()
-    shutil.copy(CONTRACT, root / "contracts")
+    root = make_project(CONTRACT, record=False)
     (root / "contracts" / "circle-faulty.yaml").write_text(
         contract_text(
             "circle-faulty",
@@ -186,10 +169,12 @@ def project(site, tmp_path_factory):
         )
     )
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    example = gates(site, root, "run", "contracts/circle-quadratic.yaml", "--tracking-uri", uri)
+    example = gates(
+        root, "run", "contracts/circle-quadratic.yaml", "--tracking-uri", uri, site=site
+    )
     assert example.returncode == 0, example.stderr
     recorded = (root / "runs" / "circle-quadratic" / "evidence.json").read_bytes()
-    faulty = gates(site, root, "run", "contracts/circle-faulty.yaml", "--tracking-uri", uri)
+    faulty = gates(root, "run", "contracts/circle-faulty.yaml", "--tracking-uri", uri, site=site)
     assert faulty.returncode == 0, faulty.stderr
     return {"root": root, "uri": uri, "example": example, "faulty": faulty, "recorded": recorded}
 
@@ -199,21 +184,21 @@ def evidence(root: Path, contract_id: str) -> dict:
 
 
 def test_the_example_study_is_found_listed_and_described(site, tmp_path):
-    listed = gates(site, tmp_path, "studies")
+    listed = gates(tmp_path, "studies", site=site)
     assert listed.returncode == 0, listed.stderr
     assert "my_study: my_study.study:MyStudy (gates-my-study 0.1.0)" in listed.stdout
     assert (
         "c05_probe: gates.models.c05_probe:C05ProbeStudy" in listed.stdout
     )  # beside this repository's studies
-    detail = gates(site, tmp_path, "studies", "my_study")
+    detail = gates(tmp_path, "studies", "my_study", site=site)
     assert detail.returncode == 0, detail.stderr
     assert "train_loss: lower, train, range [0, inf]" in detail.stdout
     assert "test_acc: higher, test, range [0, 1]" in detail.stdout
-    schema = gates(site, tmp_path, "schema", "--study", "my_study")
+    schema = gates(tmp_path, "schema", "--study", "my_study", site=site)
     assert schema.returncode == 0, schema.stderr
     fields = json.loads(schema.stdout)["properties"]
     assert fields["features"]["enum"] == ["linear", "quadratic"] and fields["lr"]["default"] == 1.0
-    made = gates(site, tmp_path, "new", "circle-next", "--study", "my_study")
+    made = gates(tmp_path, "new", "circle-next", "--study", "my_study", site=site)
     assert made.returncode == 0, made.stderr
     assert 'features: "quadratic"' in (tmp_path / "contracts" / "circle-next.yaml").read_text()
 
@@ -244,7 +229,7 @@ def test_the_example_study_is_under_100_lines():
 
 def test_check_and_run_the_example_contract_end_to_end(site, project):
     root = project["root"]
-    checked = gates(site, root, "check", "contracts/circle-quadratic.yaml")
+    checked = gates(root, "check", "contracts/circle-quadratic.yaml", site=site)
     assert checked.returncode == 0, checked.stderr
     assert (
         "ready to run" in checked.stdout
@@ -261,13 +246,13 @@ def test_check_and_run_the_example_contract_end_to_end(site, project):
     client = MlflowClient(project["uri"])
     runs = client.search_runs([client.get_experiment_by_name("circle-quadratic").experiment_id])
     assert len(runs) == 13 and {r.info.status for r in runs} == {"FINISHED"}
-    verified = gates(site, root, "verify")
+    verified = gates(root, "verify", site=site)
     assert verified.returncode == 0, verified.stdout + verified.stderr
     assert (
         "ok circle-quadratic: supported" in verified.stdout
         and "ok circle-faulty: supported" in verified.stdout
     )
-    status = gates(site, root, "status", "--json")
+    status = gates(root, "status", "--json", site=site)
     rows = {r["id"]: r for r in json.loads(status.stdout)}
     assert (
         rows["circle-quadratic"]["status"] == "ok" and rows["circle-quadratic"]["hash_ok"] is True
@@ -338,7 +323,7 @@ def test_a_study_without_metric_declarations_is_refused_by_name(site, project):
         ("check", "contracts/no-metrics.yaml"),
         ("run", "contracts/no-metrics.yaml", "--tracking-uri", project["uri"]),
     ):
-        done = gates(site, root, *command)
+        done = gates(root, *command, site=site)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert done.stderr.splitlines() == [
             f"error: contracts/no-metrics.yaml:{line}: study: study 'no_metrics' (faulty_study:NoMetrics, from "
@@ -347,7 +332,7 @@ def test_a_study_without_metric_declarations_is_refused_by_name(site, project):
             f"reports and returns"
         ]
     assert not (root / "runs" / "no-metrics").exists()
-    everything = gates(site, root, "studies", "--metrics")
+    everything = gates(root, "studies", "--metrics", site=site)
     assert (
         everything.returncode == 2 and "my_study: Circle task" in everything.stdout
     )  # the others are shown
@@ -368,7 +353,7 @@ def test_run_fetch_gets_a_missing_corpus_and_prints_its_license(site, project):
         )
     )
     args = ("run", "contracts/circle-corpus.yaml", "--tracking-uri", project["uri"])
-    missing = gates(site, root, *args, script=FAKE_APT)
+    missing = gates(root, *args, script=FAKE_APT, site=site)
     assert missing.returncode == 2 and "Traceback" not in missing.stderr
     assert missing.stderr.splitlines()[0].endswith(
         "arms.linear: arm cannot run here: corpus 'libreoffice-help' is not fetched; run: gates data fetch "
@@ -376,7 +361,7 @@ def test_run_fetch_gets_a_missing_corpus_and_prints_its_license(site, project):
     )
     assert not (root / "cache" / "corpora" / "libreoffice-help").exists()
 
-    fetched = gates(site, root, *args, "--fetch", script=FAKE_APT)
+    fetched = gates(root, *args, "--fetch", script=FAKE_APT, site=site)
     assert fetched.returncode == 0, fetched.stderr
     out = fetched.stdout
     assert "fetching corpus libreoffice-help (gates run --fetch)" in out
@@ -384,7 +369,7 @@ def test_run_fetch_gets_a_missing_corpus_and_prints_its_license(site, project):
     assert "sources for studies: libreoffice-help:en" in out
     assert out.index("license: MPL-2.0") < out.index("SUPPORTED  circle-corpus")
     again = gates(
-        site, root, *args, "--fetch", script=FAKE_APT
+        root, *args, "--fetch", script=FAKE_APT, site=site
     )  # present: verified, nothing downloaded
     assert (
         again.returncode == 0
@@ -419,6 +404,6 @@ def test_the_example_package_installs_with_pip(tmp_path):
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    listed = gates(target, tmp_path, "studies")
+    listed = gates(tmp_path, "studies", site=target)
     assert listed.returncode == 0, listed.stderr
     assert "my_study: my_study.study:MyStudy (gates-my-study 0.1.0)" in listed.stdout

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from gates.cli import app
 from gates.errors import UserError
 from tests.conftest import copy_claims, small_c05, write_contract
-from tests.test_cli_ux import gates
+from tests.helpers import gates
 
 RECORDED = "c05-structural-probe-hard"
 
@@ -25,10 +25,10 @@ def _line_of(path, text: str) -> int:
 
 # ---------------------------------------------------------------------------------- verify
 @pytest.fixture
-def project(tmp_path):
+def project(make_project):
     """One recorded claim (a frozen copy), a contract ready to run, and four that `gates check`
     refuses: a typo'd arm, seeds as a string, an unknown study, broken YAML."""
-    root = copy_claims(tmp_path, RECORDED)
+    root = make_project(claims=(RECORDED,))
     contracts = root / "contracts"
     write_contract(contracts, small_c05(id="ready"), "ready.yaml")
     typo = small_c05(id="typo")

@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from tests.test_plugin_study import CONTRACT, EXAMPLE, gates, install_dist
+from tests.helpers import gates
+from tests.test_plugin_study import CONTRACT, EXAMPLE, install_dist
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,13 +75,13 @@ def project(tmp_path: Path, study: str = "my_study", contract_id: str = "circle-
 
 def run(site: Path, root: Path, contract_id: str, *args: str):
     return gates(
-        site,
         root,
         "run",
         f"contracts/{contract_id}.yaml",
         "--tracking-uri",
         f"sqlite:///{root / 'mlflow.db'}",
         *args,
+        site=site,
     )
 
 
@@ -152,7 +153,7 @@ def test_fixing_the_bug_keeps_the_first_attempt_on_the_record(site, buggy, tmp_p
     shutil.copy(buggy["root"] / "mlflow.db", root / "mlflow.db")
     before = snapshot(root)
 
-    status = json.loads(gates(fixed_site, root, "status", "--json").stdout)[0]
+    status = json.loads(gates(root, "status", "--json", site=fixed_site).stdout)[0]
     assert status["stale"] is True and status["stale_files"] == ["circle_bug/study.py"]
 
     again = run(fixed_site, root, "circle-bug")
@@ -197,11 +198,11 @@ def test_fixing_the_bug_keeps_the_first_attempt_on_the_record(site, buggy, tmp_p
         ("recorded", "invalid", ""),
         ("recorded", "supported", "fixed the shape bug in circle_bug/study.py"),
     ]
-    listed = json.loads(gates(fixed_site, root, "status", "--json").stdout)[0]
+    listed = json.loads(gates(root, "status", "--json", site=fixed_site).stdout)[0]
     assert listed["attempts"] == 2 and listed["earlier_attempts"][0].startswith("attempt 1 invalid")
-    table = gates(fixed_site, root, "status", "-v")
+    table = gates(root, "status", "-v", site=fixed_site)
     assert "attempt 2; earlier: attempt 1 invalid" in " ".join(table.stdout.split())
-    verified = gates(fixed_site, root, "verify")
+    verified = gates(root, "verify", site=fixed_site)
     assert verified.returncode == 0 and "ok circle-bug: supported" in verified.stdout, (
         verified.stdout
     )
@@ -275,12 +276,12 @@ def test_a_contract_outside_the_contracts_folder_is_refused(site, recorded, tmp_
     outside = tmp_path / "elsewhere.yaml"
     outside.write_text(CONTRACT.read_text().replace("id: circle-quadratic", "id: circle-elsewhere"))
     done = gates(
-        site,
         recorded["root"],
         "run",
         str(outside),
         "--tracking-uri",
         f"sqlite:///{recorded['root'] / 'mlflow.db'}",
+        site=site,
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.splitlines()) == 1
@@ -303,7 +304,7 @@ def test_check_refuses_a_contract_edited_after_its_evidence(site, recorded, tmp_
             f"sqlite:///{root / 'mlflow.db'}",
         ),
     ):
-        done = gates(site, root, *command)
+        done = gates(root, *command, site=site)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert "edited after its evidence" in done.stderr and "ready to run" not in done.stdout
 

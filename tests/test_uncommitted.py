@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from gates.record._provenance import uncommitted
-from tests.conftest import copy_project, git, run_project, small_c05, write_contract
-from tests.conftest import gates_cli as gates
+from tests.conftest import git, small_c05, write_contract
+from tests.helpers import gates
 
 
 @pytest.fixture
@@ -61,14 +61,14 @@ def test_recording_from_an_uncommitted_contract_is_refused_before_any_training(t
 
 
 @pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    return run_project(tmp_path_factory.mktemp("project"), small_c05())
+def recorded(make_project):
+    return make_project(small_c05())
 
 
 def test_certify_refuses_an_uncommitted_contract_and_reproducing_runs_from_any_tree(
-    recorded, tmp_path, strict
+    recorded, make_project, strict
 ):
-    project = copy_project(recorded, tmp_path)
+    project = make_project(copy_of=recorded)
     done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "r", "--sample", "1")
     assert done.returncode == 2, done.stdout + done.stderr
     assert "cannot certify" in done.stderr and "contracts/c05-small.yaml" in done.stderr
