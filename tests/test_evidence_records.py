@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from gates.contract import load_contract
+from gates.entities import RunRecord
 from gates.record import (
     EVIDENCE_FORMAT,
     Evidence,
-    RunRecord,
     read_evidence,
     render_report,
     write_evidence,

@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from gates.record._evidence import ConditionRecord
+from gates.entities import ConditionRecord
 
 SUPPORTS, REFUTES, UNDETERMINED = "supports", "refutes", "undetermined"
 SOUND, INVALIDATES = "sound", "invalidates"  # a control: the setup can be trusted, or it cannot
