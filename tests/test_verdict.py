@@ -14,6 +14,7 @@ import pytest
 from scipy import stats
 
 from gates.contract import Decision
+from gates.entities import ConditionRecord
 from gates.inference import BOOTSTRAP_RESAMPLES, Verdict, decide, holm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -463,6 +464,18 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
         0.8,
     ]
     assert any("non-finite" in r for r in back["reasons"])
+
+
+def test_the_engine_judges_conditions_as_the_records_evidence_is_read_back_as():
+    """One schema for a condition: the verdict engine builds the ConditionRecords evidence.json is
+    read back as, each written with every key, in the record's order, whatever is still unset."""
+    v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91, 0.92]))
+    c = v.conditions[0]
+    assert all(isinstance(x, ConditionRecord) for x in v.conditions)
+    assert c.label == "supported_if[0]"
+    written = v.to_dict()["conditions"][0]
+    assert list(written) == list(ConditionRecord.model_fields)
+    assert ConditionRecord.model_validate(written) == c
 
 
 def test_signature_names_the_settings():

@@ -34,3 +34,8 @@ class ConditionRecord(Record):
     estimand: str | None = None  # what the estimate estimates, on which scale (engine 3)
     scale: str | None = None
     adjustment: str | None = None
+
+    @property
+    def label(self) -> str:
+        """Where the contract lists it: `supported_if[0]`, `controls[1]`."""
+        return f"{self.list_name}[{self.index}]"

@@ -12,7 +12,7 @@ bytes.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Self
 
 from pydantic import (
     BaseModel,
@@ -53,6 +53,12 @@ class Record(BaseModel):
         """A field as its writer wrote it (null included), or `absent` where the record lacks the key
         (for a reader that shows a missing field otherwise than its default)."""
         return getattr(self, name) if self.has(name) else absent
+
+    def revised(self, **changes) -> Self:
+        """A copy with these fields changed, checked as a new record; each key keeps its place (a
+        new one goes last). Records are frozen: the verdict engine settles a condition in steps
+        (families, lost values, stalled arms), each a revised copy."""
+        return type(self).model_validate(self.model_dump(exclude_unset=True) | changes)
 
     def as_dict(self) -> dict:
         """The record as JSON data: the keys it was read or built from, in their order."""

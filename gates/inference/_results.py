@@ -1,16 +1,18 @@
-"""A verdict as evidence.json records it: each condition's result (`ConditionResult`), the `Verdict`
-with the signature of the settings it was reached under, the engine's version (`ENGINE_VERSION`),
-`json_safe` for what JSON cannot hold, and the verdict's wording (its reason and settle lines).
+"""A verdict as evidence.json records it: the `Verdict`, its conditions and controls as judged
+(`ConditionRecord`s, the entity evidence.json is read back as), with the signature of the settings
+it was reached under, the engine's version (`ENGINE_VERSION`), `json_safe` for what JSON cannot
+hold, and the verdict's wording (its reason and settle lines).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
 from gates.contract import MIN_VERDICT_SEEDS
+from gates.entities import ConditionRecord
 from gates.inference._statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MAX_SEEDS_SEARCHED
 
 # Bumped whenever a change can change a recorded verdict; the claims index records it.
@@ -27,52 +29,10 @@ ENGINE_VERSION = "6"
 
 # ---------------------------------------------------------------------------------- results
 @dataclass
-class ConditionResult:
-    list_name: str  # "supported_if" | "refuted_if" | "controls"
-    index: int
-    kind: str
-    description: str
-    estimate: (
-        float | None
-    )  # theta on the condition's scale: > 0 means the condition holds (trend: weakest pair)
-    ci_low: float | None
-    ci_high: float | None
-    ci_level: float | None
-    p_hold: float | None  # raw one-sided p-values
-    p_fail: float | None
-    p_hold_adj: float | None  # as compared with alpha: see `adjustment`
-    p_fail_adj: float | None
-    test: str
-    n: dict[str, int]
-    values: dict[str, list[float]]
-    outcome: str  # "holds" | "fails" | "undetermined"
-    note: str = ""
-    seeds_needed: int | None = None
-    test_reason: str = (
-        ""  # why this test: the t-test's assumption, or what in the data rules it out
-    )
-    control: str | None = None  # "positive" | "negative" for a control
-    estimand: str = (
-        ""  # what the condition's estimate estimates (a mean, a geometric mean, a median, a ratio)
-    )
-    scale: str = "linear"  # "linear" | "log": the scale theta, its interval and the test are on
-    adjustment: str = (
-        ""  # how p_hold_adj / p_fail_adj were adjusted (intersection-union, Holm over m)
-    )
-
-    @property
-    def label(self) -> str:
-        return f"{self.list_name}[{self.index}]"
-
-    def to_dict(self) -> dict:
-        return json_safe(asdict(self))
-
-
-@dataclass
 class Verdict:
     verdict: str  # "supported" | "refuted" | "inconclusive" | "invalid"
     reasons: list[str]
-    conditions: list[ConditionResult]
+    conditions: list[ConditionRecord]
     alpha: float
     evaluation: str
     correction: str
@@ -82,7 +42,7 @@ class Verdict:
         default_factory=list
     )  # (arm, metric, seed, why) a condition reads but lacks
     engine_version: str = ENGINE_VERSION
-    controls: list[ConditionResult] = field(default_factory=list)
+    controls: list[ConditionRecord] = field(default_factory=list)
     looks: list[dict] = field(
         default_factory=list
     )  # a sequential contract's looks (gates.inference._sequential)
@@ -108,7 +68,11 @@ class Verdict:
         )
 
     def to_dict(self) -> dict:
-        return json_safe(asdict(self))
+        """The verdict as JSON data: each condition as its record writes it (`as_dict`)."""
+        data = {f.name: getattr(self, f.name) for f in fields(self)}
+        data["conditions"] = [c.as_dict() for c in self.conditions]
+        data["controls"] = [c.as_dict() for c in self.controls]
+        return json_safe(data)
 
 
 def json_safe(x):
@@ -135,7 +99,7 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
-def _line(r: ConditionResult) -> str:
+def _line(r: ConditionRecord) -> str:
     """One plain line: the condition, its estimate, its interval and p-values, and any note."""
     parts = [
         r.description,
@@ -150,7 +114,7 @@ def _line(r: ConditionResult) -> str:
     return ", ".join(parts) + (f" ({r.note})" if r.note else "")
 
 
-def _settle_line(r: ConditionResult, withheld: dict | None = None) -> str:
+def _settle_line(r: ConditionRecord, withheld: dict | None = None) -> str:
     head = f"{r.label} {r.description}"
     still, at_edge = (withheld or {}).get("still"), (withheld or {}).get("edges")
     if still:  # arms it reads were still improving when training stopped (`convergence`)

@@ -169,7 +169,7 @@ class ConditionRow:
 
 
 def condition_label(record: ConditionRecord) -> str:
-    return f"{record.list_name}[{record.index}]"
+    return record.label
 
 
 def condition_rows(records: list[ConditionRecord], arms: list[str]) -> list[ConditionRow]:

@@ -451,7 +451,7 @@ def _check_derived(ev: dict, derivation: Derivation) -> list[str]:
         if label in recorded:
             problems.append(f"conditions list {label} twice")
         recorded[label] = c
-    fresh = {f"{c.list_name}[{c.index}]": c.to_dict() for c in again.conditions}
+    fresh = {c.label: c.as_dict() for c in again.conditions}
     for label in recorded.keys() - fresh.keys():
         problems.append(f"conditions include {label}, which the contract's decision does not have")
     for label, want in fresh.items():
