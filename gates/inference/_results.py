@@ -1,18 +1,12 @@
-"""A verdict as evidence.json records it: the `Verdict`, its conditions and controls as judged
-(`ConditionRecord`s, the entity evidence.json is read back as), with the signature of the settings
-it was reached under, the engine's version (`ENGINE_VERSION`), `json_safe` for what JSON cannot
-hold, and the verdict's wording (its reason and settle lines).
+"""A verdict as the engine words it: the engine's version (`ENGINE_VERSION`), the signature of the
+settings a verdict was reached under (`verdict_signature`), and its reason and settle lines. The
+verdict itself and its conditions are entities (gates.entities: `Verdict`, `ConditionRecord`).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields
-
-import numpy as np
-
 from gates.contract import MIN_VERDICT_SEEDS
-from gates.entities import ConditionRecord
+from gates.entities import ConditionRecord, Verdict
 from gates.inference._statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MAX_SEEDS_SEARCHED
 
 # Bumped whenever a change can change a recorded verdict; the claims index records it.
@@ -28,66 +22,18 @@ ENGINE_VERSION = "6"
 
 
 # ---------------------------------------------------------------------------------- results
-@dataclass
-class Verdict:
-    verdict: str  # "supported" | "refuted" | "inconclusive" | "invalid"
-    reasons: list[str]
-    conditions: list[ConditionRecord]
-    alpha: float
-    evaluation: str
-    correction: str
-    settle: list[str] = field(default_factory=list)
-    halts: list[dict] = field(default_factory=list)
-    lost: list[dict] = field(
-        default_factory=list
-    )  # (arm, metric, seed, why) a condition reads but lacks
-    engine_version: str = ENGINE_VERSION
-    controls: list[ConditionRecord] = field(default_factory=list)
-    looks: list[dict] = field(
-        default_factory=list
-    )  # a sequential contract's looks (gates.inference._sequential)
-    not_run: list[dict] = field(default_factory=list)  # arms read without a completed run (invalid)
-    beyond_ceiling: list[dict] = field(
-        default_factory=list
-    )  # conditions whose bar the best arm cannot reach
-    tuning_edges: dict[str, str] = field(
-        default_factory=dict
-    )  # tuned arm -> why its search stopped at an edge
-
-    def signature(self) -> str:
-        """The statistical settings the verdict was reached under, compact, for comparing records."""
-        tests = ",".join(sorted({c.test for c in self.conditions}))
-        boot = (
-            f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
-            if any("bootstrap" in c.test_reason for c in self.conditions)
-            else ""
-        )
-        return (
-            f"engine={self.engine_version}|alpha={self.alpha:g}|eval={self.evaluation}"
-            f"|correction={self.correction}{boot}|tests={tests}"
-        )
-
-    def to_dict(self) -> dict:
-        """The verdict as JSON data: each condition as its record writes it (`as_dict`)."""
-        data = {f.name: getattr(self, f.name) for f in fields(self)}
-        data["conditions"] = [c.as_dict() for c in self.conditions]
-        data["controls"] = [c.as_dict() for c in self.controls]
-        return json_safe(data)
-
-
-def json_safe(x):
-    """NaN and infinities are not JSON; numpy scalars are not JSON-able either."""
-    if isinstance(x, dict):
-        return {str(k): json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    return x
+def verdict_signature(verdict: Verdict) -> str:
+    """The statistical settings a verdict was reached under, compact, for comparing records."""
+    tests = ",".join(sorted({c.test for c in verdict.conditions}))
+    boot = (
+        f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
+        if any("bootstrap" in c.test_reason for c in verdict.conditions)
+        else ""
+    )
+    return (
+        f"engine={verdict.engine_version}|alpha={verdict.alpha:g}|eval={verdict.evaluation}"
+        f"|correction={verdict.correction}{boot}|tests={tests}"
+    )
 
 
 # ---------------------------------------------------------------------------------- wording

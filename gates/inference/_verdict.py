@@ -73,7 +73,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from gates.contract import Decision, Threshold, Trend, arms_under_test, condition_terms
-from gates.entities import ConditionRecord
+from gates.entities import ConditionRecord, Verdict
 from gates.inference._effects import (
     _describe,
     _effects,
@@ -82,7 +82,7 @@ from gates.inference._effects import (
     condition_scale,
     condition_test,
 )
-from gates.inference._results import Verdict, _join, _line, _settle_line
+from gates.inference._results import ENGINE_VERSION, _join, _line, _settle_line
 from gates.inference._statistics import _exact, _interval, _Stat, holm, seeds_for_power
 from gates.inference._validity import (
     _beyond_ceiling,
@@ -454,6 +454,7 @@ def decide(
         not_run=not_run,
         beyond_ceiling=beyond,
         tuning_edges=dict(edges or {}),
+        engine_version=ENGINE_VERSION,
     )
 
 
