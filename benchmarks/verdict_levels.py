@@ -83,7 +83,8 @@ from pydantic import TypeAdapter
 from scipy import integrate, optimize, stats
 
 from gates.contract import Control, Decision, Sequential
-from gates.inference import ENGINE_VERSION, decide, json_safe, judge_sequential
+from gates.entities import json_safe
+from gates.inference import ENGINE_VERSION, decide, judge_sequential
 from gates.inference._statistics import _Stat
 from gates.study import Metric, positive
 

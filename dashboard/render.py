@@ -24,14 +24,13 @@ from gates.dashboard.board import (
 from gates.dashboard.data import Claim, ContractView, finite
 from gates.dashboard.diff import ADDED, REMOVED, shown
 from gates.dashboard.svg import e
+from gates.entities import ConditionRecord, RunRecord
 from gates.record import (
     ARMS_VIEW,
     OTHER_SIDE,
     ConditionBar,
-    ConditionRecord,
     ConditionRow,
     Evidence,
-    RunRecord,
     condition_difference,
     condition_label,
     condition_rows,

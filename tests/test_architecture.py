@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # lowest first: a package may import from its own layer and the layers before it, never after
 LAYERS = [
     "errors",
+    "entities",
     "study",
     "contract",
     "inference",

@@ -22,13 +22,13 @@ from gates.dashboard import svg
 from gates.dashboard.board import BoardQuery, select
 from gates.dashboard.data import Claim
 from gates.dashboard.diff import ADDED, CHANGED, REMOVED, contract_diff
+from gates.entities import ConditionRecord
 from gates.record import (
     INVALIDATES,
     REFUTES,
     SOUND,
     SUPPORTS,
     UNDETERMINED,
-    ConditionRecord,
     condition_rows,
 )
 from tests.conftest import FIXTURE_CLAIMS

@@ -10,10 +10,10 @@ import pytest
 from pydantic import ValidationError
 
 from gates.contract import load_contract
+from gates.entities import RunRecord
 from gates.record import (
     EVIDENCE_FORMAT,
     Evidence,
-    RunRecord,
     read_evidence,
     render_report,
     write_evidence,
@@ -107,6 +107,22 @@ def test_records_compare_by_data_whatever_the_order_of_their_keys():
     assert Evidence.of(reordered) == Evidence.of(raw)
     assert list(Evidence.of(reordered).as_dict()) == list(reordered)
     assert Evidence.of({**raw, "verdict": "refuted"}) != Evidence.of(raw)
+
+
+def test_a_revised_record_keeps_its_keys_in_place_and_is_checked():
+    """The verdict engine settles a condition in steps, each a revised copy of a frozen record: the
+    copy writes its keys where the original had them (a new one last) and is checked as a new one."""
+    condition = read_evidence(FIXTURE).conditions[0]
+    revised = condition.revised(outcome="undetermined", note="lost", extra_key=1)
+    assert list(revised.as_dict()) == [*condition.as_dict(), "extra_key"]
+    assert (revised.outcome, revised.note, condition.label) == (
+        "undetermined",
+        "lost",
+        f"{condition.list_name}[{condition.index}]",
+    )
+    assert condition.revised() == condition and condition.revised() is not condition
+    with pytest.raises(ValidationError):
+        condition.revised(outcome="maybe")
 
 
 # ---------------------------------------------------------------------------------- writing back

@@ -203,7 +203,8 @@ def test_family_of_reads_the_record(recorded):
 def test_an_inconclusive_verdict_says_what_its_family_leaves_a_retry(recorded):
     """More seeds are never suggested as if a re-try were a fresh test: the last line says what a new
     version would be (the family's next seeds, the alpha left) or that none is left."""
-    from gates.inference import Verdict
+    from gates.entities import Verdict
+    from gates.inference import ENGINE_VERSION
     from gates.inference._judging import _family_notes
 
     for name, want in (
@@ -215,7 +216,13 @@ def test_an_inconclusive_verdict_says_what_its_family_leaves_a_retry(recorded):
     ):
         contract = load_contract(recorded / "contracts" / f"{name}.yaml").contract
         verdict = Verdict(
-            "inconclusive", ["r"], [], contract.decision.alpha, "interval", "iut+holm"
+            "inconclusive",
+            ["r"],
+            [],
+            contract.decision.alpha,
+            "interval",
+            "iut+holm",
+            engine_version=ENGINE_VERSION,
         )
         verdict.settle = ["supported_if[0] ...: about 9 seeds per arm for 80% power"]
         _family_notes(verdict, family_of(contract, recorded / "runs"), contract)

@@ -14,7 +14,8 @@ import pytest
 from scipy import stats
 
 from gates.contract import Decision
-from gates.inference import BOOTSTRAP_RESAMPLES, Verdict, decide, holm
+from gates.entities import ConditionRecord, Verdict
+from gates.inference import BOOTSTRAP_RESAMPLES, decide, holm, verdict_signature
 
 ROOT = Path(__file__).resolve().parents[1]
 NEVER = {"kind": "threshold", "arm": "a", "metric": "acc", "direction": "lower", "value": -1e9}
@@ -449,7 +450,7 @@ def test_bootstrap_is_deterministic_and_order_free():
     assert r["test"] == "welch t" and "bootstrap" in r["test_reason"]
     assert r["p_hold"] < 0.05 and r["ci_low"] < r["estimate"] < r["ci_high"]
     assert r["ci_level"] == pytest.approx(0.9) and BOOTSTRAP_RESAMPLES == 10_000
-    assert "bootstrap" in decide(d, rs).signature()
+    assert "bootstrap" in verdict_signature(decide(d, rs))
 
 
 def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
@@ -465,10 +466,23 @@ def test_to_dict_is_strict_json_with_nan_metrics_and_missing_terms():
     assert any("non-finite" in r for r in back["reasons"])
 
 
+def test_the_engine_judges_conditions_as_the_records_evidence_is_read_back_as():
+    """One schema for a condition: the verdict engine builds the ConditionRecords evidence.json is
+    read back as, each written with every key, in the record's order, whatever is still unset."""
+    v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91, 0.92]))
+    c = v.conditions[0]
+    assert all(isinstance(x, ConditionRecord) for x in v.conditions)
+    assert c.label == "supported_if[0]"
+    written = v.to_dict()["conditions"][0]
+    assert list(written) == list(ConditionRecord.model_fields)
+    assert ConditionRecord.model_validate(written) == c
+
+
 def test_signature_names_the_settings():
     v = decide(decision([thr("a", "acc", "higher", 0.5)]), runs("a", acc=[0.9, 0.91]))
     assert (
-        v.signature() == "engine=6|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
+        verdict_signature(v)
+        == "engine=6|alpha=0.05|eval=interval|correction=iut+holm|tests=one-sample t"
     )
 
 

@@ -34,7 +34,7 @@ def looks(c, metrics) -> list[dict]:
 
 
 def check_json(loaded, report, power, notes: list[str], flags: list[str]) -> dict:
-    from gates.inference import json_safe
+    from gates.entities import json_safe
 
     c = loaded.contract
     return json_safe(

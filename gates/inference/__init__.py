@@ -4,11 +4,14 @@
 look with alpha spending; `judge_claim` is what every caller (a run, verify, rederive) goes through.
 Nothing here trains, tracks or writes: the input is the runs as evidence.json stores them.
 
+The verdict it reaches and its conditions are entities (gates.entities: `Verdict`, `ConditionRecord`).
+
 Private modules: `_verdict` (`decide`: each condition, the families, the verdict), `_effects` (a
 condition as effects: estimand, scale, test), `_statistics` (the tests, intervals, seeds needed),
-`_results` (the verdict as recorded, its wording), `_validity` (lost values, arms not run as designed,
-ceilings), `_reachability` (whether the seeds can reach a verdict), `_sequential` (group-sequential
-looks), `_judging` (a contract's claim: fixed or sequential, ceilings, tuning edges).
+`_results` (the engine's version, a verdict's signature and wording), `_validity` (lost values, arms
+not run as designed, ceilings), `_reachability` (whether the seeds can reach a verdict),
+`_sequential` (group-sequential looks), `_judging` (a contract's claim: fixed or sequential,
+ceilings, tuning edges).
 """
 
 from typing import TYPE_CHECKING
@@ -20,7 +23,7 @@ if TYPE_CHECKING:
     from gates.inference._effects import ESTIMANDS, condition_estimand, condition_test, log_able
     from gates.inference._judging import claim_inputs, judge, judge_claim, tuning_edges
     from gates.inference._reachability import estimand_notes, supportable, unreachable
-    from gates.inference._results import ENGINE_VERSION, Verdict, json_safe
+    from gates.inference._results import ENGINE_VERSION, verdict_signature
     from gates.inference._sequential import (
         judge_sequential,
         next_look,
@@ -37,14 +40,12 @@ _FACE = {
     "BOOTSTRAP_RESAMPLES": "_statistics",
     "ENGINE_VERSION": "_results",
     "ESTIMANDS": "_effects",
-    "Verdict": "_results",
     "claim_inputs": "_judging",
     "condition_estimand": "_effects",
     "condition_test": "_effects",
     "decide": "_verdict",
     "estimand_notes": "_reachability",
     "holm": "_statistics",
-    "json_safe": "_results",
     "judge": "_judging",
     "judge_claim": "_judging",
     "judge_sequential": "_sequential",
@@ -58,6 +59,7 @@ _FACE = {
     "supportable": "_reachability",
     "tuning_edges": "_judging",
     "unreachable": "_reachability",
+    "verdict_signature": "_results",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from gates.inference._results import Verdict
+from gates.entities import Verdict
 from gates.inference._sequential import judge_sequential
 from gates.inference._verdict import decide
 from gates.study import Metric

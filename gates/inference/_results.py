@@ -1,16 +1,12 @@
-"""A verdict as evidence.json records it: each condition's result (`ConditionResult`), the `Verdict`
-with the signature of the settings it was reached under, the engine's version (`ENGINE_VERSION`),
-`json_safe` for what JSON cannot hold, and the verdict's wording (its reason and settle lines).
+"""A verdict as the engine words it: the engine's version (`ENGINE_VERSION`), the signature of the
+settings a verdict was reached under (`verdict_signature`), and its reason and settle lines. The
+verdict itself and its conditions are entities (gates.entities: `Verdict`, `ConditionRecord`).
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import asdict, dataclass, field
-
-import numpy as np
-
 from gates.contract import MIN_VERDICT_SEEDS
+from gates.entities import ConditionRecord, Verdict
 from gates.inference._statistics import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED, MAX_SEEDS_SEARCHED
 
 # Bumped whenever a change can change a recorded verdict; the claims index records it.
@@ -26,104 +22,18 @@ ENGINE_VERSION = "6"
 
 
 # ---------------------------------------------------------------------------------- results
-@dataclass
-class ConditionResult:
-    list_name: str  # "supported_if" | "refuted_if" | "controls"
-    index: int
-    kind: str
-    description: str
-    estimate: (
-        float | None
-    )  # theta on the condition's scale: > 0 means the condition holds (trend: weakest pair)
-    ci_low: float | None
-    ci_high: float | None
-    ci_level: float | None
-    p_hold: float | None  # raw one-sided p-values
-    p_fail: float | None
-    p_hold_adj: float | None  # as compared with alpha: see `adjustment`
-    p_fail_adj: float | None
-    test: str
-    n: dict[str, int]
-    values: dict[str, list[float]]
-    outcome: str  # "holds" | "fails" | "undetermined"
-    note: str = ""
-    seeds_needed: int | None = None
-    test_reason: str = (
-        ""  # why this test: the t-test's assumption, or what in the data rules it out
+def verdict_signature(verdict: Verdict) -> str:
+    """The statistical settings a verdict was reached under, compact, for comparing records."""
+    tests = ",".join(sorted({c.test for c in verdict.conditions}))
+    boot = (
+        f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
+        if any("bootstrap" in c.test_reason for c in verdict.conditions)
+        else ""
     )
-    control: str | None = None  # "positive" | "negative" for a control
-    estimand: str = (
-        ""  # what the condition's estimate estimates (a mean, a geometric mean, a median, a ratio)
+    return (
+        f"engine={verdict.engine_version}|alpha={verdict.alpha:g}|eval={verdict.evaluation}"
+        f"|correction={verdict.correction}{boot}|tests={tests}"
     )
-    scale: str = "linear"  # "linear" | "log": the scale theta, its interval and the test are on
-    adjustment: str = (
-        ""  # how p_hold_adj / p_fail_adj were adjusted (intersection-union, Holm over m)
-    )
-
-    @property
-    def label(self) -> str:
-        return f"{self.list_name}[{self.index}]"
-
-    def to_dict(self) -> dict:
-        return json_safe(asdict(self))
-
-
-@dataclass
-class Verdict:
-    verdict: str  # "supported" | "refuted" | "inconclusive" | "invalid"
-    reasons: list[str]
-    conditions: list[ConditionResult]
-    alpha: float
-    evaluation: str
-    correction: str
-    settle: list[str] = field(default_factory=list)
-    halts: list[dict] = field(default_factory=list)
-    lost: list[dict] = field(
-        default_factory=list
-    )  # (arm, metric, seed, why) a condition reads but lacks
-    engine_version: str = ENGINE_VERSION
-    controls: list[ConditionResult] = field(default_factory=list)
-    looks: list[dict] = field(
-        default_factory=list
-    )  # a sequential contract's looks (gates.inference._sequential)
-    not_run: list[dict] = field(default_factory=list)  # arms read without a completed run (invalid)
-    beyond_ceiling: list[dict] = field(
-        default_factory=list
-    )  # conditions whose bar the best arm cannot reach
-    tuning_edges: dict[str, str] = field(
-        default_factory=dict
-    )  # tuned arm -> why its search stopped at an edge
-
-    def signature(self) -> str:
-        """The statistical settings the verdict was reached under, compact, for comparing records."""
-        tests = ",".join(sorted({c.test for c in self.conditions}))
-        boot = (
-            f"|bootstrap={BOOTSTRAP_RESAMPLES}@{BOOTSTRAP_SEED}"
-            if any("bootstrap" in c.test_reason for c in self.conditions)
-            else ""
-        )
-        return (
-            f"engine={self.engine_version}|alpha={self.alpha:g}|eval={self.evaluation}"
-            f"|correction={self.correction}{boot}|tests={tests}"
-        )
-
-    def to_dict(self) -> dict:
-        return json_safe(asdict(self))
-
-
-def json_safe(x):
-    """NaN and infinities are not JSON; numpy scalars are not JSON-able either."""
-    if isinstance(x, dict):
-        return {str(k): json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [json_safe(v) for v in x]
-    if isinstance(x, (bool, np.bool_)):
-        return bool(x)
-    if isinstance(x, (int, np.integer)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if math.isfinite(x) else None
-    return x
 
 
 # ---------------------------------------------------------------------------------- wording
@@ -135,7 +45,7 @@ def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
-def _line(r: ConditionResult) -> str:
+def _line(r: ConditionRecord) -> str:
     """One plain line: the condition, its estimate, its interval and p-values, and any note."""
     parts = [
         r.description,
@@ -150,7 +60,7 @@ def _line(r: ConditionResult) -> str:
     return ", ".join(parts) + (f" ({r.note})" if r.note else "")
 
 
-def _settle_line(r: ConditionResult, withheld: dict | None = None) -> str:
+def _settle_line(r: ConditionRecord, withheld: dict | None = None) -> str:
     head = f"{r.label} {r.description}"
     still, at_edge = (withheld or {}).get("still"), (withheld or {}).get("edges")
     if still:  # arms it reads were still improving when training stopped (`convergence`)

@@ -34,8 +34,8 @@ from collections.abc import Mapping
 
 from scipy import special
 
+from gates.entities import json_safe
 from gates.inference import _verdict as v
-from gates.inference._results import json_safe
 from gates.study import Metric
 
 DECIDED = ("supported", "refuted", "invalid")

@@ -12,26 +12,30 @@ from collections.abc import Mapping
 import numpy as np
 
 from gates.contract import Trend, condition_terms
+from gates.entities import ConditionRecord
 from gates.inference._effects import _effects
 from gates.inference._results import _join
 
 
-def _withhold(results, listed, runs: list[dict], edges: Mapping[str, str]) -> dict[str, dict]:
+def _withhold(
+    results: list[ConditionRecord], listed, runs: list[dict], edges: Mapping[str, str]
+) -> tuple[list[ConditionRecord], dict[str, dict]]:
     """Leave undetermined every decision condition that reads an arm still improving at the end of its runs
-    (`convergence`) or tuned by a search that stopped at an edge; condition label -> {"still": arm -> seeds
-    still improving, "edges": [arm: why]} (for the settle line)."""
+    (`convergence`) or tuned by a search that stopped at an edge: the results so revised, and condition
+    label -> {"still": arm -> seeds still improving, "edges": [arm: why]} (for the settle line)."""
     unconverged = _unconverged(runs)
     stalled: dict[str, dict] = {}
+    revised = []
     for r, (_, _, c) in zip(results, listed):
         arms = list(dict.fromkeys(a for a, _ in condition_terms(c)))
         still = {a: unconverged[a] for a in arms if a in unconverged}
         at_edge = [f"{a}: {edges[a]}" for a in arms if a in edges]
         if still or at_edge:
             stalled[r.label] = {"still": still, "edges": at_edge}
+        note = r.note
         if still:
-            r.outcome = "undetermined"
-            r.note = _join(
-                r.note,
+            note = _join(
+                note,
                 "still improving at the end of training: "
                 + "; ".join(
                     f"{a} seed{'s' if len(v) > 1 else ''} {', '.join(map(str, v))}"
@@ -40,11 +44,9 @@ def _withhold(results, listed, runs: list[dict], edges: Mapping[str, str]) -> di
                 + "; needs more steps",
             )
         if at_edge:
-            r.outcome = "undetermined"
-            r.note = _join(
-                r.note, "tuning stopped at the edge of its search: " + "; ".join(at_edge)
-            )
-    return stalled
+            note = _join(note, "tuning stopped at the edge of its search: " + "; ".join(at_edge))
+        revised.append(r.revised(outcome="undetermined", note=note) if still or at_edge else r)
+    return revised, stalled
 
 
 def _unconverged(runs: list[dict]) -> dict[str, list[int]]:

@@ -73,6 +73,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from gates.contract import Decision, Threshold, Trend, arms_under_test, condition_terms
+from gates.entities import ConditionRecord, Verdict
 from gates.inference._effects import (
     _describe,
     _effects,
@@ -81,7 +82,7 @@ from gates.inference._effects import (
     condition_scale,
     condition_test,
 )
-from gates.inference._results import ConditionResult, Verdict, _join, _line, _settle_line
+from gates.inference._results import ENGINE_VERSION, _join, _line, _settle_line
 from gates.inference._statistics import _exact, _interval, _Stat, holm, seeds_for_power
 from gates.inference._validity import (
     _beyond_ceiling,
@@ -114,8 +115,15 @@ def _samples(runs: list[dict]) -> tuple[dict[tuple[str, str], dict[int, float]],
 
 
 def _evaluate(
-    list_name: str, index: int, c, samples, alpha: float, exact: bool, metrics: Mapping[str, Metric]
-) -> tuple[ConditionResult, list[_Stat]]:
+    list_name: str,
+    index: int,
+    c,
+    samples,
+    alpha: float,
+    exact: bool,
+    metrics: Mapping[str, Metric],
+    control: str | None = None,
+) -> tuple[ConditionRecord, list[_Stat]]:
     """One condition's result (outcome still open under interval evaluation) and its effects' stats."""
     terms = list(dict.fromkeys(condition_terms(c)))
     estimand = condition_estimand(c, metrics)
@@ -171,7 +179,9 @@ def _evaluate(
             "paired t" if by_seed else "one-sample t" if isinstance(c, Threshold) else "welch t"
         )
         reason = "; ".join(reasons)
-    result = ConditionResult(
+    # every field given, in the record's order: evidence.json has had each key of a condition, in
+    # this order, since the first engine (a field the engine settles later is "" or None until then)
+    result = ConditionRecord(
         list_name=list_name,
         index=index,
         kind=c.kind,
@@ -189,9 +199,12 @@ def _evaluate(
         values={f"{a}.{m}": [float(v) for v in col] for (a, m), col in columns.items()},
         outcome=outcome,
         note="; ".join(notes),
+        seeds_needed=None,
         test_reason=reason,
+        control=control,
         estimand=_estimand(c, estimand, by_seed) + (" (on the log scale)" if log else ""),
         scale="log" if log else "linear",
+        adjustment="",
     )
     return result, pair_stats
 
@@ -208,81 +221,98 @@ def _trend_seeds_needed(stats_: list[_Stat], level: float) -> int | None:
 
 
 # ---------------------------------------------------------------------------------- families
-def _apply_families(results: list[ConditionResult], alpha: float) -> dict[str, float]:
+def _apply_families(
+    results: list[ConditionRecord], alpha: float
+) -> tuple[list[ConditionRecord], dict[str, float]]:
     """Each outcome from the families: a supported_if condition holds at alpha (intersection-union: all
     must hold); the ways to refute (a refuted_if holding, a supported_if failing) are one Holm family;
-    refuted_if failing, shown only, is Holm across the refuted_if list. Returns each condition's level
-    for planning seeds (label -> the alpha its undecided side is tested at)."""
+    refuted_if failing, shown only, is Holm across the refuted_if list. Returns the results so settled
+    and each condition's level for planning seeds (label -> the alpha its undecided side is tested at)."""
     supported = [r for r in results if r.list_name == "supported_if"]
     refuted = [r for r in results if r.list_name == "refuted_if"]
     refute = holm([r.p_hold for r in refuted] + [r.p_fail for r in supported])
     m = len(refute)
-    for r, adj in zip(refuted, refute[: len(refuted)]):
-        r.p_hold_adj = adj
-    for r, adj in zip(supported, refute[len(refuted) :]):
-        r.p_hold_adj, r.p_fail_adj = r.p_hold, adj
-    for r, adj in zip(refuted, holm([r.p_fail for r in refuted])):
-        r.p_fail_adj = adj
-    levels = {}
+    # label -> (p_hold_adj, p_fail_adj)
+    adjusted = {
+        r.label: (hold, fail)
+        for r, hold, fail in zip(refuted, refute[: len(refuted)], holm([r.p_fail for r in refuted]))
+    } | {r.label: (r.p_hold, fail) for r, fail in zip(supported, refute[len(refuted) :])}
+    levels, settled = {}, []
     for r in results:
-        r.outcome = (
-            "holds"
-            if r.p_hold_adj <= alpha
-            else "fails"
-            if r.p_fail_adj <= alpha
-            else "undetermined"
-        )
+        p_hold_adj, p_fail_adj = adjusted[r.label]
+        outcome = _outcome(p_hold_adj, p_fail_adj, alpha)
         ways = f"Holm over the {m} ways to refute (a refuted_if holding, a supported_if failing)"
         if r.list_name == "supported_if":
-            r.adjustment = f"p(hold): intersection-union, at alpha unadjusted; p(fail): {ways}"
+            adjustment = f"p(hold): intersection-union, at alpha unadjusted; p(fail): {ways}"
             levels[r.label] = alpha if (r.estimate or 0) > 0 else alpha / m
-            raw, adj = r.p_fail, r.p_fail_adj
+            raw, adj = r.p_fail, p_fail_adj
         else:
-            r.adjustment = (
+            adjustment = (
                 f"p(hold): {ways}; p(fail): Holm over the {len(refuted)} refuted_if conditions"
             )
             levels[r.label] = alpha / m if (r.estimate or 0) > 0 else alpha / len(refuted)
-            raw, adj = r.p_hold, r.p_hold_adj
-        if r.outcome == "undetermined" and raw <= alpha < adj:
-            r.note = _join(
-                r.note,
+            raw, adj = r.p_hold, p_hold_adj
+        note = r.note
+        if outcome == "undetermined" and raw <= alpha < adj:
+            note = _join(
+                note,
                 f"significant alone, p = {raw:.3g}, but not after Holm over the {m} ways to refute",
             )
-    return levels
+        settled.append(
+            r.revised(
+                p_hold_adj=p_hold_adj,
+                p_fail_adj=p_fail_adj,
+                outcome=outcome,
+                note=note,
+                adjustment=adjustment,
+            )
+        )
+    return settled, levels
+
+
+def _outcome(p_hold_adj: float, p_fail_adj: float, alpha: float) -> str:
+    return "holds" if p_hold_adj <= alpha else "fails" if p_fail_adj <= alpha else "undetermined"
 
 
 def _evaluate_controls(
     controls, samples, alpha: float, exact: bool, metrics
-) -> list[ConditionResult]:
+) -> list[ConditionRecord]:
     """Each control as a condition that must hold: all must hold (intersection-union at alpha); a control
     fails in the controls' own Holm family."""
-    evaluated = []
-    for i, c in enumerate(controls):
-        result, pair_stats = _evaluate("controls", i, c, samples, alpha, exact, metrics)
-        result.control = c.control
-        evaluated.append((result, pair_stats, c))
+    evaluated = [
+        (*_evaluate("controls", i, c, samples, alpha, exact, metrics, c.control), c)
+        for i, c in enumerate(controls)
+    ]
     out = [r for r, _, _ in evaluated]
-    if out and not exact:
-        for (r, pair_stats, c), adj in zip(evaluated, holm([r.p_fail for r in out])):
-            r.p_hold_adj, r.p_fail_adj = r.p_hold, adj
-            r.outcome = (
-                "holds"
-                if r.p_hold_adj <= alpha
-                else "fails"
-                if r.p_fail_adj <= alpha
-                else "undetermined"
+    if not out or exact:
+        return out
+    settled = []
+    for (r, pair_stats, c), adj in zip(evaluated, holm([r.p_fail for r in out])):
+        outcome = _outcome(r.p_hold, adj, alpha)
+        settled.append(
+            r.revised(
+                p_hold_adj=r.p_hold,
+                p_fail_adj=adj,
+                outcome=outcome,
+                adjustment=(
+                    f"p(hold): intersection-union (every control must hold), at alpha unadjusted; "
+                    f"p(fail): Holm over the {len(out)} controls"
+                ),
+                # it must hold: seeds for power at alpha
+                seeds_needed=_seeds_needed(c, pair_stats, alpha)
+                if outcome == "undetermined"
+                else None,
             )
-            r.adjustment = (
-                f"p(hold): intersection-union (every control must hold), at alpha unadjusted; "
-                f"p(fail): Holm over the {len(out)} controls"
-            )
-            if r.outcome == "undetermined":  # it must hold: seeds for power at alpha
-                r.seeds_needed = (
-                    _trend_seeds_needed(pair_stats, alpha)
-                    if isinstance(c, Trend)
-                    else pair_stats[0].needed(alpha)
-                )
-    return out
+        )
+    return settled
+
+
+def _seeds_needed(c, pair_stats: list[_Stat], level: float) -> int | None:
+    return (
+        _trend_seeds_needed(pair_stats, level)
+        if isinstance(c, Trend)
+        else pair_stats[0].needed(level)
+    )
 
 
 # ---------------------------------------------------------------------------------- the verdict
@@ -316,15 +346,13 @@ def decide(
     evaluated = [_evaluate(name, i, c, samples, alpha, exact, metrics) for name, i, c in listed]
     results = [r for r, _ in evaluated]
     if not exact:
-        levels = _apply_families(results, alpha)
-        for (r, pair_stats), (_, _, c) in zip(evaluated, listed):
-            if r.outcome == "undetermined":
-                level = levels[r.label]
-                r.seeds_needed = (
-                    _trend_seeds_needed(pair_stats, level)
-                    if isinstance(c, Trend)
-                    else pair_stats[0].needed(level)
-                )
+        results, levels = _apply_families(results, alpha)
+        results = [
+            r.revised(seeds_needed=_seeds_needed(c, pair_stats, levels[r.label]))
+            if r.outcome == "undetermined"
+            else r
+            for r, (_, pair_stats), (_, _, c) in zip(results, evaluated, listed)
+        ]
 
     under_test = arms_under_test(decision)
     halts = [
@@ -340,18 +368,9 @@ def decide(
         t for c in controls for t in condition_terms(c)
     ]
     lost = _lost_values(read, runs, samples, seeds)
-    for r, c in zip(results + checked, [c for _, _, c in listed] + list(controls)):
-        missing = [x for x in lost if (x["arm"], x["metric"]) in condition_terms(c)]
-        if r.list_name in ("supported_if", "controls") and missing and r.outcome == "holds":
-            r.outcome = "undetermined"
-            r.note = _join(
-                r.note,
-                "cannot hold while runs it reads are lost: "
-                + ", ".join(
-                    f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})" for x in missing
-                ),
-            )
-    stalled = _withhold(results, listed, runs, edges or {})
+    results = [_unless_lost(r, c, lost) for r, (_, _, c) in zip(results, listed)]
+    checked = [_unless_lost(r, c, lost) for r, c in zip(checked, controls)]
+    results, stalled = _withhold(results, listed, runs, edges or {})
     not_run = _not_run(list(dict.fromkeys(a for a, _ in read)), runs, seeds, under_test)
     beyond = _beyond_ceiling(results, listed, ceilings or {}, samples, metrics)
 
@@ -435,6 +454,22 @@ def decide(
         not_run=not_run,
         beyond_ceiling=beyond,
         tuning_edges=dict(edges or {}),
+        engine_version=ENGINE_VERSION,
+    )
+
+
+def _unless_lost(r: ConditionRecord, c, lost: list[dict]) -> ConditionRecord:
+    """A condition that must hold (supported_if, a control) cannot while values it reads are lost."""
+    missing = [x for x in lost if (x["arm"], x["metric"]) in condition_terms(c)]
+    if r.list_name not in ("supported_if", "controls") or not missing or r.outcome != "holds":
+        return r
+    return r.revised(
+        outcome="undetermined",
+        note=_join(
+            r.note,
+            "cannot hold while runs it reads are lost: "
+            + ", ".join(f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})" for x in missing),
+        ),
     )
 
 

@@ -2,12 +2,12 @@
 
 What a run leaves behind and how it is read back: the MLflow store (`Tracker`, `open_client`),
 `runs/<id>/evidence.json` and verdict.md (`write_evidence`, `read_evidence`, `render_report`),
-evidence read as a frozen record (`Evidence`, with its `RunRecord`s and `ConditionRecord`s, in
-format `EVIDENCE_FORMAT`) or as plain JSON (`raw_evidence`), the hash-chained claims history
-`runs/INDEX.jsonl` read as entries (`IndexEntry`, `read_index`) and appended to (`record_entry`),
-checked (`check_history`) and read as attempts (`claim_attempts`), the code fingerprint and
-staleness (`current_provenance`, `staleness`), attempts at a claim and claims that share runs or a
-regime (`compare_reproduction`, `annotate_siblings`).
+evidence read as a frozen record (`Evidence`, holding the run and condition records of
+gates.entities, in format `EVIDENCE_FORMAT`) or as plain JSON (`raw_evidence`), the hash-chained
+claims history `runs/INDEX.jsonl` read as entries (`IndexEntry`, `read_index`) and appended to
+(`record_entry`), checked (`check_history`) and read as attempts (`claim_attempts`), the code
+fingerprint and staleness (`current_provenance`, `staleness`), attempts at a claim and claims that
+share runs or a regime (`compare_reproduction`, `annotate_siblings`).
 
 Private modules: `_tracking`, `_store`, `_evidence`, `_report`, the claims history's (`_index`: the
 file and its entries; `_writer`: appending; `_history`: its checks; `_certified`: certifications;
@@ -75,10 +75,8 @@ if TYPE_CHECKING:
         EVIDENCE_FORMAT,
         REPORT,
         AttemptRecord,
-        ConditionRecord,
         Evidence,
         PilotRecord,
-        RunRecord,
         SettingsRecord,
         as_evidence,
         atomic_write_text,
@@ -173,7 +171,6 @@ _FACE = {
     "CERTIFICATION_IGNORED": "_certified",
     "CERTIFICATION_INVALID": "_certified",
     "ConditionBar": "_conditions",
-    "ConditionRecord": "_evidence",
     "ConditionRow": "_conditions",
     "Derivation": "_derive",
     "EVIDENCE": "_evidence",
@@ -198,7 +195,6 @@ _FACE = {
     "Recording": "_attempts",
     "RegimeLeft": "_siblings",
     "Reproduction": "_attempts",
-    "RunRecord": "_evidence",
     "SOUND": "_conditions",
     "SUPPORTS": "_conditions",
     "SettingsRecord": "_evidence",

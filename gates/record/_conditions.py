@@ -15,7 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from gates.record._evidence import ConditionRecord
+from gates.entities import ConditionRecord
 
 SUPPORTS, REFUTES, UNDETERMINED = "supports", "refutes", "undetermined"
 SOUND, INVALIDATES = "sound", "invalidates"  # a control: the setup can be trusted, or it cannot
@@ -169,7 +169,7 @@ class ConditionRow:
 
 
 def condition_label(record: ConditionRecord) -> str:
-    return f"{record.list_name}[{record.index}]"
+    return record.label
 
 
 def condition_rows(records: list[ConditionRecord], arms: list[str]) -> list[ConditionRow]:

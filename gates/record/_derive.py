@@ -21,7 +21,8 @@ from functools import cached_property
 import gates
 from gates.contract import LoadedContract
 from gates.design import rule_flags
-from gates.inference import Verdict, json_safe, judge_claim, predictions
+from gates.entities import Verdict, json_safe
+from gates.inference import judge_claim, predictions
 from gates.record._evidence import EVIDENCE_FORMAT, Evidence
 from gates.record._family import family_record
 from gates.record._siblings import regime_of

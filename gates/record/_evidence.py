@@ -15,20 +15,19 @@ import contextlib
 import json
 import os
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Literal
 
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    PlainSerializer,
-    PrivateAttr,
-    ValidationError,
-    WrapValidator,
-    model_serializer,
-    model_validator,
-)
+from pydantic import ValidationError
 
 import gates
+from gates.entities import (
+    ConditionRecord,
+    FirstSignalRecord,
+    Number,
+    Real,
+    Record,
+    RunRecord,
+)
 from gates.errors import storage_error
 from gates.record._files import (
     MAX_EVIDENCE_BYTES,
@@ -151,142 +150,14 @@ def clean_temporaries(folder: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------- the schema
-# The records that `gates verify`, `gates status`, `render_report`, the dashboard and `gates report`
-# read: frozen pydantic models, handed out at the store boundary (`read_evidence`), as MLflow hands
-# out its entities. Extra keys are allowed everywhere and kept (the verdict engine adds fields; a
-# newer or older writer's keys survive a read and a write); types are strict (a metric is a JSON
-# number or null, never "0.9" or true; a seed is an integer, never 1.0). A record remembers the
-# order of the keys it was read from and which keys it had (`has`): `as_dict()` gives back that
-# JSON, key for key and in that order, so evidence read and written again is the same bytes.
-class _Record(BaseModel):
-    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
-    _keys: tuple[str, ...] = PrivateAttr(default=())  # the keys as written, in their order
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _remember_keys(cls, data, handler):
-        record = handler(data)
-        if isinstance(data, dict) and record is not data:
-            record._keys = tuple(data)
-        return record
-
-    @model_serializer(mode="wrap")
-    def _in_written_order(self, handler):
-        out = handler(self)
-        if not isinstance(out, dict) or not self._keys:
-            return out
-        first = {k: out[k] for k in self._keys if k in out}
-        return first | {k: v for k, v in out.items() if k not in first}
-
-    def has(self, name: str) -> bool:
-        """Whether the record has this key (written, even as null), as against a default."""
-        return name in self.model_fields_set or name in (self.__pydantic_extra__ or {})
-
-    def written(self, name: str, absent=None):
-        """A field as its writer wrote it (null included), or `absent` where the record lacks the key
-        (for a reader that shows a missing field otherwise than its default)."""
-        return getattr(self, name) if self.has(name) else absent
-
-    def as_dict(self) -> dict:
-        """The record as JSON data: the keys it was read or built from, in their order."""
-        return self.model_dump(mode="json", exclude_unset=True)
-
-    def __eq__(self, other) -> bool:  # the same fields (defaults included), whatever the key order
-        return type(other) is type(self) and self.model_dump() == other.model_dump()
-
-    __hash__ = None  # records hold lists and dicts
-
-
-def _int_stays_int(value, handler):
-    checked = handler(value)  # as a float: a JSON number (an int is fine), never a bool or a string
-    return value if type(value) is int else checked
-
-
-# a JSON number; an int stays an int (1 is read and written back as 1, never 1.0)
-Real = Annotated[float, WrapValidator(_int_stays_int), PlainSerializer(lambda x: x)]
-Number = Real | None  # null for a value that was not finite
-
-
-class FirstSignalRecord(_Record):
-    step: int | None = None
-    value: Number = None
-    met: bool
-
-
-class ConvergenceRecord(_Record):
-    """The trend a completed run was judged on under the contract's convergence rule."""
-
-    metric: str
-    window: int
-    first_step: int | None = None
-    last_step: int | None = None
-    first_value: Number = None
-    last_value: Number = None
-    rel_improvement: Number = None
-
-
-class RunErrorRecord(_Record):
-    """What a failed run raised or returned: its type, message and where (the innermost frame, file:line)."""
-
-    type: str
-    message: str = ""
-    where: str | None = None
-
-
-class RunRecord(_Record):
-    """One arm x seed run: its status, final metrics and where it ran."""
-
-    arm: str
-    seed: int
-    status: str
-    halt_reason: str | None = None
-    halt_detail: str | None = None
-    metrics: dict[str, Number]
-    seconds: Number = None
-    first_signal: FirstSignalRecord | None = None
-    mlflow_run_id: str | None = None
-    converged: bool | None = None  # only on completed runs of a contract with a convergence rule
-    convergence: ConvergenceRecord | None = None
-    environment: dict[str, str] | None = (
-        None  # device, torch, cuda, gpu, threads (studies with a device)
-    )
-    error: RunErrorRecord | None = None  # a failed run's error
-
-
-class ConditionRecord(_Record):
-    """A decision condition or a control as judged: its statistics and outcome."""
-
-    list_name: Literal["supported_if", "refuted_if", "controls"]
-    index: int
-    kind: str | None = None
-    description: str
-    estimate: Number = None
-    ci_low: Number = None
-    ci_high: Number = None
-    ci_level: Number = None
-    p_hold: Number = None
-    p_fail: Number = None
-    p_hold_adj: Number = None
-    p_fail_adj: Number = None
-    test: str
-    n: dict[str, int] = {}
-    values: dict[str, list[Number]] = {}
-    outcome: Literal["holds", "fails", "undetermined"]
-    note: str | None = None
-    seeds_needed: int | None = None
-    test_reason: str | None = None
-    control: str | None = None  # a control's kind: positive or negative
-    estimand: str | None = None  # what the estimate estimates, on which scale (engine 3)
-    scale: str | None = None
-    adjustment: str | None = None
-
-
-class BudgetRecord(_Record):
+# Evidence and the records only it holds; the record base and the run and condition records, which
+# the verdict engine builds too, are entities (gates.entities).
+class BudgetRecord(Record):
     steps: int
     eval_every: int
 
 
-class SettingsRecord(_Record):
+class SettingsRecord(Record):
     alpha: Real
     evaluation: str
     correction: str
@@ -299,7 +170,7 @@ class SignalRecord(FirstSignalRecord):
     seed: int
 
 
-class FalsifiablePointRecord(_Record):
+class FalsifiablePointRecord(Record):
     metric: str
     arm: str
     direction: str
@@ -308,52 +179,52 @@ class FalsifiablePointRecord(_Record):
     runs: list[SignalRecord] = []
 
 
-class PreflightArmRecord(_Record):
+class PreflightArmRecord(Record):
     params: Real
     params_ratio: Real
     flops_ratio: Number = None
 
 
-class PreflightRecord(_Record):
+class PreflightRecord(Record):
     arms: dict[str, PreflightArmRecord] = {}
     notes: list[str] = []
 
 
-class MlflowRecord(_Record):
+class MlflowRecord(Record):
     tracking_uri: str | None = None
     experiment_id: str | None = None
     parent_run_id: str | None = None
 
 
-class TrialRecord(_Record):
+class TrialRecord(Record):
     number: int
     params: dict
     state: str
     value: Number = None
 
 
-class BestTrialRecord(_Record):
+class BestTrialRecord(Record):
     number: int
     params: dict
 
 
-class TunedArmRecord(_Record):
+class TunedArmRecord(Record):
     trials: list[TrialRecord]
     best: BestTrialRecord | None = None
 
 
-class TuningRecord(_Record):
+class TuningRecord(Record):
     arms: dict[str, TunedArmRecord] = {}
 
 
-class LostValueRecord(_Record):
+class LostValueRecord(Record):
     arm: str
     metric: str
     seed: int
     why: str
 
 
-class PredictedAblationRecord(_Record):
+class PredictedAblationRecord(Record):
     arm: str
     metric: str
     versus: str
@@ -365,18 +236,18 @@ class PredictedAblationRecord(_Record):
     seeds_for_80pct_power: int | None = None
 
 
-class PredictedPointRecord(_Record):
+class PredictedPointRecord(Record):
     met_on: int
     of: int
     came_true: bool | None = None
 
 
-class PredictionsRecord(_Record):
+class PredictionsRecord(Record):
     predicted_ablation: PredictedAblationRecord | None = None
     falsifiable_point: PredictedPointRecord | None = None
 
 
-class EarlierAttemptRecord(_Record):
+class EarlierAttemptRecord(Record):
     number: int
     verdict: str | None = None
     recorded: str | None = None
@@ -385,7 +256,7 @@ class EarlierAttemptRecord(_Record):
     why: list[str] = []
 
 
-class AttemptRecord(_Record):
+class AttemptRecord(Record):
     """Which attempt at the claim this evidence is, why it was recorded, and the attempts before it."""
 
     number: int
@@ -393,12 +264,12 @@ class AttemptRecord(_Record):
     earlier: list[EarlierAttemptRecord] = []
 
 
-class FamilyVersionRecord(_Record):
+class FamilyVersionRecord(Record):
     contract_id: str
     level: Real
 
 
-class FamilyRecord(_Record):
+class FamilyRecord(Record):
     """The claim family a version belongs to (gates.record._family): its first version, the family's
     alpha, the recorded versions before it with the alpha each spent, and the alpha it was tested at."""
 
@@ -410,7 +281,7 @@ class FamilyRecord(_Record):
     attempts_spent: Real = 0  # what the version's earlier attempts spent (written with `attempt`)
 
 
-class PilotRecord(_Record):
+class PilotRecord(Record):
     """A pilot run of the contract (`gates pilot`, on a seed no contract uses): what the author could see
     before registering. `before_registration`: whether it started before the contract file's first
     commit (None outside git, or for a contract not committed yet)."""
@@ -427,14 +298,14 @@ class PilotRecord(_Record):
     before_registration: bool | None = None
 
 
-class DesignRecord(_Record):
+class DesignRecord(Record):
     factor: list[str] = []
     differences: dict[str, str] = {}
     blind: dict[str, str] = {}
     no_convergence: str | None = None
 
 
-class NotRunRecord(_Record):
+class NotRunRecord(Record):
     arm: str
     runs: int
     completed: int
@@ -444,7 +315,7 @@ class NotRunRecord(_Record):
     settle: str = ""
 
 
-class BeyondCeilingRecord(_Record):
+class BeyondCeilingRecord(Record):
     condition: str
     description: str = ""
     ceiling: Real
@@ -456,7 +327,7 @@ class BeyondCeilingRecord(_Record):
     settle: str = ""
 
 
-class Evidence(_Record):
+class Evidence(Record):
     """runs/<id>/evidence.json: what a run of a contract recorded and the verdict derived from it.
     Read with `read_evidence` (checked, brought up to the current format), built by the runner with
     `Evidence.of`; `as_dict()` is the JSON that evidence.json holds."""

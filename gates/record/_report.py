@@ -10,6 +10,7 @@ import math
 import os
 from pathlib import Path
 
+from gates.entities import ConditionRecord, ConvergenceRecord, RunRecord
 from gates.errors import UserError, storage_error
 from gates.record._attempts import describe as describe_attempt
 from gates.record._conditions import (
@@ -21,12 +22,9 @@ from gates.record._conditions import (
 from gates.record._evidence import (
     EVIDENCE,
     REPORT,
-    ConditionRecord,
-    ConvergenceRecord,
     DesignRecord,
     Evidence,
     PilotRecord,
-    RunRecord,
     as_evidence,
     atomic_write_text,
     atomic_writer,

@@ -54,10 +54,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from gates.contract import load_contract_cached
+from gates.entities import RunRecord
 from gates.record import (
     EVIDENCE,
     Evidence,
-    RunRecord,
     as_evidence,
     evidence_dir,
     read_evidence,

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.design import rule_flags
+from gates.entities import Verdict
 from gates.errors import UserError
-from gates.inference import Verdict, claim_inputs
+from gates.inference import claim_inputs
 from gates.record import (
     Derivation,
     Evidence,
@@ -451,7 +452,7 @@ def _check_derived(ev: dict, derivation: Derivation) -> list[str]:
         if label in recorded:
             problems.append(f"conditions list {label} twice")
         recorded[label] = c
-    fresh = {f"{c.list_name}[{c.index}]": c.to_dict() for c in again.conditions}
+    fresh = {c.label: c.as_dict() for c in again.conditions}
     for label in recorded.keys() - fresh.keys():
         problems.append(f"conditions include {label}, which the contract's decision does not have")
     for label, want in fresh.items():
