@@ -158,7 +158,9 @@ def build_project(folder: Path) -> Path:
     successor.rename(aside)
     loaded = load_contract(root / "contracts" / "c05-structural-probe.yaml")
     recording = plan_recording(loaded, runs_root, record=True, reason=REASON)
-    loaded = loaded.replace(family=recording.family)  # judged at what attempt 1 left, as gates run does
+    loaded = loaded.replace(
+        family=recording.family
+    )  # judged at what attempt 1 left, as gates run does
     current = read_evidence(runs_root / "c05-structural-probe" / "evidence.json").as_dict()
     runs = frozen_evidence("c05-structural-probe")["runs"]
     base = {
