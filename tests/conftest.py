@@ -20,7 +20,7 @@ def _share_the_cores() -> None:
     """Under pytest-xdist, each worker computes on its share of the cores (and so do the `gates`
     processes its tests start, through OMP_NUM_THREADS): N workers each on torch's default of every
     core would oversubscribe them, and busy-waiting OpenMP threads slow small models many times over."""
-    from gates.execution import threads_per_job
+    from gates.execution._processes import threads_per_job
 
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1:
@@ -163,7 +163,7 @@ def copy_claims(folder: Path, *contract_ids: str, rederive: bool = True) -> Path
 
     from gates.contract import load_contract
     from gates.execution import rederive as rederive_claim
-    from gates.record import backfill_index
+    from gates.record._writer import backfill_index
 
     root = folder / "project"
     (root / "contracts").mkdir(parents=True)
@@ -213,7 +213,8 @@ def project(recorded, make_project):
 def regenerate_history(runs_root: Path) -> None:
     """Throw the claims history away and enter the evidence as it now is (`backfilled`): what a forger
     can do where the history is not in git (`gates verify` compares it across commits otherwise)."""
-    from gates.record import backfill_index, index_path
+    from gates.record import index_path
+    from gates.record._writer import backfill_index
 
     index_path(runs_root).unlink()
     backfill_index(runs_root)

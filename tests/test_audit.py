@@ -11,7 +11,8 @@ import pytest
 
 from gates.contract import load_contract
 from gates.record import render_report
-from gates.verify import Candidate, choose, fresh_seed, verify
+from gates.verify import choose, verify
+from gates.verify._audit import Candidate, fresh_seed
 from tests.conftest import regenerate_history, small_c05
 from tests.helpers import gates
 
@@ -172,7 +173,7 @@ def test_a_run_is_re_run_on_the_thread_count_it_recorded(project, monkeypatch):
     import torch
 
     from gates.study import cpu_threads, recorded_threads
-    from gates.verify import rerun
+    from gates.verify._audit import rerun
 
     monkeypatch.chdir(project)
     loaded = load_contract("contracts/c05-small.yaml")

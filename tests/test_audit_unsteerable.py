@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 
 from gates.cli import app
 from gates.record import render_report
-from gates.verify import AUDIT, REPLAY, Candidate, choose, verify
+from gates.verify import AUDIT, REPLAY, choose, verify
+from gates.verify._audit import Candidate
 from tests.conftest import regenerate_history
 from tests.test_audit import audited, recorded  # noqa: F401  (a fixture: `project` copies it)
 

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.record import INDEX, read_index, record_entry, write_report
+from gates.record import INDEX, record_entry, write_report
+from gates.record._index import read_index
 from tests.conftest import regenerate_history, small_c05
 from tests.helpers import gates
 

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from gates.verify import WORKFLOW_PATH, workflow, workflow_commands
+from gates.verify import WORKFLOW_PATH, workflow
+from gates.verify._workflow import workflow_commands
 from tests.conftest import git
 from tests.helpers import gates
 from tests.test_plugin_study import CONTRACT, EXAMPLE, install_dist

@@ -103,17 +103,18 @@ def build_project(folder: Path) -> Path:
       positive control (c05-baseline-control), runs shared across contracts (-v2, -baseline-control,
       -sequential-early)."""
     from gates.contract import load_contract
-    from gates.execution import rederive, skipped_record
+    from gates.execution import rederive
+    from gates.execution._runner import skipped_record
     from gates.inference import judge_claim
     from gates.record import (
         attempt_field,
-        backfill_index,
         plan_recording,
         read_evidence,
         record_entry,
-        verdict_fields,
         write_evidence,
     )
+    from gates.record._derive import verdict_fields
+    from gates.record._writer import backfill_index
 
     root = copy_claims(folder, rederive=False)
     runs_root = root / "runs"

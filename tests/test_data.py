@@ -429,7 +429,7 @@ def test_fetch_unknown_corpus_suggests_the_right_name(cache):
 
 
 def test_cli_fetch_and_list(fake_apt):
-    from gates.cli import data_app
+    from gates.cli.commands.data import data_app
 
     runner = CliRunner()
     result = runner.invoke(data_app, ["fetch", "libreoffice-help"])

@@ -11,7 +11,8 @@ import sys
 import pytest
 import torch
 
-from gates.record import devices_of, signature
+from gates.record import signature
+from gates.record._evidence import devices_of
 from gates.study import DeviceConfig, device_environment, device_unavailable, resolve_device
 from tests.conftest import frozen_evidence, small_c05, write_contract
 

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 
 from gates.contract import Decision
-from gates.design import check_rules
-from gates.inference import condition_test, decide
+from gates.design._rules import check_rules
+from gates.inference import decide
+from gates.inference._effects import condition_test
 from gates.study import Metric, get_study, positive, proportion
 from tests.conftest import c05_current, write_contract
 from tests.test_verdict import cond, decision, runs, thr

@@ -14,18 +14,9 @@ from pathlib import Path
 import pytest
 
 from gates.contract import load_contract
-from gates.record import (
-    GENESIS,
-    INDEX,
-    backfill_index,
-    check_history,
-    latest_entries,
-    line_sha256,
-    read_index,
-    record_entry,
-    sha256_file,
-    withdraw_claim,
-)
+from gates.record import GENESIS, INDEX, check_history, latest_entries, record_entry, sha256_file
+from gates.record._index import line_sha256, read_index
+from gates.record._writer import backfill_index, withdraw_claim
 from gates.verify import verify
 from tests.conftest import FIXTURE_CLAIMS, FIXTURE_RUNS, small_c05, write_contract
 from tests.helpers import gates, run_contract

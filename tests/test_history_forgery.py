@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.record import INDEX, line_sha256, read_index
+from gates.record import INDEX
+from gates.record._index import line_sha256, read_index
 from tests.conftest import small_c05
 from tests.helpers import committed, gates
 from tests.test_certify import pretend_older_code, rewrite_evidence

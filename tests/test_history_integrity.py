@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from gates.contract import load_contract
-from gates.record import GENESIS, INDEX, line_sha256, read_index, record_entry, write_report
+from gates.record import GENESIS, INDEX, record_entry, write_report
+from gates.record._index import line_sha256, read_index
 from tests.conftest import regenerate_history, small_c05, write_contract
 from tests.helpers import committed, gates
 

@@ -10,18 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gates.record import (
-    GENESIS,
-    INDEX,
-    IndexEntry,
-    index_entries,
-    latest_entries,
-    line_sha256,
-    read_index,
-    record_entry,
-    withdraw_claim,
-)
-from gates.record._index import parse_index
+from gates.record import GENESIS, INDEX, IndexEntry, latest_entries, record_entry
+from gates.record._index import index_entries, line_sha256, parse_index, read_index
+from gates.record._writer import withdraw_claim
 
 SHA = "ab" * 32
 CERTIFIED = {

@@ -42,7 +42,7 @@ def test_kill_during_write_keeps_old_evidence(tmp_path):
 
 
 def test_exception_during_write_discards_temporary(tmp_path):
-    from gates.record import atomic_writer
+    from gates.record._evidence import atomic_writer
 
     path = tmp_path / "evidence.json"
     try:

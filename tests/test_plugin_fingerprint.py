@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import tomllib
 
-from gates.record import PROJECT_ROOT, code_files, study_files
+from gates.record import PROJECT_ROOT, code_files
+from gates.record._provenance import study_files
 from tests.helpers import gates
 from tests.test_plugin_study import CONTRACT, EXAMPLE, install_dist
 

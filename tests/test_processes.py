@@ -15,7 +15,8 @@ import sys
 import pytest
 
 from gates.contract import load_contract
-from gates.execution import run_plan, threads_per_job
+from gates.execution import run_plan
+from gates.execution._processes import threads_per_job
 from gates.verify import verify
 from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
 from tests.helpers import run_contract

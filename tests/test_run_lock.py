@@ -181,7 +181,7 @@ def test_runs_left_running_by_a_dead_gates_run_are_closed_under_any_parent(tmp_p
 
 
 def test_the_lock_is_per_contract_and_released_on_exit(tmp_path):
-    from gates.execution import contract_lock
+    from gates.execution._locks import contract_lock
 
     runs = tmp_path / "runs"
     with contract_lock(runs, "a"):
@@ -199,7 +199,7 @@ def test_the_lock_is_per_contract_and_released_on_exit(tmp_path):
 
 
 def test_a_runs_folder_that_cannot_be_made_is_a_one_line_error(tmp_path):
-    from gates.execution import contract_lock
+    from gates.execution._locks import contract_lock
 
     (tmp_path / "runs").write_text("a file where the runs folder belongs")
     with pytest.raises(UserError) as info:

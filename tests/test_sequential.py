@@ -18,7 +18,8 @@ import pytest
 from scipy.stats import norm
 
 from gates.contract import Decision, Sequential, load_contract
-from gates.inference import decide, judge_sequential, next_look, obrien_fleming, pocock, spent
+from gates.inference import decide, judge_sequential, next_look, pocock, spent
+from gates.inference._sequential import obrien_fleming
 from gates.inference._statistics import _Stat
 from gates.record import Evidence
 from tests.conftest import small_c05, write_contract

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gates.record import Staleness, code_files, code_sha256, files_at_commit, git, staleness
+from gates.record import Staleness, code_files, code_sha256, git, staleness
+from gates.record._provenance import files_at_commit
 
 STUDY = "gates.models.probe"
 

@@ -59,7 +59,7 @@ def test_gates_studies_shows_direction_role_and_range():
 def test_a_returned_value_outside_its_range_fails_the_run_but_rounding_at_the_bound_does_not():
     """A run returning nonsense (accuracy 1.7) has failed; BLEU of a perfect match computed as
     100.00000000000004 by sacrebleu is a measurement at the bound, not nonsense (the twin-tree toy)."""
-    from gates.execution import StudyInterfaceError, returned_metrics
+    from gates.execution._study_run import StudyInterfaceError, returned_metrics
     from gates.study import Metric
 
     class Scores:

@@ -20,14 +20,12 @@ from gates.execution import (
     PlatformReporter,
     StopRuleEngine,
     StopRulePruner,
-    TrialRules,
-    default_storage,
     distributions,
-    open_study,
     run_tuning_trial,
     tune,
     tuned_config,
 )
+from gates.execution._tuning import TrialRules, default_storage, open_study
 from gates.record import current_provenance
 from gates.study import Budget, Halt
 from gates.verify import check_claim

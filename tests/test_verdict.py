@@ -15,7 +15,8 @@ from scipy import stats
 
 from gates.contract import Decision
 from gates.entities import ConditionRecord, Verdict
-from gates.inference import BOOTSTRAP_RESAMPLES, decide, holm, verdict_signature
+from gates.inference import BOOTSTRAP_RESAMPLES, decide, holm
+from gates.inference._results import verdict_signature
 
 ROOT = Path(__file__).resolve().parents[1]
 NEVER = {"kind": "threshold", "arm": "a", "metric": "acc", "direction": "lower", "value": -1e9}

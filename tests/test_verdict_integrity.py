@@ -235,7 +235,7 @@ def test_decisions_read_only_test_and_cost_metrics(tmp_path):
 
 def test_a_relative_margin_on_a_metric_that_can_be_negative_is_refused():
     from gates.contract import Compare, Contract
-    from gates.design import check_rules
+    from gates.design._rules import check_rules
     from gates.study import Study, StudyConfig
 
     class Signed(Study):

@@ -14,13 +14,11 @@ from gates._face import lazy_face
 if TYPE_CHECKING:
     from gates.cli._app import app, main
     from gates.cli.commands.check import check
-    from gates.cli.commands.data import data_app
 
 # public name -> its private module, imported on first use
 _FACE = {
     "app": "_app",
     "check": "commands.check",
-    "data_app": "commands.data",
     "main": "_app",
 }
 __all__ = sorted(_FACE)

@@ -14,11 +14,10 @@ from gates._face import lazy_face
 
 # what type checkers and editors resolve; at run time each name loads on first use
 if TYPE_CHECKING:
-    from gates.design._rules import check_rules, require_current_rules, rule_flags
+    from gates.design._rules import require_current_rules, rule_flags
 
 # public name -> its private module, imported on first use
 _FACE = {
-    "check_rules": "_rules",
     "require_current_rules": "_rules",
     "rule_flags": "_rules",
 }

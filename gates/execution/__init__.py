@@ -23,26 +23,20 @@ if TYPE_CHECKING:
         check_contract,
         contract_errors,
         load_checked,
-        require_family,
         require_in_contracts,
     )
     from gates.execution._executor import EXECUTORS, check_executor, run_plan
-    from gates.execution._locks import contract_lock
-    from gates.execution._pilot import pilot_seeds, run_pilot
+    from gates.execution._pilot import run_pilot
     from gates.execution._preflight import preflight
-    from gates.execution._processes import ProcessBackend, job_threads, threads_per_job
-    from gates.execution._ray import RayJobError, import_ray, starting_local_instance
+    from gates.execution._processes import ProcessBackend, job_threads
+    from gates.execution._ray import starting_local_instance
     from gates.execution._reporter import PlatformReporter
-    from gates.execution._runner import check_existing_evidence, rederive, skipped_record
+    from gates.execution._runner import rederive
     from gates.execution._stop_rules import StopRuleEngine, convergence, is_converged
-    from gates.execution._study_run import StudyInterfaceError, returned_metrics
     from gates.execution._tasks import TaskError
     from gates.execution._tuning import (
         StopRulePruner,
-        TrialRules,
-        default_storage,
         distributions,
-        open_study,
         run_tuning_trial,
         tune,
         tuned_config,
@@ -53,39 +47,26 @@ _FACE = {
     "EXECUTORS": "_executor",
     "PlatformReporter": "_reporter",
     "ProcessBackend": "_processes",
-    "RayJobError": "_ray",
     "StopRuleEngine": "_stop_rules",
     "StopRulePruner": "_tuning",
-    "StudyInterfaceError": "_study_run",
     "TaskError": "_tasks",
-    "TrialRules": "_tuning",
     "admit": "_check",
     "check_contract": "_check",
     "check_executor": "_executor",
-    "check_existing_evidence": "_runner",
     "contract_errors": "_check",
-    "contract_lock": "_locks",
     "convergence": "_stop_rules",
-    "default_storage": "_tuning",
     "distributions": "_tuning",
-    "import_ray": "_ray",
     "is_converged": "_stop_rules",
     "job_threads": "_processes",
     "load_checked": "_check",
-    "open_study": "_tuning",
-    "pilot_seeds": "_pilot",
     "preflight": "_preflight",
     "rederive": "_runner",
-    "require_family": "_check",
     "require_in_contracts": "_check",
     "retain_freed_memory": "_allocator",
-    "returned_metrics": "_study_run",
     "run_pilot": "_pilot",
     "run_plan": "_executor",
     "run_tuning_trial": "_tuning",
-    "skipped_record": "_runner",
     "starting_local_instance": "_ray",
-    "threads_per_job": "_processes",
     "tune": "_tuning",
     "tuned_config": "_tuning",
 }

@@ -20,14 +20,13 @@ from gates._face import lazy_face
 
 # what type checkers and editors resolve; at run time each name loads on first use
 if TYPE_CHECKING:
-    from gates.inference._effects import ESTIMANDS, condition_estimand, condition_test, log_able
+    from gates.inference._effects import ESTIMANDS, condition_estimand, log_able
     from gates.inference._judging import claim_inputs, judge, judge_claim, tuning_edges
     from gates.inference._reachability import estimand_notes, supportable, unreachable
-    from gates.inference._results import ENGINE_VERSION, verdict_signature
+    from gates.inference._results import ENGINE_VERSION
     from gates.inference._sequential import (
         judge_sequential,
         next_look,
-        obrien_fleming,
         pocock,
         spent,
         stopping_seeds,
@@ -42,7 +41,6 @@ _FACE = {
     "ESTIMANDS": "_effects",
     "claim_inputs": "_judging",
     "condition_estimand": "_effects",
-    "condition_test": "_effects",
     "decide": "_verdict",
     "estimand_notes": "_reachability",
     "holm": "_statistics",
@@ -51,7 +49,6 @@ _FACE = {
     "judge_sequential": "_sequential",
     "log_able": "_effects",
     "next_look": "_sequential",
-    "obrien_fleming": "_sequential",
     "pocock": "_sequential",
     "predictions": "_verdict",
     "spent": "_sequential",
@@ -59,7 +56,6 @@ _FACE = {
     "supportable": "_reachability",
     "tuning_edges": "_judging",
     "unreachable": "_reachability",
-    "verdict_signature": "_results",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)

@@ -18,17 +18,8 @@ from gates._face import lazy_face
 
 # what type checkers and editors resolve; at run time each name loads on first use
 if TYPE_CHECKING:
-    from gates.verify._audit import (
-        MIN_LEFT_S,
-        SAFETY_FACTOR,
-        Candidate,
-        choose,
-        estimate,
-        fresh_seed,
-        machine_bound,
-        rerun,
-    )
-    from gates.verify._certify import Certification, certify
+    from gates.verify._audit import MIN_LEFT_S, SAFETY_FACTOR, choose, estimate, machine_bound
+    from gates.verify._certify import certify
     from gates.verify._claim import (
         AUDIT,
         CONTRACT_AMBIGUOUS,
@@ -59,7 +50,7 @@ if TYPE_CHECKING:
     )
     from gates.verify._claims import claims, find_contracts
     from gates.verify._verify import check_claim, verify
-    from gates.verify._workflow import WORKFLOW_PATH, workflow, workflow_commands
+    from gates.verify._workflow import WORKFLOW_PATH, workflow
 
 # public name -> its private module, imported on first use
 _FACE = {
@@ -71,8 +62,6 @@ _FACE = {
     "CONTRACT_MISSING": "_claim",
     "CONTRACT_UNLOADABLE": "_claim",
     "CONVERGENCE": "_claim",
-    "Candidate": "_audit",
-    "Certification": "_certify",
     "ClaimCheck": "_claim",
     "DERIVED": "_claim",
     "EVIDENCE_FOREIGN": "_claim",
@@ -100,12 +89,9 @@ _FACE = {
     "claims": "_claims",
     "estimate": "_audit",
     "find_contracts": "_claims",
-    "fresh_seed": "_audit",
     "machine_bound": "_audit",
-    "rerun": "_audit",
     "verify": "_verify",
     "workflow": "_workflow",
-    "workflow_commands": "_workflow",
 }
 __all__ = sorted(_FACE)
 __getattr__, __dir__ = lazy_face(__name__, _FACE)
