@@ -26,7 +26,7 @@ def test_kill_during_write_keeps_old_evidence(tmp_path):
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from gates.record import atomic_writer
+        from gates.record._evidence import atomic_writer
         with atomic_writer(Path({str(path)!r})) as f:
             f.write('{{"verdict": "new", "runs": [')
             f.flush()

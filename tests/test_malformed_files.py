@@ -321,7 +321,7 @@ def test_temporaries_of_a_killed_write_are_removed_by_the_next_write(project):
     script = textwrap.dedent(f"""
         import os, signal
         from pathlib import Path
-        from gates.record import atomic_writer
+        from gates.record._evidence import atomic_writer
         with atomic_writer(Path({str(folder / EVIDENCE)!r})) as f:
             f.write('{{"half": ')
             f.flush()
