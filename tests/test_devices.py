@@ -127,18 +127,3 @@ def test_retaining_freed_memory_changes_no_number():
         for flag in ("0", "1")
     ]
     assert outputs[0] == outputs[1]
-
-
-def test_runs_compute_on_mkl_s_avx2_path_unless_the_user_chose():
-    """Importing gates holds MKL to its AVX2 kernels (their rounding is the same on CPUs with and
-    without AVX-512, docs/gpu.md#determinism); a value the user set wins."""
-    import subprocess
-    import sys
-
-    probe = "import os, gates; print(os.environ['MKL_ENABLE_INSTRUCTIONS'])"
-    env = {k: v for k, v in os.environ.items() if k != "MKL_ENABLE_INSTRUCTIONS"}
-    said = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
-    assert said.stdout.strip() == "AVX2", said.stderr
-    env["MKL_ENABLE_INSTRUCTIONS"] = "AVX512"
-    said = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True)
-    assert said.stdout.strip() == "AVX512", said.stderr
