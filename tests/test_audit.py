@@ -230,3 +230,22 @@ def test_a_missing_setup_is_built_when_the_time_left_covers_it(project, monkeypa
     checks, out = audit(600)
     assert len(built) == 1 and "audit: building what c05-" in out and "audit: built in " in out
     assert len(checks["c05-small"].audited) == 12 and checks["c05-small"].status == "ok"
+
+
+def test_a_difference_names_other_cpu_kernels_than_the_runs_were_computed_with():
+    """A run records the CPU kernels torch dispatched to; re-runs that differ from runs computed on
+    other kernels (or before runs named them) say so, and say nothing when the kernels are the same."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from gates.verify._audit import cpu_note
+
+    here = torch.backends.cpu.get_cpu_capability()
+    run = lambda cpu: SimpleNamespace(environment={"threads": "1", **({"cpu": cpu} if cpu else {})})  # noqa: E731
+    assert cpu_note([run(here), run(here)]) is None
+    other = "AVX2" if here != "AVX2" else "AVX512"
+    assert f"computed with {other} CPU kernels and re-run here with {here}" in cpu_note(
+        [run(other)]
+    )
+    assert "before runs named their CPU kernels" in cpu_note([run(None)])

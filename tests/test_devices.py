@@ -46,13 +46,14 @@ def test_every_study_of_this_repository_takes_a_device(name):
     assert issubclass(config, DeviceConfig) and config.model_fields["device"].default == "auto"
 
 
-def test_environment_names_device_versions_and_threads():
+def test_environment_names_device_versions_threads_and_cpu_kernels():
     env = device_environment(DeviceConfig(device="cpu"))
     assert env == {
         "device": "cpu",
         "torch": torch.__version__,
         "cuda": torch.version.cuda or "none",
         "threads": str(torch.get_num_threads()),
+        "cpu": torch.backends.cpu.get_cpu_capability(),
     }
     assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
 

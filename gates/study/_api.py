@@ -263,8 +263,10 @@ def device_unavailable(config: StudyConfig) -> str | None:
 
 
 def device_environment(config: StudyConfig) -> dict[str, str]:
-    """What a run on this arm's device is computed with: device, torch and CUDA versions, GPU name and
-    CPU threads. Recorded per run in the evidence and as MLflow params; {} for a study without `device`."""
+    """What a run on this arm's device is computed with: device, torch and CUDA versions, GPU name, CPU
+    threads and the CPU kernels torch dispatches to (`cpu`: ATen's capability, AVX2, AVX512, ...:
+    their rounding differs, and a chaotic run diverges between them). Recorded per run in the evidence
+    and as MLflow params; {} for a study without `device`."""
     choice = getattr(config, "device", None)
     if choice is None:
         return {}
@@ -276,6 +278,7 @@ def device_environment(config: StudyConfig) -> dict[str, str]:
         "torch": torch.__version__,
         "cuda": torch.version.cuda or "none",
         "threads": str(torch.get_num_threads()),
+        "cpu": torch.backends.cpu.get_cpu_capability(),
     }
     if device == "cuda":
         env["gpu"] = torch.cuda.get_device_name(0)

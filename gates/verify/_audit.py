@@ -191,6 +191,26 @@ def rerun(
     return out
 
 
+def cpu_note(runs) -> str | None:
+    """When re-runs of these recorded runs differ: the CPU kernels they were computed with, if not this
+    machine's (`environment.cpu`, ATen's capability), so a reader can tell another CPU from a changed
+    record; None when every run names this machine's."""
+    import torch
+
+    here = torch.backends.cpu.get_cpu_capability()
+    recorded = {(r.environment or {}).get("cpu") for r in runs}
+    if recorded == {here}:
+        return None
+    named = sorted(c for c in recorded if c)
+    was = f"with {', '.join(named)} CPU kernels" if named else "before runs named their CPU kernels"
+    if None in recorded and named:
+        was += " (some runs before they were named)"
+    return (
+        f"note that the runs were computed {was} and re-run here with {here}: kernels that round "
+        f"differently can make a chaotic run diverge (docs/gpu.md#determinism)"
+    )
+
+
 def run_threads(evidence: Evidence, arm: str, seed: int) -> int | None:
     """The CPU thread count the evidence records for one arm x seed run (None: not recorded)."""
     from gates.study import recorded_threads
@@ -385,6 +405,10 @@ def audit(
         say(f"audit: {c.name}: {outcome} ({took:.1f} s)")
         check.lose(AUDIT, problems)
     for check in checks:
+        source = sources.get(check.contract_id) if AUDIT in check.codes else None
+        note = cpu_note(source[1].runs) if source is not None else None
+        if note:
+            check.add(AUDIT, f"audit: {note}")
         if check.stale and AUDIT in check.codes:
             from gates.record import describe_stale
 
