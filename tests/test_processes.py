@@ -161,3 +161,40 @@ def test_a_tuned_contract_on_a_new_store_in_processes_is_a_single_processs(workd
         }
 
     assert trials(tasks) == trials(alone)
+
+
+def test_a_busy_store_after_ctrl_c_leaves_the_closing_to_the_next_run(monkeypatch):
+    """After Ctrl-C the cancelled tasks close their own runs while the driver closes what is left: an
+    SQLite store answering "database is locked" (MLflow's TEMPORARILY_UNAVAILABLE) is no traceback,
+    the next `gates run` closes what stayed RUNNING; any other error is not hidden."""
+    from types import SimpleNamespace
+
+    from mlflow.exceptions import MlflowException
+    from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, TEMPORARILY_UNAVAILABLE
+
+    from gates.execution import _tasks
+
+    def locked(parent, records):
+        raise MlflowException("database is locked", error_code=TEMPORARILY_UNAVAILABLE)
+
+    monkeypatch.setattr(_tasks.jobs, "close_leftovers", locked)
+    _tasks._close_after_interrupt(SimpleNamespace(), wait=0)
+    tries = []
+
+    def locked_once(parent, records):
+        tries.append(1)
+        if len(tries) == 1:
+            locked(parent, records)
+
+    monkeypatch.setattr(_tasks.jobs, "close_leftovers", locked_once)
+    client = SimpleNamespace(set_terminated=lambda *a, **k: tries.append("killed"))
+    parent = SimpleNamespace(parent_id="p", tracker=SimpleNamespace(client=client))
+    _tasks._close_after_interrupt(parent, wait=0)
+    assert tries == [1, 1, "killed"]  # tried again once the store was free
+
+    def broken(parent, records):
+        raise MlflowException("something else", error_code=INTERNAL_ERROR)
+
+    monkeypatch.setattr(_tasks.jobs, "close_leftovers", broken)
+    with pytest.raises(MlflowException):
+        _tasks._close_after_interrupt(SimpleNamespace(), wait=0)
