@@ -232,20 +232,66 @@ def test_a_missing_setup_is_built_when_the_time_left_covers_it(project, monkeypa
     assert len(checks["c05-small"].audited) == 12 and checks["c05-small"].status == "ok"
 
 
-def test_a_difference_names_other_cpu_kernels_than_the_runs_were_computed_with():
-    """A run records the CPU kernels torch dispatched to; re-runs that differ from runs computed on
-    other kernels (or before runs named them) say so, and say nothing when the kernels are the same."""
+def test_a_difference_names_other_cpu_kernels_or_torch_than_the_runs_were_computed_with():
+    """A run records the CPU kernels torch dispatched to and torch's version; re-runs that differ from
+    runs computed on other kernels (or before runs named them) or another torch say so, and say
+    nothing when both are this machine's."""
     from types import SimpleNamespace
 
     import torch
 
-    from gates.verify._audit import cpu_note
+    from gates.verify._audit import other_machine
 
     here = torch.backends.cpu.get_cpu_capability()
-    run = lambda cpu: SimpleNamespace(environment={"threads": "1", **({"cpu": cpu} if cpu else {})})  # noqa: E731
-    assert cpu_note([run(here), run(here)]) is None
+
+    def run(cpu, version=torch.__version__):
+        env = {"threads": "1", "torch": version, **({"cpu": cpu} if cpu else {})}
+        return SimpleNamespace(environment=env)
+
+    assert other_machine([run(here), run(here)]) is None
     other = "AVX2" if here != "AVX2" else "AVX512"
-    assert f"computed with {other} CPU kernels and re-run here with {here}" in cpu_note(
+    assert f"computed with {other} CPU kernels and re-run here with {here}" in other_machine(
         [run(other)]
     )
-    assert "before runs named their CPU kernels" in cpu_note([run(None)])
+    assert "before runs named their CPU kernels" in other_machine([run(None)])
+    assert "(some runs before they were named)" in other_machine([run(None), run(other)])
+    assert f"torch 1.0, re-run with {torch.__version__}" in other_machine([run(here, "1.0")])
+
+
+def computed_elsewhere(project, contract_id: str, arm: str, seed: int, metric: str) -> None:
+    """Edit one recorded value, everything that would give it away without a re-run, and the run's
+    record of the CPU kernels it was computed with: as a run of another machine that rounds otherwise."""
+    folder = project / "runs" / contract_id
+    ev = json.loads((folder / "evidence.json").read_text())
+    run = next(r for r in ev["runs"] if r["arm"] == arm and r["seed"] == seed)
+    run["metrics"][metric] += 0.004
+    run["environment"]["cpu"] = "OTHER"
+    (folder / "evidence.json").write_text(json.dumps(ev, indent=2) + "\n")
+    (folder / "verdict.md").write_text(render_report(ev))
+    regenerate_history(project / "runs")
+
+
+def test_runs_of_other_cpu_kernels_that_do_not_reproduce_are_unconfirmed_not_lost(project):
+    """On a machine whose kernels round otherwise a chaotic run diverges with nothing changed: a
+    difference from a run computed on other kernels is named (code `unconfirmed`, with why) and fails
+    only `--audit-strict`; by audit and by replay alike. The same difference from a run of this
+    machine's kernels loses the claim (the test above)."""
+    computed_elsewhere(project, "c05-small", "subheap_kernel", 1, "train_loss")
+    computed_elsewhere(project, "c05-ci", "subheap_kernel", 1, "train_loss")
+    result = gates(project, "verify", "--replay", "--audit-seconds", "600", "--audit-seed", "5")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "ok c05-small: " in out and "ok c05-ci: " in out and "(replayed)" in out
+    assert "subheap_kernel/seed 1 does not reproduce: train_loss re-runs as " in out
+    assert "subheap_kernel/seed 1: train_loss replays as " in out
+    assert "not confirmable on this machine: the runs were computed with OTHER CPU kernels" in out
+    assert out.rstrip().endswith(
+        "not confirmable on this machine (runs computed on other CPU kernels or torch): "
+        "c05-ci, c05-small"
+    )
+    checks = {
+        c.contract_id: c for c in verify(project / "runs", project / "contracts", replay=True)
+    }
+    assert checks["c05-ci"].status == "ok" and set(checks["c05-ci"].codes) == {"unconfirmed"}
+    strict = gates(project, "verify", "--replay", "--audit-seconds", "0", "--audit-strict")
+    assert strict.returncode == 1, strict.stdout + strict.stderr

@@ -181,7 +181,7 @@ def ways_to_refute(supported: int, refuted: int) -> str:
     return f"{m} ways to refute ({ways}), Holm-corrected at alpha"
 
 
-def verify_summary(checks, unaudited) -> str:
+def verify_summary(checks, unaudited, unconfirmed) -> str:
     """`gates verify`'s last line: how many claims with evidence hold it (pending contracts, without
     evidence, and withdrawn claims are counted apart), then the lost claims and broken contracts."""
     by_status: dict[str, list[str]] = {}
@@ -204,6 +204,12 @@ def verify_summary(checks, unaudited) -> str:
         + (
             f"; unaudited runs in: {', '.join(c.contract_id for c in unaudited)}"
             if unaudited
+            else ""
+        )
+        + (
+            f"; not confirmable on this machine (runs computed on other CPU kernels or torch): "
+            f"{', '.join(c.contract_id for c in unconfirmed)}"
+            if unconfirmed
             else ""
         )
     )

@@ -51,7 +51,25 @@ def _cancel_again(unraisable) -> None:
     sys.__unraisablehook__(unraisable)
 
 
-def _interrupt(_signum, _frame):
+# the store's code, where an interrupt would land mid-statement: SQLAlchemy then logs its cleanup's
+# failure with a traceback ("Error closing cursor") before the interrupt goes on
+_STORE_CODE = (
+    f"{os.sep}sqlalchemy{os.sep}",
+    f"{os.sep}sqlite3{os.sep}",
+    f"{os.sep}mlflow{os.sep}store{os.sep}",
+)
+_RETRY_SECONDS = 0.05
+
+
+def _interrupt(_signum, frame):
+    """The driver's cancel, raised where the task is, unless it is inside the store: then delivered
+    again a moment later (SIGALRM), once the statement is done."""
+    while frame is not None:
+        if any(part in frame.f_code.co_filename for part in _STORE_CODE):
+            signal.signal(signal.SIGALRM, _interrupt)
+            signal.setitimer(signal.ITIMER_REAL, _RETRY_SECONDS)
+            return
+        frame = frame.f_back
     raise KeyboardInterrupt
 
 
@@ -61,6 +79,7 @@ def _run_task(info: ContextInfo, job: Job, readable: dict, threads: int) -> dict
     try:
         return jobs.run_task(info, job, readable, threads)
     finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)  # a cancel still waiting is for this task alone
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 

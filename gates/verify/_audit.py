@@ -64,7 +64,7 @@ from gates.record import (
     within_tolerance,  # one rule for a re-run value against the record: audit, replay, certify
 )
 from gates.study import NullReporter
-from gates.verify._claim import AUDIT, UNAUDITED
+from gates.verify._claim import AUDIT, UNAUDITED, UNCONFIRMED
 
 # no run starts with less time left: building its config and the study's setup before its first
 # report take about this long, and a run stopped at its first report audits nothing
@@ -191,24 +191,55 @@ def rerun(
     return out
 
 
-def cpu_note(runs) -> str | None:
-    """When re-runs of these recorded runs differ: the CPU kernels they were computed with, if not this
-    machine's (`environment.cpu`, ATen's capability), so a reader can tell another CPU from a changed
-    record; None when every run names this machine's."""
+def other_machine(runs) -> str | None:
+    """Why re-runs here can differ from these recorded runs with nothing changed: they were computed
+    on other CPU kernels (`environment.cpu`, ATen's capability), before runs named them, or with
+    another torch. None when every run names this machine's kernels and torch."""
     import torch
 
     here = torch.backends.cpu.get_cpu_capability()
-    recorded = {(r.environment or {}).get("cpu") for r in runs}
-    if recorded == {here}:
+    envs = [r.environment or {} for r in runs]
+    kernels, torches = {e.get("cpu") for e in envs}, {e.get("torch") for e in envs} - {None}
+    why = []
+    if kernels != {here}:
+        named = sorted(c for c in kernels if c)
+        was = (
+            f"with {', '.join(named)} CPU kernels"
+            if named
+            else "before runs named their CPU kernels"
+        )
+        if None in kernels and named:
+            was += " (some runs before they were named)"
+        why.append(f"computed {was} and re-run here with {here}")
+    if torches - {torch.__version__}:
+        why.append(
+            f"computed with torch {', '.join(sorted(torches))}, re-run with {torch.__version__}"
+        )
+    if not why:
         return None
-    named = sorted(c for c in recorded if c)
-    was = f"with {', '.join(named)} CPU kernels" if named else "before runs named their CPU kernels"
-    if None in recorded and named:
-        was += " (some runs before they were named)"
     return (
-        f"note that the runs were computed {was} and re-run here with {here}: kernels that round "
-        f"differently can make a chaotic run diverge (docs/gpu.md#determinism)"
+        f"the runs were {'; '.join(why)}: kernels that round differently can make a chaotic run "
+        f"diverge (docs/gpu.md#determinism)"
     )
+
+
+def file_differences(check, code: str, problems: list[str], runs, *, crashed: bool = False) -> None:
+    """Put what a re-run (replay: REPLAY, audit: AUDIT) did not reproduce on the claim: it loses the
+    claim, unless the runs were computed on another machine's kernels or torch (`other_machine`) and
+    the re-run ran to its end. Then nothing here can tell rounding from a changed record: the
+    differences are UNCONFIRMED, reported with why (a failure with `gates verify --audit-strict`),
+    and the code is vouched for by staleness instead (a standing claim is stale, failing
+    `--strict-code`, until `gates certify` re-runs it under today's code)."""
+    why = None if crashed or not problems else other_machine(runs)
+    if why is None:
+        check.lose(code, problems)
+        return
+    prefix = "audit: " if code == AUDIT else ""
+    for problem in problems:
+        check.add(UNCONFIRMED, problem)
+    note = f"{prefix}not confirmable on this machine: {why}"
+    if note not in check.problems:
+        check.add(UNCONFIRMED, note)
 
 
 def run_threads(evidence: Evidence, arm: str, seed: int) -> int | None:
@@ -376,7 +407,7 @@ def audit(
         say(f"audit: re-running {c.name} ({was}{on}; {left:.1f} s left)")
         recorded_run = next(r for r in ev.runs if r.arm == c.arm and r.seed == c.seed)
         check = by_id[c.contract_id]
-        t0 = time.perf_counter()
+        t0, crashed = time.perf_counter(), False
         try:
             metrics = rerun(loaded, ev, c.arm, c.seed, deadline=deadline)
             problems = [
@@ -395,20 +426,23 @@ def audit(
             say(f"audit: {c.name}: UNAUDITED ({why})")
             continue
         except Exception as e:  # a study that crashes on re-run does not reproduce its record
-            problems = [
-                f"audit: {c.arm}/seed {c.seed}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"
-            ]
+            crashed, problems = (
+                True,
+                [
+                    f"audit: {c.arm}/seed {c.seed}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"
+                ],
+            )
         took = time.perf_counter() - t0
         done.append(c)
         outcome = "reproduces" if not problems else "DOES NOT reproduce"
         check.audited.append(f"{c.arm}/seed {c.seed}: {outcome} ({took:.1f} s, {was})")
         say(f"audit: {c.name}: {outcome} ({took:.1f} s)")
-        check.lose(AUDIT, problems)
+        file_differences(check, AUDIT, problems, [recorded_run], crashed=crashed)
     for check in checks:
         source = sources.get(check.contract_id) if AUDIT in check.codes else None
-        note = cpu_note(source[1].runs) if source is not None else None
+        note = other_machine(source[1].runs) if source is not None else None
         if note:
-            check.add(AUDIT, f"audit: {note}")
+            check.add(AUDIT, f"audit: note that {note}")
         if check.stale and AUDIT in check.codes:
             from gates.record import describe_stale
 

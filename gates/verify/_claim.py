@@ -40,6 +40,10 @@ AUDIT = "audit"  # a re-run of a recorded run did not reproduce it
 # an audited run stopped before its end: the audit's time could not finish it (a failure only
 # with `gates verify --audit-strict`)
 UNAUDITED = "unaudited"
+# a replay or audit that did not reproduce runs computed on another machine's CPU kernels or torch
+# (gates.verify._audit.other_machine): rounding or a changed record, no re-run here can tell which;
+# reported, not lost (a failure only with `gates verify --audit-strict`)
+UNCONFIRMED = "unconfirmed"
 # a claim whose conditions read machine metrics (wall-clock speed, memory: `Study.machine_metrics`):
 # no replay or audit re-checks those on another machine; reported, never a failure
 MACHINE_BOUND = "machine_bound"

@@ -68,8 +68,7 @@ def replay_problems(loaded: LoadedContract, ev: Evidence, processes=None) -> lis
                     f"{run.arm}/seed {run.seed}: {name} replays as {new}, recorded {value} "
                     f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
                 )
-    note = audit.cpu_note(ev.runs) if problems else None
-    return problems + ([note] if note else [])
+    return problems
 
 
 def check_refusals(path: Path, runs_root: Path, contracts_root: Path) -> list[str]:

@@ -122,7 +122,7 @@ def check_claim(
         )
     if replay and loaded.contract.replay and loaded.contract.replay.ci:
         check.replayed = True
-        check.lose(REPLAY, replay_problems(loaded, ev, processes))
+        audit.file_differences(check, REPLAY, replay_problems(loaded, ev, processes), ev.runs)
     return check
 
 

@@ -47,8 +47,9 @@ def verify(
         False,
         "--audit-strict",
         help="Also fail when the audit left runs "
-        "unaudited for lack of time: too long for the budget, or stopped "
-        "(without it, only reported).",
+        "unaudited for lack of time (too long for the budget, or stopped), or "
+        "when a replay or audit did not reproduce runs computed on other CPU "
+        "kernels or torch than this machine's (without it, only reported).",
     ),
     audit_seed: int | None = typer.Option(
         None,
@@ -78,8 +79,9 @@ def verify(
     malformed, a verdict that no longer reproduces (from its metrics, by replay or by audit), or a claims
     history (runs/INDEX.jsonl) that was rewritten or does not vouch for the evidence (changed or gone
     without an entry). Withdrawn claims pass as withdrawn; stale claims are reported (--strict-code: fail),
-    as are runs the audit stopped for lack of time (--audit-strict: fail)."""
-    from gates.verify import UNAUDITED
+    as are runs the audit stopped for lack of time and re-runs that differ from runs computed on
+    other CPU kernels or torch (--audit-strict: fail)."""
+    from gates.verify import UNAUDITED, UNCONFIRMED
     from gates.verify import verify as verify_claims
 
     def log(
@@ -107,10 +109,11 @@ def verify(
     lost = [c for c in checks if c.status == "lost"]
     broken = [c for c in checks if c.status == "broken"]
     unaudited = [c for c in checks if UNAUDITED in c.codes]
+    unconfirmed = [c for c in checks if UNCONFIRMED in c.codes]
     if as_json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
         print_checks(checks, strict_code)
-        out.print(verify_summary(checks, unaudited), markup=False, highlight=False)
-    if lost or broken or (audit_strict and unaudited):
+        out.print(verify_summary(checks, unaudited, unconfirmed), markup=False, highlight=False)
+    if lost or broken or (audit_strict and (unaudited or unconfirmed)):
         raise typer.Exit(1)
