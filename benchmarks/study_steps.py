@@ -9,12 +9,14 @@ each -> (step_fn, units_per_step, unit_name): step_fn() runs one optimizer step 
 `STEPS` maps benchmark names to builder(device) -> (step_fn, [units of the last step], unit_name), the
 form training_throughput.py's worker reads (it sets the threads itself).
 
-Only public names of `models` that exist before and after #12 are used (where a name is new, the
-builder detects it: `device` fields, `bif_lm.optimizer_for`), so the same builder runs against the
-code at 6e708ad (PYTHONPATH=<git archive 6e708ad gates models>) and against this checkout:
+Only public names of the studies that exist before and after #12 are used (where a name is new, the
+builder detects it: `device` fields, `bif_lm.optimizer_for`), and every module of the studies comes
+through `studies(name)` (`gates.models.<name>`, or `models.<name>` at commits from before the namespace
+move), so the same builder runs against the code at 6e708ad and at HEAD. training_throughput.py runs
+them in workers that import one commit's clean checkout alone; run directly, this file imports whatever
+`gates` resolves to (the editable install):
 
-    python benchmarks/study_steps.py                                   # this checkout
-    PYTHONPATH=/tmp/base612 python benchmarks/study_steps.py           # the code before #12
+    python benchmarks/study_steps.py                                   # the installed code
 
 Settings, from contracts/*.yaml:
 - relation_closure (spr096-resolution, spr096-topology, spr096-prototypes): the fit of m = 4 prototype
@@ -45,6 +47,19 @@ import torch.nn.functional as F
 Step = Callable[[], None]
 
 
+def studies(module: str):
+    """A module of the studies as the code measured names it: `gates.models.<module>` since the studies
+    were installed under the platform's namespace, `models.<module>` in a baseline from before (whose
+    checkout has no gates/models: training_throughput.py's worker imports one commit's code alone)."""
+    import importlib
+
+    try:
+        import gates.models  # noqa: F401
+    except ImportError:
+        return importlib.import_module(f"models.{module}")
+    return importlib.import_module(f"gates.models.{module}")
+
+
 def _threads(threads: int | None) -> None:
     if threads is not None:
         torch.set_num_threads(threads)
@@ -60,10 +75,12 @@ def _with_device(config_class, device: str, **fields):
 
 
 def _contract_teacher():
-    from gates.models.teacher import TeacherConfig, load_or_train
+    teacher = studies("teacher")
 
-    config = TeacherConfig(steps=400)  # `teacher: {steps: 400}` in every relation-closure contract
-    return config, load_or_train(
+    config = teacher.TeacherConfig(
+        steps=400
+    )  # `teacher: {steps: 400}` in every relation-closure contract
+    return config, teacher.load_or_train(
         config, log=lambda line: print(line, file=sys.stderr)
     )  # the CPU teacher
 
@@ -111,9 +128,13 @@ def build_relation_closure_step(
     threads: int | None = None, device: str = "cpu", variant: str = "proto4"
 ) -> tuple[Step, int, str]:
     """One Adam step of the parent fit: (step, batch x trees, "query-trees")."""
-    from gates.models import relation_tree as rt
-    from gates.models.common import seed_everything
-    from gates.models.relation_closure import RelationClosureConfig, draw_data, make_parent
+    rt, rc = studies("relation_tree"), studies("relation_closure")
+    seed_everything = studies("common").seed_everything
+    RelationClosureConfig, draw_data, make_parent = (
+        rc.RelationClosureConfig,
+        rc.draw_data,
+        rc.make_parent,
+    )
 
     _threads(threads)
     teacher_config, teacher = _contract_teacher()
@@ -147,8 +168,8 @@ def build_relation_closure_step(
 # ------------------------------------------------------------------------------------ teacher
 def build_teacher_step(threads: int | None = None, device: str = "cpu") -> tuple[Step, int, str]:
     """One AdamW step of the relation-closure contracts' teacher: (step, 4,096, "tokens")."""
-    from gates.models.common import seed_everything
-    from gates.models.teacher import TeacherLM, sample_windows
+    seed_everything = studies("common").seed_everything
+    TeacherLM, sample_windows = studies("teacher").TeacherLM, studies("teacher").sample_windows
 
     _threads(threads)
     config, teacher = _contract_teacher()
@@ -200,8 +221,7 @@ def build_bif_lm_step(
     """One AdamW step of a bif-fam arm: (step, batch_size x seq_len, "tokens")."""
     import numpy as np
 
-    import gates.models.bif_lm as bl
-    from gates.models.common import seed_everything
+    bl, seed_everything = studies("bif_lm"), studies("common").seed_everything
 
     _threads(threads)
     config = _with_device(bl.BifLMConfig, device, **_bif_fam_arm(arm))
@@ -261,9 +281,7 @@ def main() -> int:
     parser.add_argument("--only", help="comma-separated names of STEPS")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    import gates.models as models
-
-    print(f"models from {models.__file__}", file=sys.stderr)
+    print(f"models from {studies('common').__file__}", file=sys.stderr)
     for name in args.only.split(",") if args.only else STEPS:
         step, counted, unit = STEPS[name](args.device)
         step()
