@@ -1,21 +1,51 @@
 """Training throughput: units (target tokens, examples) per second of one training step per study, the
-code at a baseline commit against the code here, measured in the same run.
+code at a baseline commit against the code at HEAD, measured in the same run.
 
     python benchmarks/training_throughput.py                 # every study, 2 threads, baseline 6e708ad
     python benchmarks/training_throughput.py --studies translator_lifting --steps 5 --json out.json
-    python benchmarks/training_throughput.py --device cuda   # the code here on the GPU (baseline: CPU)
+    python benchmarks/training_throughput.py --device cuda   # the current code on the GPU (baseline: CPU)
+    python benchmarks/training_throughput.py --current my-branch --baseline main   # any two commits
 
-Each measurement is a fresh subprocess (`--worker`) that imports the studies either from this checkout
-or from `git archive BASELINE gates models` unpacked into a temporary folder (PYTHONPATH first), builds
-one study's model, optimizer and a fixed-size batch at the settings of its committed contracts, runs
-`--warmup` steps, then times `--steps` steps. Baseline and current alternate `--repeats` times and the
-best of each is kept, so load that comes and goes during the run touches both sides alike. The step
-builders live in `study_steps.py` (and here for the translator); each works against both versions of the
-code.
+Each side is a clean checkout of its commit (`git archive REF`, the whole tree, unpacked into a
+temporary folder), as a user would have it: the current side is HEAD (`--current`), never the working
+tree, so uncommitted changes to gates/ or models/ are not measured. Each measurement is a fresh
+subprocess (`--worker`) that imports that side's code alone: before anything of the project is
+imported it drops the editable install's finder (`__editable__*.pth`, which maps `gates` and
+`gates.models` to the folder the project was installed from) and any path of this repository from
+`sys.path`, puts the checkout first, lays out its packages as that commit's pyproject.toml installs them
+(`gates.models` = models/ since the namespace move; a top-level `models` before it), and makes the
+installed metadata (the `gates.studies` entry points) that commit's. The worker then checks that every
+loaded module of the project (gates*, models*) and every entry point lies inside the checkout, and
+fails otherwise; the resolved files of gates, the studies package and the study module come back with
+each measurement (printed once per side, and in the JSON). The step builders (here for the
+translator, `study_steps.py` for the others) are the benchmark's own and work against both versions
+of the code. A worker builds one study's model, optimizer and a fixed-size batch at the settings of
+its committed contracts, runs `--warmup` steps, then times `--steps` steps. Baseline and current
+alternate `--repeats` times and the best of each is kept, so load that comes and goes during the run
+touches both sides alike.
 
 Output: a table for people; with `--json PATH`
-{"baseline": REF, "threads": T, "device": D, "studies": {NAME: {"unit", "baseline_per_s", "current_per_s",
-"ratio"}}}.
+{"baseline": REF, "baseline_commit": SHA, "current": REF, "current_commit": SHA, "threads": T,
+"device": D, "imports": {"baseline"|"current": {MODULE: FILE}}, "studies": {NAME: {"unit",
+"baseline_per_s", "current_per_s", "ratio", ...}}}.
+
+Per-step profile (`--profile`, the translator arms only, CPU): where one training step's time goes,
+from `torch.profiler` over `--steps` steps of the current side's code (after `--warmup`), regions
+marked from here (the model code has no markers and is not changed: its methods are wrapped in
+`record_function` on the instance). Rows: the encoder (Butterfly, FOLD, READ's keys), the decoder
+steps without READ (the GRU), READ (the tree read; flat_seq's dense attention), the output layer,
+the loss (log-softmax + NLL), backward (split by the forward region that made each autograd node),
+gradient clipping, the optimizer; "ms/step" is the region's own time (its sub-regions apart),
+"python" the part of it where no torch op runs (interpreter and glue), "ops" the torch ops it
+dispatches per step (many small ops = dispatch-bound). The profiler adds time per op: the
+unprofiled ms/step of the same process is printed beside the total. Measure on an idle machine:
+
+    python benchmarks/training_throughput.py --profile --studies translator_lifting,translator_flat_seq \\
+        --threads 2 --warmup 3 --steps 10 --json benchmarks/results/training_profile.json
+
+`--profile --json` writes {"current": REF, "current_commit": SHA, "threads": T, "profiles": {NAME:
+{"ms_per_step_unprofiled", "ms_per_step_profiled", "regions": [{"region", "ms_per_step", "share",
+"python_ms_per_step", "ops_per_step"}]}}}.
 """
 
 from __future__ import annotations
@@ -27,36 +57,177 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_BASELINE = "6e708ad"  # the code before the throughput issue (#12)
+PROJECT = ("gates", "models", "dashboard")  # the top-level names the project's code has had
+DISTRIBUTION = "treeheap-gates"
+
+
+# ---------------------------------------------------------------------------------- one commit's code
+def checkout(ref: str, into: Path) -> tuple[Path, str] | None:
+    """`git archive REF` (the whole tree) unpacked into `into`: (folder, commit); None (with a note) where
+    git or REF is missing."""
+    commit = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    archive = (
+        subprocess.run(["git", "archive", commit.stdout.strip()], cwd=ROOT, capture_output=True)
+        if commit.returncode == 0
+        else commit
+    )
+    if archive.returncode != 0:
+        why = archive.stderr if isinstance(archive.stderr, str) else archive.stderr.decode()
+        print(f"note: no checkout of {ref} ({why.strip()[:200]})", file=sys.stderr)
+        return None
+    into.mkdir(parents=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into, commit.stdout.strip()
+
+
+def layout(code: Path) -> dict:
+    """How the commit's pyproject.toml installs its packages: {"mapped": {package: folder}} from
+    [tool.setuptools.package-dir] (e.g. gates.models = models), "hidden": the folders installed only
+    under another name (no top-level `models` then), "entry_points" and "version"."""
+    import tomllib
+
+    project = tomllib.loads((code / "pyproject.toml").read_text())
+    package_dir = project.get("tool", {}).get("setuptools", {}).get("package-dir", {})
+    mapped = {name: str(code / folder) for name, folder in package_dir.items() if name}
+    hidden = sorted(
+        {folder.split("/")[0] for name, folder in package_dir.items() if name and name != folder}
+    )
+    return {
+        "mapped": mapped,
+        "hidden": hidden,
+        "version": project["project"]["version"],
+        "entry_points": project["project"].get("entry-points", {}),
+    }
+
+
+def write_metadata(code: Path) -> None:
+    """A dist-info of the commit in its checkout (first on sys.path in the worker, so importlib.metadata
+    finds it before the editable install's): its version and its entry points, as installing it would
+    record them."""
+    found = layout(code)
+    info = code / f"{DISTRIBUTION.replace('-', '_')}-{found['version']}.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {found['version']}\n"
+    )
+    (info / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n"
+            + "".join(f"{name} = {target}\n" for name, target in points.items())
+            + "\n"
+            for group, points in found["entry_points"].items()
+        )
+    )
+
+
+def _editable(thing) -> bool:
+    module = getattr(thing, "__module__", None) or type(thing).__module__
+    return "__editable__" in (module or "")
+
+
+def _project_root(entry: str) -> bool:
+    """A sys.path entry holding a source tree of the project (this repository, another checkout): its
+    gates/ would shadow nothing (the checkout comes first) but is never wanted. Site-packages stays: an
+    installed (not editable) copy there is shadowed by the checkout, and the check after the run holds."""
+    try:
+        folder = Path(entry or ".").resolve()
+    except OSError:
+        return False
+    return folder == ROOT or (
+        (folder / "pyproject.toml").exists() and (folder / "gates" / "__init__.py").exists()
+    )
+
+
+class _Layout:
+    """A meta-path finder with the commit's package-dir mapping (gates.models -> <checkout>/models, as
+    the installed layout has it), refusing the folders installed only under another name."""
+
+    def __init__(self, mapped: dict, hidden: list):
+        self.mapped, self.hidden = mapped, set(hidden)
+
+    def find_spec(self, fullname, path=None, target=None):
+        import importlib.util
+
+        if fullname in self.hidden:
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r} (installed as gates.{fullname})"
+            )
+        if fullname in self.mapped:
+            folder = Path(self.mapped[fullname])
+            return importlib.util.spec_from_file_location(
+                fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
+            )
+        return None
+
+
+def isolate(code: Path) -> None:
+    """Make this process import the project from `code` alone (see the module docstring)."""
+    import importlib
+
+    loaded = [m for m in sys.modules if m.split(".")[0] in PROJECT]
+    if loaded:
+        raise RuntimeError(f"the project was imported before isolating: {loaded}")
+    sys.meta_path[:] = [f for f in sys.meta_path if not _editable(f)]
+    sys.path_hooks[:] = [h for h in sys.path_hooks if not _editable(h)]
+    sys.path[:] = [p for p in sys.path if "__editable__" not in p and not _project_root(p)]
+    sys.path.insert(0, str(code))
+    found = layout(code)
+    sys.meta_path.insert(0, _Layout(found["mapped"], found["hidden"]))
+    sys.path_importer_cache.clear()
+    importlib.invalidate_caches()
+
+
+def imported_from(code: Path, study: str | None) -> dict:
+    """The resolved files of gates, the studies package and `study`'s module; raises where any loaded
+    module of the project or any `gates.studies` entry point lies outside `code`."""
+    import importlib.util
+    from importlib.metadata import entry_points
+
+    code = code.resolve()
+    outside = []
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if name.split(".")[0] in PROJECT and file and not Path(file).resolve().is_relative_to(code):
+            outside.append(f"{name}: {file}")
+    for point in entry_points(group="gates.studies"):
+        spec = importlib.util.find_spec(point.module)
+        if spec is None or not Path(spec.origin).resolve().is_relative_to(code):
+            outside.append(f"entry point {point.name} = {point.value}: {spec and spec.origin}")
+    if outside:
+        raise RuntimeError(f"code from outside the checkout {code}:\n" + "\n".join(outside))
+    files = {}
+    for name in ("gates", "gates.models", "models"):
+        module = sys.modules.get(name)
+        if module is not None:
+            files[name] = str(Path(module.__file__).resolve())
+    if study is not None:
+        files[study] = str(Path(sys.modules[study].__file__).resolve())
+    return files
 
 
 def studies(module: str):
-    """A module of the studies as the code measured names them: `gates.models.<module>` since the
-    studies were installed under the platform's namespace, `models.<module>` in a baseline from before
-    (whose own models/ is on PYTHONPATH: `gates.models` would resolve to this checkout's studies)."""
-    import importlib
+    """A module of the studies, as the code measured names it (study_steps.studies)."""
+    from study_steps import studies as named
 
-    import gates
-
-    root = Path(gates.__file__).resolve().parent.parent
-    try:
-        import gates.models
-
-        if Path(gates.models.__file__).resolve().parent.parent == root:
-            return importlib.import_module(f"gates.models.{module}")
-    except ImportError:
-        pass
-    return importlib.import_module(f"models.{module}")
+    return named(module)
 
 
 # ---------------------------------------------------------------------------------- step builders
-def build_translator_step(arm: str, device: str = "cpu"):
+def build_translator_step(arm: str, device: str = "cpu", profile: bool = False):
     """One training step of the translator at the translator contracts' settings (d 128, N 32, vocab
-    4,000, batch 64, zh<->en): (step, target tokens of the last step, "tokens")."""
+    4,000, batch 64, zh<->en): (step, target tokens of the last step, "tokens"). With `profile`, the
+    step's parts and the model's are marked as profiler regions (`instrument`)."""
     import torch
 
     tt = studies("treeheap_translator")
@@ -73,20 +244,32 @@ def build_translator_step(arm: str, device: str = "cpu"):
     model = tt.Translator(config, data.vocab_size).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
     train, generator, counted = data.splits["train"], torch.Generator().manual_seed(0), [0]
+    mark = torch.profiler.record_function if profile else (lambda _name: nullcontext())
+    if profile:
+        instrument(model)
 
     def step():
-        rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
-        examples = [train[r] for r in rows]
-        optimizer.zero_grad(set_to_none=True)
-        if packed_api:
-            loss, n = tt.token_nll(model(model.batch(examples)))
-        else:
-            batch = collate(examples, config.n_leaves)
-            logits, _ = model(batch)
-            loss, n = tt.token_nll(logits, batch["tgt_out"])
-        (loss / n).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
-        optimizer.step()
+        with mark("batch"):
+            rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
+            examples = [train[r] for r in rows]
+            optimizer.zero_grad(set_to_none=True)
+            if packed_api:
+                batch = model.batch(examples)
+            else:
+                batch = collate(examples, config.n_leaves)
+        with mark("forward"):
+            decoded = model(batch)
+        with mark("loss (log-softmax + NLL)"):
+            if packed_api:
+                loss, n = tt.token_nll(decoded)
+            else:
+                loss, n = tt.token_nll(decoded[0], batch["tgt_out"])
+        with mark("backward"):
+            (loss / n).backward()
+        with mark("clip grad norm"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
+        with mark("optimizer (AdamW)"):
+            optimizer.step()
         counted[0] = n
 
     return step, counted, "tokens"
@@ -94,30 +277,214 @@ def build_translator_step(arm: str, device: str = "cpu"):
 
 def builders() -> dict:
     """name -> builder(device) -> (step, [units of the last step], unit)."""
+    import study_steps  # the other studies' builders (benchmarks/study_steps.py)
+
     found = {
         f"translator_{arm}": (lambda device, arm=arm: build_translator_step(arm, device))
         for arm in ("lifting", "flat_seq")
     }
-    try:
-        import study_steps  # the other studies' builders (benchmarks/study_steps.py)
-    except ImportError:
-        return found
-    for name in getattr(study_steps, "STEPS", {}):
-        found[name] = study_steps.STEPS[name]
+    found.update(study_steps.STEPS)
     return found
 
 
-# ---------------------------------------------------------------------------------- measuring
-def worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dict:
+# ---------------------------------------------------------------------------------- profile
+# Parts of the Translator marked as regions: (attribute, region). The model's own methods are wrapped on
+# the instance (forward calls self.step, self.context, ...), submodules through their forward; where an
+# attribute is missing (another arm, older code) it is skipped.
+REGIONS = [
+    ("encode", "encoder: WRITE + rest"),
+    ("butterfly.forward", "encoder: Butterfly"),
+    ("fold.forward", "encoder: FOLD"),
+    ("read.keys", "encoder: READ keys"),
+    ("attn_key.forward", "encoder: keys (flat_seq)"),
+    ("input_gates", "decoder: target embeddings"),
+    ("step", "decoder loop: GRU step (without READ)"),
+    ("context", "decoder loop: READ (c_t)"),
+    ("out.forward", "output layer (logits)"),
+]
+
+
+def instrument(model) -> list[str]:
+    """Wrap REGIONS' callables of `model` in torch.profiler.record_function; the regions marked."""
+    import functools
+
     import torch
 
+    marked = []
+    for attribute, region in REGIONS:
+        *path, name = attribute.split(".")
+        owner = model
+        for part in path:
+            owner = getattr(owner, part, None)
+        original = getattr(owner, name, None) if owner is not None else None
+        if original is None:
+            continue
+
+        def wrapped(*args, _original=original, _region=region, **kwargs):
+            with torch.profiler.record_function(_region):
+                return _original(*args, **kwargs)
+
+        setattr(owner, name, functools.wraps(original)(wrapped))
+        marked.append(region)
+    return marked
+
+
+STEP_REGION = "training step"
+SHOWN = {STEP_REGION: "step glue", "forward": "forward: rest (order, loop glue, cat)"}
+STEP_PARTS = [
+    "batch",
+    "forward",
+    "loss (log-softmax + NLL)",
+    "backward",
+    "clip grad norm",
+    "optimizer (AdamW)",
+]
+
+
+def profile_worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dict:
+    """Time `steps` plain steps, then profile `steps` marked ones: the regions' table (see the docstring)."""
+    import torch
+
+    if not name.startswith("translator_"):
+        raise ValueError(f"--profile: the translator arms only, not {name}")
     torch.set_num_threads(threads)
+    _retain_freed_memory()
+    step, _, _ = build_translator_step(name.removeprefix("translator_"), device, profile=True)
+    for _ in range(warmup):
+        step()
+    started = time.perf_counter()
+    for _ in range(steps):
+        step()
+    plain_ms = 1000 * (time.perf_counter() - started) / steps
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    with torch.profiler.profile(activities=activities) as prof:
+        for _ in range(steps):
+            with torch.profiler.record_function(STEP_REGION):
+                step()
+    table = regions_table(prof.events(), steps)
+    return {"ms_per_step_unprofiled": round(plain_ms, 1), **table}
+
+
+def regions_table(events, steps: int) -> dict:
+    """The profiler's events -> per region: own time (sub-regions apart), the part of it with no torch op
+    running, torch ops dispatched; backward split by the region whose forward op made each autograd node."""
+    import bisect
+
+    marks = {STEP_REGION, *STEP_PARTS, *(region for _, region in REGIONS)}
+    spans = sorted(
+        ((e.time_range.start, e.time_range.end, e.name) for e in events if e.name in marks),
+        key=lambda s: (s[0], -s[1]),
+    )
+    starts = [s[0] for s in spans]
+
+    def innermost(start: float, end: float) -> str | None:
+        """The innermost region holding [start, end] (regions nest: the holder that started last)."""
+        for s in reversed(spans[: bisect.bisect_right(starts, start)]):
+            if s[1] >= end:
+                return s[2]
+        return None
+
+    own, stack = {}, []  # region -> microseconds not inside a sub-region
+    for start, end, name in spans:
+        while stack and stack[-1][1] <= start:
+            stack.pop()
+        if stack:  # the parent's own time loses this child's
+            own[stack[-1][2]] = own.get(stack[-1][2], 0.0) - (end - start)
+        own[name] = own.get(name, 0.0) + (end - start)
+        stack.append((start, end, name))
+
+    ops = [e for e in events if e.name not in marks]
+    top = [e for e in ops if e.cpu_parent is None or e.cpu_parent.name in marks]
+    op_time, op_count = {}, {}
+    for e in top:
+        region = innermost(e.time_range.start, e.time_range.end) or "outside the step"
+        op_time[region] = op_time.get(region, 0.0) + (e.time_range.end - e.time_range.start)
+        op_count[region] = op_count.get(region, 0) + 1
+    # backward: each autograd node's evaluation, by the region of the forward op that made the node. Ops
+    # record the sequence number the next node will get; a node takes it and the number moves on, so
+    # the op that made node k is the last to record k (ops before it made no node: batch, sorting, ...)
+    made_in = {}
+    for e in sorted(ops, key=lambda e: e.time_range.start):
+        if e.sequence_nr >= 0 and not e.name.startswith("autograd::"):
+            region = innermost(e.time_range.start, e.time_range.end)
+            if region not in (None, "backward"):
+                made_in[e.sequence_nr] = region
+    backward = {}
+    for e in top:
+        if e.name.startswith("autograd::engine::evaluate_function:"):
+            source = made_in.get(e.sequence_nr, "other (gradient accumulation, ...)")
+            backward[source] = backward.get(source, 0.0) + (e.time_range.end - e.time_range.start)
+
+    total = sum(own.values())
+    rows = []
+    order = [STEP_REGION, "batch", "forward", *(r for _, r in REGIONS), *STEP_PARTS[2:]]
+    for region in dict.fromkeys(order):
+        if region not in own:
+            continue
+        rows.append(
+            {
+                "region": SHOWN.get(region, region),
+                "ms_per_step": own[region] / 1000 / steps,
+                "share": own[region] / total,
+                "python_ms_per_step": max(0.0, own[region] - op_time.get(region, 0.0))
+                / 1000
+                / steps,
+                "ops_per_step": op_count.get(region, 0) / steps,
+            }
+        )
+        if region == "backward":
+            for source, micros in sorted(backward.items(), key=lambda kv: -kv[1]):
+                rows.append(
+                    {
+                        "region": f"  of {SHOWN.get(source, source)}",
+                        "ms_per_step": micros / 1000 / steps,
+                        "share": micros / total,
+                        "python_ms_per_step": None,
+                        "ops_per_step": None,
+                    }
+                )
+    for row in rows:
+        for key in ("ms_per_step", "python_ms_per_step", "ops_per_step"):
+            if row[key] is not None:
+                row[key] = round(row[key], 2)
+        row["share"] = round(row["share"], 3)
+    return {
+        "ms_per_step_profiled": round(total / 1000 / steps, 1),
+        "python_ms_per_step": round(sum(r["python_ms_per_step"] or 0.0 for r in rows), 1),
+        "regions": rows,
+    }
+
+
+def print_profile(name: str, result: dict) -> None:
+    print(
+        f"\n{name}: {result['ms_per_step_profiled']:.1f} ms/step profiled "
+        f"({result['ms_per_step_unprofiled']:.1f} unprofiled), of which "
+        f"{result['python_ms_per_step']:.1f} ms with no torch op running"
+    )
+    print(f"  {'region':46s} {'ms/step':>8s} {'share':>6s} {'python':>7s} {'ops':>6s}")
+    for row in result["regions"]:
+        python = "" if row["python_ms_per_step"] is None else f"{row['python_ms_per_step']:7.1f}"
+        ops = "" if row["ops_per_step"] is None else f"{row['ops_per_step']:6.0f}"
+        print(
+            f"  {row['region']:46s} {row['ms_per_step']:8.1f} {100 * row['share']:5.1f}% {python:>7s} {ops:>6s}"
+        )
+
+
+# ---------------------------------------------------------------------------------- measuring
+def _retain_freed_memory() -> None:
     try:  # as `gates run` does; the baseline's code predates it and runs without
         from gates.execution import retain_freed_memory
 
         retain_freed_memory()
     except ImportError:
         pass
+
+
+def worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    _retain_freed_memory()
     step, counted, unit = builders()[name](device)
     for _ in range(warmup):
         step()
@@ -134,18 +501,16 @@ def worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dic
     return {"unit": unit, "per_s": units / seconds, "ms_per_step": 1000 * seconds / steps}
 
 
-def measure(name: str, code: Path | None, args, device: str) -> dict:
-    """One fresh process; `code` None = this checkout, else a folder holding another version's packages."""
-    env = dict(os.environ)
-    if code is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(code), env.get("PYTHONPATH", "")]).rstrip(
-            os.pathsep
-        )
+def measure(name: str, code: Path, side: str, args, device: str, profile: bool = False) -> dict:
+    """One fresh process importing the code in `code` (a checkout) alone."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     command = [
         sys.executable,
         str(Path(__file__).resolve()),
         "--worker",
         name,
+        "--code",
+        str(code),
         "--device",
         device,
         "--threads",
@@ -154,28 +519,36 @@ def measure(name: str, code: Path | None, args, device: str) -> dict:
         str(args.warmup),
         "--steps",
         str(args.steps),
+        *(["--profile"] if profile else []),
     ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=code)
     if done.returncode != 0:
-        raise RuntimeError(
-            f"{name} ({'baseline' if code else 'current'}) failed:\n{done.stderr[-2000:]}"
-        )
+        raise RuntimeError(f"{name} ({side}) failed:\n{done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def baseline_code(ref: str, into: Path) -> Path | None:
-    """`git archive REF gates models` unpacked into `into`; None (with a note) where git or REF is missing."""
-    archive = subprocess.run(
-        ["git", "archive", ref, "gates", "models"], cwd=ROOT, capture_output=True
+def run_worker(args) -> dict:
+    code = Path(args.code)
+    isolate(code)
+    if args.profile:
+        result = profile_worker(args.worker, args.device, args.threads, args.warmup, args.steps)
+    else:
+        result = worker(args.worker, args.device, args.threads, args.warmup, args.steps)
+    module = _study_module(args.worker)
+    study = next(
+        (m for m in (f"gates.models.{module}", f"models.{module}") if m in sys.modules), None
     )
-    if archive.returncode != 0:
-        print(
-            f"note: no baseline ({archive.stderr.decode().strip()[:200]}); measuring the current code only",
-            file=sys.stderr,
-        )
-        return None
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into
+    result["imports"] = imported_from(code, study)
+    return result
+
+
+def _study_module(name: str) -> str:
+    """The module of the studies a benchmark name measures (for the record of where it came from)."""
+    if name.startswith("translator_"):
+        return "treeheap_translator"
+    if name.startswith("relation_closure"):
+        return "relation_closure"
+    return name.rsplit("_", 1)[0] if name.startswith("bif_lm") else name
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -183,6 +556,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--studies", help="comma-separated names (default: all)")
     parser.add_argument(
         "--baseline", default=DEFAULT_BASELINE, help="git ref of the code to compare with"
+    )
+    parser.add_argument(
+        "--current", default="HEAD", help="git ref of the code measured against the baseline"
     )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument(
@@ -193,38 +569,84 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--repeats", type=int, default=2, help="alternations of baseline and current"
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="per-step profile of the current code's translator arms (CPU), no comparison",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--code", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
     if args.worker:
-        print(json.dumps(worker(args.worker, args.device, args.threads, args.warmup, args.steps)))
+        print(json.dumps(run_worker(args)))
         return 0
 
     names = list(builders())
+    if args.profile:
+        names = [n for n in names if n.startswith("translator_")]
+        if args.device != "cpu":
+            print("error: --profile: CPU only", file=sys.stderr)
+            return 2
     if args.studies:
         unknown = [n for n in args.studies.split(",") if n not in names]
         if unknown:
             print(f"error: --studies: unknown {unknown}; expected some of {names}", file=sys.stderr)
             return 2
         names = args.studies.split(",")
-    results = {}
-    with tempfile.TemporaryDirectory(prefix="throughput-baseline-") as tmp:
-        base = baseline_code(args.baseline, Path(tmp))
+    _note_uncommitted(args.current)
+    with tempfile.TemporaryDirectory(prefix="throughput-") as tmp:
+        current = checkout(args.current, Path(tmp) / "current")
+        if current is None:
+            return 2
+        write_metadata(current[0])
+        if args.profile:
+            profiles = {}
+            for name in names:
+                profiles[name] = measure(name, current[0], "current", args, "cpu", profile=True)
+                _print_imports("current", args.current, current, profiles[name].pop("imports"))
+                print_profile(name, profiles[name])
+            if args.json:
+                _write(
+                    args.json,
+                    {
+                        "current": args.current,
+                        "current_commit": current[1],
+                        "threads": args.threads,
+                        "warmup": args.warmup,
+                        "steps": args.steps,
+                        "profiles": profiles,
+                    },
+                )
+            return 0
+        base = checkout(args.baseline, Path(tmp) / "baseline")
+        if base is None:
+            print("note: measuring the current code only", file=sys.stderr)
+        else:
+            write_metadata(base[0])
+        results, imports = {}, {}
         for name in names:
-            current, baseline = [], []
+            now, before = [], []
             for _ in range(args.repeats):
                 if base is not None:  # the baseline predates devices: it runs on the CPU
-                    baseline.append(measure(name, base, args, "cpu"))
-                current.append(measure(name, None, args, args.device))
-            best = max(current, key=lambda r: r["per_s"])
+                    before.append(measure(name, base[0], "baseline", args, "cpu"))
+                now.append(measure(name, current[0], "current", args, args.device))
+            for side, ref, found, runs in (
+                ("baseline", args.baseline, base, before),
+                ("current", args.current, current, now),
+            ):
+                if runs and side not in imports:
+                    imports[side] = _relative(runs[0]["imports"], found[0])
+                    _print_imports(side, ref, found, runs[0]["imports"])
+            best = max(now, key=lambda r: r["per_s"])
             row = {
                 "unit": best["unit"],
                 "current_per_s": round(best["per_s"], 1),
                 "current_ms_per_step": round(best["ms_per_step"], 1),
             }
-            if baseline:
-                old = max(baseline, key=lambda r: r["per_s"])
+            if before:
+                old = max(before, key=lambda r: r["per_s"])
                 row.update(
                     baseline_per_s=round(old["per_s"], 1),
                     baseline_ms_per_step=round(old["ms_per_step"], 1),
@@ -238,19 +660,48 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "baseline": args.baseline,
-                    "threads": args.threads,
-                    "device": args.device,
-                    "studies": results,
-                },
-                indent=2,
-            )
-            + "\n"
+        _write(
+            args.json,
+            {
+                "baseline": args.baseline,
+                "baseline_commit": base[1] if base else None,
+                "current": args.current,
+                "current_commit": current[1],
+                "threads": args.threads,
+                "device": args.device,
+                "imports": imports,
+                "studies": results,
+            },
         )
     return 0
+
+
+def _note_uncommitted(ref: str) -> None:
+    changed = subprocess.run(
+        ["git", "status", "--porcelain", "--", *PROJECT, "pyproject.toml"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if changed:
+        print(
+            f"note: uncommitted changes to the project's code are not measured (the current side is {ref}):\n"
+            f"{changed[:500]}",
+            file=sys.stderr,
+        )
+
+
+def _relative(files: dict, code: Path) -> dict:
+    return {name: str(Path(file).relative_to(code.resolve())) for name, file in files.items()}
+
+
+def _print_imports(side: str, ref: str, found: tuple[Path, str], files: dict) -> None:
+    listed = ", ".join(f"{name} {file}" for name, file in files.items())
+    print(f"{side} = {ref} ({found[1][:10]}), checkout {found[0]}: {listed}", file=sys.stderr)
+
+
+def _write(path: Path, result: dict) -> None:
+    path.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":

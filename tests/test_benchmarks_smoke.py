@@ -306,8 +306,9 @@ def test_translator_scaling_fit_exponent_and_bad_sizes(capsys):
 
 
 def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path):
-    """One step of the translator's flat_seq arm, the code at HEAD (git archive) against this checkout,
-    in fresh processes; the JSON has what the README quotes. Needs the zh-en corpus (CI fetches it)."""
+    """One step of the translator's flat_seq arm, the code at HEAD (git archive) on both sides, in fresh
+    processes that import their checkout alone; the JSON has what the README quotes. Needs the zh-en
+    corpus (CI fetches it)."""
     import subprocess
 
     from gates.models.treeheap_translator import TranslatorConfig, TranslatorStudy
@@ -345,7 +346,61 @@ def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path)
     row = result["studies"]["translator_flat_seq"]
     assert result["baseline"] == "HEAD" and row["unit"] == "tokens"
     assert row["current_per_s"] > 0 and row["baseline_per_s"] > 0 and row["ratio"] > 0
+    # each side imported its own clean checkout (paths relative to it; the worker fails on any other)
+    for side in ("baseline", "current"):
+        assert result["imports"][side] == {
+            "gates": "gates/__init__.py",
+            "gates.models": "models/__init__.py",
+            "gates.models.treeheap_translator": "models/treeheap_translator/__init__.py",
+        }
+    assert result["current_commit"] == result["baseline_commit"]
     bad = subprocess.run(
         [sys.executable, str(script), "--studies", "nope"], capture_output=True, text=True
     )
     assert bad.returncode == 2 and "unknown ['nope']" in bad.stderr
+
+
+def test_training_throughput_profile_splits_a_translator_step(tmp_path):
+    """--profile: one profiled step of flat_seq; the regions partition the step (shares sum to 1) and
+    backward is split by forward region. Needs the zh-en corpus (CI fetches it)."""
+    import subprocess
+
+    from gates.models.treeheap_translator import TranslatorConfig, TranslatorStudy
+
+    why = TranslatorStudy().check_ready(TranslatorConfig(arm="flat_seq"))
+    if why:
+        pytest.skip(why)
+    out = tmp_path / "profile.json"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPT.parent / "training_throughput.py"),
+            "--profile",
+            "--studies",
+            "translator_flat_seq",
+            "--steps",
+            "1",
+            "--warmup",
+            "0",
+            "--threads",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=SCRIPT.parent.parent,
+    )
+    assert done.returncode == 0, done.stderr
+    profile = json.loads(out.read_text())["profiles"]["translator_flat_seq"]
+    regions = {row["region"]: row for row in profile["regions"]}
+    for region in (
+        "encoder: Butterfly",
+        "decoder loop: READ (c_t)",
+        "output layer (logits)",
+        "backward",
+    ):
+        assert regions[region]["ms_per_step"] > 0
+    own = [row for row in profile["regions"] if not row["region"].startswith(" ")]
+    assert sum(row["share"] for row in own) == pytest.approx(1, abs=0.01)
+    assert any(row["region"] == "  of output layer (logits)" for row in profile["regions"])
