@@ -82,6 +82,7 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
     from mlflow.entities import Metric
 
     from gates.contract import load_contract
+    from gates.entities import RunRecord
     from gates.inference import judge
     from gates.record import EVIDENCE_FORMAT, Tracker, record_entry, write_evidence
 
@@ -133,7 +134,8 @@ def build(root: Path, contracts: int = CONTRACTS) -> tuple[str, int]:
                     }
                 )
                 n_runs += 1
-        result = judge(loaded.contract, records, loaded.study.metrics).to_dict()
+        runs = [RunRecord.model_validate(r) for r in records]  # as the verdict engine reads them
+        result = judge(loaded.contract, runs, loaded.study.metrics).to_dict()
         written = write_evidence(
             root / "runs",
             {

@@ -83,7 +83,7 @@ from pydantic import TypeAdapter
 from scipy import integrate, optimize, stats
 
 from gates.contract import Control, Decision, Sequential
-from gates.entities import json_safe
+from gates.entities import RunRecord, json_safe
 from gates.inference import ENGINE_VERSION, decide, judge_sequential
 from gates.inference._statistics import _Stat
 from gates.study import Metric, positive
@@ -600,17 +600,12 @@ def _build_mixed(cell: Cell) -> Sim:
 
 
 # ---------------------------------------------------------------------------------- simulate
-def _runs(values: dict[tuple[str, str], np.ndarray], i: int, n: int) -> list[dict]:
+def _runs(values: dict[tuple[str, str], np.ndarray], i: int, n: int) -> list[RunRecord]:
     by_arm: dict[str, dict[str, list[float]]] = {}
     for (arm, metric), a in values.items():
         by_arm.setdefault(arm, {})[metric] = a[i].tolist()
     return [
-        {
-            "arm": arm,
-            "seed": s,
-            "status": "completed",
-            "metrics": {m: xs[s] for m, xs in ms.items()},
-        }
+        RunRecord(arm=arm, seed=s, status="completed", metrics={m: xs[s] for m, xs in ms.items()})
         for arm, ms in by_arm.items()
         for s in range(n)
     ]

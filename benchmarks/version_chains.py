@@ -33,6 +33,7 @@ from unittest import mock
 import numpy as np
 
 from gates.contract import Decision
+from gates.entities import RunRecord
 from gates.inference import ENGINE_VERSION, decide
 from gates.inference._statistics import _Stat
 from gates.record import Family, Version
@@ -58,9 +59,9 @@ DECISION = Decision.model_validate(
 METRICS = {"x": Metric("higher", "test")}
 
 
-def _runs(values: np.ndarray) -> list[dict]:
+def _runs(values: np.ndarray) -> list[RunRecord]:
     return [
-        {"arm": "a", "seed": s, "status": "completed", "metrics": {"x": float(x)}}
+        RunRecord(arm="a", seed=s, status="completed", metrics={"x": float(x)})
         for s, x in enumerate(values)
     ]
 

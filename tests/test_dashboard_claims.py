@@ -113,7 +113,7 @@ def build_project(folder: Path) -> Path:
         record_entry,
         write_evidence,
     )
-    from gates.record._derive import verdict_fields
+    from gates.record._derive import run_records, verdict_fields
     from gates.record._writer import backfill_index
 
     root = copy_claims(folder, rederive=False)
@@ -164,10 +164,11 @@ def build_project(folder: Path) -> Path:
     )  # judged at what attempt 1 left, as gates run does
     current = read_evidence(runs_root / "c05-structural-probe" / "evidence.json").as_dict()
     runs = frozen_evidence("c05-structural-probe")["runs"]
+    records = run_records(runs)
     base = {
         k: v for k, v in current.items() if k not in ("not_run", "beyond_ceiling", "tuning_edges")
     }
-    fresh = verdict_fields(loaded, {**base, "runs": runs}, judge_claim(loaded, runs))
+    fresh = verdict_fields(loaded, {**base, "runs": runs}, judge_claim(loaded, records), records)
     fresh["attempt"] = attempt_field(recording)
     fresh["created_at"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     path = write_evidence(runs_root, fresh)

@@ -20,6 +20,7 @@ from gates.cli import app
 from gates.contract import load_contract
 from gates.inference import decide
 from gates.record import EVIDENCE, REPORT, render_report
+from gates.record._derive import run_records
 from gates.verify import check_claim, find_contracts
 
 C05 = "c05-structural-probe"
@@ -31,7 +32,7 @@ def settle(project: Path, contract_id: str, ev: dict, *, rederive: bool = True) 
     conditions, reasons, ...) and verdict.md rendered from it, as `gates run` would have written it."""
     if rederive:
         loaded = load_contract(project / "contracts" / f"{contract_id}.yaml")
-        again = decide(loaded.contract.decision, ev["runs"], loaded.study.metrics)
+        again = decide(loaded.contract.decision, run_records(ev["runs"]), loaded.study.metrics)
         derived = again.to_dict()
         ev["verdict"] = again.verdict
         ev["settings"]["correction"] = again.correction

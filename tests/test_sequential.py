@@ -18,6 +18,7 @@ import pytest
 from scipy.stats import norm
 
 from gates.contract import Decision, Sequential, load_contract
+from gates.entities import RunRecord
 from gates.inference import decide, judge_sequential, next_look, pocock, spent
 from gates.inference._sequential import obrien_fleming
 from gates.inference._statistics import _Stat
@@ -85,9 +86,9 @@ def _contract(looks: list[int], spending: str) -> SimpleNamespace:
     )
 
 
-def _runs(values: np.ndarray) -> list[dict]:
+def _runs(values: np.ndarray) -> list[RunRecord]:
     return [
-        {"arm": "a", "seed": s, "status": "completed", "metrics": {"m": float(x)}}
+        RunRecord(arm="a", seed=s, status="completed", metrics={"m": float(x)})
         for s, x in enumerate(values)
     ]
 
@@ -191,12 +192,9 @@ def test_a_control_not_yet_settled_at_an_early_look_waits_for_the_next(no_power_
 
     def runs(c):
         return [
-            {
-                "arm": "a",
-                "seed": s,
-                "status": "completed",
-                "metrics": {"m": 5.0 + 0.1 * (s % 3), "c": c[s]},
-            }
+            RunRecord(
+                arm="a", seed=s, status="completed", metrics={"m": 5.0 + 0.1 * (s % 3), "c": c[s]}
+            )
             for s in range(10)
         ]
 
@@ -218,7 +216,7 @@ def test_a_control_not_yet_settled_at_an_early_look_waits_for_the_next(no_power_
 def test_futility_halt_on_arm_under_test_refutes_at_its_look(no_power_planning):
     contract = _contract([3, 6, 10], "obrien-fleming")
     runs = _runs(np.linspace(-1, 1, 10))
-    runs[4] = {**runs[4], "status": "halted", "halt_reason": "futility", "metrics": {}}
+    runs[4] = runs[4].revised(status="halted", halt_reason="futility", metrics={})
     result = judge_sequential(contract, runs)
     assert result.verdict == "refuted" and len(result.looks) == 2
 
@@ -353,7 +351,7 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     )
     assert _check_runs(loaded, Evidence.of(cut)) == []  # the runs are those of look 1 ...
     assert (
-        judge_sequential(loaded.contract, cut["runs"], loaded.study.metrics)
+        judge_sequential(loaded.contract, Evidence.of(cut).runs, loaded.study.metrics)
         .settle[0]
         .startswith("continue to look 2")
     )  # ... whose verdict says to continue

@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from gates.contract import Decision
-from gates.entities import ConditionRecord, Verdict
+from gates.entities import ConditionRecord, RunRecord, Verdict
 from gates.inference import BOOTSTRAP_RESAMPLES, decide, holm
 from gates.inference._results import verdict_signature
 
@@ -30,18 +30,19 @@ def decision(supported, refuted=None, **kw) -> Decision:
 
 def runs(
     arm: str, seeds=None, status="completed", halt_reason=None, **metrics: list[float]
-) -> list[dict]:
-    """One run per seed for `arm`, with each metric's per-seed values (seeds 0.. by default)."""
+) -> list[RunRecord]:
+    """One run per seed for `arm`, with each metric's per-seed values (seeds 0.. by default), as the
+    verdict engine reads runs (records)."""
     n = len(next(iter(metrics.values()))) if metrics else len(seeds)
     seeds = list(range(n)) if seeds is None else seeds
     return [
-        {
-            "arm": arm,
-            "seed": s,
-            "status": status,
-            "halt_reason": halt_reason,
-            "metrics": {m: v[i] for m, v in metrics.items()} if status == "completed" else {},
-        }
+        RunRecord(
+            arm=arm,
+            seed=s,
+            status=status,
+            halt_reason=halt_reason,
+            metrics={m: v[i] for m, v in metrics.items()} if status == "completed" else {},
+        )
         for i, s in enumerate(seeds)
     ]
 
@@ -560,9 +561,12 @@ def test_an_arm_with_no_completed_run_makes_the_verdict_invalid():
     """Failed runs are never results: an arm the decision reads without a completed run means the experiment
     did not run as designed, naming the arm, the counts and the first error's last frame."""
     c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
-    broken = runs("b", seeds=[0, 1, 2], status="failed")
-    for r in broken:
-        r["error"] = {"type": "RuntimeError", "message": "boom", "where": "my_study/study.py:12"}
+    broken = [
+        r.revised(
+            error={"type": "RuntimeError", "message": "boom", "where": "my_study/study.py:12"}
+        )
+        for r in runs("b", seeds=[0, 1, 2], status="failed")
+    ]
     v = decide(decision([c]), runs("a", acc=[0.9, 0.91, 0.92]) + broken)
     assert v.verdict == "invalid"
     assert v.reasons[0] == (

@@ -416,6 +416,7 @@ def test_a_recorded_contract_under_older_rules_loads_and_is_flagged(tmp_path):
 
 def test_gates_3_and_5_are_compared_with_what_was_measured():
     from gates.contract import Contract
+    from gates.entities import FirstSignalRecord
     from gates.inference import predictions
 
     data = yaml.safe_load(C05.read_text())
@@ -426,7 +427,7 @@ def test_gates_3_and_5_are_compared_with_what_was_measured():
     rs = runs("subheap_kernel", test_acc=[1.0, 0.98, 0.99]) + runs(
         "flat_address", test_acc=[0.02, 0.0, 0.01]
     )
-    met = [{"seed": 0, "met": True}, {"seed": 1, "met": True}, {"seed": 2, "met": False}]
+    met = [FirstSignalRecord(seed=s, met=m) for s, m in ((0, True), (1, True), (2, False))]
     got = predictions(contract, rs, met)
     assert got["predicted_ablation"]["measured_size"] == pytest.approx(0.98)
     # a 7-sd effect is powered at 2 seeds by the t-test (a supported_if is tested at alpha itself), but

@@ -2,7 +2,8 @@
 
 `decide` judges a decision and its controls over a fixed set of seeds; `judge_sequential` look by
 look with alpha spending; `judge_claim` is what every caller (a run, verify, rederive) goes through.
-Nothing here trains, tracks or writes: the input is the runs as evidence.json stores them.
+Nothing here trains, tracks or writes: the input is the runs as records (`RunRecord`, what
+evidence.json stores), converted once by the caller.
 
 The verdict it reaches and its conditions are entities (gates.entities: `Verdict`, `ConditionRecord`).
 

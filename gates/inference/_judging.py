@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from gates.entities import Verdict
+from gates.entities import RunRecord, Verdict
 from gates.inference._sequential import judge_sequential
 from gates.inference._verdict import decide
 from gates.study import Metric
@@ -16,7 +16,7 @@ from gates.study import Metric
 
 def judge(
     contract,
-    runs: list[dict],
+    runs: list[RunRecord],
     metrics: Mapping[str, Metric] | None = None,
     *,
     ceilings: Mapping[str, dict] | None = None,
@@ -58,7 +58,7 @@ def claim_inputs(loaded) -> dict:
     return {"ceilings": loaded.ceilings(), "edges": edges, "level": level}
 
 
-def judge_claim(loaded, runs: list[dict]) -> Verdict:
+def judge_claim(loaded, runs: list[RunRecord]) -> Verdict:
     """The verdict of a loaded contract on its runs, with its study's metrics, its ceilings, its tuning
     record (`loaded.tuning_record`) and its claim family (`loaded.family`: the alpha it is judged at, and
     what it says beside the verdict): what every caller (a run, verify, rederive) goes through."""

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 
 from scipy import special
 
-from gates.entities import json_safe
+from gates.entities import RunRecord, json_safe
 from gates.inference import _verdict as v
 from gates.study import Metric
 
@@ -95,14 +95,14 @@ def _levels(seq, alpha: float) -> list[tuple[float, float]]:
     return spent(seq.spending, seq.looks, alpha) if alpha > 0 else [(0.0, 0.0)] * len(seq.looks)
 
 
-def _look_runs(runs: list[dict], seeds: list[int]) -> list[dict]:
+def _look_runs(runs: list[RunRecord], seeds: list[int]) -> list[RunRecord]:
     keep = set(seeds)
-    return [r for r in runs if r["seed"] in keep]
+    return [r for r in runs if r.seed in keep]
 
 
 def judge_sequential(
     contract,
-    runs: list[dict],
+    runs: list[RunRecord],
     metrics: Mapping[str, Metric] | None = None,
     *,
     ceilings=None,
@@ -117,7 +117,7 @@ def judge_sequential(
     a partial look is judged with the missing runs lost, so it cannot support)."""
     seq, seeds = contract.sequential, list(contract.seeds)
     alpha = contract.decision.alpha if level is None else level
-    present = {r["seed"] for r in runs}
+    present = {r.seed for r in runs}
     levels, setup = _levels(seq, alpha), _levels(seq, contract.decision.alpha)
     looks: list[dict] = []
     result = None
@@ -176,7 +176,7 @@ def judge_sequential(
 
 def next_look(
     contract,
-    runs: list[dict],
+    runs: list[RunRecord],
     metrics: Mapping[str, Metric] | None = None,
     *,
     ceilings=None,
@@ -186,7 +186,7 @@ def next_look(
     """The seeds to run next: those of the first look that some arm lacks a run for, once every
     earlier look was judged undetermined; None when a look decided or every look has run."""
     seq, seeds, arms = contract.sequential, list(contract.seeds), list(contract.arms)
-    have = {(r["arm"], r["seed"]) for r in runs}
+    have = {(r.arm, r.seed) for r in runs}
     alpha = contract.decision.alpha if level is None else level
     levels, setup = _levels(seq, alpha), _levels(seq, contract.decision.alpha)
     for k, n in enumerate(seq.looks):
@@ -210,7 +210,7 @@ def next_look(
 
 
 def stopping_seeds(
-    contract, runs: list[dict], metrics: Mapping[str, Metric] | None = None, **inputs
+    contract, runs: list[RunRecord], metrics: Mapping[str, Metric] | None = None, **inputs
 ) -> list[int]:
     """The seeds of the look the sequence stops at on these runs (what the evidence must hold); `inputs`:
     the ceilings and tuning edges (`gates.inference._judging.claim_inputs`)."""

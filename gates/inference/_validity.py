@@ -12,13 +12,13 @@ from collections.abc import Mapping
 import numpy as np
 
 from gates.contract import Trend, condition_terms
-from gates.entities import ConditionRecord
+from gates.entities import ConditionRecord, RunRecord
 from gates.inference._effects import _effects
 from gates.inference._results import _join
 
 
 def _withhold(
-    results: list[ConditionRecord], listed, runs: list[dict], edges: Mapping[str, str]
+    results: list[ConditionRecord], listed, runs: list[RunRecord], edges: Mapping[str, str]
 ) -> tuple[list[ConditionRecord], dict[str, dict]]:
     """Leave undetermined every decision condition that reads an arm still improving at the end of its runs
     (`convergence`) or tuned by a search that stopped at an edge: the results so revised, and condition
@@ -49,25 +49,25 @@ def _withhold(
     return revised, stalled
 
 
-def _unconverged(runs: list[dict]) -> dict[str, list[int]]:
+def _unconverged(runs: list[RunRecord]) -> dict[str, list[int]]:
     """arm -> seeds of completed runs recorded as still improving at their end."""
     still: dict[str, list[int]] = {}
     for r in runs:
-        if r.get("status") == "completed" and r.get("converged") is False:
-            still.setdefault(r["arm"], []).append(r["seed"])
+        if r.status == "completed" and r.converged is False:
+            still.setdefault(r.arm, []).append(r.seed)
     return still
 
 
-def _expected(runs: list[dict], seeds: list[int] | None) -> list[int]:
-    return sorted(set(seeds) if seeds is not None else {r["seed"] for r in runs})
+def _expected(runs: list[RunRecord], seeds: list[int] | None) -> list[int]:
+    return sorted(set(seeds) if seeds is not None else {r.seed for r in runs})
 
 
 def _lost_values(
-    read: list[tuple[str, str]], runs: list[dict], samples, seeds: list[int] | None
+    read: list[tuple[str, str]], runs: list[RunRecord], samples, seeds: list[int] | None
 ) -> list[dict]:
     """Every (arm, metric, seed) among `read` that the runs do not give a finite value for, over the
     expected seeds (default: those any run was recorded with)."""
-    by_key = {(r["arm"], r["seed"]): r for r in runs}
+    by_key = {(r.arm, r.seed): r for r in runs}
     lost = []
     for arm, metric in dict.fromkeys(read):
         for seed in _expected(runs, seeds):
@@ -76,45 +76,43 @@ def _lost_values(
             run = by_key.get((arm, seed))
             if run is None:
                 why = "no run recorded"
-            elif run.get("status") != "completed":
-                why = run.get("status") + (
-                    f": {run['halt_reason']}" if run.get("halt_reason") else ""
-                )
+            elif run.status != "completed":
+                why = run.status + (f": {run.halt_reason}" if run.halt_reason else "")
             else:
                 why = "no finite value"
             lost.append({"arm": arm, "metric": metric, "seed": seed, "why": why})
     return lost
 
 
-def first_error(runs: list[dict]) -> str | None:
+def first_error(runs: list[RunRecord]) -> str | None:
     """'where: Type: message' of the first failed run's error (its last frame), else its detail's first line."""
     for r in runs:
-        error = r.get("error")
-        if r.get("status") == "failed" and isinstance(error, dict) and error.get("type"):
-            where = f"{error['where']}: " if error.get("where") else ""
-            return f"{where}{error['type']}: {error.get('message', '')}"
+        error = r.error
+        if r.status == "failed" and error is not None and error.type:
+            where = f"{error.where}: " if error.where else ""
+            return f"{where}{error.type}: {error.message}"
     for r in runs:
-        if r.get("status") in ("failed", "skipped") and r.get("halt_detail"):
-            return str(r["halt_detail"]).splitlines()[0][:300]
+        if r.status in ("failed", "skipped") and r.halt_detail:
+            return r.halt_detail.splitlines()[0][:300]
     return None
 
 
 def _not_run(
-    arms: list[str], runs: list[dict], seeds: list[int] | None, under_test: set[str]
+    arms: list[str], runs: list[RunRecord], seeds: list[int] | None, under_test: set[str]
 ) -> list[dict]:
     """The arms read by the decision or a control that have no completed run among the expected seeds
     (a futility halt of an arm under test excepted: that is a designed outcome, which refutes)."""
     expected = _expected(runs, seeds)
     out = []
     for arm in arms:
-        mine = [r for r in runs if r["arm"] == arm and r["seed"] in expected]
-        if not expected or any(r.get("status") == "completed" for r in mine):
+        mine = [r for r in runs if r.arm == arm and r.seed in expected]
+        if not expected or any(r.status == "completed" for r in mine):
             continue
-        if arm in under_test and any(_is_futility(r.get("halt_reason")) for r in mine):
+        if arm in under_test and any(_is_futility(r.halt_reason) for r in mine):
             continue
         statuses: dict[str, int] = {}
         for r in mine:
-            statuses[r.get("status") or "?"] = statuses.get(r.get("status") or "?", 0) + 1
+            statuses[r.status or "?"] = statuses.get(r.status or "?", 0) + 1
         if len(expected) > len(mine):
             statuses["not recorded"] = len(expected) - len(mine)
         error = first_error(mine)
@@ -151,30 +149,30 @@ def _status_words(status: str) -> str:
 
 
 def _run_notes(
-    runs: list[dict], read, under_test: set[str], seeds, not_run: list[dict]
+    runs: list[RunRecord], read, under_test: set[str], seeds, not_run: list[dict]
 ) -> list[str]:
     """A line per run the decision reads that did not complete, and one per other arm with failures."""
     read_arms = {a for a, _ in read}
     broken_arms = {x["arm"] for x in not_run}
     notes = []
     for r in runs:
-        if r["arm"] not in read_arms or r["arm"] in broken_arms or r.get("status") == "completed":
+        if r.arm not in read_arms or r.arm in broken_arms or r.status == "completed":
             continue
-        if r.get("status") not in ("failed", "killed", "halted", "skipped"):
+        if r.status not in ("failed", "killed", "halted", "skipped"):
             continue
-        if r["arm"] in under_test and _is_futility(r.get("halt_reason")):
+        if r.arm in under_test and _is_futility(r.halt_reason):
             continue
-        why = first_error([r]) if r.get("status") in ("failed", "skipped") else r.get("halt_reason")
+        why = first_error([r]) if r.status in ("failed", "skipped") else r.halt_reason
         notes.append(
-            f"arm {r['arm']} seed {r['seed']} did not complete ({r.get('status')}"
+            f"arm {r.arm} seed {r.seed} did not complete ({r.status}"
             f"{': ' + str(why) if why else ''}); its values are missing"
         )
-    others: dict[str, list[dict]] = {}
+    others: dict[str, list[RunRecord]] = {}
     for r in runs:
-        if r["arm"] not in read_arms and r.get("status") in ("failed", "skipped"):
-            others.setdefault(r["arm"], []).append(r)
+        if r.arm not in read_arms and r.status in ("failed", "skipped"):
+            others.setdefault(r.arm, []).append(r)
     for arm, bad in others.items():
-        total = len([r for r in runs if r["arm"] == arm])
+        total = len([r for r in runs if r.arm == arm])
         notes.append(
             f"arm {arm} (not read by the decision) did not complete {len(bad)} of {total} runs; first error: "
             f"{first_error(bad) or '-'}"

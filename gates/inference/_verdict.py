@@ -73,7 +73,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from gates.contract import Decision, Threshold, Trend, arms_under_test, condition_terms
-from gates.entities import ConditionRecord, Verdict
+from gates.entities import ConditionRecord, FirstSignalRecord, RunRecord, Verdict
 from gates.inference._effects import (
     _describe,
     _effects,
@@ -98,19 +98,21 @@ CORRECTION = "iut+holm"  # supported_if and controls: intersection-union; the re
 
 
 # ---------------------------------------------------------------------------------- one condition
-def _samples(runs: list[dict]) -> tuple[dict[tuple[str, str], dict[int, float]], list[str]]:
+def _samples(
+    runs: list[RunRecord],
+) -> tuple[dict[tuple[str, str], dict[int, float]], list[str]]:
     """(arm, metric) -> {seed: value} from completed runs; plus notes on dropped values."""
     samples: dict[tuple[str, str], dict[int, float]] = {}
     dropped = []
     for run in runs:
-        if run.get("status") != "completed":
+        if run.status != "completed":
             continue
-        for metric, value in (run.get("metrics") or {}).items():
+        for metric, value in run.metrics.items():
             value = float(value) if value is not None else math.nan
             if math.isfinite(value):
-                samples.setdefault((run["arm"], metric), {})[run["seed"]] = value
+                samples.setdefault((run.arm, metric), {})[run.seed] = value
             else:
-                dropped.append(f"{run['arm']}.{metric} seed {run['seed']}")
+                dropped.append(f"{run.arm}.{metric} seed {run.seed}")
     return samples, dropped
 
 
@@ -318,7 +320,7 @@ def _seeds_needed(c, pair_stats: list[_Stat], level: float) -> int | None:
 # ---------------------------------------------------------------------------------- the verdict
 def decide(
     decision: Decision,
-    runs: list[dict],
+    runs: list[RunRecord],
     metrics: Mapping[str, Metric] | None = None,
     *,
     alpha: float | None = None,
@@ -328,7 +330,7 @@ def decide(
     ceilings: Mapping[str, dict] | None = None,
     edges: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """The verdict the decision rules give on these runs (plain dicts, as stored in evidence.json).
+    """The verdict the decision rules give on these runs (the records evidence.json stores).
 
     `metrics` is the study's metric declarations (scales, ranges); without it every metric is linear and
     no value counts as being at a bound. `alpha` replaces the decision's (a sequential look spends part
@@ -356,9 +358,9 @@ def decide(
 
     under_test = arms_under_test(decision)
     halts = [
-        {"arm": r["arm"], "seed": r["seed"], "reason": r.get("halt_reason")}
+        {"arm": r.arm, "seed": r.seed, "reason": r.halt_reason}
         for r in runs
-        if r.get("status") == "halted"
+        if r.status == "halted"
     ]
     futile = [h for h in halts if h["arm"] in under_test and _is_futility(h["reason"])]
     checked = _evaluate_controls(
@@ -474,7 +476,7 @@ def _unless_lost(r: ConditionRecord, c, lost: list[dict]) -> ConditionRecord:
 
 
 # ---------------------------------------------------------------------------------- the gates, measured
-def predictions(contract, runs: list[dict], first_signals: list[dict]) -> dict:
+def predictions(contract, runs: list[RunRecord], first_signals: list[FirstSignalRecord]) -> dict:
     """Gate 3's predicted ablation and gate 5's falsifiable point compared with what was measured.
 
     Gate 3 came true when the measured mean difference (oriented by its direction) is at least the
@@ -493,7 +495,7 @@ def predictions(contract, runs: list[dict], first_signals: list[dict]) -> dict:
         if pa.sd is not None and pa.size > 0
         else None
     )
-    met = [bool(r.get("met")) for r in first_signals]
+    met = [bool(r.met) for r in first_signals]
     return {
         "predicted_ablation": {
             "arm": pa.arm,

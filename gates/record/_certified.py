@@ -11,14 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gates.errors import Problem
-from gates.record._files import MAX_EVIDENCE_BYTES, read_json_object
+from gates.record._evidence import Evidence, read_evidence
 from gates.record._index import (
     EVIDENCE,
     INDEX,
     IndexEntry,
     brief,
     index_path,
-    is_number,
     parse_index,
     tolerance_problem,
 )
@@ -124,14 +123,10 @@ def _reran_problem(runs_root: Path, cid: str, entry: IndexEntry) -> str | None:
     why = tolerance_problem(entry.tolerance)
     if why:
         return f"{why} (a certification records the tolerance it compared with)"
-    ev = read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES)
-    if ev is None or not isinstance(ev.get("runs"), list):
+    ev = _evidence(runs_root, cid)
+    if ev is None:
         return None  # the evidence's own check says what is wrong with it
-    recorded = {
-        (r.get("arm"), r.get("seed")): r
-        for r in ev["runs"]
-        if isinstance(r, dict) and r.get("status") == "completed"
-    }
+    recorded = {(r.arm, r.seed): r.metrics for r in ev.runs if r.status == "completed"}
     tol, seen = entry.tolerance, set()
     for run in entry.reran_runs:
         key, name = (run["arm"], run["seed"]), f"{run['arm']}/seed {run['seed']}"
@@ -140,15 +135,12 @@ def _reran_problem(runs_root: Path, cid: str, entry: IndexEntry) -> str | None:
         seen.add(key)
         if key not in recorded:
             return f"re-run {name} is no completed run of the evidence"
-        metrics = recorded[key].get("metrics") if isinstance(recorded[key], dict) else None
-        metrics = metrics if isinstance(metrics, dict) else {}
+        metrics = recorded[key]
         if not run["metrics"]:
             return f"re-run {name} records no metric"
         for metric, value in run["metrics"].items():
             was = metrics.get(metric)
-            if not (was is None or is_number(was)) or not within_tolerance(
-                value, was, tol["abs"], tol["rel"]
-            ):
+            if not within_tolerance(value, was, tol["abs"], tol["rel"]):
                 return (
                     f"re-run {name}: {metric} {value} is not the recorded {brief(was)} within "
                     f"abs {tol['abs']:g}, rel {tol['rel']:g}: the entry vouches for re-runs the "
@@ -171,9 +163,8 @@ def _code_problem(runs_root: Path, entry: IndexEntry, commit: str | None) -> str
 
     if not commit:
         return None
-    ev = read_json_object(runs_root / str(entry.contract_id) / EVIDENCE, MAX_EVIDENCE_BYTES)
-    study = ev.get("study") if ev else None
-    module = study_module(study) if isinstance(study, str) else None
+    ev = _evidence(runs_root, str(entry.contract_id))
+    module = study_module(ev.study) if ev is not None and ev.study is not None else None
     top = git("rev-parse", "--show-toplevel", root=index_path(runs_root).absolute().parent)
     if module is None or not top or plugin_files(module) is not None:
         return None
@@ -187,6 +178,15 @@ def _code_problem(runs_root: Path, entry: IndexEntry, commit: str | None) -> str
         f"{commit[:12]}, which added it ({at[0][:12]}): a certification is committed with the code "
         f"it was made under"
     )
+
+
+def _evidence(runs_root: Path, cid: str) -> Evidence | None:
+    """The claim's evidence as read, or None where it does not read: the claim's own check loses it,
+    and a certification is not judged against evidence that is not there."""
+    try:
+        return read_evidence(Path(runs_root) / cid / EVIDENCE)
+    except ValueError:
+        return None
 
 
 def _line_commits(runs_root: Path) -> dict[int, str] | None:

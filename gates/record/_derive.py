@@ -9,7 +9,8 @@ It is pure: no MLflow, no file read or written. What the callers read elsewhere 
 arguments (provenance, preflight, pilots, the tuning record, the claim family on `loaded.family`,
 the time of the run), and what they write goes out as data, so the same inputs give the same
 evidence.json, byte for byte. A new run's record is laid out by `run_facts`; a stored one is the
-evidence as stored (plain JSON).
+evidence as stored (plain JSON). Its runs become records (`RunRecord`) here, once, for the verdict
+engine; the record's data keeps them as they were written.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from functools import cached_property
 import gates
 from gates.contract import LoadedContract
 from gates.design import rule_flags
-from gates.entities import Verdict, json_safe
+from gates.entities import RunRecord, Verdict, json_safe
 from gates.inference import judge_claim, predictions
-from gates.record._evidence import EVIDENCE_FORMAT, Evidence
+from gates.record._evidence import EVIDENCE_FORMAT, Evidence, SignalRecord
 from gates.record._family import family_record
 from gates.record._siblings import regime_of
 
@@ -47,29 +48,54 @@ class Derivation:
 
 def derive(
     loaded: LoadedContract,
-    recorded: dict,
+    recorded: Evidence | dict,
     *,
     tuning: dict | None = None,
     after: dict | None = None,
 ) -> Derivation:
     """The evidence of `loaded` from `recorded`: the record's data (a new run's `run_facts`, or stored
-    evidence as plain JSON) with every derived field set by today's code: kept in place where the
+    evidence: read, or as plain JSON) with every derived field set by today's code: kept in place where the
     record has it, appended where it has not. `tuning`: the tuning record the runs ran under (the
     tuned arms whose search stopped at an edge: `loaded.tuning_record` is not read); `after`: fields
     the caller records beside the verdict (a new attempt's shared runs and attempt), appended last.
     The claim family judged at is `loaded.family` (set by the caller, which reads the other claims)."""
     judged = loaded if loaded.tuning_record is tuning else loaded.replace(tuning_record=tuning)
-    record = {k: v for k, v in recorded.items() if k not in OPTIONAL_DERIVED}
-    result = judge_claim(judged, record["runs"])
-    data = verdict_fields(loaded, record, result)
+    stored, runs = _data_and_runs(recorded)
+    record = {k: v for k, v in stored.items() if k not in OPTIONAL_DERIVED}
+    result = judge_claim(judged, runs)
+    data = verdict_fields(loaded, record, result, runs)
     if tuning is not None:
         data["tuning"] = tuning
     return Derivation(result, {**data, **(after or {})})
 
 
-def verdict_fields(loaded: LoadedContract, evidence: dict, result: Verdict) -> dict:
+def _data_and_runs(recorded: Evidence | dict) -> tuple[dict, list[RunRecord]]:
+    """The record as plain JSON (what the evidence is written from) and its runs as records (what the
+    verdict engine reads): read evidence has both; plain JSON's runs are checked once here."""
+    if isinstance(recorded, Evidence):
+        return recorded.as_dict(), list(recorded.runs)
+    return recorded, run_records(recorded["runs"])
+
+
+def run_records(runs: list) -> list[RunRecord]:
+    """A record's runs as the verdict engine reads them: each stored run (plain JSON) checked into a
+    `RunRecord`, as `read_evidence` checks it (a run that is a record already stays as it is)."""
+    return [RunRecord.model_validate(r) for r in runs]
+
+
+def first_signals(evidence: dict) -> list[SignalRecord]:
+    """Each run's first signal as the record's falsifiable point lists it (gate 5, as measured);
+    evidence from before gate 5 was recorded has no falsifiable point: none."""
+    point = evidence.get("falsifiable_point") or {}
+    return [SignalRecord.model_validate(s) for s in point.get("runs", [])]
+
+
+def verdict_fields(
+    loaded: LoadedContract, evidence: dict, result: Verdict, runs: list[RunRecord]
+) -> dict:
     """The parts of an evidence record that the verdict engine derives from its runs: `evidence`'s data
-    (plain JSON) with them set, keys kept in place and new ones last (`derive`'s second half)."""
+    (plain JSON) with them set, keys kept in place and new ones last (`derive`'s second half); `runs`:
+    its runs as records (`run_records`), what the engine judged."""
     v = result.to_dict()
     return {
         **evidence,
@@ -84,12 +110,7 @@ def verdict_fields(loaded: LoadedContract, evidence: dict, result: Verdict) -> d
         **{k: v[k] for k in ("not_run", "beyond_ceiling", "tuning_edges") if v[k]},
         "engine_version": v["engine_version"],
         "settings": {**evidence["settings"], "correction": v["correction"]},
-        # evidence from before gate 5 was recorded has no falsifiable point: no first signals
-        "predictions": predictions(
-            loaded.contract,
-            evidence["runs"],
-            (evidence.get("falsifiable_point") or {}).get("runs", []),
-        ),
+        "predictions": predictions(loaded.contract, runs, first_signals(evidence)),
         **{
             k: v
             for k, v in (

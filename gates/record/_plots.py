@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gates.contract import Contract, Threshold, condition_terms
+from gates.entities import ConditionRecord, RunRecord
 
 
 def plotted_metrics(contract: Contract) -> list[str]:
@@ -28,14 +29,16 @@ def plotted_metrics(contract: Contract) -> list[str]:
 def learning_curves(
     contract: Contract,
     histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]],
-    records: list[dict],
+    records: list[RunRecord] | list[dict],
     path: Path,
 ) -> Path:
+    """The learning curves of `records` (the runs as records, or their JSON: checked into records)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    records = [RunRecord.model_validate(r) for r in records]
     metrics = plotted_metrics(contract)
     arms = list(contract.arms)
     colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arms)}
@@ -70,8 +73,8 @@ def learning_curves(
                     ax.axhline(rule.worse_than, color="grey", ls=":", lw=0.8)
                 drawn["fut"] = "dotted: futility"
         for r in records:
-            if r["status"] == "halted" and (r["arm"], r["seed"]) in histories:
-                points = histories[(r["arm"], r["seed"])].get(metric, [])
+            if r.status == "halted" and (r.arm, r.seed) in histories:
+                points = histories[(r.arm, r.seed)].get(metric, [])
                 if points:
                     ax.plot(*points[-1], marker="x", ms=9, color="red")
                     drawn["halt"] = "x: halt"
@@ -90,8 +93,8 @@ def learning_curves(
             for r in (
                 records
             ):  # a completed run still improving at its end: an open circle on its last point
-                points = histories.get((r["arm"], r["seed"]), {}).get(metric, [])
-                if r.get("converged") is False and points:
+                points = histories.get((r.arm, r.seed), {}).get(metric, [])
+                if r.converged is False and points:
                     ax.plot(*points[-1], marker="o", ms=9, mfc="none", color="darkorange")
                     drawn["still"] = "o: not converged"
         ax.set_title(metric, fontsize=10)
@@ -108,32 +111,35 @@ def learning_curves(
     return path
 
 
-def condition_intervals(contract_id: str, conditions: list[dict], path: Path) -> Path:
+def condition_intervals(
+    contract_id: str, conditions: list[ConditionRecord] | list[dict], path: Path
+) -> Path:
+    """Each condition's estimate and interval (the conditions as records, or their JSON: checked
+    into records)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    conditions = [ConditionRecord.model_validate(c) for c in conditions]
     colour = {"holds": "tab:green", "fails": "tab:red", "undetermined": "tab:orange"}
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(conditions) + 1.5))
     for row, c in enumerate(conditions):
-        if c.get("estimate") is None:
+        if c.estimate is None:
             continue
-        low = c["ci_low"] if c.get("ci_low") is not None else c["estimate"]
-        high = c["ci_high"] if c.get("ci_high") is not None else c["estimate"]
+        low = c.ci_low if c.ci_low is not None else c.estimate
+        high = c.ci_high if c.ci_high is not None else c.estimate
         ax.errorbar(
-            c["estimate"],
+            c.estimate,
             row,
-            xerr=[[c["estimate"] - low], [high - c["estimate"]]],
+            xerr=[[c.estimate - low], [high - c.estimate]],
             fmt="o",
-            color=colour[c["outcome"]],
+            color=colour[c.outcome],
             capsize=4,
         )
     ax.axvline(0, color="black", lw=0.8)
     ax.set_yticks(range(len(conditions)))
-    ax.set_yticklabels(
-        [f"{c['list_name']}[{c['index']}] {c['description']}"[:70] for c in conditions], fontsize=7
-    )
+    ax.set_yticklabels([f"{c.label} {c.description}"[:70] for c in conditions], fontsize=7)
     ax.invert_yaxis()
     ax.set_xlabel("effect beyond the margin (> 0: the condition holds); interval at 1 - 2 alpha")
     ax.set_title(

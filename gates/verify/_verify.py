@@ -92,26 +92,25 @@ def check_claim(
         )
         return check
     check.rederived = True
-    # the verdict engine reads runs as stored in evidence.json, and what is compared with re-derived
-    # values is the record as stored: plain JSON
-    stored = ev.as_dict()
     family = family_of(
         loaded.contract,
         evidence_path.parent.parent,
         Path(contracts[check.contract_id]).parent,
         attempt_verdicts(ev)[:-1],
     )
-    loaded = loaded.replace(tuning_record=stored.get("tuning"), family=family)
+    # the tuning record as stored (plain JSON), as a run and `gates rederive` hand it on
+    tuning = ev.tuning.as_dict() if ev.tuning is not None else None
+    loaded = loaded.replace(tuning_record=tuning, family=family)
     # what `gates run` and `gates rederive` derive from these runs (gates.record.derive), compared
-    derived = derive(loaded, stored, tuning=stored.get("tuning"))
+    derived = derive(loaded, ev, tuning=tuning)
     check.lose(FAMILY, _check_family(loaded, ev, derived.data.get("family")))
     check.lose(RUNS, _check_runs(loaded, ev))
     check.lose(CONVERGENCE, _check_convergence(loaded, ev))
     check.lose(SETTINGS, _check_settings(loaded, ev, derived.data))
     check.lose(VERDICT, _rederive(derived.verdict, ev))
-    check.lose(DERIVED, _check_derived(stored, derived))
-    if loaded.contract.tuning is not None or stored.get("tuning"):
-        check.lose(TUNING, _check_tuning(loaded, stored))
+    check.lose(DERIVED, _check_derived(ev, derived))
+    if loaded.contract.tuning is not None or tuning:
+        check.lose(TUNING, _check_tuning(loaded, ev.as_dict()))
     bound = audit.machine_bound(loaded)
     if bound:  # said, never lost: the record is what it is; no re-run can vouch for these
         check.add(
@@ -206,7 +205,7 @@ def _check_runs(loaded: LoadedContract, ev: Evidence) -> list[str]:
 
         seeds = stopping_seeds(
             loaded.contract,
-            [r.as_dict() for r in ev.runs],  # as stored, for the verdict engine
+            ev.runs,
             loaded.study.metrics,
             **claim_inputs(loaded),
         )
@@ -423,39 +422,47 @@ def _stated_problems(where: str, recorded: dict, model, what: str) -> list[str]:
     return problems
 
 
-def _check_derived(ev: dict, derivation: Derivation) -> list[str]:
+def _check_derived(ev: Evidence, derivation: Derivation) -> list[str]:
     """Everything the verdict engine derives from the per-seed values (each condition's values, n,
     estimate, interval and p-values; the reasons, what would settle it, the halts; the correction)
     equals what today's code derives from the recorded runs, floats within a relative 1e-9. Verdict
     and outcomes are `_rederive`'s. Gates 3 and 5 as measured (`predictions`) likewise, where recorded.
-    `ev`: the evidence as stored (plain JSON: `Evidence.as_dict()`), compared key by key with the
-    re-derived `Verdict.to_dict()` (`derivation`: gates.record.derive of these runs)."""
+    `ev`: the evidence as read; its fields and conditions are compared as stored (plain JSON:
+    `as_dict()`), key by key with the re-derived `Verdict.to_dict()` (`derivation`: gates.record.derive
+    of these runs)."""
     again = derivation.verdict
     problems = []
-    if ev["settings"]["correction"] != again.correction:
+    if ev.settings.correction != again.correction:
         problems.append(
-            f"settings.correction {ev['settings']['correction']!r} is not today's {again.correction!r}"
+            f"settings.correction {ev.settings.correction!r} is not today's {again.correction!r}"
         )
     derived = again.to_dict()
-    if "predictions" in ev:
+    if ev.has("predictions"):
         derived["predictions"] = derivation.data["predictions"]
+    stored = ev.as_dict()
     for key in OPTIONAL_DERIVED:  # recorded only when not empty: absent and empty are the same
-        ev = {**ev, key: ev.get(key) or type(derived[key])()}
+        stored[key] = stored.get(key) or type(derived[key])()
     for key in DERIVED_TOP_LEVEL + ("predictions",):
-        if key in ev and key in derived and not _same(ev[key], derived[key]):
+        if key in stored and key in derived and not _same(stored[key], derived[key]):
             problems.append(
-                f"the recorded {key} are not what the runs give: {_diff(ev[key], derived[key])}"
+                f"the recorded {key} are not what the runs give: {_diff(stored[key], derived[key])}"
             )
+    return problems + _check_conditions(ev, again)
+
+
+def _check_conditions(ev: Evidence, again: Verdict) -> list[str]:
+    """Each recorded condition against the re-derived one (`again`), field by field as stored."""
+    problems = []
     recorded = {}
-    for c in ev["conditions"]:
-        label = f"{c['list_name']}[{c['index']}]"
-        if label in recorded:
-            problems.append(f"conditions list {label} twice")
-        recorded[label] = c
-    fresh = {c.label: c.as_dict() for c in again.conditions}
+    for c in ev.conditions:
+        if c.label in recorded:
+            problems.append(f"conditions list {c.label} twice")
+        recorded[c.label] = c.as_dict()
+    fresh = {c.label: c for c in again.conditions}
     for label in recorded.keys() - fresh.keys():
         problems.append(f"conditions include {label}, which the contract's decision does not have")
-    for label, want in fresh.items():
+    for label, condition in fresh.items():
+        want = condition.as_dict()
         got = recorded.get(label)
         if got is None:
             continue  # `_rederive` names a missing condition
@@ -470,7 +477,7 @@ def _check_derived(ev: dict, derivation: Derivation) -> list[str]:
                 continue
             if not _same(got[key], value):
                 problems.append(
-                    f"{label} `{want['description']}`: recorded {key} {_short(got[key])}, the recorded "
+                    f"{label} `{condition.description}`: recorded {key} {_short(got[key])}, the recorded "
                     f"runs give {_short(value)}"
                 )
     return problems
