@@ -103,6 +103,7 @@ def build_project(folder: Path) -> Path:
       positive control (c05-baseline-control), runs shared across contracts (-v2, -baseline-control,
       -sequential-early)."""
     from gates.contract import load_contract
+    from gates.entities import RunRecord
     from gates.execution import rederive
     from gates.execution._runner import skipped_record
     from gates.inference import judge_claim
@@ -144,7 +145,9 @@ def build_project(folder: Path) -> Path:
         for r in arm[1:]:
             seed = r["seed"]
             r.clear()
-            r.update(skipped_record("path_only", seed, [arm[0]]))
+            r.update(
+                skipped_record("path_only", seed, [RunRecord.model_validate(arm[0])]).as_dict()
+            )
 
     _edit_runs(root, "c05-structural-probe-hard", crash_then_skip)
     backfill_index(runs_root)

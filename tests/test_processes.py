@@ -89,6 +89,33 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
     assert finished <= {r.mlflow_run_id for r in outcome.evidence.runs}
 
 
+def test_a_run_record_crosses_a_process_boundary_key_for_key():
+    """A run ends as a RunRecord, which a task process sends the driver pickled (local processes, Ray):
+    it arrives the same record, its keys in their order, a metric that is not finite null as the
+    evidence and `gates run --json` say it."""
+    import pickle
+
+    from gates.execution._study_run import run_record
+
+    data = {
+        "arm": "a",
+        "seed": 3,
+        "status": "halted",
+        "halt_reason": "divergence",
+        "halt_detail": "train_loss is nan",
+        "metrics": {"train_loss": float("nan"), "acc": 0.5, "steps": 2},
+        "seconds": 1.5,
+        "first_signal": {"step": 2, "value": 0.1, "met": False},
+        "mlflow_run_id": "r1",
+        "environment": {"device": "cpu", "threads": "2"},
+    }
+    record = run_record(data)
+    back = pickle.loads(pickle.dumps(record))
+    assert back == record and back.metrics == {"train_loss": None, "acc": 0.5, "steps": 2}
+    assert json.dumps(back.as_dict()) == json.dumps({**data, "metrics": back.metrics})
+    assert back.revised(status="failed").as_dict() == {**back.as_dict(), "status": "failed"}
+
+
 def test_jobs_with_another_executor_is_one_line(workdir):
     write_contract(workdir / "contracts", dist_contract(), "c05-dist.yaml")
     proc = gates_run(workdir, "--jobs", "2", "--executor", "ray")

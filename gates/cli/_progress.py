@@ -1,14 +1,19 @@
 """The one display of a run's progress (gates.execution's `Progress` protocol: start, update, end,
 tuning_trial), in two faces: `RichProgress` for people (a bar per arm x seed, or a line per run off a
 terminal) and `JsonProgress` for machines (`gates run --json`: JSON lines on stdout). Both say the
-whole run's progress the same way (`Overall`); `progress_display` picks the face."""
+whole run's progress the same way (`Overall`); `progress_display` picks the face. A run's end comes
+as its `RunRecord` (gates.entities); a tuning trial as a dict."""
 
 from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 from gates.cli._common import out
+
+if TYPE_CHECKING:
+    from gates.entities import RunRecord
 
 
 def progress_display(loaded, as_json: bool) -> RichProgress | JsonProgress:
@@ -36,10 +41,10 @@ class Overall:
         elif self.first_trained is None:
             self.first_trained = time.monotonic()
 
-    def end(self, record) -> None:
+    def end(self, record: RunRecord) -> None:
         self.done += 1
-        if (record["arm"], record["seed"]) in self.skipped:
-            if record["status"] == "skipped":  # its arm kept failing (stop_rules.failures)
+        if (record.arm, record.seed) in self.skipped:
+            if record.status == "skipped":  # its arm kept failing (stop_rules.failures)
                 self.not_run += 1
             else:
                 self.reused += 1
@@ -126,30 +131,28 @@ class RichProgress:
     def start(self, arm, seed, steps, skipped=None):
         self.overall.start(arm, seed, skipped)
         self.tasks[(arm, seed)] = self.bar.add_task(f"{arm} seed {seed}", total=steps, live="")
-        if skipped:
+        if skipped is not None:
             self.bar.update(self.tasks[(arm, seed)], completed=steps, live="reused")
 
     def update(self, arm, seed, step, metrics):
-        live = f"{self.metric}={metrics[self.metric]:.4g}" if self.metric in metrics else ""
+        value = metrics.get(self.metric)  # (a record's final metrics: None where not finite)
+        live = f"{self.metric}={value:.4g}" if value is not None else ""
         self.bar.update(self.tasks[(arm, seed)], completed=step, live=live)
 
-    def end(self, record):
-        value = record["metrics"].get(self.metric)
+    def end(self, record: RunRecord):
+        value = record.metrics.get(self.metric)
         shown = f"{self.metric}={value:.4g}" if isinstance(value, float) else ""
-        halt = f" ({record['halt_reason']})" if record.get("halt_reason") else ""
-        if record["status"] == "failed" and record.get(
-            "halt_detail"
-        ):  # what the study did, by name
-            halt += f": {record['halt_detail'].splitlines()[0][:300]}"
-        line = f"{record['arm']} seed {record['seed']}: {record['status']}{halt} {shown}"
+        halt = f" ({record.halt_reason})" if record.halt_reason else ""
+        if record.status == "failed" and record.halt_detail:  # what the study did, by name
+            halt += f": {record.halt_detail.splitlines()[0][:300]}"
+        line = f"{record.arm} seed {record.seed}: {record.status}{halt} {shown}"
         self.overall.end(record)
         if self.bar.disable:
             out.print(line, markup=False, highlight=False)
             out.print(self.overall.line(), markup=False, highlight=False)
         else:
             self.bar.update(
-                self.tasks[(record["arm"], record["seed"])],
-                live=f"{record['status']}{halt} {shown}",
+                self.tasks[(record.arm, record.seed)], live=f"{record.status}{halt} {shown}"
             )
             self.bar.update(self.all_runs, completed=self.overall.done, live=self.overall.line())
 
@@ -191,8 +194,9 @@ class JsonProgress:
     def update(self, arm, seed, step, metrics):
         pass
 
-    def end(self, record):
-        _event({"event": "run", **{k: record.get(k) for k in self.RUN}})
+    def end(self, record: RunRecord):
+        fields = record.as_dict()  # the record as JSON: a metric that is not finite is null
+        _event({"event": "run", **{k: fields.get(k) for k in self.RUN}})
         self.overall.end(record)
         _event({"event": "progress", **self.overall.as_dict()})
 

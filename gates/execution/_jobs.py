@@ -19,10 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gates.contract import LoadedContract
+from gates.entities import RunRecord
 from gates.errors import UserError
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
 from gates.execution._job import KIND_RUN, KIND_TUNE, ContextInfo, Job
+
+# what a job returns: a run job its run's RunRecord, as the evidence will list it; a tuning job a dict
+# of its Optuna trial ({"kind": "tune", "arm", "tuning_trial", "mlflow_run_id"}), which is no run
+JobRecord = RunRecord | dict
 
 
 @dataclass
@@ -73,7 +78,9 @@ def tune_jobs(loaded: LoadedContract, tuning_storage: str) -> list[Job]:
     return [dataclasses.replace(j, tuning_storage=tuning_storage) for j in plan.tuning_jobs(loaded)]
 
 
-def failing_before(loaded: LoadedContract, records: dict[str, dict], job: Job) -> list[dict]:
+def failing_before(
+    loaded: LoadedContract, records: dict[str, JobRecord], job: Job
+) -> list[RunRecord]:
     """The failing streak (plan.failing_streak) of a run job's arm on the seeds just before its own, in
     the contract's order, back to the first of them without a record yet: what a single process saw
     when it came to this seed. Non-empty: the job is not run."""
@@ -136,7 +143,7 @@ _TRACKERS: dict[str, object] = {}
 _FOLDER: list[Path] = []
 
 
-def run_task(info: ContextInfo, job: Job, records: dict[str, dict], threads: int) -> dict:
+def run_task(info: ContextInfo, job: Job, records: dict[str, JobRecord], threads: int) -> JobRecord:
     """One job in a task process (a local process, a Ray worker), on the context rebuilt from the
     driver's `job_info` (kept for the process's next tasks), on exactly `threads` CPU threads: the
     driver's, so its sums are a single process's."""
@@ -152,7 +159,7 @@ def run_task(info: ContextInfo, job: Job, records: dict[str, dict], threads: int
 
 
 # ---------------------------------------------------------------------------------- the kinds
-def _run_arm_seed(ctx: JobContext, job: Job, records: dict[str, dict], progress) -> dict:
+def _run_arm_seed(ctx: JobContext, job: Job, records: dict[str, JobRecord], progress) -> RunRecord:
     """Job kind "run": one arm x seed under the contract's stop rules, as a child of the parent run."""
     parent = ctx.parent
     arm, config = job.arm, job.config
@@ -172,20 +179,20 @@ def _run_arm_seed(ctx: JobContext, job: Job, records: dict[str, dict], progress)
     others = {}  # the arms before this one on its seed (a run not run has no history)
     for dep in job.after:
         record = records[dep]
-        run_id = record.get("mlflow_run_id")
+        run_id = record.mlflow_run_id
         if run_id is None:
             continue
         if ctx.histories is not None and run_id in ctx.histories:
-            others[record["arm"]] = ctx.histories[run_id]
+            others[record.arm] = ctx.histories[run_id]
         else:
-            others[record["arm"]] = {m: parent.tracker.history(run_id, m) for m in reference}
+            others[record.arm] = {m: parent.tracker.history(run_id, m) for m in reference}
     record, history = runner.run_job(parent, arm, job.seed, progress, others=others)
-    if ctx.histories is not None and record.get("mlflow_run_id"):
-        ctx.histories[record["mlflow_run_id"]] = history
+    if ctx.histories is not None and record.mlflow_run_id:
+        ctx.histories[record.mlflow_run_id] = history
     return record
 
 
-def _run_tuning_trial(ctx: JobContext, job: Job, records: dict[str, dict], progress) -> dict:
+def _run_tuning_trial(ctx: JobContext, job: Job, records: dict[str, JobRecord], progress) -> dict:
     """Job kind "tune": one pre-registered tuning trial of an arm (gates.execution._tuning
     .run_tuning_trial, which does nothing once the arm's budget is spent); its MLflow run is nested
     under the parent run."""
@@ -212,8 +219,10 @@ def _run_tuning_trial(ctx: JobContext, job: Job, records: dict[str, dict], progr
     }
 
 
-# kind -> function(JobContext, job, records it may read, progress) -> record (JSON-able)
-JOB_KINDS: dict[str, Callable[[JobContext, Job, dict[str, dict], runner.Progress], dict]] = {
+# kind -> function(JobContext, job, records it may read, progress) -> its record
+JOB_KINDS: dict[
+    str, Callable[[JobContext, Job, dict[str, JobRecord], runner.Progress], JobRecord]
+] = {
     KIND_RUN: _run_arm_seed,
     KIND_TUNE: _run_tuning_trial,
 }
@@ -221,21 +230,21 @@ JOB_KINDS: dict[str, Callable[[JobContext, Job, dict[str, dict], runner.Progress
 
 # ---------------------------------------------------------------------------------- the driver's side
 def show_record(
-    progress: runner.Progress, job: Job, record: dict, steps: int, *, live: bool = False
+    progress: runner.Progress, job: Job, record: JobRecord, steps: int, *, live: bool = False
 ) -> None:
     """A job's record as it arrives: a run's end (after its final metrics when it ran in a task
     elsewhere; `live`: its task fed the display as it ran, in this process), or a tuning trial."""
     if job.kind == KIND_RUN:
         if not live:
-            progress.update(job.arm, job.seed, steps, record["metrics"])
+            progress.update(job.arm, job.seed, steps, record.metrics)
         progress.end(record)
     elif record.get("tuning_trial") and hasattr(progress, "tuning_trial"):
         progress.tuning_trial(record["tuning_trial"])
 
 
-def close_leftovers(parent: runner.ParentRun, records: list[dict]) -> list[str]:
+def close_leftovers(parent: runner.ParentRun, records: list[RunRecord]) -> list[str]:
     """Close (KILLED) arm x seed child runs left RUNNING by dead tasks that are not in the records."""
-    kept = {r["mlflow_run_id"] for r in records}
+    kept = {r.mlflow_run_id for r in records}
     closed = []
     for run in parent.tracker.child_runs(parent.experiment_id, parent.parent_id):
         if (

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from gates.contract import LoadedContract
+from gates.entities import RunRecord
 from gates.execution._job import KIND_RUN, KIND_TUNE, Job
 
 
@@ -105,29 +106,29 @@ def looks(loaded: LoadedContract) -> list[int]:
     return list(seq.looks) if seq is not None else [len(loaded.contract.seeds)]
 
 
-def failing_streak(loaded: LoadedContract, records: list[dict], arm: str) -> list[dict]:
+def failing_streak(loaded: LoadedContract, records: list[RunRecord], arm: str) -> list[RunRecord]:
     """The arm's last runs when they all failed (raised, or returned what the study does not declare) and
     are at least `stop_rules.failures.max_consecutive` in a row: its remaining seeds are not run. Else []."""
     streak = []
-    for r in reversed([r for r in records if r["arm"] == arm and r["status"] != "skipped"]):
-        if r["status"] != "failed":
+    for r in reversed([r for r in records if r.arm == arm and r.status != "skipped"]):
+        if r.status != "failed":
             break
         streak.append(r)
     limit = loaded.contract.stop_rules.failures.max_consecutive
     return streak[::-1] if len(streak) >= limit else []
 
 
-def seeds_by_look(loaded: LoadedContract, records: list[dict]) -> Iterator[list[int]]:
+def seeds_by_look(loaded: LoadedContract, records: list[RunRecord]) -> Iterator[list[int]]:
     """Each look's seeds (`next_seeds`), asked once the caller has added the last look's records to
     `records` (its own list, grown between looks); a plan that asks again for seeds with records is a
     bug, raised rather than run twice."""
     while (seeds := next_seeds(loaded, records)) is not None:
-        if any(r["seed"] in seeds for r in records):
+        if any(r.seed in seeds for r in records):
             raise RuntimeError(f"the plan asked again for seeds {seeds} that already have records")
         yield seeds
 
 
-def next_seeds(loaded: LoadedContract, records: list[dict]) -> list[int] | None:
+def next_seeds(loaded: LoadedContract, records: list[RunRecord]) -> list[int] | None:
     """The decision point between looks: the seeds to run next given the records so far (one per
     arm x seed run, finished or not), or None when there is nothing more to run."""
     c = loaded.contract
@@ -135,6 +136,6 @@ def next_seeds(loaded: LoadedContract, records: list[dict]) -> list[int] | None:
         from gates.inference import claim_inputs, next_look
 
         return next_look(c, records, loaded.study.metrics, **claim_inputs(loaded))
-    have = {(r["arm"], r["seed"]) for r in records}
+    have = {(r.arm, r.seed) for r in records}
     lacking = [s for s in c.seeds if any((a, s) not in have for a in loaded.arm_configs)]
     return lacking or None

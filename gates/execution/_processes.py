@@ -73,7 +73,7 @@ def _interrupt(_signum, frame):
     raise KeyboardInterrupt
 
 
-def _run_task(info: ContextInfo, job: Job, readable: dict, threads: int) -> dict:
+def _run_task(info: ContextInfo, job: Job, readable: dict, threads: int) -> jobs.JobRecord:
     """`run_task` with SIGTERM as a KeyboardInterrupt while it runs (the driver's cancel)."""
     signal.signal(signal.SIGTERM, _interrupt)
     try:
@@ -121,7 +121,7 @@ class ProcessBackend:
     def wait(self, handles: list) -> list:
         return list(futures.wait(handles, return_when=futures.FIRST_COMPLETED).done)
 
-    def result(self, handle, job: Job) -> dict:
+    def result(self, handle, job: Job) -> jobs.JobRecord:
         try:
             return handle.result()
         except futures.process.BrokenProcessPool:

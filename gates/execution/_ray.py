@@ -281,7 +281,7 @@ class RayBackend:
     def wait(self, handles: list) -> list:
         return self.ray.wait(handles, num_returns=1)[0]
 
-    def result(self, handle, job: Job) -> dict:
+    def result(self, handle, job: Job) -> jobs.JobRecord:
         exceptions = self.ray.exceptions
         try:
             return self.ray.get(handle)

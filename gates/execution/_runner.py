@@ -23,9 +23,10 @@ from pathlib import Path
 from typing import Protocol
 
 from gates.contract import LoadedContract
+from gates.entities import RunRecord
 from gates.errors import UserError, UserErrors
 from gates.execution._preflight import PreflightReport, preflight
-from gates.execution._study_run import _run_one
+from gates.execution._study_run import _run_one, run_record
 from gates.record import (
     EVIDENCE,
     RECORD,
@@ -67,9 +68,9 @@ FINISHED = ("completed", "halted")
 
 # ---------------------------------------------------------------------------------- progress
 class Progress(Protocol):
-    def start(self, arm: str, seed: int, steps: int, skipped: dict | None = None) -> None: ...
-    def update(self, arm: str, seed: int, step: int, metrics: dict[str, float]) -> None: ...
-    def end(self, record: dict) -> None: ...
+    def start(self, arm: str, seed: int, steps: int, skipped: RunRecord | None = None) -> None: ...
+    def update(self, arm: str, seed: int, step: int, metrics: dict[str, float | None]) -> None: ...
+    def end(self, record: RunRecord) -> None: ...
 
 
 class SilentProgress:
@@ -182,14 +183,18 @@ def prepare_parent(
     return ParentRun(loaded, tracking_uri, tracker, experiment_id, parent_id, base_tags, prov, pre)
 
 
-def finished_runs(parent: ParentRun, *, kill_running: bool = True) -> dict[tuple[str, int], dict]:
-    """(arm, seed) -> summary of the finished (completed or halted) child runs under the parent. A child
-    left RUNNING by a kill is closed (KILLED) when `kill_running`; it will be redone."""
+def finished_runs(
+    parent: ParentRun, *, kill_running: bool = True
+) -> dict[tuple[str, int], RunRecord]:
+    """(arm, seed) -> record of the finished (completed or halted) child runs under the parent, as MLflow
+    holds them. A child left RUNNING by a kill is closed (KILLED) when `kill_running`; it will be redone."""
     done = {}
     for run in parent.tracker.child_runs(parent.experiment_id, parent.parent_id):
+        # MLflow's tags as they are: a record only of a finished run (a killed one's may lack fields)
         summary = run_summary(run)
         if summary["status"] in FINISHED and run.info.status == "FINISHED":
-            done[(summary["arm"], summary["seed"])] = summary
+            record = finished_record(summary)
+            done[(record.arm, record.seed)] = record
         elif run.info.status == "RUNNING" and kill_running:
             parent.tracker.kill(run.info.run_id)
     return done
@@ -260,7 +265,7 @@ def run_job(
     seed: int,
     progress: Progress | None = None,
     others: dict | None = None,
-) -> tuple[dict, dict]:
+) -> tuple[RunRecord, dict]:
     """Train one arm x seed as a nested run of `parent`: (its record, its metric histories). `others`:
     arm -> metric -> [(step, value)] of the arms already run on this seed (for relative futility)."""
     return _run_one(
@@ -300,10 +305,10 @@ class Reuse:
             )
         return text
 
-    def tally(self, records: list[dict], reused: int) -> None:
+    def tally(self, records: list[RunRecord], reused: int) -> None:
         """The counts of a run whose `records` are all in, `reused` of them taken from MLflow."""
         self.total, self.reused = len(records), reused
-        self.skipped = sum(r.get("status") == "skipped" for r in records)
+        self.skipped = sum(r.status == "skipped" for r in records)
         self.trained = self.total - self.reused - self.skipped
 
     def as_dict(self) -> dict:
@@ -343,36 +348,38 @@ def runs_under_other_code(parent: ParentRun) -> tuple[int, str | None]:
     return len(found), (found[0].data.tags.get("gates.code_sha256") if found else None)
 
 
-def skipped_record(arm: str, seed: int, failing: list[dict]) -> dict:
+def skipped_record(arm: str, seed: int, failing: list[RunRecord]) -> RunRecord:
     """The record of an arm x seed not run because its arm failed on its last runs (no MLflow run)."""
-    first = next((r for r in failing if r.get("error")), failing[0])
-    error = first.get("error") or {}
-    where = f"{error.get('where')}: " if error.get("where") else ""
+    first = next((r for r in failing if r.error is not None), failing[0])
+    error = first.error
+    where = f"{error.where}: " if error is not None and error.where else ""
     what = (
-        f"{error.get('type')}: {error.get('message')}"
-        if error.get("type")
-        else str(first.get("halt_detail"))
+        f"{error.type}: {error.message}"
+        if error is not None and error.type
+        else str(first.halt_detail)
     )
     detail = (
         f"not run: arm {arm} failed on its last {len(failing)} runs (seeds "
-        f"{', '.join(str(r['seed']) for r in failing)}); first error: {where}{what}"
+        f"{', '.join(str(r.seed) for r in failing)}); first error: {where}{what}"
     )
-    return {
-        "arm": arm,
-        "seed": seed,
-        "status": "skipped",
-        "halt_reason": "failures",
-        "halt_detail": detail[:2000],
-        "metrics": {},
-        "seconds": 0.0,
-        "first_signal": None,
-        "mlflow_run_id": None,
-    }
+    return run_record(
+        {
+            "arm": arm,
+            "seed": seed,
+            "status": "skipped",
+            "halt_reason": "failures",
+            "halt_detail": detail[:2000],
+            "metrics": {},
+            "seconds": 0.0,
+            "first_signal": None,
+            "mlflow_run_id": None,
+        }
+    )
 
 
 def finish(
     parent: ParentRun,
-    records: list[dict],
+    records: list[RunRecord],
     runs_root: Path,
     recording: Recording | None = None,
     reuse: Reuse | None = None,
@@ -424,14 +431,12 @@ def finish(
             if isinstance(getattr(r, k), (int, float)) and math.isfinite(getattr(r, k))
         }
         histories = {
-            (r["arm"], r["seed"]): {
-                m: tracker.history(r["mlflow_run_id"], m) for m in plotted_metrics(c)
-            }
+            (r.arm, r.seed): {m: tracker.history(r.mlflow_run_id, m) for m in plotted_metrics(c)}
             for r in records
-            if r.get("mlflow_run_id")
+            if r.mlflow_run_id
         }
-        figures = [
-            learning_curves(c, histories, records, Path(tmp) / "learning_curves.png"),
+        figures = [  # (the plots read the runs as evidence.json lists them)
+            learning_curves(c, histories, facts["runs"], Path(tmp) / "learning_curves.png"),
             condition_intervals(c.id, data["conditions"], Path(tmp) / "conditions.png"),
         ]
         tags = {
@@ -469,8 +474,9 @@ def _recorded_evidence(runs_root: Path, contract_id: str, evidence: dict) -> dic
     return {**found, contract_id: evidence}
 
 
-def run_record(summary: dict) -> dict:
-    """The evidence record of one finished arm x seed (what verify re-derives the verdict from)."""
+def finished_record(summary: dict) -> RunRecord:
+    """The evidence record of one finished arm x seed from its MLflow summary (gates.record.run_summary):
+    what verify re-derives the verdict from."""
     record = {
         k: summary[k]
         for k in (
@@ -491,7 +497,7 @@ def run_record(summary: dict) -> dict:
         record.update(converged=summary["converged"], convergence=summary["convergence"])
     if summary.get("environment"):
         record["environment"] = summary["environment"]
-    return record
+    return run_record(record)
 
 
 def rederive(
@@ -551,7 +557,7 @@ def rederive(
     return old, new
 
 
-def _run_facts(parent: ParentRun, records: list[dict]) -> dict:
+def _run_facts(parent: ParentRun, records: list[RunRecord]) -> dict:
     """This run's record before its verdict (gates.record.run_facts), with what the derivation may not
     read itself: the time, the contract's path from here, the pilots in the MLflow store."""
     loaded = parent.loaded

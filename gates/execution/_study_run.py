@@ -1,7 +1,7 @@
 """One arm x seed run as a nested MLflow run (`_run_one`): the study called under the reporter and the
 stop rules, what its run() returned checked against its declared metrics (`returned_metrics`), where
 in the study's own code a failure happened (`study_error`), convergence judged, gate 5 measured
-(`first_signal`).
+(`first_signal`). The run ends as a `RunRecord` (`run_record`), what the rest of execution passes on.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 import traceback
 from pathlib import Path
 
+from gates.entities import RunRecord, json_safe
 from gates.errors import storage_error
 from gates.execution._reporter import PlatformReporter
 from gates.execution._stop_rules import StopRuleEngine, convergence
@@ -32,7 +33,7 @@ def _run_one(
     budget,
     progress,
     others: dict,
-) -> tuple[dict, dict]:
+) -> tuple[RunRecord, dict]:
     """Train one arm x seed as a nested MLflow run; (its record, its metric histories)."""
     c, study = loaded.contract, loaded.study
     environment = device_environment(
@@ -102,33 +103,43 @@ def _run_one(
     # at the end) is new; the sink drops the points already logged
     sink.add(reporter.last_step, final)
     sink.flush()
-    # Convergence: only a completed run is judged (a halted or failed one did not train to its end). The
-    # tags go on before the run is closed, so a finished run read back when resuming always has them.
+    # Convergence: only a completed run is judged (a halted or failed one did not train to its end).
     judged = {}
     if c.convergence is not None and status == "completed":
         conv = c.convergence
         judged = convergence(
             conv, study.metrics[conv.metric].direction, reporter.history.get(conv.metric, [])
         )
+    record = run_record(
+        {
+            "arm": arm,
+            "seed": seed,
+            "status": status,
+            "halt_reason": halt_reason,
+            "halt_detail": halt_detail,
+            "metrics": final,
+            "seconds": seconds,
+            "first_signal": signal,
+            "mlflow_run_id": run_id,
+            **({"environment": environment} if environment else {}),
+            **({"error": error} if error else {}),
+            **judged,
+        }
+    )
+    # the tags go on before the run is closed, so a finished run read back when resuming always has them
+    if record.converged is not None:
+        tracker.client.set_tag(run_id, "gates.converged", "true" if record.converged else "false")
         tracker.client.set_tag(
-            run_id, "gates.converged", "true" if judged["converged"] else "false"
+            run_id, "gates.convergence", json.dumps(record.convergence.as_dict())
         )
-        tracker.client.set_tag(run_id, "gates.convergence", json.dumps(judged["convergence"]))
     tracker.finish_child(run_id, status, halt_reason, halt_detail, final, seconds, signal)
-    return {
-        "arm": arm,
-        "seed": seed,
-        "status": status,
-        "halt_reason": halt_reason,
-        "halt_detail": halt_detail,
-        "metrics": final,
-        "seconds": seconds,
-        "first_signal": signal,
-        "mlflow_run_id": run_id,
-        **({"environment": environment} if environment else {}),
-        **({"error": error} if error else {}),
-        **judged,
-    }, reporter.history
+    return record, reporter.history
+
+
+def run_record(data: dict) -> RunRecord:
+    """A run's record from its JSON-like data (as it ends, or as MLflow holds it): a metric that is not
+    finite is null, as evidence.json writes it, so the record is what the evidence will say."""
+    return RunRecord.model_validate(json_safe(data))
 
 
 class StudyInterfaceError(Exception):

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Protocol
 
 from gates.contract import LoadedContract
+from gates.entities import RunRecord
 from gates.execution import _jobs as jobs
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
@@ -59,7 +60,7 @@ class Backend(Protocol):
     def wait(self, handles: list) -> list:
         """Block until at least one of `handles` is done; those done."""
 
-    def result(self, handle, job: Job) -> dict:
+    def result(self, handle, job: Job) -> jobs.JobRecord:
         """The job's record, or TaskError (a storage error: its own one-line error; Ctrl-C in the task:
         KeyboardInterrupt)."""
 
@@ -87,7 +88,7 @@ class InlineBackend:
     def wait(self, handles: list) -> list:
         return handles[:1]  # (it runs when its result is asked for)
 
-    def result(self, handle, job: Job) -> dict:
+    def result(self, handle, job: Job) -> jobs.JobRecord:
         return handle(self.progress)
 
     def cancel(self, handles: list) -> None:
@@ -108,11 +109,13 @@ class Tasks:
     ):
         self.backend, self.parent, self.info, self.threads = backend, parent, info, threads
         self.progress = progress
-        self.records: dict[str, dict] = {}  # job -> record, every look's
+        self.records: dict[str, jobs.JobRecord] = {}  # job -> record, every look's
         self.running: dict = {}  # handle -> its Job
-        self.reused: dict[tuple[str, int], dict] = {}  # (arm, seed) -> a finished run's summary
+        self.reused: dict[tuple[str, int], RunRecord] = {}  # (arm, seed) -> a finished run's record
 
-    def run(self, todo: list[Job], reused: dict[tuple[str, int], dict] | None = None) -> list:
+    def run(
+        self, todo: list[Job], reused: dict[tuple[str, int], RunRecord] | None = None
+    ) -> list[jobs.JobRecord]:
         """Each job's record, in job order: a finished run of the same contract and code (`reused`)
         taken as it is, every other job run as a task."""
         steps = self.parent.budget.steps
@@ -140,7 +143,7 @@ class Tasks:
             raise
         return [self.records[job.key] for job in todo]
 
-    def _settle(self, job: Job, record: dict, steps: int) -> None:
+    def _settle(self, job: Job, record: RunRecord, steps: int) -> None:
         """A run job's record found here, without a task (reused, or not run)."""
         self.progress.start(job.arm, job.seed, steps, skipped=record)
         self.progress.end(record)
@@ -154,7 +157,7 @@ class Tasks:
             done = self.reused.get((job.arm, job.seed))
             if job.kind == KIND_RUN and done is not None:
                 pending.remove(job)
-                self._settle(job, runner.run_record(done), steps)
+                self._settle(job, done, steps)
                 continue
             if any(dep not in self.records for dep in job.after):
                 continue  # after the jobs it needs (they come earlier in the plan's order)
@@ -256,11 +259,11 @@ def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url,
             )
         tasks.run(jobs.tune_jobs(loaded, task_url(tuning_url)))
         parent.apply_tuning(tuning_url, progress)
-    records: list[dict] = []
+    records: list[RunRecord] = []
     for seeds in plan.seeds_by_look(parent.loaded, records):  # look by look
         records += tasks.run(jobs.run_jobs(parent, seeds), reused=done)
     jobs.close_leftovers(parent, records)  # dead attempts' runs
-    reuse.tally(records, reused=sum((r["arm"], r["seed"]) in done for r in records))
+    reuse.tally(records, reused=sum((r.arm, r.seed) in done for r in records))
     return runner.finish(parent, records, runs_root, recording, reuse)
 
 

@@ -127,7 +127,7 @@ def verdict_fields(
 def run_facts(
     loaded: LoadedContract,
     provenance,
-    runs: list[dict],
+    runs: list[gates.entities.RunRecord],
     *,
     preflight: dict,
     mlflow: dict,
@@ -138,7 +138,8 @@ def run_facts(
     """A new run's record before its verdict, laid out as evidence.json lists it: what the contract
     says, the code it ran under (`provenance`: gates.record.Provenance), the runs (one record per arm x
     seed, in job order), the preflight's report, where MLflow holds the runs, and the pilots run before
-    it was registered. The verdict's fields are placeholders here, in their places; `derive` sets them."""
+    it was registered. The verdict's fields are placeholders here, in their places; `derive` sets them.
+    Each run is its record's JSON (`as_dict`: its keys in their order), its detail clipped."""
     c = loaded.contract
     return {
         "format": EVIDENCE_FORMAT,
@@ -178,14 +179,16 @@ def run_facts(
         "falsifiable_point": {
             **c.preflight.falsifiable_point.model_dump(exclude={"statement"}),
             "runs": [
-                {"seed": r["seed"], **r["first_signal"]} for r in runs if r.get("first_signal")
+                {"seed": r.seed, **r.first_signal.as_dict()}
+                for r in runs
+                if r.first_signal is not None
             ],
         },
         "runs": [
             {
-                **r,
-                "metrics": json_safe(r["metrics"]),
-                "halt_detail": (r.get("halt_detail") or None) and r["halt_detail"][:2000],
+                **r.as_dict(),
+                "metrics": json_safe(r.metrics),
+                "halt_detail": (r.halt_detail or None) and r.halt_detail[:2000],
             }
             for r in runs
         ],
