@@ -402,7 +402,7 @@ def finish(
         attempt = recording.recorded.attempt if recording.recorded is not None else None
         after["attempt"] = attempt.as_dict() if attempt is not None else None
     derived = derive(loaded, facts, tuning=parent.tuning, after=after)
-    result, data, evidence = derived.verdict, derived.data, derived.evidence
+    result, evidence = derived.verdict, derived.evidence
     reproduction = None
     with tempfile.TemporaryDirectory(prefix="gates-plots-") as tmp:
         if recording.mode == RECORD:
@@ -436,8 +436,8 @@ def finish(
             if r.mlflow_run_id
         }
         figures = [  # (the plots read the runs as evidence.json lists them)
-            learning_curves(c, histories, facts["runs"], Path(tmp) / "learning_curves.png"),
-            condition_intervals(c.id, data["conditions"], Path(tmp) / "conditions.png"),
+            learning_curves(c, histories, evidence.runs, Path(tmp) / "learning_curves.png"),
+            condition_intervals(c.id, evidence.conditions, Path(tmp) / "conditions.png"),
         ]
         tags = {
             **outcome_tags,

@@ -29,16 +29,15 @@ def plotted_metrics(contract: Contract) -> list[str]:
 def learning_curves(
     contract: Contract,
     histories: dict[tuple[str, int], dict[str, list[tuple[int, float]]]],
-    records: list[RunRecord] | list[dict],
+    records: list[RunRecord],
     path: Path,
 ) -> Path:
-    """The learning curves of `records` (the runs as records, or their JSON: checked into records)."""
+    """The learning curves of `records` (the runs as evidence.json lists them)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    records = [RunRecord.model_validate(r) for r in records]
     metrics = plotted_metrics(contract)
     arms = list(contract.arms)
     colours = {arm: plt.get_cmap("tab10")(i % 10) for i, arm in enumerate(arms)}
@@ -112,16 +111,14 @@ def learning_curves(
 
 
 def condition_intervals(
-    contract_id: str, conditions: list[ConditionRecord] | list[dict], path: Path
+    contract_id: str, conditions: list[ConditionRecord], path: Path
 ) -> Path:
-    """Each condition's estimate and interval (the conditions as records, or their JSON: checked
-    into records)."""
+    """Each condition's estimate and interval."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    conditions = [ConditionRecord.model_validate(c) for c in conditions]
     colour = {"holds": "tab:green", "fails": "tab:red", "undetermined": "tab:orange"}
     fig, ax = plt.subplots(figsize=(8, 0.5 * len(conditions) + 1.5))
     for row, c in enumerate(conditions):
