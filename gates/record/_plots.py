@@ -110,9 +110,7 @@ def learning_curves(
     return path
 
 
-def condition_intervals(
-    contract_id: str, conditions: list[ConditionRecord], path: Path
-) -> Path:
+def condition_intervals(contract_id: str, conditions: list[ConditionRecord], path: Path) -> Path:
     """Each condition's estimate and interval."""
     import matplotlib
 
