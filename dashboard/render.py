@@ -39,6 +39,7 @@ from gates.record import (
     describe_regime,
     describe_shared,
     holding_side,
+    interval_text,
     term_short_names,
     term_values,
 )
@@ -673,7 +674,7 @@ def _condition_row(row: ConditionRow, moot: bool) -> str:
         '<br><span class="small">does not decide: the verdict is invalid</span>' if moot else ""
     )
     log = '<br><span class="small scale">log scale</span>' if first.scale == "log" else ""
-    interval = f"[{_num(first.ci_low)}, {_num(first.ci_high)}]" if first.ci_low is not None else "-"
+    interval = e(interval_text(first))
     right = holding_side(first)
     interval_svg = svg.condition_interval(
         first.as_dict(),  # svg draws from plain JSON

@@ -365,7 +365,7 @@ def print_stale_hint(contract: Path, runs_dir: Path, contracts_dir: Path) -> Non
 
 
 def print_verdict(ev: Evidence, runs_dir: Path, outcome=None, contract: Path | None = None) -> None:
-    from gates.record import condition_label, condition_rows, signature
+    from gates.record import condition_label, condition_rows, interval_text, signature
 
     colour = {
         "supported": "green",
@@ -392,7 +392,7 @@ def print_verdict(ev: Evidence, runs_dir: Path, outcome=None, contract: Path | N
         if c.estimate is not None:
             stats = f"margin {c.estimate:+.4g}"
             if c.ci_low is not None:
-                stats += f" [{c.ci_low:.4g}, {c.ci_high:.4g}]"
+                stats += f" {interval_text(c)}"
             if c.p_hold_adj is not None:
                 stats += f", p(holds) {c.p_hold_adj:.3g}, p(fails) {c.p_fail_adj:.3g}"
         out.print(f"               {observed}; {stats} ({c.test})", markup=False, highlight=False)

@@ -121,6 +121,7 @@ if TYPE_CHECKING:
     )
     from gates.record._report import (
         converged_cell,
+        interval_text,
         pilot_lines,
         render_report,
         write_evidence,
@@ -210,6 +211,7 @@ _FACE = {
     "condition_sentence": "_conditions",
     "contract_change": "_history",
     "converged_cell": "_report",
+    "interval_text": "_report",
     "current_provenance": "_provenance",
     "derive": "_derive",
     "describe_family": "_family",

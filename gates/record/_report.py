@@ -143,7 +143,9 @@ def converged_cell(r: RunRecord, no: str = "no", over_window: bool = False) -> s
     return ("yes" if r.converged else no) + change
 
 
-def _interval(c: ConditionRecord) -> str:
+def interval_text(c: ConditionRecord) -> str:
+    """A condition's confidence interval as every view shows it (verdict.md, the dashboard, `gates
+    run`): "[low, high]" to 4 significant digits, "-" when it has none."""
     return f"[{_fmt(c.ci_low)}, {_fmt(c.ci_high)}]" if c.ci_low is not None else "-"
 
 
@@ -293,7 +295,7 @@ def render_report(evidence: Evidence | dict) -> str:
             result = f"**{c.outcome}**: {means}" if means else f"**{outcome}**"
             p_hold, p_fail = _fmt(c.p_hold_adj, 3), _fmt(c.p_fail_adj, 3)
         lines.append(
-            f"| {cell} | {result} | {_fmt(c.estimate)} | {_interval(c)} | {p_hold} | {p_fail} | "
+            f"| {cell} | {result} | {_fmt(c.estimate)} | {interval_text(c)} | {p_hold} | {p_fail} | "
             f"{c.test} |"
         )
     estimands = [f"- {_labels(row)}: {row.first.estimand}" for row in rows if row.first.estimand]
@@ -326,7 +328,7 @@ def render_report(evidence: Evidence | dict) -> str:
         for c in ev.controls:
             lines.append(
                 f"| controls[{c.index}]: `{c.description}` | {c.control or '-'} | "
-                f"**{c.outcome}** | {_fmt(c.estimate)} | {_interval(c)} | {_fmt(c.p_hold_adj, 3)} | "
+                f"**{c.outcome}** | {_fmt(c.estimate)} | {interval_text(c)} | {_fmt(c.p_hold_adj, 3)} | "
                 f"{c.test} |"
             )
     if ev.lost:
