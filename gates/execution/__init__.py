@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from gates.execution._executor import EXECUTORS, check_executor, run_plan
     from gates.execution._pilot import run_pilot
     from gates.execution._preflight import preflight
-    from gates.execution._processes import ProcessBackend, job_threads
+    from gates.execution._processes import ProcessBackend, job_threads, redeliver_interrupts
     from gates.execution._ray import starting_local_instance
     from gates.execution._reporter import PlatformReporter
     from gates.execution._runner import rederive
@@ -58,6 +58,7 @@ _FACE = {
     "distributions": "_tuning",
     "is_converged": "_stop_rules",
     "job_threads": "_processes",
+    "redeliver_interrupts": "_processes",
     "load_checked": "_check",
     "preflight": "_preflight",
     "rederive": "_runner",

@@ -35,20 +35,26 @@ CANCEL_WAIT_SECONDS = 10  # how long interrupted tasks get to close their MLflow
 
 def _start_process() -> None:
     """In each new process: Ctrl-C is the driver's to handle; stdout onto stderr; the driver's cancel
-    never lost in a callback (`_cancel_again`)."""
+    (SIGTERM) never lost in a callback (`redeliver_interrupts`)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.dup2(2, 1)
-    sys.unraisablehook = _cancel_again
+    redeliver_interrupts(signal.SIGTERM)
 
 
-def _cancel_again(unraisable) -> None:
-    """The driver's cancel (SIGTERM, a KeyboardInterrupt in the task) can land inside a callback that
-    cannot raise (a weakref's, a finalizer's): Python would print it with a traceback and go on running
-    the task. Deliver it again instead, where it stops the task (or, between tasks, ends the process)."""
-    if isinstance(unraisable.exc_value, KeyboardInterrupt):
-        os.kill(os.getpid(), signal.SIGTERM)
-        return
-    sys.__unraisablehook__(unraisable)
+def redeliver_interrupts(signum: int) -> None:
+    """An interrupt (the KeyboardInterrupt that `signum`'s handler raises) can land inside a callback
+    that cannot raise (a weakref's, a finalizer's, run by the garbage collector wherever it runs):
+    Python would print it as ignored and go on, so a Ctrl-C (the driver, SIGINT) or a cancel (a
+    task's process, SIGTERM) would be lost and the run end as if never interrupted. Deliver it again
+    instead, where it stops the work."""
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            os.kill(os.getpid(), signum)
+            return
+        sys.__unraisablehook__(unraisable)
+
+    sys.unraisablehook = hook
 
 
 # the store's code, where an interrupt would land mid-statement: SQLAlchemy then logs its cleanup's

@@ -98,7 +98,7 @@ def run(
     --record --reason TEXT records another attempt. Finished runs of the same contract and code are reused
     (never runs recorded under other code). A contract with `tuning` first searches each tuned arm's config
     (Optuna trials, same budget per arm); the best config per arm then runs over the seeds."""
-    from gates.execution import admit, check_executor, retain_freed_memory
+    from gates.execution import admit, check_executor, redeliver_interrupts, retain_freed_memory
     from gates.record import REPRODUCE, plan_recording, resolve_uri
     from gates.study import cpu_threads
 
@@ -121,6 +121,7 @@ def run(
         _fetch_corpora(loaded, err if as_json else out)  # under --json, stdout stays JSON lines
     progress = progress_display(loaded, as_json)
     signal.signal(signal.SIGTERM, sigterm_as_interrupt)
+    redeliver_interrupts(signal.SIGINT)  # a Ctrl-C landing in a finalizer is not lost
     try:
         with progress, cpu_threads(threads):
             outcome = _execute(
