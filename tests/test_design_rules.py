@@ -273,7 +273,7 @@ def test_a_look_without_its_seeds_lists_them_as_lost():
         seeds=list(range(10)),
     )
     assert v.verdict != "supported"
-    assert [x["seed"] for x in v.lost] == [4, 5, 6, 7, 8, 9] and {x["why"] for x in v.lost} == {
+    assert [x.seed for x in v.lost] == [4, 5, 6, 7, 8, 9] and {x.why for x in v.lost} == {
         "no run recorded"
     }
 

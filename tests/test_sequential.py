@@ -152,10 +152,10 @@ def test_sequence_records_every_look_and_settle_lines(no_power_planning):
     contract = _contract([3, 6, 10], "pocock")
     runs = _runs(np.array([0.1, -0.2, 0.3, -0.1, 0.2, -0.3, 0.05, -0.05, 0.15, -0.15]))
     result = judge_sequential(contract, runs)
-    assert result.verdict == "inconclusive" and [x["look"] for x in result.looks] == [1, 2, 3]
-    assert result.looks[-1]["alpha_spent"] == ALPHA
-    assert [x["seeds"] for x in result.looks] == [[0, 1, 2], list(range(6)), list(range(10))]
-    assert set(result.looks[0]["outcomes"]) == {"supported_if[0]", "refuted_if[0]"}
+    assert result.verdict == "inconclusive" and [x.look for x in result.looks] == [1, 2, 3]
+    assert result.looks[-1].alpha_spent == ALPHA
+    assert [x.seeds for x in result.looks] == [[0, 1, 2], list(range(6)), list(range(10))]
+    assert set(result.looks[0].outcomes) == {"supported_if[0]", "refuted_if[0]"}
     assert result.settle[0].startswith("every look was spent")
     mid = judge_sequential(contract, runs[:6])  # the runs of two looks only
     assert len(mid.looks) == 2 and mid.settle[0].startswith("continue to look 3 (10 seeds)")
@@ -199,17 +199,17 @@ def test_a_control_not_yet_settled_at_an_early_look_waits_for_the_next(no_power_
         ]
 
     result = judge_sequential(contract, runs(c_values))
-    assert [look["verdict"] for look in result.looks] == [
+    assert [look.verdict for look in result.looks] == [
         "invalid",
         "supported",
     ] and result.verdict == "supported"
-    assert result.looks[0]["outcomes"]["controls[0]"] == "undetermined"
+    assert result.looks[0].outcomes["controls[0]"] == "undetermined"
     assert next_look(contract, runs(c_values)[:3]) == list(range(3, 10))
 
     failing = [0.1, 0.101, 0.099] + c_values[3:]  # clearly below the bar already at 3 seeds
     result = judge_sequential(contract, runs(failing)[:3])
     assert len(result.looks) == 1 and result.verdict == "invalid"
-    assert result.looks[0]["outcomes"]["controls[0]"] == "fails"
+    assert result.looks[0].outcomes["controls[0]"] == "fails"
     assert next_look(contract, runs(failing)[:3]) is None
 
 
@@ -270,7 +270,7 @@ def test_stops_early_and_verify_catches_tampered_look(workdir):
     recorded = run_contract(loaded, uri, workdir / "runs")
     assert recorded.verdict == "supported", recorded.reasons
     assert sorted({r.seed for r in recorded.runs}) == [0, 1, 2, 3, 4] and len(recorded.runs) == 10
-    assert len(recorded.looks) == 1 and recorded.looks[0]["alpha_look"] == pytest.approx(
+    assert len(recorded.looks) == 1 and recorded.looks[0].alpha_look == pytest.approx(
         pocock(5 / 7, 0.1)
     )
     assert verify(workdir / "runs", workdir / "contracts")[0].status == "ok"
@@ -336,9 +336,7 @@ def test_goes_to_last_look_after_a_kill_mid_sequence(workdir):
     ids = {(r.arm, r.seed): r.mlflow_run_id for r in ev.runs}
     assert all(ids[(a, s)] == run_id for a, s, run_id in finished)  # reused, not redone
     assert len(ev.runs) == 12 and ev.verdict == "supported"  # flat_address at about 0 on every seed
-    assert [x["look"] for x in ev.looks] == [1, 2] and ev.looks[-1]["alpha_spent"] == pytest.approx(
-        0.1
-    )
+    assert [x.look for x in ev.looks] == [1, 2] and ev.looks[-1].alpha_spent == pytest.approx(0.1)
     assert verify(workdir / "runs", workdir / "contracts")[0].status == "ok"
 
     # drop look 2's runs: re-derived, the sequence stops at look 1 ("continue"), not what was recorded

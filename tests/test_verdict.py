@@ -378,7 +378,7 @@ def test_futility_halt_on_a_named_arm_refutes():
     ok = runs("a", acc=[0.9, 0.92, 0.91])
     v = decide(d, ok + runs("a", seeds=[7], status="halted", halt_reason="futility"))
     assert v.verdict == "refuted"
-    assert v.halts == [{"arm": "a", "seed": 7, "reason": "futility"}]
+    assert [h.as_dict() for h in v.halts] == [{"arm": "a", "seed": 7, "reason": "futility"}]
     assert any("futility" in r for r in v.reasons)
     # a futile arm no condition names does not refute
     assert (
@@ -573,7 +573,7 @@ def test_an_arm_with_no_completed_run_makes_the_verdict_invalid():
         "arm b did not run as designed: 0 of 3 runs completed (3 failed); first error: "
         "my_study/study.py:12: RuntimeError: boom"
     )
-    assert [(x["arm"], x["completed"], x["runs"]) for x in v.not_run] == [("b", 0, 3)]
+    assert [(x.arm, x.completed, x.runs) for x in v.not_run] == [("b", 0, 3)]
     assert "--record --reason" in v.settle[0]
     # one completed run of b is a result again (too few to decide, but not invalid)
     some = decide(
@@ -587,7 +587,7 @@ def test_seeds_the_contract_expects_without_a_run_are_lost():
     rs = runs("a", acc=[0.96, 0.97, 0.98])
     assert decide(d, rs).verdict == "supported"
     v = decide(d, rs, seeds=[0, 1, 2, 3])
-    assert [(x["seed"], x["why"]) for x in v.lost if x["arm"] == "a"] == [(3, "no run recorded")]
+    assert [(x.seed, x.why) for x in v.lost if x.arm == "a"] == [(3, "no run recorded")]
     assert (
         v.verdict == "inconclusive"
         and "cannot hold while runs it reads are lost" in v.conditions[0].note
@@ -602,9 +602,7 @@ def test_a_bar_beyond_the_ceiling_makes_the_verdict_invalid():
     metrics = {"acc": proportion("higher", "test")}
     ceiling = {"supported_if[0]": {"why": "10% label noise", "value": 0.9}}
     v = decide(d, rs, metrics, ceilings=ceiling)
-    assert v.verdict == "invalid" and [x["condition"] for x in v.beyond_ceiling] == [
-        "supported_if[0]"
-    ]
+    assert v.verdict == "invalid" and [x.condition for x in v.beyond_ceiling] == ["supported_if[0]"]
     assert (
         "the best possible arm reaches 0.9 (known before the run: 10% label noise)" in v.reasons[0]
     )

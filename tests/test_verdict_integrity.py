@@ -289,7 +289,7 @@ def test_survivors_alone_cannot_support():
     v = decide(d, rs)
     assert v.verdict == "inconclusive" and v.conditions[0].outcome == "undetermined"
     assert "cannot hold while runs it reads are lost" in v.conditions[0].note
-    lost = [(x["seed"], x["why"]) for x in v.lost if x["metric"] == "nll"]
+    lost = [(x.seed, x.why) for x in v.lost if x.metric == "nll"]
     assert lost == [(3, "halted: divergence"), (4, "halted: divergence")]
     # a non-finite value of a completed run is lost the same way
     nan = runs("a", nll=[2.51, 2.49, 2.53, float("nan")])

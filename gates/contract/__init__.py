@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         is_contiguous,
     )
     from gates.contract._conditions import (
+        CeilingRef,
         Compare,
         Control,
         Decision,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
 
 # public name -> its private module, imported on first use
 _FACE = {
+    "CeilingRef": "_conditions",
     "Compare": "_conditions",
     "Contract": "_schema",
     "Control": "_conditions",

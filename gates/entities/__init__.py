@@ -6,7 +6,8 @@ use them and none defines its own copy. Nothing here reads or writes a file.
 
 Private modules: `_record` (the base `Record`, with its key-order memory, and the JSON numbers
 `Real` and `Number`), `_run` (a run: `RunRecord` and its parts), `_condition` (a condition as
-judged: `ConditionRecord`), `_verdict` (what the verdict engine reaches: `Verdict`), `_json`
+judged: `ConditionRecord`), `_verdict` (what the verdict engine reaches: `Verdict`, and its parts:
+`HaltRecord`, `LostValueRecord`, `NotRunRecord`, `BeyondCeilingRecord`, `LookRecord`), `_json`
 (`json_safe`: data as JSON can hold it).
 """
 
@@ -20,19 +21,33 @@ if TYPE_CHECKING:
     from gates.entities._json import json_safe
     from gates.entities._record import Number, Real, Record
     from gates.entities._run import ConvergenceRecord, FirstSignalRecord, RunErrorRecord, RunRecord
-    from gates.entities._verdict import Verdict
+    from gates.entities._verdict import (
+        BeyondCeilingRecord,
+        HaltRecord,
+        LookRecord,
+        LostValueRecord,
+        NotRunRecord,
+        Verdict,
+        as_json,
+    )
 
 # public name -> its private module, imported on first use
 _FACE = {
+    "BeyondCeilingRecord": "_verdict",
     "ConditionRecord": "_condition",
     "ConvergenceRecord": "_run",
     "FirstSignalRecord": "_run",
+    "HaltRecord": "_verdict",
+    "LookRecord": "_verdict",
+    "LostValueRecord": "_verdict",
+    "NotRunRecord": "_verdict",
     "Number": "_record",
     "Real": "_record",
     "Record": "_record",
     "RunErrorRecord": "_run",
     "RunRecord": "_run",
     "Verdict": "_verdict",
+    "as_json": "_verdict",
     "json_safe": "_json",
 }
 __all__ = sorted(_FACE)

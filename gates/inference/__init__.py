@@ -5,7 +5,9 @@ look with alpha spending; `judge_claim` is what every caller (a run, verify, red
 Nothing here trains, tracks or writes: the input is the runs as records (`RunRecord`, what
 evidence.json stores), converted once by the caller.
 
-The verdict it reaches and its conditions are entities (gates.entities: `Verdict`, `ConditionRecord`).
+The verdict it reaches, its conditions and its other parts are entities (gates.entities: `Verdict`,
+`ConditionRecord`, `HaltRecord`, `LostValueRecord`, `NotRunRecord`, `BeyondCeilingRecord`,
+`LookRecord`), built here and read by attribute; a condition's ceiling is the contract's `CeilingRef`.
 
 Private modules: `_verdict` (`decide`: each condition, the families, the verdict), `_effects` (a
 condition as effects: estimand, scale, test), `_statistics` (the tests, intervals, seeds needed),

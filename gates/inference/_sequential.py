@@ -34,7 +34,7 @@ from collections.abc import Mapping
 
 from scipy import special
 
-from gates.entities import RunRecord, json_safe
+from gates.entities import LookRecord, RunRecord, json_safe
 from gates.inference import _verdict as v
 from gates.study import Metric
 
@@ -119,7 +119,7 @@ def judge_sequential(
     alpha = contract.decision.alpha if level is None else level
     present = {r.seed for r in runs}
     levels, setup = _levels(seq, alpha), _levels(seq, contract.decision.alpha)
-    looks: list[dict] = []
+    looks: list[LookRecord] = []
     result = None
     for k, n in enumerate(seq.looks):
         before = seq.looks[k - 1] if k else 0
@@ -138,22 +138,22 @@ def judge_sequential(
             edges=edges,
         )
         looks.append(
-            {
-                "look": k + 1,
-                "seeds": seeds[:n],
-                "alpha_spent": cum,
-                "alpha_look": at_look,
-                "verdict": result.verdict,
-                "outcomes": {r.label: r.outcome for r in result.conditions + result.controls},
-            }
+            LookRecord(
+                look=k + 1,
+                seeds=seeds[:n],
+                alpha_spent=json_safe(cum),
+                alpha_look=json_safe(at_look),
+                verdict=result.verdict,
+                outcomes={r.label: r.outcome for r in result.conditions + result.controls},
+            )
         )
         if stops(result, k == len(seq.looks) - 1):
             break
     k = len(looks) - 1
     total = len(seq.looks)
     head = (
-        f"sequential look {k + 1} of {total} ({len(looks[-1]['seeds'])} seeds, {seq.spending} spending): "
-        f"judged at alpha {looks[-1]['alpha_look']:.3g} spent at this look, {looks[-1]['alpha_spent']:.3g} "
+        f"sequential look {k + 1} of {total} ({len(looks[-1].seeds)} seeds, {seq.spending} spending): "
+        f"judged at alpha {looks[-1].alpha_look:.3g} spent at this look, {looks[-1].alpha_spent:.3g} "
         f"of {alpha:g} spent so far"
     )
     result.reasons = [head] + result.reasons
@@ -170,7 +170,7 @@ def judge_sequential(
                 f"version of the claim, with its own looks (the last line says on which seeds and at "
                 f"which alpha; the estimates below say roughly how many)"
             ] + result.settle
-    result.looks = json_safe(looks)
+    result.looks = looks
     return result
 
 
@@ -215,4 +215,4 @@ def stopping_seeds(
     """The seeds of the look the sequence stops at on these runs (what the evidence must hold); `inputs`:
     the ceilings and tuning edges (`gates.inference._judging.claim_inputs`)."""
     result = judge_sequential(contract, runs, metrics, **inputs)
-    return list(result.looks[-1]["seeds"])
+    return list(result.looks[-1].seeds)

@@ -11,8 +11,14 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gates.contract import Trend, condition_terms
-from gates.entities import ConditionRecord, RunRecord
+from gates.contract import CeilingRef, Trend, condition_terms
+from gates.entities import (
+    BeyondCeilingRecord,
+    ConditionRecord,
+    LostValueRecord,
+    NotRunRecord,
+    RunRecord,
+)
 from gates.inference._effects import _effects
 from gates.inference._results import _join
 
@@ -64,7 +70,7 @@ def _expected(runs: list[RunRecord], seeds: list[int] | None) -> list[int]:
 
 def _lost_values(
     read: list[tuple[str, str]], runs: list[RunRecord], samples, seeds: list[int] | None
-) -> list[dict]:
+) -> list[LostValueRecord]:
     """Every (arm, metric, seed) among `read` that the runs do not give a finite value for, over the
     expected seeds (default: those any run was recorded with)."""
     by_key = {(r.arm, r.seed): r for r in runs}
@@ -80,7 +86,7 @@ def _lost_values(
                 why = run.status + (f": {run.halt_reason}" if run.halt_reason else "")
             else:
                 why = "no finite value"
-            lost.append({"arm": arm, "metric": metric, "seed": seed, "why": why})
+            lost.append(LostValueRecord(arm=arm, metric=metric, seed=seed, why=why))
     return lost
 
 
@@ -99,7 +105,7 @@ def first_error(runs: list[RunRecord]) -> str | None:
 
 def _not_run(
     arms: list[str], runs: list[RunRecord], seeds: list[int] | None, under_test: set[str]
-) -> list[dict]:
+) -> list[NotRunRecord]:
     """The arms read by the decision or a control that have no completed run among the expected seeds
     (a futility halt of an arm under test excepted: that is a designed outcome, which refutes)."""
     expected = _expected(runs, seeds)
@@ -129,15 +135,15 @@ def _not_run(
             "(`gates run CONTRACT --record --reason TEXT`; this one stays on the record)"
         )
         out.append(
-            {
-                "arm": arm,
-                "runs": len(expected),
-                "completed": 0,
-                "statuses": statuses,
-                "first_error": error,
-                "text": text,
-                "settle": settle,
-            }
+            NotRunRecord(
+                arm=arm,
+                runs=len(expected),
+                completed=0,
+                statuses=statuses,
+                first_error=error,
+                text=text,
+                settle=settle,
+            )
         )
     return out
 
@@ -149,11 +155,11 @@ def _status_words(status: str) -> str:
 
 
 def _run_notes(
-    runs: list[RunRecord], read, under_test: set[str], seeds, not_run: list[dict]
+    runs: list[RunRecord], read, under_test: set[str], seeds, not_run: list[NotRunRecord]
 ) -> list[str]:
     """A line per run the decision reads that did not complete, and one per other arm with failures."""
     read_arms = {a for a, _ in read}
-    broken_arms = {x["arm"] for x in not_run}
+    broken_arms = {x.arm for x in not_run}
     notes = []
     for r in runs:
         if r.arm not in read_arms or r.arm in broken_arms or r.status == "completed":
@@ -180,7 +186,9 @@ def _run_notes(
     return notes
 
 
-def _beyond_ceiling(results, listed, ceilings: Mapping[str, dict], samples, metrics) -> list[dict]:
+def _beyond_ceiling(
+    results, listed, ceilings: Mapping[str, CeilingRef | dict], samples, metrics
+) -> list[BeyondCeilingRecord]:
     """The conditions whose bar (in the metric's better direction) the best possible arm does not reach:
     its ceiling, a value known before the run, or measured per seed by a metric the arm reports or by an
     oracle arm, is no better than the bar on the condition's scale."""
@@ -190,17 +198,18 @@ def _beyond_ceiling(results, listed, ceilings: Mapping[str, dict], samples, metr
         spec = metrics.get(getattr(c, "metric", None) or "")
         if ceiling is None or isinstance(c, Trend) or spec is None or c.direction != spec.direction:
             continue
-        if ceiling.get("value") is not None:
-            values, source = [float(ceiling["value"])], "known before the run"
-        elif ceiling.get("metric"):
+        ceiling = _ceiling(ceiling)
+        if ceiling.value is not None:
+            values, source = [float(ceiling.value)], "known before the run"
+        elif ceiling.metric:
             values, source = (
-                list(samples.get((c.arm, ceiling["metric"]), {}).values()),
-                f"{c.arm}.{ceiling['metric']}",
+                list(samples.get((c.arm, ceiling.metric), {}).values()),
+                f"{c.arm}.{ceiling.metric}",
             )
         else:
             values, source = (
-                list(samples.get((ceiling["arm"], c.metric), {}).values()),
-                f"{ceiling['arm']}.{c.metric}",
+                list(samples.get((ceiling.arm, c.metric), {}).values()),
+                f"{ceiling.arm}.{c.metric}",
             )
         if not values:
             continue
@@ -222,21 +231,31 @@ def _beyond_ceiling(results, listed, ceilings: Mapping[str, dict], samples, metr
             else f"{centre:.4g}"
         )
         out.append(
-            {
-                "condition": r.label,
-                "description": r.description,
-                "ceiling": centre,
-                "min": min(values),
-                "max": max(values),
-                "source": source,
-                "why": ceiling.get("why", ""),
-                "text": f"{r.label} `{r.description}`: the best possible arm reaches {shown} ({source}: "
-                f"{ceiling.get('why', '')}), which does not clear the bar: the condition tests nothing",
-                "settle": f"{r.label}: the claim as stated asks more than the best possible arm reaches here; a "
+            BeyondCeilingRecord(
+                condition=r.label,
+                description=r.description,
+                ceiling=centre,
+                min=min(values),
+                max=max(values),
+                source=source,
+                why=ceiling.why,
+                text=f"{r.label} `{r.description}`: the best possible arm reaches {shown} ({source}: "
+                f"{ceiling.why}), which does not clear the bar: the condition tests nothing",
+                settle=f"{r.label}: the claim as stated asks more than the best possible arm reaches here; a "
                 f"new version needs a claim (or a regime) where the ceiling clears the bar",
-            }
+            )
         )
     return out
+
+
+def _ceiling(ceiling: CeilingRef | dict) -> CeilingRef:
+    """A condition's ceiling as the contract types it (`CeilingRef`): the contract's own as it is; one
+    given as data (`LoadedContract.ceilings`: the contract's dumped, or what the study knows, `Study.ceiling`,
+    each checked where it was declared) read into one as it is, without a second check (a study's `why` may
+    be empty, where the contract's may not; absent: empty)."""
+    if isinstance(ceiling, CeilingRef):
+        return ceiling
+    return CeilingRef.model_construct(**{"why": ""} | dict(ceiling))
 
 
 def _is_futility(halt_reason) -> bool:

@@ -72,8 +72,22 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from gates.contract import Decision, Threshold, Trend, arms_under_test, condition_terms
-from gates.entities import ConditionRecord, FirstSignalRecord, RunRecord, Verdict
+from gates.contract import (
+    CeilingRef,
+    Decision,
+    Threshold,
+    Trend,
+    arms_under_test,
+    condition_terms,
+)
+from gates.entities import (
+    ConditionRecord,
+    FirstSignalRecord,
+    HaltRecord,
+    LostValueRecord,
+    RunRecord,
+    Verdict,
+)
 from gates.inference._effects import (
     _describe,
     _effects,
@@ -327,7 +341,7 @@ def decide(
     control_alpha: float | None = None,
     controls=(),
     seeds: list[int] | None = None,
-    ceilings: Mapping[str, dict] | None = None,
+    ceilings: Mapping[str, CeilingRef | dict] | None = None,
     edges: Mapping[str, str] | None = None,
 ) -> Verdict:
     """The verdict the decision rules give on these runs (the records evidence.json stores).
@@ -338,8 +352,8 @@ def decide(
     judged at `control_alpha` (default: the decision's alpha, or `alpha` when given). `seeds`: the seeds the runs should
     cover (default: those any run has): a seed without a value is lost. A completed run recorded with
     `converged: false`, or a tuned arm whose search stopped at an edge (`edges`), leaves every decision
-    condition reading its arm undetermined. `ceilings` (label -> {why, value | metric | arm}): a bar the
-    best possible arm does not reach makes the verdict invalid."""
+    condition reading its arm undetermined. `ceilings` (label -> a `CeilingRef`, or its data: {why, value |
+    metric | arm}): a bar the best possible arm does not reach makes the verdict invalid."""
     metrics = metrics or {}
     alpha = decision.alpha if alpha is None else alpha
     exact = decision.evaluation == "exact"
@@ -358,11 +372,11 @@ def decide(
 
     under_test = arms_under_test(decision)
     halts = [
-        {"arm": r.arm, "seed": r.seed, "reason": r.halt_reason}
+        HaltRecord(arm=r.arm, seed=r.seed, reason=r.halt_reason)
         for r in runs
         if r.status == "halted"
     ]
-    futile = [h for h in halts if h["arm"] in under_test and _is_futility(h["reason"])]
+    futile = [h for h in halts if h.arm in under_test and _is_futility(h.reason)]
     checked = _evaluate_controls(
         controls, samples, alpha if control_alpha is None else control_alpha, exact, metrics
     )
@@ -382,8 +396,8 @@ def decide(
     broken = [r for r in checked if r.outcome != "holds"]
     if broken or not_run or beyond:
         verdict = "invalid"
-        reasons += [f"arm {x['arm']} did not run as designed: {x['text']}" for x in not_run]
-        reasons += [x["text"] for x in beyond]
+        reasons += [f"arm {x.arm} did not run as designed: {x.text}" for x in not_run]
+        reasons += [x.text for x in beyond]
         reasons += [
             f"{r.label} ({r.control} control) {'fails' if r.outcome == 'fails' else 'cannot be settled'}: "
             f"{_line(r)}"
@@ -413,7 +427,7 @@ def decide(
         reasons += [f"{r.label} holds: {_line(r)}" for r in refuted if r.outcome == "holds"]
         reasons += [f"{r.label} fails: {_line(r)}" for r in supported if r.outcome == "fails"]
         reasons += [
-            f"arm {h['arm']} seed {h['seed']} was halted for futility (an arm under test was hopeless)"
+            f"arm {h.arm} seed {h.seed} was halted for futility (an arm under test was hopeless)"
             for h in futile
         ]
     elif all(r.outcome == "holds" for r in supported):
@@ -436,8 +450,8 @@ def decide(
         ]
     elif verdict == "invalid":
         settle = (
-            [f"arm {x['arm']}: {x['settle']}" for x in not_run]
-            + [x["settle"] for x in beyond]
+            [f"arm {x.arm}: {x.settle}" for x in not_run]
+            + [x.settle for x in beyond]
             + [_settle_line(r) for r in broken if r.outcome == "undetermined"]
         )
     else:
@@ -460,9 +474,9 @@ def decide(
     )
 
 
-def _unless_lost(r: ConditionRecord, c, lost: list[dict]) -> ConditionRecord:
+def _unless_lost(r: ConditionRecord, c, lost: list[LostValueRecord]) -> ConditionRecord:
     """A condition that must hold (supported_if, a control) cannot while values it reads are lost."""
-    missing = [x for x in lost if (x["arm"], x["metric"]) in condition_terms(c)]
+    missing = [x for x in lost if (x.arm, x.metric) in condition_terms(c)]
     if r.list_name not in ("supported_if", "controls") or not missing or r.outcome != "holds":
         return r
     return r.revised(
@@ -470,7 +484,7 @@ def _unless_lost(r: ConditionRecord, c, lost: list[dict]) -> ConditionRecord:
         note=_join(
             r.note,
             "cannot hold while runs it reads are lost: "
-            + ", ".join(f"{x['arm']}.{x['metric']} seed {x['seed']} ({x['why']})" for x in missing),
+            + ", ".join(f"{x.arm}.{x.metric} seed {x.seed} ({x.why})" for x in missing),
         ),
     )
 

@@ -22,7 +22,7 @@ from functools import cached_property
 import gates
 from gates.contract import LoadedContract
 from gates.design import rule_flags
-from gates.entities import RunRecord, Verdict, json_safe
+from gates.entities import RunRecord, Verdict, as_json, json_safe
 from gates.inference import judge_claim, predictions
 from gates.record._evidence import EVIDENCE_FORMAT, Evidence, SignalRecord
 from gates.record._family import family_record
@@ -95,21 +95,24 @@ def verdict_fields(
 ) -> dict:
     """The parts of an evidence record that the verdict engine derives from its runs: `evidence`'s data
     (plain JSON) with them set, keys kept in place and new ones last (`derive`'s second half); `runs`:
-    its runs as records (`run_records`), what the engine judged."""
-    v = result.to_dict()
+    its runs as records (`run_records`), what the engine judged. Each part is read from the `Verdict`
+    and written as its records write themselves (`as_json`: `as_dict()`, NaN as null)."""
     return {
         **evidence,
         "verdict": result.verdict,
-        "reasons": v["reasons"],
-        "settle": v["settle"],
-        "conditions": v["conditions"],
-        "halts": v["halts"],
-        "lost": v["lost"],
-        **({"controls": v["controls"]} if loaded.contract.controls else {}),
-        **({"looks": v["looks"]} if loaded.contract.sequential is not None else {}),
-        **{k: v[k] for k in ("not_run", "beyond_ceiling", "tuning_edges") if v[k]},
-        "engine_version": v["engine_version"],
-        "settings": {**evidence["settings"], "correction": v["correction"]},
+        "reasons": as_json(result.reasons),
+        "settle": as_json(result.settle),
+        "conditions": as_json(result.conditions),
+        "halts": as_json(result.halts),
+        "lost": as_json(result.lost),
+        **({"controls": as_json(result.controls)} if loaded.contract.controls else {}),
+        **({"looks": as_json(result.looks)} if loaded.contract.sequential is not None else {}),
+        # written only when not empty (OPTIONAL_DERIVED)
+        **({"not_run": as_json(result.not_run)} if result.not_run else {}),
+        **({"beyond_ceiling": as_json(result.beyond_ceiling)} if result.beyond_ceiling else {}),
+        **({"tuning_edges": as_json(result.tuning_edges)} if result.tuning_edges else {}),
+        "engine_version": result.engine_version,
+        "settings": {**evidence["settings"], "correction": result.correction},
         "predictions": predictions(loaded.contract, runs, first_signals(evidence)),
         **{
             k: v

@@ -21,8 +21,13 @@ from pydantic import ValidationError
 
 import gates
 from gates.entities import (
+    BeyondCeilingRecord,
     ConditionRecord,
     FirstSignalRecord,
+    HaltRecord,
+    LookRecord,
+    LostValueRecord,
+    NotRunRecord,
     Number,
     Real,
     Record,
@@ -114,7 +119,7 @@ def signature(evidence: Evidence | dict) -> str:
         f"gates:{ev.gates_version if ev.has('gates_version') else gates.__version__}",
     ]
     if ev.looks:  # a sequential design: the seeds judged at the look that stopped it
-        parts.insert(-1, f"looks:{len(ev.looks)}@{len(ev.looks[-1]['seeds'])}seeds")
+        parts.insert(-1, f"looks:{len(ev.looks)}@{len(ev.looks[-1].seeds)}seeds")
     devices = devices_of(ev)
     if (
         devices
@@ -150,8 +155,9 @@ def clean_temporaries(folder: Path) -> list[Path]:
 
 
 # ---------------------------------------------------------------------------------- the schema
-# Evidence and the records only it holds; the record base and the run and condition records, which
-# the verdict engine builds too, are entities (gates.entities).
+# Evidence and the records only it holds; the record base, the run and condition records and the
+# verdict's parts (halts, lost values, arms not run, bars beyond the ceiling, looks), which the verdict
+# engine builds too, are entities (gates.entities): one schema for each.
 class BudgetRecord(Record):
     steps: int
     eval_every: int
@@ -215,13 +221,6 @@ class TunedArmRecord(Record):
 
 class TuningRecord(Record):
     arms: dict[str, TunedArmRecord] = {}
-
-
-class LostValueRecord(Record):
-    arm: str
-    metric: str
-    seed: int
-    why: str
 
 
 class PredictedAblationRecord(Record):
@@ -305,28 +304,6 @@ class DesignRecord(Record):
     no_convergence: str | None = None
 
 
-class NotRunRecord(Record):
-    arm: str
-    runs: int
-    completed: int
-    statuses: dict[str, int] = {}
-    first_error: str | None = None
-    text: str
-    settle: str = ""
-
-
-class BeyondCeilingRecord(Record):
-    condition: str
-    description: str = ""
-    ceiling: Real
-    min: Real
-    max: Real
-    source: str = ""
-    why: str = ""
-    text: str
-    settle: str = ""
-
-
 class Evidence(Record):
     """runs/<id>/evidence.json: what a run of a contract recorded and the verdict derived from it.
     Read with `read_evidence` (checked, brought up to the current format), built by the runner with
@@ -355,11 +332,11 @@ class Evidence(Record):
     falsifiable_point: FalsifiablePointRecord | None = None
     runs: list[RunRecord]
     conditions: list[ConditionRecord]
-    halts: list[dict] = []
+    halts: list[HaltRecord] = []
     tuning: TuningRecord | None = None
     lost: list[LostValueRecord] = []
     controls: list[ConditionRecord] = []
-    looks: list[dict] = []
+    looks: list[LookRecord] = []
     predictions: PredictionsRecord | None = None
     rule_flags: list[str] = []
     supersedes: str | None = None
