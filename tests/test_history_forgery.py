@@ -159,7 +159,7 @@ def test_gates_certify_records_the_reruns_and_they_verify(project):
     done = gates(project, "certify", f"contracts/{CID}.yaml", "--reason", "r", "--sample", "1")
     assert done.returncode == 0, done.stdout + done.stderr
     entry = read_index(project / "runs")[-1]
-    assert len(entry.reran_runs) == 1 and entry.reran_runs[0]["metrics"]
+    assert len(entry.reran_runs) == 1 and entry.reran_runs[0].metrics
     assert gates(project, "verify", "--strict-code").returncode == 0
 
 

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from gates.record import GENESIS, INDEX, IndexEntry, latest_entries, record_entry
+from gates.record import (
+    GENESIS,
+    INDEX,
+    IndexEntry,
+    RerunRecord,
+    latest_entries,
+    record_entry,
+)
 from gates.record._index import index_entries, line_sha256, parse_index, read_index
 from gates.record._writer import withdraw_claim
 
@@ -76,8 +83,10 @@ def test_each_kind_round_trips_with_its_line_and_its_bytes(tmp_path):
         certified.code_files,
         certified.reran,
         certified.tolerance,
-        certified.reran_runs,
+        [r.as_dict() for r in certified.reran_runs],
     ) == tuple(CERTIFIED.values())
+    # the re-runs are records, checked where the line is parsed
+    assert certified.reran_runs == (RerunRecord(arm="a", seed=0, metrics={"acc": 0.5}),)
     assert withdrawn.evidence_sha256 is None and withdrawn.values_sha256 is None
     assert not (withdrawn.is_attempt or rederived.is_attempt or certified.is_attempt)
     assert latest_entries(runs) == {"one": withdrawn, "two": recorded}

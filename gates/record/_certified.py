@@ -129,16 +129,16 @@ def _reran_problem(runs_root: Path, cid: str, entry: IndexEntry) -> str | None:
     recorded = {(r.arm, r.seed): r.metrics for r in ev.runs if r.status == "completed"}
     tol, seen = entry.tolerance, set()
     for run in entry.reran_runs:
-        key, name = (run["arm"], run["seed"]), f"{run['arm']}/seed {run['seed']}"
+        key, name = (run.arm, run.seed), f"{run.arm}/seed {run.seed}"
         if key in seen:
             return f"re-run {name} is listed twice"
         seen.add(key)
         if key not in recorded:
             return f"re-run {name} is no completed run of the evidence"
         metrics = recorded[key]
-        if not run["metrics"]:
+        if not run.metrics:
             return f"re-run {name} records no metric"
-        for metric, value in run["metrics"].items():
+        for metric, value in run.metrics.items():
             was = metrics.get(metric)
             if not within_tolerance(value, was, tol["abs"], tol["rel"]):
                 return (

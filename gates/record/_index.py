@@ -77,6 +77,33 @@ def _mapping(v) -> dict | None:
 
 
 @dataclass(frozen=True)
+class RerunRecord:
+    """One re-run a `certified` entry lists (`reran_runs`): its arm, seed and the values it gave
+    (metric -> number or null), checked where the line is parsed (`reran_runs_problem`)."""
+
+    arm: str
+    seed: int
+    metrics: dict[str, float | None]
+
+    @classmethod
+    def from_json(cls, data: dict) -> RerunRecord:
+        """The re-run a checked `reran_runs` item holds (`reran_runs_problem` found nothing wrong)."""
+        return cls(arm=data["arm"], seed=data["seed"], metrics=dict(data["metrics"]))
+
+    def as_dict(self) -> dict:
+        """The re-run as the entry writes it."""
+        return {"arm": self.arm, "seed": self.seed, "metrics": dict(self.metrics)}
+
+
+def _reran_runs(value) -> tuple[RerunRecord, ...] | None:
+    """An entry's `reran_runs` as records, or None where it is absent or not what a certification
+    writes (`reran_runs_problem` names it and marks the entry malformed)."""
+    if value is None or reran_runs_problem(value) is not None:
+        return None
+    return tuple(RerunRecord.from_json(run) for run in value)
+
+
+@dataclass(frozen=True)
 class IndexEntry:
     """One entry of the claims history as read back: each field as the entry wrote it, or None where
     it is absent or of another type (a hand-edited field: `parse_index` names it, and `malformed`
@@ -104,7 +131,7 @@ class IndexEntry:
     code_files: dict | None = None
     reran: str | None = None
     tolerance: dict | None = None
-    reran_runs: list | None = None
+    reran_runs: tuple[RerunRecord, ...] | None = None  # checked: each (arm, seed, metrics)
     malformed: bool = False  # a field is not what its kind writes (`entry_problems`)
 
     @classmethod
@@ -119,7 +146,7 @@ class IndexEntry:
             design=data.get("design") if is_design(data.get("design")) else None,
             code_files=_mapping(data.get("code_files")),
             tolerance=_mapping(data.get("tolerance")),
-            reran_runs=data.get("reran_runs") if isinstance(data.get("reran_runs"), list) else None,
+            reran_runs=_reran_runs(data.get("reran_runs")),
             malformed=malformed,
         )
 
