@@ -116,3 +116,15 @@ def test_a_line_that_is_not_a_json_object_is_still_named(tmp_path):
         read_index(runs)
     entries, problems = parse_index(runs)
     assert [e.line for e in entries] == [1] and [p[:2] for p in problems] == [(2, None)]
+
+
+def test_reran_runs_are_records_checked_where_the_line_is_parsed():
+    """A certified entry's re-runs read as `RerunRecord`s; a list that is not what a certification
+    writes reads as None (the entry is malformed: readers skip it), its JSON kept in `data`."""
+    data = {"kind": "certified", **CERTIFIED}
+    (run,) = IndexEntry.from_json(data, 1).reran_runs
+    assert (run.arm, run.seed, run.metrics) == ("a", 0, {"acc": 0.5})
+    assert run.as_dict() == CERTIFIED["reran_runs"][0]
+    for wrong in ([{"arm": "a", "seed": "0", "metrics": {}}], [], "x"):
+        entry = IndexEntry.from_json({**data, "reran_runs": wrong}, 1, malformed=True)
+        assert entry.reran_runs is None and entry.data["reran_runs"] == wrong

@@ -650,3 +650,69 @@ def test_two_seeds_never_reach_a_verdict():
     assert any("at least 3 each" in line for line in v.settle)
     three = decide(decision([thr("a", "acc", "higher", 0.9)]), runs("a", acc=x + [0.962]))
     assert three.verdict == "supported"
+
+
+def test_the_verdicts_parts_are_records_written_in_their_order_and_read_back_as_the_same():
+    """Halts, lost values, arms not run and bars beyond the ceiling are entities the engine builds and
+    evidence holds (one schema each): `to_dict` writes each key for key in the order evidence.json has
+    always listed it, and the record read back from that JSON is the one the engine built."""
+    from gates.contract import CeilingRef
+    from gates.entities import BeyondCeilingRecord, HaltRecord, LostValueRecord, NotRunRecord
+    from gates.record._evidence import Evidence
+    from gates.study import proportion
+
+    c = {"kind": "compare", "arm": "a", "metric": "acc", "other": "b", "direction": "higher"}
+    halted = runs("a", seeds=[3], status="halted", halt_reason="divergence")
+    v = decide(
+        decision([c, thr("a", "acc", "higher", 0.95)]),
+        runs("a", acc=[0.96, 0.97, 0.98]) + halted + runs("b", seeds=[0, 1, 2, 3], status="failed"),
+        {"acc": proportion("higher", "test")},
+        ceilings={"supported_if[1]": CeilingRef(why="label noise", value=0.9)},
+    )
+    assert v.verdict == "invalid"
+    assert [type(x) for x in (v.halts[0], v.lost[0], v.not_run[0], v.beyond_ceiling[0])] == [
+        HaltRecord,
+        LostValueRecord,
+        NotRunRecord,
+        BeyondCeilingRecord,
+    ]
+    written = v.to_dict()
+    assert [list(x) for x in (written["halts"][0], written["lost"][0])] == [
+        ["arm", "seed", "reason"],
+        ["arm", "metric", "seed", "why"],
+    ]
+    assert list(written["not_run"][0]) == [
+        "arm",
+        "runs",
+        "completed",
+        "statuses",
+        "first_error",
+        "text",
+        "settle",
+    ]
+    assert list(written["beyond_ceiling"][0]) == [
+        "condition",
+        "description",
+        "ceiling",
+        "min",
+        "max",
+        "source",
+        "why",
+        "text",
+        "settle",
+    ]
+    assert v.beyond_ceiling[0].why == "label noise" and v.halts[0].reason == "divergence"
+    # evidence reads each part back as the record the engine built (the same class)
+    for name in ("halts", "lost", "not_run", "beyond_ceiling"):
+        field = Evidence.model_fields[name].annotation
+        read = [field.__args__[0].model_validate(x) for x in written[name]]
+        assert read == getattr(v, name)
+        assert [x.as_dict() for x in read] == written[name]
+    # a ceiling given as data (a study's, through LoadedContract.ceilings) is read the same way
+    as_data = decide(
+        decision([thr("a", "acc", "higher", 0.95)]),
+        runs("a", acc=[0.96, 0.97, 0.98]),
+        {"acc": proportion("higher", "test")},
+        ceilings={"supported_if[0]": {"why": "label noise", "value": 0.9}},
+    )
+    assert as_data.beyond_ceiling[0].text.startswith("supported_if[0]")
