@@ -11,6 +11,7 @@ import pytest
 from mlflow import MlflowClient
 
 from gates.contract import Convergence, load_contract
+from gates.entities import ConvergenceRecord
 from gates.errors import UserError, UserErrors
 from gates.execution import convergence, is_converged, preflight
 from gates.record import Evidence, read_evidence, render_report
@@ -236,4 +237,5 @@ def test_preflight_prints_the_rule_and_refuses_a_test_metric(workdir):
         )
     )
     assert any("'test_acc' is a test metric" in e.render() for e in bad.errors)
-    assert is_converged(Convergence(**RULE), {"rel_improvement": None}) is False
+    trend = ConvergenceRecord(metric="train_loss", window=RULE["window"], rel_improvement=None)
+    assert is_converged(Convergence(**RULE), trend) is False

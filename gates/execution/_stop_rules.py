@@ -11,6 +11,7 @@ import time
 from collections.abc import Mapping
 
 from gates.contract import Convergence, FutilityRule, StopRules
+from gates.entities import ConvergenceRecord
 from gates.record import is_converged
 from gates.study import Direction, Halt, Metric
 
@@ -163,7 +164,7 @@ def convergence(rule: Convergence, direction: Direction, series: list[tuple[int,
         record.update(
             first_step=trend[0], first_value=_finite(trend[1]), rel_improvement=_finite(trend[2])
         )
-    return {"converged": is_converged(rule, record), "convergence": record}
+    return {"converged": is_converged(rule, ConvergenceRecord(**record)), "convergence": record}
 
 
 def preflight_convergence(loaded, refuse) -> list[str]:

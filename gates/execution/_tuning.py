@@ -49,6 +49,7 @@ from gates.record import (
     MLflowMetricSink,
     Provenance,
     Tracker,
+    TrialRecord,
     base_tags,
     best_trial,
     current_provenance,
@@ -449,11 +450,13 @@ def tune(
                 notify(record)
         study = open_study(loaded, arm, storage_url, code)
         trials = [_trial_record(tr) for tr in counted(study)[: t.trials_per_arm]]
-        best = best_trial(trials, t.objective.direction)
+        best = best_trial([TrialRecord.model_validate(t) for t in trials], t.objective.direction)
         arms[arm] = {
             "study_name": name,
             "trials": trials,
-            "best": None if best is None else {k: best[k] for k in ("number", "params", "value")},
+            "best": None
+            if best is None
+            else {"number": best.number, "params": best.params, "value": best.value},
             "note": None if best else "no trial completed: the declared config runs over the seeds",
         }
     return {

@@ -22,9 +22,9 @@ from functools import cached_property
 import gates
 from gates.contract import LoadedContract
 from gates.design import rule_flags
-from gates.entities import RunRecord, Verdict, as_json, json_safe
+from gates.entities import ConvergenceRecord, RunRecord, Verdict, as_json, json_safe
 from gates.inference import judge_claim, predictions
-from gates.record._evidence import EVIDENCE_FORMAT, Evidence, SignalRecord
+from gates.record._evidence import EVIDENCE_FORMAT, Evidence, SignalRecord, TrialRecord
 from gates.record._family import family_record
 from gates.record._siblings import regime_of
 
@@ -215,30 +215,30 @@ def contract_design(contract) -> dict:
     return {k: v for k, v in declared.items() if v}
 
 
-def is_converged(rule, record: dict) -> bool:
+def is_converged(rule, trend: ConvergenceRecord) -> bool:
     """What a recorded convergence trend says under `rule` (gates.contract.Convergence; a missing or
     non-finite trend: not converged): the flag a run records beside its trend, re-derived by verify."""
-    rel = record.get("rel_improvement")
+    rel = trend.rel_improvement
     return (
         rel is not None
-        and record.get("first_value") is not None
-        and record.get("last_value") is not None
+        and trend.first_value is not None
+        and trend.last_value is not None
         and rel <= rule.max_rel_improvement
     )
 
 
-def best_trial(trials: list[dict], direction: str) -> dict | None:
+def best_trial(trials: list[TrialRecord], direction: str) -> TrialRecord | None:
     """The completed trial with the best finite value; ties go to the earliest trial (the tuning record's
     `best`, re-derived by verify)."""
     done = [
         t
         for t in trials
-        if t["state"] == "completed" and t["value"] is not None and math.isfinite(t["value"])
+        if t.state == "completed" and t.value is not None and math.isfinite(t.value)
     ]
     if not done:
         return None
     sign = -1.0 if direction == "higher" else 1.0
-    return min(done, key=lambda t: (sign * t["value"], t["number"]))
+    return min(done, key=lambda t: (sign * t.value, t.number))
 
 
 def tuned_config(loaded: LoadedContract, arm: str, params: dict):

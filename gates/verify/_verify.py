@@ -27,6 +27,7 @@ from gates.inference import claim_inputs
 from gates.record import (
     Derivation,
     Evidence,
+    TrialRecord,
     attempt_verdicts,
     best_trial,
     derive,
@@ -278,7 +279,7 @@ def _check_convergence(loaded: LoadedContract, ev: Evidence) -> list[str]:
                 f"{name} was judged on {conv.metric!r} over {conv.window} steps; the "
                 f"contract's rule is {rule.metric!r} over {rule.window}"
             )
-        elif r.converged != is_converged(rule, conv.as_dict()):
+        elif r.converged != is_converged(rule, conv):
             problems.append(
                 f"{name} records converged={str(r.converged).lower()}, but its trend "
                 f"({conv.rel_improvement} relative over the window, bar "
@@ -375,11 +376,13 @@ def _check_tuning(loaded: LoadedContract, ev: dict) -> list[str]:
                 f"tuning of {arm!r} records {len(r['trials'])} trials, the contract's budget is "
                 f"{t.trials_per_arm}"
             )
-        best = best_trial(r["trials"], t.objective.direction)
-        if (best and best["number"]) != (r["best"] and r["best"]["number"]):
+        best = best_trial(
+            [TrialRecord.model_validate(x) for x in r["trials"]], t.objective.direction
+        )
+        if (best and best.number) != (r["best"] and r["best"]["number"]):
             problems.append(
                 f"tuning of {arm!r}: recorded best trial {r['best'] and r['best']['number']}, "
-                f"re-derived {best and best['number']}"
+                f"re-derived {best and best.number}"
             )
         if arm not in loaded.contract.arms:
             continue
