@@ -12,6 +12,7 @@ the current one (`EVIDENCE_FORMAT`, `_migrate`); `raw_evidence` reads the plain 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Literal
 from pydantic import ValidationError
 
 import gates
+from gates.contract import read_capped
 from gates.entities import (
     BeyondCeilingRecord,
     ConditionRecord,
@@ -38,7 +40,6 @@ from gates.record._files import (
     MAX_EVIDENCE_BYTES,
     fsync_dir,
     parse_json,
-    read_json,
     read_json_object,
 )
 
@@ -426,14 +427,18 @@ def read_evidence(path: Path) -> Evidence:
     kept), or ValueError saying in one line what is wrong (unreadable, not JSON, a newer format, or the
     wrong shape, naming the first bad fields)."""
     try:
-        data = read_json(Path(path), MAX_EVIDENCE_BYTES)
+        raw = read_capped(Path(path), MAX_EVIDENCE_BYTES)
     except ValueError as e:
         raise ValueError(f"unreadable evidence: {_one_line(e)}") from None
-    return _checked(data)
+    return parse_evidence(raw)
 
 
+@functools.lru_cache(maxsize=128)
 def parse_evidence(raw: bytes) -> Evidence:
-    """`read_evidence` of an evidence file's bytes, read already (by a caller that hashes them too)."""
+    """`read_evidence` of an evidence file's bytes, read already (by a caller that hashes them too).
+    Parsed and checked once per content: a command that reads a claim's evidence in several places
+    (admission, the recording's plan, the run's checks, the family) re-reads the bytes, which may have
+    changed, but builds the records once; they are frozen, so every reader can share them."""
     try:
         data = parse_json(raw)
     except ValueError as e:

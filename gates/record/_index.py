@@ -23,6 +23,7 @@ gates.record._writer's, the checks gates.record._history's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -239,6 +240,16 @@ def parse_index(runs_root: Path) -> tuple[list[IndexEntry], list[tuple[int, str 
         data = _read_index(runs_root)
     except ValueError as e:
         return [], [(0, None, Problem(HISTORY_NOT_A_FILE, str(e)))]
+    entries, problems = _parsed(where, data)
+    return list(entries), list(problems)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed(where: str, data: bytes) -> tuple[tuple[IndexEntry, ...], tuple]:
+    """The history's bytes parsed and its chain checked, once per content: a command asks for the
+    history in several places (admission, the recording's plan, the family, the run's checks) and
+    re-reads its bytes each time (they grow with each entry), but parses them once. Entries are
+    frozen, so every reader can share them."""
     entries, problems = [], []
     prev_line: bytes | None = None
     prev_id: str | None = None
@@ -319,7 +330,7 @@ def parse_index(runs_root: Path) -> tuple[list[IndexEntry], list[tuple[int, str 
             )
         entries.append(IndexEntry.from_json(entry, number, malformed=malformed))
         prev_line, prev_id = raw, cid
-    return entries, problems
+    return tuple(entries), tuple(problems)
 
 
 def index_entries(runs_root: Path) -> list[IndexEntry]:
