@@ -3,7 +3,8 @@
 What a run leaves behind and how it is read back: the MLflow store (`Tracker`, `open_client`),
 `runs/<id>/evidence.json` and verdict.md (`write_evidence`, `read_evidence`, `render_report`),
 evidence read as a frozen record (`Evidence`, holding the run and condition records of
-gates.entities, in format `EVIDENCE_FORMAT`) or as plain JSON (`raw_evidence`), the hash-chained
+gates.entities, in format `EVIDENCE_FORMAT`), as plain JSON (`raw_evidence`) or leniently, each
+field typed and None where malformed (`raw_view`, `EvidenceView`), the hash-chained
 claims history `runs/INDEX.jsonl` read as entries (`IndexEntry`, `read_index`) and appended to
 (`record_entry`), checked (`check_history`) and read as attempts (`claim_attempts`), the code
 fingerprint and staleness (`current_provenance`, `staleness`), attempts at a claim and claims that
@@ -13,7 +14,8 @@ Private modules: `_tracking`, `_store`, `_evidence`, `_report`, the claims histo
 file and its entries; `_writer`: appending; `_history`: its checks; `_certified`: certifications;
 `_attempt_log`: attempts as it records them; `_successors`: designs and supersession),
 `_provenance`, `_attempts`, `_siblings`, `_family` (a claim's versions share one alpha), `_plots`,
-`_files`, `_conditions` (a claim's conditions as a reviewer reads them: mirrors merged into one row,
+`_files`, `_view` (evidence read leniently, for the readers that must not fail on a malformed
+file), `_conditions` (a claim's conditions as a reviewer reads them: mirrors merged into one row,
 what each result means for the claim), `_derive` (the one derivation of a claim's evidence from its
 contract and recorded runs, pure: `derive`, what `gates run`, `gates rederive` and `gates verify` all
 call).
@@ -151,6 +153,7 @@ if TYPE_CHECKING:
         supersede_claim_run,
         withdraw_claim_run,
     )
+    from gates.record._view import EvidenceView, raw_view
     from gates.record._writer import record_entry
 
 # public name -> its private module, imported on first use
@@ -165,6 +168,7 @@ _FACE = {
     "EVIDENCE": "_evidence",
     "EVIDENCE_FORMAT": "_evidence",
     "Evidence": "_evidence",
+    "EvidenceView": "_view",
     "Family": "_family",
     "GENESIS": "_index",
     "HISTORY_MALFORMED": "_index",
@@ -244,6 +248,7 @@ _FACE = {
     "plan_recording": "_attempts",
     "plotted_metrics": "_plots",
     "raw_evidence": "_evidence",
+    "raw_view": "_view",
     "read_evidence": "_evidence",
     "read_json": "_files",
     "record_entry": "_writer",

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gates.record._index import INDEX, IndexEntry, index_entries
+from gates.record._view import EvidenceView
 
 
 @dataclass
@@ -67,26 +68,21 @@ def claim_attempts(
     return out
 
 
-def attempt_problems(evidence: dict, found: list[Attempt]) -> list[str]:
+def attempt_problems(evidence: EvidenceView, found: list[Attempt]) -> list[str]:
     """What the evidence's own `attempt` record says that the claims history contradicts: its number,
     and the number and verdict of each earlier attempt (evidence from before attempts were recorded has
     no `attempt` and is not checked)."""
-    said = evidence.get("attempt")
-    if not isinstance(said, dict):
+    said = evidence.attempt
+    if said is None:
         return []
     problems = []
-    if said.get("number") != len(found):
+    if said.number != len(found):
         problems.append(
-            f"the evidence says it is attempt {said.get('number')}, the claims history ({INDEX}) has "
+            f"the evidence says it is attempt {said.number}, the claims history ({INDEX}) has "
             f"{len(found)} attempt{'s' * (len(found) != 1)} of this claim: an attempt is missing from "
             f"one of them"
         )
-    earlier = [
-        (a.get("number"), a.get("verdict"))
-        for a in said.get("earlier") or []
-        if isinstance(a, dict)
-    ]
-    indexed = [(a.number, a.verdict) for a in found[:-1]]
+    earlier, indexed = list(said.earlier), [(a.number, a.verdict) for a in found[:-1]]
     if earlier != indexed:
         problems.append(
             f"the evidence lists earlier attempts {earlier}, the claims history {indexed}"

@@ -43,7 +43,8 @@ class Recording:
     recorded: ledger.Evidence | None = (
         None  # the evidence on disk (REPRODUCE: the attempt reproduced)
     )
-    earlier: list[dict] = field(default_factory=list)  # RECORD: summaries of the earlier attempts
+    # RECORD: summaries of the earlier attempts
+    earlier: list[ledger.EarlierAttemptRecord] = field(default_factory=list)
     family: object = None  # the claim family (gates.record.Family) the verdict is judged at
 
 
@@ -63,7 +64,7 @@ def plan_recording(
 
     # a later attempt is judged at what the earlier ones left
     before = (
-        [e["verdict"] for e in recording.earlier]
+        [e.verdict for e in recording.earlier]
         if recording.mode == RECORD
         else attempt_verdicts(recording.recorded)[:-1]
     )
@@ -144,7 +145,7 @@ def _readable(path: Path) -> tuple[ledger.Evidence | None, str | None]:
 
 def _earlier(
     found: list[Attempt], current: ledger.Evidence | None, sha256: str | None
-) -> list[dict]:
+) -> list[ledger.EarlierAttemptRecord]:
     """Summaries of the attempts in the history, each with its why: from the evidence on disk
     (`current`, its bytes hashing to `sha256`) for the latest (when it is that attempt's: its bytes are
     the ones indexed), and from that evidence's own list for the ones before it."""
@@ -158,23 +159,23 @@ def _earlier(
         why = carried.get(a.number, [])
         if own and a is found[-1] and not why:
             why = list(current.reasons)[:WHY_SHOWN]
-        out.append(
-            {
-                "number": a.number,
-                "verdict": a.verdict,
-                "recorded": a.time,
-                "reason": a.reason,
-                "contract_sha256": a.contract_sha256,
-                "withdrawn": a.withdrawn,
-                "why": why,
-            }
-        )
+        summary = {
+            "number": a.number,
+            "verdict": a.verdict,
+            "recorded": a.time,
+            "reason": a.reason,
+            "contract_sha256": a.contract_sha256,
+            "withdrawn": a.withdrawn,
+            "why": why,
+        }
+        out.append(ledger.EarlierAttemptRecord.model_validate(summary))
     return out
 
 
 def attempt_field(recording: Recording) -> dict:
     """evidence.json's `attempt` for the attempt being recorded."""
-    return {"number": recording.number, "reason": recording.reason, "earlier": recording.earlier}
+    earlier = [e.as_dict() for e in recording.earlier]
+    return {"number": recording.number, "reason": recording.reason, "earlier": earlier}
 
 
 def describe(attempt: ledger.AttemptRecord | None) -> list[str]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gates.record._evidence import EVIDENCE, Evidence, read_evidence
+from gates.record._evidence import EVIDENCE, Evidence, FamilyRecord, read_evidence
 
 # alphas are sums of a few declared decimals: compare them at this precision, not bit for bit
 _EPS = 1e-12
@@ -257,22 +257,19 @@ def family_record(loaded) -> dict | None:
     return family.as_record(own) if family is not None and family.recorded(own) else None
 
 
-def describe_family(record) -> str | None:
-    """`Family.describe` of a family as evidence records it (plain JSON), None when it records none."""
-    try:
-        earlier = tuple(
-            Version(e["contract_id"], float(e["level"]), (), True) for e in record["earlier"]
-        )
-        return _describe(
-            str(record["root"]),
-            float(record["alpha"]),
-            earlier,
-            int(record.get("attempt", 1)),
-            float(record.get("attempts_spent", 0)),
-            float(record["level"]),
-        )
-    except (KeyError, TypeError, ValueError):
+def describe_family(record: FamilyRecord | None) -> str | None:
+    """`Family.describe` of a family as evidence records it, None when it records none."""
+    if record is None:
         return None
+    earlier = tuple(Version(v.contract_id, float(v.level), (), True) for v in record.earlier)
+    return _describe(
+        record.root,
+        float(record.alpha),
+        earlier,
+        record.attempt,
+        float(record.attempts_spent),
+        float(record.level),
+    )
 
 
 def successors(runs_root: Path, contract_id: str) -> list[str]:

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from gates.record._attempt_log import attempt_problems, claim_attempts
 from gates.record._certified import check_certifications
-from gates.record._files import MAX_EVIDENCE_BYTES, read_json_object
 from gates.record._index import (
     EVIDENCE,
     INDEX,
@@ -30,6 +29,7 @@ from gates.record._index import (
     parse_index,
     sha256_file,
 )
+from gates.record._view import raw_view
 
 
 # ---------------------------------------------------------------------------------- checking
@@ -97,22 +97,21 @@ def check_history(runs_root: Path, contracts: dict[str, Path]) -> dict[str, list
                 f"interrupted one repairs this) or with a `rederived` entry that says why",
             )
             continue
-        ev = read_json_object(evidence, MAX_EVIDENCE_BYTES)
+        ev = raw_view(evidence)
         if ev is None:
             continue  # the byte hash matched: the evidence is what was indexed; check_claim says what is wrong
-        for key, said_there in (
-            ("verdict", entry.verdict),
-            ("contract_sha256", entry.contract_sha256),
+        for key, said_there, said_here in (
+            ("verdict", entry.verdict, ev.verdict),
+            ("contract_sha256", entry.contract_sha256, ev.contract_sha256),
         ):
-            if isinstance(ev, dict) and ev.get(key) != said_there:
+            if said_here != said_there:
                 add(
                     cid,
                     f"the latest index entry ({said}) says {key} {said_there!r}, its evidence "
-                    f"{ev.get(key)!r}: the entry was edited",
+                    f"{said_here!r}: the entry was edited",
                 )
-        if isinstance(ev, dict):
-            for text in attempt_problems(ev, tried.get(cid, [])):
-                add(cid, text)
+        for text in attempt_problems(ev, tried.get(cid, [])):
+            add(cid, text)
     for evidence in sorted(runs_root.glob(f"*/{EVIDENCE}")):
         cid = evidence.parent.name
         if cid not in last:
@@ -215,8 +214,8 @@ def _contract_problems(entries: list[IndexEntry], runs_root: Path) -> list[tuple
         if e.is_attempt:
             supersedes = "(not checked)"
             if e.line == last_attempt[cid]:
-                ev = read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES)
-                supersedes = ev.get("supersedes") if ev else None
+                ev = raw_view(runs_root / cid / EVIDENCE)
+                supersedes = ev.supersedes if ev is not None else None
             why = _change_problem(cid, states.get(cid), str(e.contract_sha256), supersedes)
             if why:
                 out.append((cid, f"line {e.line}: {why}"))

@@ -9,7 +9,7 @@
 * Two contracts that run the same study, arm config, seed and budget run the same experiment: their
   runs are one observation, not independent replications. Each verdict names the runs it shares.
 
-Everything here reads evidence as plain JSON (no study is imported), so `gates status` can show it.
+Everything here reads evidence leniently (`EvidenceView`; no study is imported), so `gates status` can show it.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import json
 from dataclasses import dataclass
 
 from gates.contract import canonical_json
+from gates.record._view import EvidenceView, as_view
 
 
 def regime_of(loaded) -> dict | None:
@@ -40,9 +41,14 @@ def regime_of(loaded) -> dict | None:
     return regime
 
 
-def _regime_key(ev: dict) -> str | None:
-    regime = ev.get("regime")
-    return canonical_json([ev.get("study"), regime]) if isinstance(regime, dict) else None
+def _regime_key(ev: EvidenceView) -> str | None:
+    return canonical_json([ev.study, ev.regime]) if ev.regime is not None else None
+
+
+def _views(evidence: dict[str, EvidenceView | dict | None]) -> dict[str, EvidenceView]:
+    """id -> its evidence viewed (plain JSON too), the unreadable left out."""
+    views = {cid: as_view(ev) for cid, ev in evidence.items()}
+    return {cid: ev for cid, ev in views.items() if ev is not None}
 
 
 def describe_regime(regime: dict) -> str:
@@ -75,10 +81,14 @@ class RegimeLeft:
         }
 
 
-def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, RegimeLeft]:
+def regimes_left(
+    claims: list, evidence: dict[str, EvidenceView | dict | None]
+) -> dict[str, RegimeLeft]:
     """contract id -> the regime left, for each claim still standing in a regime that a superseded sibling
-    left (claims: objects with contract_id, superseded_by, withdrawn; evidence: id -> its JSON or None)."""
-    keys = {cid: _regime_key(ev) for cid, ev in evidence.items() if isinstance(ev, dict)}
+    left (claims: objects with contract_id, superseded_by, withdrawn; evidence: id -> its view, its JSON
+    or None)."""
+    evidence = _views(evidence)
+    keys = {cid: _regime_key(ev) for cid, ev in evidence.items()}
     left: dict[str, tuple[str, str]] = {}  # regime key -> (superseded id, superseding id)
     for claim in claims:
         old = keys.get(claim.contract_id)
@@ -93,11 +103,8 @@ def regimes_left(claims: list, evidence: dict[str, dict | None]) -> dict[str, Re
         old, new = left[key]
         if old == claim.contract_id:
             continue
-        regime, moved = (
-            evidence[claim.contract_id].get("regime") or {},
-            evidence[new].get("regime") or {},
-        )
-        found[claim.contract_id] = RegimeLeft(old, new, tuple(_changes(regime, moved)))
+        changes = _changes(evidence[claim.contract_id].regime or {}, evidence[new].regime or {})
+        found[claim.contract_id] = RegimeLeft(old, new, tuple(changes))
     return found
 
 
@@ -115,30 +122,27 @@ def _changes(before: dict, after: dict, prefix: str = "") -> list[str]:
     return out
 
 
-def run_keys(ev: dict) -> dict[str, str]:
+def run_keys(ev: EvidenceView) -> dict[str, str]:
     """arm/seed -> what makes the run the experiment it is: study, the arm config that ran (but `device`,
     where it ran, which older evidence did not record), seed, budget."""
-    settings = ev.get("settings") or {}
-    configs, budget = settings.get("arm_configs") or {}, settings.get("budget")
 
     def config(arm: str) -> dict:
-        return {k: v for k, v in (configs.get(arm) or {}).items() if k != "device"}
+        return {k: v for k, v in ev.arm_configs[arm].items() if k != "device"}
 
     return {
-        f"{r['arm']}/seed {r['seed']}": canonical_json(
-            [ev.get("study"), config(r["arm"]), r["seed"], budget]
-        )
-        for r in ev.get("runs") or []
-        if isinstance(r, dict) and r.get("arm") in configs
+        f"{r.arm}/seed {r.seed}": canonical_json([ev.study, config(r.arm), r.seed, ev.budget])
+        for r in ev.runs
+        if r.arm in ev.arm_configs and r.seed is not None
     }
 
 
 def shared_runs(
-    evidence: dict[str, dict | None], only: str | None = None
+    evidence: dict[str, EvidenceView | dict | None], only: str | None = None
 ) -> dict[str, dict[str, list[str]]]:
-    """contract id -> {other contract id: [arm/seed of this contract's runs that the other ran too]}."""
+    """contract id -> {other contract id: [arm/seed of this contract's runs that the other ran too]}
+    (evidence: id -> its view, its JSON or None)."""
     by_key: dict[str, list[tuple[str, str]]] = {}
-    keys = {cid: run_keys(ev) for cid, ev in evidence.items() if isinstance(ev, dict)}
+    keys = {cid: run_keys(ev) for cid, ev in _views(evidence).items()}
     for cid, runs in keys.items():
         for run, key in runs.items():
             by_key.setdefault(key, []).append((cid, run))
@@ -165,9 +169,10 @@ def describe_shared(shared: dict[str, list[str]]) -> str:
     )
 
 
-def annotate_siblings(claims: list, evidence: dict[str, dict | None]) -> None:
+def annotate_siblings(claims: list, evidence: dict[str, EvidenceView | dict | None]) -> None:
     """Set each claim's `shared_runs` and `regime_left` (claims: gates.verify's ClaimCheck, or what `gates
     status` lists; their `superseded_by` and `withdrawn` already set)."""
+    evidence = _views(evidence)
     shared, left = shared_runs(evidence), regimes_left(claims, evidence)
     for claim in claims:
         claim.shared_runs = shared.get(claim.contract_id, {})

@@ -8,42 +8,43 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gates.record._files import MAX_EVIDENCE_BYTES, read_json_object
 from gates.record._index import EVIDENCE, INDEX, IndexEntry, parse_index
+from gates.record._view import EvidenceView, as_view, raw_view
 
 CONDITION_LISTS = ("supported_if", "refuted_if")
 
 
-def design_of(source: dict | None) -> list | None:
+def design_of(source: EvidenceView | dict | None) -> list | None:
     """What a claim tests, never its wording: [study, [arm names], [[condition list, kind], ...]],
-    from a contract's YAML mapping or from evidence (plain JSON); None when it does not say. Two claims
-    with one design test the same arms of the same study with the same kinds of conditions (their
-    bars, margins and claim text may differ: an easier bar is the same design)."""
-    if not isinstance(source, dict) or not isinstance(source.get("study"), str):
+    from a contract's YAML mapping or from evidence (its view, or plain JSON); None when it does not
+    say. Two claims with one design test the same arms of the same study with the same kinds of
+    conditions (their bars, margins and claim text may differ: an easier bar is the same design)."""
+    if isinstance(source, dict) and isinstance(source.get("decision"), dict):
+        return _contract_design(source)
+    ev = as_view(source)
+    if ev is None or ev.study is None or not ev.arm_configs or not ev.conditions:
         return None
-    if isinstance(source.get("decision"), dict):  # a contract
-        arms = source.get("arms")
-        conditions = [
-            (name, c.get("kind"))
-            for name in CONDITION_LISTS
-            for c in source["decision"].get(name) or []
-            if isinstance(c, dict)
-        ]
-    else:  # evidence
-        settings = source.get("settings")
-        arms = settings.get("arm_configs") if isinstance(settings, dict) else None
-        conditions = [
-            (c.get("list_name"), c.get("kind"))
-            for c in source.get("conditions") or []
-            if isinstance(c, dict)
-        ]
-    if not isinstance(arms, dict) or not arms or not conditions:
+    return _design(ev.study, ev.arm_configs, [(c.list_name, c.kind) for c in ev.conditions])
+
+
+def _contract_design(source: dict) -> list | None:
+    """`design_of` a contract's YAML mapping (its `decision` a mapping)."""
+    study, arms = source.get("study"), source.get("arms")
+    if not isinstance(study, str):
         return None
-    return [
-        source["study"],
-        sorted(map(str, arms)),
-        sorted([str(a), str(b)] for a, b in conditions),
+    conditions = [
+        (name, c.get("kind"))
+        for name in CONDITION_LISTS
+        for c in source["decision"].get(name) or []
+        if isinstance(c, dict)
     ]
+    return (
+        _design(study, arms, conditions) if isinstance(arms, dict) and arms and conditions else None
+    )
+
+
+def _design(study: str, arms: dict, conditions: list) -> list:
+    return [study, sorted(map(str, arms)), sorted([str(a), str(b)] for a, b in conditions)]
 
 
 def successor_problem(
@@ -80,13 +81,13 @@ def successor_problem(
     chain, at = set(), supersedes
     while isinstance(at, str) and at not in chain:
         chain.add(at)
-        ev = read_json_object(runs_root / at / EVIDENCE, MAX_EVIDENCE_BYTES)
-        at = ev.get("supersedes") if ev else None
+        ev = raw_view(runs_root / at / EVIDENCE)
+        at = ev.supersedes if ev is not None else None
     for cid, (line, said) in sorted(withdrawn.items()):
         if cid == contract_id or cid in chain or (first is not None and first < line):
             continue
         if said is None:
-            said = design_of(read_json_object(runs_root / cid / EVIDENCE, MAX_EVIDENCE_BYTES))
+            said = design_of(raw_view(runs_root / cid / EVIDENCE))
         if said == design:
             return (
                 f"it tests what withdrawn {cid} tested ({INDEX} line {line}: study {design[0]}, "
@@ -97,15 +98,15 @@ def successor_problem(
 
 
 def link_supersession(
-    claims: list, declared: dict[str, str], evidence: dict[str, dict | None]
+    claims: list, declared: dict[str, str], evidence: dict[str, EvidenceView | None]
 ) -> None:
     """Set each claim's `supersedes` and `superseded_by` (claims: objects with `contract_id`). What a
     contract declares (`declared`: id -> the id it supersedes) comes first; evidence whose contract
     is gone still says what it superseded."""
     supersedes = dict(declared)
     for cid, ev in evidence.items():
-        if ev is not None and isinstance(ev.get("supersedes"), str):
-            supersedes.setdefault(cid, ev["supersedes"])
+        if ev is not None and ev.supersedes is not None:
+            supersedes.setdefault(cid, ev.supersedes)
     for claim in claims:
         claim.supersedes = supersedes.get(claim.contract_id)
         claim.superseded_by = sorted(

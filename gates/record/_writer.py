@@ -19,7 +19,7 @@ from pathlib import Path
 import gates
 from gates.contract import read_capped
 from gates.errors import storage_error
-from gates.record._files import MAX_EVIDENCE_BYTES, fsync_dir, parse_json, read_json
+from gates.record._files import MAX_EVIDENCE_BYTES, fsync_dir, parse_json
 from gates.record._index import (
     ADDED_FIELDS,
     CERTIFIED_FIELDS,
@@ -34,6 +34,7 @@ from gates.record._index import (
     line_sha256,
 )
 from gates.record._successors import design_of
+from gates.record._view import EvidenceView, raw_view
 
 VALUES = (
     "runs",
@@ -70,47 +71,47 @@ def record_entry(
     if kind not in KINDS:
         raise ValueError(f"unknown index entry kind {kind!r}; expected one of {', '.join(KINDS)}")
     runs_root, evidence_path = Path(runs_root), Path(evidence_path)
-    contract_id = evidence_path.parent.name
-    evidence = None
-    if evidence_path.is_file():
-        try:
-            data = read_capped(evidence_path, MAX_EVIDENCE_BYTES)
-            evidence = parse_json(data)
-        except ValueError as e:
-            raise ValueError(
-                f"{evidence_path}: {e}; an index entry vouches for readable evidence"
-            ) from None
-        if not isinstance(evidence, dict):
-            raise ValueError(f"{evidence_path} is not a JSON object")
-        contract_id = evidence.get("contract_id", contract_id)
-        evidence_sha = hashlib.sha256(data).hexdigest()
-    elif kind != "withdrawn":
-        raise ValueError(
-            f"{evidence_path} does not exist; only a withdrawal may name missing evidence"
-        )
+    evidence, evidence_sha = _evidence(evidence_path, kind)
+    ev = EvidenceView.of(evidence or {})
+    design = design_of(ev) if evidence and kind == "withdrawn" else None
     entry = {
         "kind": kind,
-        "contract_id": contract_id,
-        "contract_sha256": evidence.get("contract_sha256") if evidence else None,
-        "evidence_sha256": None if kind == "withdrawn" else evidence_sha,
-        "verdict": evidence.get("verdict") if evidence else None,
+        "contract_id": ev.contract_id if ev.contract_id is not None else evidence_path.parent.name,
+        "contract_sha256": ev.contract_sha256,
+        "evidence_sha256": evidence_sha,
+        "verdict": ev.verdict,
         # the versions that computed the evidence: what it records, else (backfilled evidence from
         # before engines were numbered: gates.record._evidence.signature calls that engine 1) today's
-        "gates_version": str((evidence or {}).get("gates_version") or gates.__version__),
-        "engine_version": str(
-            (evidence or {}).get("engine_version")
-            or ("1" if kind == "backfilled" else engine_version())
-        ),
+        "gates_version": ev.gates_version or gates.__version__,
+        "engine_version": ev.engine_version or ("1" if kind == "backfilled" else engine_version()),
         "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "reason": reason,
         **({"values_sha256": values_sha256(evidence)} if evidence and kind != "withdrawn" else {}),
         # what was withdrawn, kept though its evidence and contract may go: a claim registered
         # again on the same design must name it (`successor_problem`)
-        **({"design": design_of(evidence)} if kind == "withdrawn" and design_of(evidence) else {}),
+        **({"design": design} if design else {}),
         **(extra or {}),
         "prev": None,
     }
     return _append(runs_root, entry)
+
+
+def _evidence(path: Path, kind: str) -> tuple[dict | None, str | None]:
+    """(the evidence's JSON object, the sha256 of its bytes; None for a withdrawal's), or (None, None)
+    for a withdrawal of missing evidence; ValueError for evidence that is unreadable, no JSON object,
+    or missing (an entry of any other kind vouches for readable evidence)."""
+    if not path.is_file():
+        if kind != "withdrawn":
+            raise ValueError(f"{path} does not exist; only a withdrawal may name missing evidence")
+        return None, None
+    try:
+        data = read_capped(path, MAX_EVIDENCE_BYTES)
+        evidence = parse_json(data)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}; an index entry vouches for readable evidence") from None
+    if not isinstance(evidence, dict):
+        raise ValueError(f"{path} is not a JSON object")
+    return evidence, None if kind == "withdrawn" else hashlib.sha256(data).hexdigest()
 
 
 def withdraw_claim(runs_root: Path, contract_id: str, reason: str) -> IndexEntry:
@@ -127,11 +128,12 @@ def backfill_index(runs_root: Path) -> list[IndexEntry]:
     for evidence in sorted(runs_root.glob(f"*/{EVIDENCE}")):
         if evidence.parent.name in indexed:
             continue
-        try:
-            ev = read_json(evidence, MAX_EVIDENCE_BYTES)
-            when = f"recorded {ev.get('created_at', '?')} at commit {str(ev.get('git_commit', '?'))[:12]}"
-        except (AttributeError, ValueError):
-            when = "unreadable"
+        ev = raw_view(evidence)
+        when = (
+            "unreadable"
+            if ev is None
+            else f"recorded {_said(ev.created_at)} at commit {_said(ev.git_commit)[:12]}"
+        )
         added.append(
             record_entry(
                 runs_root,
@@ -141,6 +143,10 @@ def backfill_index(runs_root: Path) -> list[IndexEntry]:
             )
         )
     return added
+
+
+def _said(value: str | None) -> str:
+    return "?" if value is None else value
 
 
 def _append(runs_root: Path, entry: dict) -> IndexEntry:

@@ -30,6 +30,7 @@ from gates.record import (
     EVIDENCE,
     REPORT,
     Evidence,
+    EvidenceView,
     IndexEntry,
     annotate_siblings,
     check_certifications,
@@ -42,7 +43,7 @@ from gates.record import (
     is_withdrawn,
     latest_entries,
     link_supersession,
-    raw_evidence,
+    raw_view,
     read_evidence,
     render_report,
     staleness,
@@ -288,13 +289,12 @@ def claims(
             else:  # indexed, neither evidence nor contract: history.check says what disappeared
                 checks.append(ClaimCheck(contract_id, "lost"))
     evidence = {
-        c.contract_id: raw_evidence(evidence_dir(runs_root, c.contract_id) / EVIDENCE)
-        for c in checks
+        c.contract_id: raw_view(evidence_dir(runs_root, c.contract_id) / EVIDENCE) for c in checks
     }
     for c in checks:
         ev = evidence[c.contract_id]
         if c.withdrawn and ev is not None:
-            c.verdict, c.created_at = ev.get("verdict"), ev.get("created_at")
+            c.verdict, c.created_at = ev.verdict, ev.created_at
     _check_history(checks, runs_root, contracts, named=bool(only))
     _annotate(checks, runs_root, contracts, evidence, today_rules, strict_code=strict_code)
     return checks
@@ -370,7 +370,7 @@ def _annotate(
     checks: list[ClaimCheck],
     runs_root: Path,
     contracts: ContractIndex,
-    evidence: dict[str, dict | None],
+    evidence: dict[str, EvidenceView | None],
     today_rules: Callable[[Path], list[str] | None] | None,
     *,
     strict_code: bool,
@@ -398,12 +398,12 @@ def _annotate(
         ev = evidence.get(cid)
         if today_rules is not None and cid in contracts:
             check.rule_flags = today_rules(Path(contracts[cid])) or []
-        elif ev is not None and isinstance(ev.get("rule_flags"), list):
-            check.rule_flags = [f for f in ev["rule_flags"] if isinstance(f, str)]
-        if ev is None or not isinstance(ev.get("study"), str):
+        elif ev is not None and ev.rule_flags is not None:
+            check.rule_flags = list(ev.rule_flags)
+        if ev is None or ev.study is None:
             continue
-        if isinstance(ev.get("family"), dict):
-            check.family = describe_family(ev["family"])
+        if ev.family is not None:
+            check.family = describe_family(ev.family)
         if cid in certs.notes:
             check.add(CERTIFICATION_IGNORED, certs.notes[cid])
         cert = certified.get(cid)
@@ -414,7 +414,7 @@ def _annotate(
                 + _within(cert.tolerance)
                 + (f" ({cert.reason})" if cert.reason else "")
             )
-        found = staleness(ev, study_module(ev["study"]), today=today, certified=cert)
+        found = staleness(ev.data, study_module(ev.study), today=today, certified=cert)
         check.stale, check.stale_files, check.stale_note = (
             found.stale,
             list(found.files),
@@ -439,7 +439,7 @@ def _flag_unlinked_successors(
     checks: list[ClaimCheck],
     runs_root: Path,
     contracts: ContractIndex,
-    evidence: dict[str, dict | None],
+    evidence: dict[str, EvidenceView | None],
 ) -> None:
     """Lose each standing claim registered after the withdrawal of a claim with the same design (study,
     arms, kinds of conditions: `successor_problem`, the rule `gates run` and `gates check` refuse by)

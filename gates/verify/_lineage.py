@@ -27,6 +27,7 @@ from gates.errors import Problem
 from gates.record import (
     HISTORY_NOT_A_FILE,
     INDEX,
+    IndexEntry,
     git,
     index_location_problem,
     index_path,
@@ -199,8 +200,9 @@ def _ids(lines: list[bytes]) -> set[str]:
             entry = parse_json(raw)
         except ValueError:
             continue
-        if isinstance(entry, dict) and isinstance(entry.get("contract_id"), str):
-            out.add(entry["contract_id"])
+        cid = IndexEntry.from_json(entry, 0).contract_id if isinstance(entry, dict) else None
+        if cid is not None:
+            out.add(cid)
     return out
 
 
