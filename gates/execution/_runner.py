@@ -46,6 +46,7 @@ from gates.record import (
     derive,
     evidence_dir,
     family_for,
+    finished_record,
     learning_curves,
     pilot_runs,
     plan_recording,
@@ -55,15 +56,12 @@ from gates.record import (
     record_entry,
     render_report,
     run_facts,
-    run_summary,
     shared_runs,
     signature,
     supersede_claim_run,
     write_evidence,
 )
 from gates.study import Budget
-
-FINISHED = ("completed", "halted")
 
 
 # ---------------------------------------------------------------------------------- progress
@@ -190,10 +188,8 @@ def finished_runs(
     holds them. A child left RUNNING by a kill is closed (KILLED) when `kill_running`; it will be redone."""
     done = {}
     for run in parent.tracker.child_runs(parent.experiment_id, parent.parent_id):
-        # MLflow's tags as they are: a record only of a finished run (a killed one's may lack fields)
-        summary = run_summary(run)
-        if summary["status"] in FINISHED and run.info.status == "FINISHED":
-            record = finished_record(summary)
+        record = finished_record(run)
+        if record is not None:
             done[(record.arm, record.seed)] = record
         elif run.info.status == "RUNNING" and kill_running:
             parent.tracker.kill(run.info.run_id)
@@ -472,32 +468,6 @@ def _recorded_evidence(runs_root: Path, contract_id: str, evidence: dict) -> dic
 
     found = {p.parent.name: raw_evidence(p) for p in sorted(Path(runs_root).glob(f"*/{EVIDENCE}"))}
     return {**found, contract_id: evidence}
-
-
-def finished_record(summary: dict) -> RunRecord:
-    """The evidence record of one finished arm x seed from its MLflow summary (gates.record.run_summary):
-    what verify re-derives the verdict from."""
-    record = {
-        k: summary[k]
-        for k in (
-            "arm",
-            "seed",
-            "status",
-            "halt_reason",
-            "halt_detail",
-            "metrics",
-            "seconds",
-            "first_signal",
-            "mlflow_run_id",
-        )
-    }
-    if (
-        summary.get("converged") is not None
-    ):  # judged for convergence (a completed run under a convergence rule)
-        record.update(converged=summary["converged"], convergence=summary["convergence"])
-    if summary.get("environment"):
-        record["environment"] = summary["environment"]
-    return run_record(record)
 
 
 def rederive(

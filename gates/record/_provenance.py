@@ -32,6 +32,7 @@ from gates.errors import UserError
 
 if TYPE_CHECKING:
     from gates.record._index import IndexEntry
+    from gates.record._view import EvidenceView
 
 PROJECT_ROOT = Path(gates.__file__).resolve().parent.parent
 CODE_PACKAGES = ("gates", "models")
@@ -359,7 +360,7 @@ class Staleness:
 
 
 def staleness(
-    evidence: dict,
+    evidence: EvidenceView | dict,
     study_module: str | None,
     root: Path | None = None,
     today: dict | None = None,
@@ -372,18 +373,15 @@ def staleness(
     the evidence, with that code's `code_sha256` and `code_files`): staleness is measured from it.
     `today`: a dict the caller keeps across the claims it checks at once, so each study's files are
     read and hashed once."""
+    from gates.record._view import as_view
+
     root = root or PROJECT_ROOT
+    ev = as_view(evidence)
+    recorded, then = ev.code_sha256, ev.code_files
     if certified is not None:
-        evidence = {
-            **evidence,
-            "code_sha256": certified.code_sha256,
-            "code_files": certified.code_files,
-        }
-    recorded = evidence.get("code_sha256")
+        recorded, then = certified.code_sha256, certified.code_files
     if study_module is None:
-        return Staleness(
-            True, (UNKNOWN_FILES,), f"study {evidence.get('study')!r} is not registered any more"
-        )
+        return Staleness(True, (UNKNOWN_FILES,), f"study {ev.study!r} is not registered any more")
     today = {} if today is None else today
     try:
         if (study_module, root) not in today:
@@ -393,9 +391,9 @@ def staleness(
         return Staleness(True, (UNKNOWN_FILES,), f"cannot read today's code: {e}")
     if now_sha == recorded:
         return Staleness(False)
-    then, note = evidence.get("code_files"), ""
+    note = ""
     if not isinstance(then, dict) or not then:
-        commit = str(evidence.get("git_commit") or "unknown")
+        commit = str(ev.git_commit or "unknown")
         at_commit = files_at_commit(commit, study_module, root)
         if at_commit is None:
             return Staleness(

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gates.entities import RunRecord, json_safe
+
 DEFAULT_URI = "sqlite:///mlflow.db"
 BATCH = 1000  # MLflow accepts at most 1000 metrics per log_batch call
 FLUSH_SECONDS = 5.0  # so the MLflow UI shows a long run's curves while it trains
@@ -377,10 +379,18 @@ class Tracker:
         self.client.set_terminated(run_id, status="KILLED")
 
 
-def run_summary(run: Any) -> dict:
-    """What a finished child run recorded, read back from MLflow (for resuming)."""
+# a child run's statuses (its `gates.status` tag) whose record a later `gates run` reuses
+FINISHED = ("completed", "halted")
+
+
+def finished_record(run: Any) -> RunRecord | None:
+    """The record of a finished (completed or halted) child run, read back from its MLflow tags (for
+    resuming: what verify re-derives the verdict from), keys in evidence.json's order; None for a run
+    that did not finish (a killed one's tags may lack fields)."""
     tags = run.data.tags
-    return {
+    if tags.get("gates.status") not in FINISHED or run.info.status != "FINISHED":
+        return None
+    record = {
         "arm": tags.get("gates.arm"),
         "seed": int(tags.get("gates.seed", "-1")),
         "status": tags.get("gates.status"),
@@ -390,17 +400,18 @@ def run_summary(run: Any) -> dict:
         "seconds": float(tags.get("gates.seconds", "nan")),
         "first_signal": json.loads(tags.get("gates.first_signal", "null")),
         "mlflow_run_id": run.info.run_id,
-        "mlflow_status": run.info.status,
-        # set only on a completed run judged under a convergence rule
-        "converged": {"true": True, "false": False}.get(tags.get("gates.converged", "")),
-        "convergence": json.loads(tags["gates.convergence"])
-        if "gates.convergence" in tags
-        else None,
-        # where it ran (device, torch, CUDA, GPU, threads); absent for a study without a device
-        "environment": json.loads(tags["gates.environment"])
-        if "gates.environment" in tags
-        else None,
     }
+    converged = {"true": True, "false": False}.get(tags.get("gates.converged", ""))
+    if converged is not None:  # judged for convergence (a completed run under a convergence rule)
+        record.update(
+            converged=converged, convergence=json.loads(tags.get("gates.convergence", "null"))
+        )
+    if tags.get("gates.environment"):  # where it ran; absent for a study without a device
+        environment = json.loads(tags["gates.environment"])
+        if environment:
+            record["environment"] = environment
+    # a metric that is not finite is null, as evidence.json writes it
+    return RunRecord.model_validate(json_safe(record))
 
 
 def pilot_runs(uri: str, contract_id: str, contract_path: Path | None = None) -> list:

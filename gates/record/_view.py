@@ -67,6 +67,7 @@ class AttemptView:
 _TEXTS = (
     "contract_id",
     "contract_sha256",
+    "code_sha256",
     "study",
     "verdict",
     "created_at",
@@ -85,6 +86,7 @@ class EvidenceView:
     data: dict = field(repr=False)
     contract_id: str | None = None
     contract_sha256: str | None = None
+    code_sha256: str | None = None
     study: str | None = None
     verdict: str | None = None
     created_at: str | None = None
@@ -93,6 +95,7 @@ class EvidenceView:
     engine_version: str | None = None
     supersedes: str | None = None
     regime: dict | None = None
+    code_files: dict | None = None  # file -> sha256 of the code it ran under
     # settings': arm -> its config ({} where the config is no object), and the budget
     arm_configs: dict[str, dict] = field(default_factory=dict)
     budget: dict | None = None
@@ -113,6 +116,7 @@ class EvidenceView:
             data,
             **{name: _text(data.get(name)) for name in _TEXTS},
             regime=_mapping(data.get("regime")),
+            code_files=_mapping(data.get("code_files")),
             arm_configs={arm: _mapping(c) or {} for arm, c in configs.items()},
             budget=_mapping(settings.get("budget")),
             runs=tuple(

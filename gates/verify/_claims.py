@@ -414,7 +414,7 @@ def _annotate(
                 + _within(cert.tolerance)
                 + (f" ({cert.reason})" if cert.reason else "")
             )
-        found = staleness(ev.data, study_module(ev.study), today=today, certified=cert)
+        found = staleness(ev, study_module(ev.study), today=today, certified=cert)
         check.stale, check.stale_files, check.stale_note = (
             found.stale,
             list(found.files),
