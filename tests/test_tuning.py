@@ -261,18 +261,16 @@ def test_a_hopeless_trial_is_pruned_at_the_runs_halt_step(workdir, store):
         run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov) is None
     )  # budget spent
 
-    cfg = tuned_config(loaded, "subheap_kernel", record["params"])
+    cfg = tuned_config(loaded, "subheap_kernel", record.params)
     plain = PlatformReporter(
         Budget(60, 20),
         StopRuleEngine(loaded.contract.stop_rules, "subheap_kernel", loaded.study.metrics),
     )
     with pytest.raises(Halt) as halted:
         loaded.study.run(cfg, 7, plain)
-    assert (
-        record["state"] == "pruned" and record["halt_reason"] == halted.value.reason == "futility"
-    )
-    assert record["last_step"] == halted.value.step == 40 and record["value"] is None
-    run = MlflowClient(uri).get_run(record["mlflow_run_id"])
+    assert record.state == "pruned" and record.halt_reason == halted.value.reason == "futility"
+    assert record.last_step == halted.value.step == 40 and record.value is None
+    run = MlflowClient(uri).get_run(record.mlflow_run_id)
     assert (
         run.data.tags["gates.tuning_state"] == "pruned"
         and run.data.tags["gates.halt_reason"] == "futility"
@@ -309,7 +307,7 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
         jobs.KIND_TUNE, "tune:subheap_kernel:0", "subheap_kernel", index=0, tuning_storage=storage
     )
     record = jobs.JOB_KINDS[jobs.KIND_TUNE](SimpleNamespace(parent=parent), job, {}, None)
-    assert record["tuning_trial"]["state"] == "completed"
+    assert record["tuning_trial"].state == "completed"
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     assert study_name(loaded, "subheap_kernel", "0" * 64) in names
     assert not any(name.startswith("c05-tuned-start@") and "0" * 12 not in name for name in names)
@@ -431,9 +429,8 @@ def test_resume_keeps_finished_trials_and_redoes_an_interrupted_one(workdir, sto
         2,
         3,
     ]  # trial 1 was interrupted: failed, not counted
-    assert {k: trials[0][k] for k in first if k != "arm"} == {
-        k: v for k, v in first.items() if k != "arm"
-    }
+    reported = {k: v for k, v in first.as_dict().items() if k != "arm"}
+    assert {k: trials[0][k] for k in reported} == reported
     states = [
         t.state
         for t in optuna.load_study(
@@ -476,11 +473,11 @@ def test_two_workers_on_one_arm_sample_two_places_of_its_budget(workdir, store):
         run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=1) is None
     )  # held
     first = run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0)
-    assert first["params"] != second["params"]
+    assert first.params != second.params
     assert run_tuning_trial(loaded, "subheap_kernel", storage, uri, prov=prov, index=0) is None
 
     other = load_contract(
         write_contract(workdir / "contracts", {**data, "id": "c05-tuned-places-b"}, "b.yaml")
     )
     in_order = tune(other, uri, storage_url=storage, prov=prov)["arms"]["subheap_kernel"]["trials"]
-    assert [t["params"] for t in in_order] == [first["params"], second["params"]]
+    assert [t["params"] for t in in_order] == [first.params, second.params]

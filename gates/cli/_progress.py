@@ -2,7 +2,7 @@
 tuning_trial), in two faces: `RichProgress` for people (a bar per arm x seed, or a line per run off a
 terminal) and `JsonProgress` for machines (`gates run --json`: JSON lines on stdout). Both say the
 whole run's progress the same way (`Overall`); `progress_display` picks the face. A run's end comes
-as its `RunRecord` (gates.entities); a tuning trial as a dict."""
+as its `RunRecord` (gates.entities); a tuning trial as its `TrialRecord`."""
 
 from __future__ import annotations
 
@@ -156,15 +156,14 @@ class RichProgress:
             )
             self.bar.update(self.all_runs, completed=self.overall.done, live=self.overall.line())
 
-    def tuning_trial(self, record):
-        value = f" {record['value']:.4g}" if record.get("value") is not None else ""
-        halt = f" ({record['halt_reason']})" if record.get("halt_reason") else ""
+    def tuning_trial(self, trial):
+        value = f" {trial.value:.4g}" if trial.value is not None else ""
+        halt = f" ({trial.halt_reason})" if trial.halt_reason else ""
         params = ", ".join(
-            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-            for k, v in record["params"].items()
+            f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items()
         )
         out.print(
-            f"tuning {record['arm']} trial {record['number']}: {params}: {record['state']}{halt}{value}",
+            f"tuning {trial.arm} trial {trial.number}: {params}: {trial.state}{halt}{value}",
             markup=False,
             highlight=False,
         )
@@ -200,8 +199,8 @@ class JsonProgress:
         self.overall.end(record)
         _event({"event": "progress", **self.overall.as_dict()})
 
-    def tuning_trial(self, record):
-        _event({"event": "tuning_trial", **{k: record.get(k) for k in self.TRIAL}})
+    def tuning_trial(self, trial):
+        _event({"event": "tuning_trial", **{k: getattr(trial, k) for k in self.TRIAL}})
 
     def error(self, code: str, message: str) -> None:
         """A task's error, as an error object in the stream (a program reads JSON either way)."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from gates.entities._json import json_safe
     from gates.entities._record import Number, Real, Record
     from gates.entities._run import ConvergenceRecord, FirstSignalRecord, RunErrorRecord, RunRecord
+    from gates.entities._tuning import BestTrialRecord, TrialRecord, TunedArmRecord, TuningRecord
     from gates.entities._verdict import (
         BeyondCeilingRecord,
         HaltRecord,
@@ -46,6 +47,10 @@ _FACE = {
     "Record": "_record",
     "RunErrorRecord": "_run",
     "RunRecord": "_run",
+    "TrialRecord": "_tuning",
+    "TunedArmRecord": "_tuning",
+    "TuningRecord": "_tuning",
+    "BestTrialRecord": "_tuning",
     "Verdict": "_verdict",
     "as_json": "_verdict",
     "json_safe": "_json",

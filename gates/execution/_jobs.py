@@ -215,7 +215,7 @@ def _run_tuning_trial(ctx: JobContext, job: Job, records: dict[str, JobRecord], 
         "kind": KIND_TUNE,
         "arm": job.arm,
         "tuning_trial": trial,
-        "mlflow_run_id": (trial or {}).get("mlflow_run_id"),
+        "mlflow_run_id": trial.mlflow_run_id if trial is not None else None,
     }
 
 

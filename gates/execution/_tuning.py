@@ -41,6 +41,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from gates.contract import LoadedContract, SpaceParam
+from gates.entities import TrialRecord
 from gates.errors import UserErrors, storage_error
 from gates.execution._preflight import preflight
 from gates.execution._reporter import PlatformReporter
@@ -49,7 +50,6 @@ from gates.record import (
     MLflowMetricSink,
     Provenance,
     Tracker,
-    TrialRecord,
     base_tags,
     best_trial,
     current_provenance,
@@ -371,7 +371,7 @@ def run_tuning_trial(
         "FAILED" if state == "failed" else "FINISHED",
         seed_values,
     )
-    return {"arm": arm, **_trial_record(frozen)}
+    return TrialRecord.model_validate({"arm": arm, **_trial_record(frozen)})
 
 
 class _ShiftedSink:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-from gates.entities import RunRecord, Verdict
+from gates.entities import RunRecord, TuningRecord, Verdict
 from gates.inference._sequential import judge_sequential
 from gates.inference._verdict import decide
 from gates.study import Metric
@@ -109,26 +109,25 @@ def tuning_edges(contract, record: dict) -> dict[str, str]:
     """tuned arm -> why its search may have stopped short of its best config: for a numeric parameter, the
     best trial's value is the lowest or the highest value any completed trial tried (the optimum may lie
     beyond it), on a side the contract does not declare a hard limit (`hard: [low]`), or only one value
-    was tried. A decision condition reading such an arm is undetermined (gates.inference)."""
+    was tried. A decision condition reading such an arm is undetermined (gates.inference). `record`:
+    the tuning record as evidence.json holds it, checked into a TuningRecord here."""
     space = contract.tuning.space if contract.tuning is not None else {}
     out = {}
-    for arm, r in (record.get("arms") or {}).items():
-        best = r.get("best")
+    for arm, r in TuningRecord.model_validate(record).arms.items():
+        best = r.best
         if not best:
             continue
         done = [
             t
-            for t in r.get("trials", [])
-            if t.get("state") == "completed"
-            and t.get("value") is not None
-            and math.isfinite(t["value"])
+            for t in r.trials
+            if t.state == "completed" and t.value is not None and math.isfinite(t.value)
         ]
         notes = []
         for key, p in space.items():
-            if p.type == "categorical" or key not in best["params"]:
+            if p.type == "categorical" or key not in best.params:
                 continue
-            tried = sorted({float(t["params"][key]) for t in done if key in t.get("params", {})})
-            value = float(best["params"][key])
+            tried = sorted({float(t.params[key]) for t in done if key in t.params})
+            value = float(best.params[key])
             if len(tried) < 2:
                 notes.append(
                     f"{key}: only one value was tried ({value:.4g}), so nothing was searched"

@@ -22,9 +22,16 @@ from functools import cached_property
 import gates
 from gates.contract import LoadedContract
 from gates.design import rule_flags
-from gates.entities import ConvergenceRecord, RunRecord, Verdict, as_json, json_safe
+from gates.entities import (
+    ConvergenceRecord,
+    RunRecord,
+    TrialRecord,
+    Verdict,
+    as_json,
+    json_safe,
+)
 from gates.inference import judge_claim, predictions
-from gates.record._evidence import EVIDENCE_FORMAT, Evidence, SignalRecord, TrialRecord
+from gates.record._evidence import EVIDENCE_FORMAT, Evidence, SignalRecord
 from gates.record._family import family_record
 from gates.record._siblings import regime_of
 

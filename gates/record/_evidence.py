@@ -34,6 +34,7 @@ from gates.entities import (
     Real,
     Record,
     RunRecord,
+    TuningRecord,
 )
 from gates.errors import storage_error
 from gates.record._files import (
@@ -201,27 +202,6 @@ class MlflowRecord(Record):
     tracking_uri: str | None = None
     experiment_id: str | None = None
     parent_run_id: str | None = None
-
-
-class TrialRecord(Record):
-    number: int
-    params: dict
-    state: str
-    value: Number = None
-
-
-class BestTrialRecord(Record):
-    number: int
-    params: dict
-
-
-class TunedArmRecord(Record):
-    trials: list[TrialRecord]
-    best: BestTrialRecord | None = None
-
-
-class TuningRecord(Record):
-    arms: dict[str, TunedArmRecord] = {}
 
 
 class PredictedAblationRecord(Record):

@@ -21,13 +21,12 @@ from pathlib import Path
 
 from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.design import rule_flags
-from gates.entities import Verdict
+from gates.entities import TrialRecord, Verdict
 from gates.errors import UserError
 from gates.inference import claim_inputs
 from gates.record import (
     Derivation,
     Evidence,
-    TrialRecord,
     attempt_verdicts,
     best_trial,
     derive,
