@@ -41,7 +41,7 @@ from optuna.distributions import CategoricalDistribution, FloatDistribution, Int
 from optuna.trial import TrialState
 
 from gates.contract import LoadedContract, SpaceParam
-from gates.entities import TrialRecord
+from gates.entities import TrialRecord, TuningRecord
 from gates.errors import UserErrors, storage_error
 from gates.execution._preflight import preflight
 from gates.execution._reporter import PlatformReporter
@@ -472,11 +472,12 @@ def tune(
 
 
 def apply(loaded: LoadedContract, record: dict) -> LoadedContract:
-    """A copy of `loaded` whose tuned arms run their best trial's params."""
+    """A copy of `loaded` whose tuned arms run their best trial's params (`record`: the tuning record
+    as evidence.json will hold it)."""
     configs = dict(loaded.arm_configs)
-    for arm, r in record["arms"].items():
-        if r["best"] is not None:
-            configs[arm] = tuned_config(loaded, arm, r["best"]["params"])
+    for arm, r in TuningRecord.model_validate(record).arms.items():
+        if r.best is not None:
+            configs[arm] = tuned_config(loaded, arm, r.best.params)
     return loaded.replace(arm_configs=configs)
 
 

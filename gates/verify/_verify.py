@@ -21,7 +21,7 @@ from pathlib import Path
 
 from gates.contract import LoadedContract, load_contract, load_contract_cached
 from gates.design import rule_flags
-from gates.entities import TrialRecord, Verdict
+from gates.entities import Verdict
 from gates.errors import UserError
 from gates.inference import claim_inputs
 from gates.record import (
@@ -110,7 +110,7 @@ def check_claim(
     check.lose(VERDICT, _rederive(derived.verdict, ev))
     check.lose(DERIVED, _check_derived(ev, derived))
     if loaded.contract.tuning is not None or tuning:
-        check.lose(TUNING, _check_tuning(loaded, ev.as_dict()))
+        check.lose(TUNING, _check_tuning(loaded, ev))
     bound = audit.machine_bound(loaded)
     if bound:  # said, never lost: the record is what it is; no re-run can vouch for these
         check.add(
@@ -351,46 +351,47 @@ def _check_settings(loaded: LoadedContract, ev: Evidence, derived: dict) -> list
     return problems
 
 
-def _check_tuning(loaded: LoadedContract, ev: dict) -> list[str]:
+def _check_tuning(loaded: LoadedContract, ev: Evidence) -> list[str]:
     """The tuning record agrees with the contract and with itself: every tuned arm has exactly the
     pre-registered number of trials, the recorded best is the best of them, and the arm config that
     ran over the seeds is the declared one with the best params."""
-    t = loaded.contract.tuning
-    rec = ev.get("tuning")
+    t, rec = loaded.contract.tuning, ev.tuning
+    recorded = rec is not None and bool(rec.as_dict())  # an empty record is none
     if t is None:
         return (
-            ["evidence has a tuning record but the contract has no tuning section"] if rec else []
+            ["evidence has a tuning record but the contract has no tuning section"]
+            if recorded
+            else []
         )
-    if not rec:
+    if not recorded:
         return ["the contract tunes its arms but the evidence has no tuning record"]
     problems = []
     tuned = t.tuned_arms(loaded.contract.arms)
-    if sorted(rec.get("arms", {})) != sorted(tuned):
+    if sorted(rec.arms) != sorted(tuned):
         problems.append(
-            f"tuning record covers arms {sorted(rec.get('arms', {}))}, the contract tunes {sorted(tuned)}"
+            f"tuning record covers arms {sorted(rec.arms)}, the contract tunes {sorted(tuned)}"
         )
-    for arm, r in rec.get("arms", {}).items():
-        if len(r["trials"]) != t.trials_per_arm:
+    for arm, r in rec.arms.items():
+        if len(r.trials) != t.trials_per_arm:
             problems.append(
-                f"tuning of {arm!r} records {len(r['trials'])} trials, the contract's budget is "
+                f"tuning of {arm!r} records {len(r.trials)} trials, the contract's budget is "
                 f"{t.trials_per_arm}"
             )
-        best = best_trial(
-            [TrialRecord.model_validate(x) for x in r["trials"]], t.objective.direction
-        )
-        if (best and best.number) != (r["best"] and r["best"]["number"]):
+        best = best_trial(r.trials, t.objective.direction)
+        recorded_best = r.best.number if r.best else None
+        if (best.number if best else None) != recorded_best:
             problems.append(
-                f"tuning of {arm!r}: recorded best trial {r['best'] and r['best']['number']}, "
+                f"tuning of {arm!r}: recorded best trial {recorded_best}, "
                 f"re-derived {best and best.number}"
             )
         if arm not in loaded.contract.arms:
             continue
-        config = tuned_config(loaded, arm, r["best"]["params"] if r["best"] else {})
+        config = tuned_config(loaded, arm, r.best.params if r.best else {})
         expected, stated = (
             config.model_dump(mode="json"),
             config.model_dump(mode="json", exclude_unset=True),
         )
-        ran = ev.get("settings", {}).get("arm_configs", {}).get(arm)
+        ran = ev.settings.arm_configs.get(arm)
         if (
             ran is not None
         ):  # a field the study's config gained since (at its default) is no difference
