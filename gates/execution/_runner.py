@@ -514,9 +514,9 @@ def rederive(
     # the family as the record stands (its contract's folder), judging the attempt this evidence is
     loaded = loaded.replace(family=family_for(loaded, runs_root, attempt_verdicts(old)[:-1]))
     family = old.family.as_dict() if old.family is not None else None
-    stored = old.as_dict()  # the record as stored: what the verdict engine reads, and compared
-    derived = derive(loaded, stored, tuning=stored.get("tuning"))
-    if derived.data == stored:
+    tuning = old.tuning.as_dict() if old.tuning is not None else None
+    derived = derive(loaded, old, tuning=tuning)
+    if derived.data == old.as_dict():  # compared with the record as stored
         return None
     new = derived.evidence
     written = write_evidence(runs_root, new)
