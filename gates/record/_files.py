@@ -33,6 +33,16 @@ MAX_JSON_VALUES = 250_000  # per JSON document (an evidence file, a history line
 MAX_INDEX_BYTES = 256 * 1024 * 1024  # the claims history: ~500 bytes a line, half a million lines
 
 
+def as_text(v) -> str | None:
+    """A JSON value read as text: the string, or None for any other type (a hand-edited field)."""
+    return v if isinstance(v, str) else None
+
+
+def as_mapping(v) -> dict | None:
+    """A JSON value read as an object: the dict, or None for any other type."""
+    return v if isinstance(v, dict) else None
+
+
 def parse_json(data: bytes | str):
     """JSON from bytes or text, or ValueError in one line: not UTF-8, not JSON, or nested deeper than
     MAX_JSON_DEPTH (a 200,000-deep value would otherwise raise RecursionError here or in any

@@ -33,7 +33,13 @@ from pathlib import Path
 
 from gates.contract import read_capped
 from gates.errors import Problem
-from gates.record._files import MAX_EVIDENCE_BYTES, MAX_INDEX_BYTES, parse_json
+from gates.record._files import (
+    MAX_EVIDENCE_BYTES,
+    MAX_INDEX_BYTES,
+    as_mapping,
+    as_text,
+    parse_json,
+)
 
 INDEX = "INDEX.jsonl"
 GENESIS = "0" * 64
@@ -67,14 +73,6 @@ EVIDENCE = "evidence.json"  # = gates.record._evidence.EVIDENCE (which pulls in 
 # every other history problem is gates.verify's HISTORY. Each loses the claims concerned.
 HISTORY_NOT_A_FILE = "history_not_a_file"  # a symbolic link (never followed), folder, FIFO, too big
 HISTORY_MALFORMED = "history_malformed"  # an entry whose fields are not what the kind writes
-
-
-def _text(v) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _mapping(v) -> dict | None:
-    return v if isinstance(v, dict) else None
 
 
 @dataclass(frozen=True)
@@ -138,15 +136,17 @@ class IndexEntry:
     @classmethod
     def from_json(cls, data: dict, line: int, *, malformed: bool = False) -> IndexEntry:
         """The entry the parsed line `data` holds (a JSON object), at line `line`."""
-        texts = {k: _text(data.get(k)) for k in (*FIELDS, "values_sha256", "code_sha256", "reran")}
+        texts = {
+            k: as_text(data.get(k)) for k in (*FIELDS, "values_sha256", "code_sha256", "reran")
+        }
         return cls(
             line=line,
             data=data,
             **texts,
-            rederived_from=_mapping(data.get("rederived_from")),
+            rederived_from=as_mapping(data.get("rederived_from")),
             design=data.get("design") if is_design(data.get("design")) else None,
-            code_files=_mapping(data.get("code_files")),
-            tolerance=_mapping(data.get("tolerance")),
+            code_files=as_mapping(data.get("code_files")),
+            tolerance=as_mapping(data.get("tolerance")),
             reran_runs=_reran_runs(data.get("reran_runs")),
             malformed=malformed,
         )

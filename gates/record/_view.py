@@ -12,15 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gates.record._evidence import FamilyRecord
-from gates.record._files import MAX_EVIDENCE_BYTES, read_json_object
-
-
-def _text(v) -> str | None:
-    return v if isinstance(v, str) else None
-
-
-def _mapping(v) -> dict | None:
-    return v if isinstance(v, dict) else None
+from gates.record._files import MAX_EVIDENCE_BYTES, as_mapping, as_text, read_json_object
 
 
 def _int(v) -> int | None:
@@ -58,7 +50,8 @@ class AttemptView:
     @classmethod
     def of(cls, data: dict) -> AttemptView:
         earlier = [
-            (_int(a.get("number")), _text(a.get("verdict"))) for a in _objects(data.get("earlier"))
+            (_int(a.get("number")), as_text(a.get("verdict")))
+            for a in _objects(data.get("earlier"))
         ]
         return cls(_int(data.get("number")), tuple(earlier))
 
@@ -108,23 +101,23 @@ class EvidenceView:
     @classmethod
     def of(cls, data: dict) -> EvidenceView:
         """The view of an evidence's JSON object."""
-        settings = _mapping(data.get("settings")) or {}
-        configs = _mapping(settings.get("arm_configs")) or {}
+        settings = as_mapping(data.get("settings")) or {}
+        configs = as_mapping(settings.get("arm_configs")) or {}
         flags = data.get("rule_flags")
-        attempt = _mapping(data.get("attempt"))
+        attempt = as_mapping(data.get("attempt"))
         return cls(
             data,
-            **{name: _text(data.get(name)) for name in _TEXTS},
-            regime=_mapping(data.get("regime")),
-            code_files=_mapping(data.get("code_files")),
-            arm_configs={arm: _mapping(c) or {} for arm, c in configs.items()},
-            budget=_mapping(settings.get("budget")),
+            **{name: as_text(data.get(name)) for name in _TEXTS},
+            regime=as_mapping(data.get("regime")),
+            code_files=as_mapping(data.get("code_files")),
+            arm_configs={arm: as_mapping(c) or {} for arm, c in configs.items()},
+            budget=as_mapping(settings.get("budget")),
             runs=tuple(
-                RunView(_text(r.get("arm")), _int(r.get("seed")))
+                RunView(as_text(r.get("arm")), _int(r.get("seed")))
                 for r in _objects(data.get("runs"))
             ),
             conditions=tuple(
-                ConditionView(_text(c.get("list_name")), _text(c.get("kind")))
+                ConditionView(as_text(c.get("list_name")), as_text(c.get("kind")))
                 for c in _objects(data.get("conditions"))
             ),
             rule_flags=tuple(f for f in flags if isinstance(f, str))
