@@ -307,7 +307,7 @@ def test_a_tuning_job_files_its_trial_under_the_code_its_run_started_with(workdi
         jobs.KIND_TUNE, "tune:subheap_kernel:0", "subheap_kernel", index=0, tuning_storage=storage
     )
     record = jobs.JOB_KINDS[jobs.KIND_TUNE](SimpleNamespace(parent=parent), job, {}, None)
-    assert record["tuning_trial"].state == "completed"
+    assert record.state == "completed"
     names = {s.study_name for s in optuna.get_all_study_summaries(storage)}
     assert study_name(loaded, "subheap_kernel", "0" * 64) in names
     assert not any(name.startswith("c05-tuned-start@") and "0" * 12 not in name for name in names)

@@ -19,15 +19,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gates.contract import LoadedContract
-from gates.entities import RunRecord
+from gates.entities import RunRecord, TrialRecord
 from gates.errors import UserError
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
 from gates.execution._job import KIND_RUN, KIND_TUNE, ContextInfo, Job
 
-# what a job returns: a run job its run's RunRecord, as the evidence will list it; a tuning job a dict
-# of its Optuna trial ({"kind": "tune", "arm", "tuning_trial", "mlflow_run_id"}), which is no run
-JobRecord = RunRecord | dict
+# what a job returns: a run job its run's RunRecord, as the evidence will list it; a tuning job its
+# trial's TrialRecord (None when the arm's budget was spent already)
+JobRecord = RunRecord | TrialRecord | None
 
 
 @dataclass
@@ -192,14 +192,16 @@ def _run_arm_seed(ctx: JobContext, job: Job, records: dict[str, JobRecord], prog
     return record
 
 
-def _run_tuning_trial(ctx: JobContext, job: Job, records: dict[str, JobRecord], progress) -> dict:
+def _run_tuning_trial(
+    ctx: JobContext, job: Job, records: dict[str, JobRecord], progress
+) -> TrialRecord | None:
     """Job kind "tune": one pre-registered tuning trial of an arm (gates.execution._tuning
     .run_tuning_trial, which does nothing once the arm's budget is spent); its MLflow run is nested
     under the parent run."""
     from gates.execution import _tuning as tuning
 
     parent = ctx.parent
-    trial = tuning.run_tuning_trial(
+    return tuning.run_tuning_trial(
         parent.loaded,
         job.arm,
         job.tuning_storage,
@@ -211,12 +213,6 @@ def _run_tuning_trial(ctx: JobContext, job: Job, records: dict[str, JobRecord], 
         prov=parent.prov,
         index=job.index,
     )
-    return {
-        "kind": KIND_TUNE,
-        "arm": job.arm,
-        "tuning_trial": trial,
-        "mlflow_run_id": trial.mlflow_run_id if trial is not None else None,
-    }
 
 
 # kind -> function(JobContext, job, records it may read, progress) -> its record
@@ -238,8 +234,8 @@ def show_record(
         if not live:
             progress.update(job.arm, job.seed, steps, record.metrics)
         progress.end(record)
-    elif record.get("tuning_trial") and hasattr(progress, "tuning_trial"):
-        progress.tuning_trial(record["tuning_trial"])
+    elif record is not None and hasattr(progress, "tuning_trial"):
+        progress.tuning_trial(record)
 
 
 def close_leftovers(parent: runner.ParentRun, records: list[RunRecord]) -> list[str]:
