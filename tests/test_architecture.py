@@ -475,3 +475,19 @@ def test_records_are_read_by_attribute_outside_the_serialisation_boundary():
         (str(p.relative_to(ROOT)), key) for p in _platform_files() for _, key in _key_reads(p, keys)
     }
     assert set(NOT_RECORDS) <= used, set(NOT_RECORDS) - used
+
+
+def test_the_architecture_page_lists_each_package_and_its_private_modules():
+    """docs/architecture.md's table of packages, lowest layer first, is the code's: every package in
+    its layer's order, each with exactly its private modules."""
+    rows = re.findall(
+        r"^\| `gates\.(\w+)` \|.*\| (.*) \|$",
+        (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8"),
+        flags=re.MULTILINE,
+    )
+    assert [pkg for pkg, _ in rows] == LAYERS
+    for pkg, modules in rows:
+        folder = ROOT / "gates" / pkg
+        actual = {p.stem for p in folder.glob("_*.py") if p.stem != "__init__"}
+        listed = set(re.findall(r"`(_\w+)`", modules))
+        assert listed == actual, (pkg, sorted(actual - listed), sorted(listed - actual))
