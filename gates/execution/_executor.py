@@ -71,7 +71,9 @@ def run_plan(
     """Run everything the contract asks for and decide here. A contract without evidence (or whose
     evidence was withdrawn) records attempt 1 (N + 1) in runs/<id>/ and the claims history; one with
     evidence is reproduced and compared with it, writing nothing under runs/, unless `record` (with a
-    `reason`) records another attempt (`recording`: as gates.record.plan_recording decides, given).
+    `reason`) records another attempt (`recording`: as gates.record.plan_recording decided, given by a
+    caller that admitted the contract first, as `gates run` does: then its evidence is not checked
+    again; else the contract is refused here when it is not the one its evidence was recorded for).
 
     `executor`: "local" (in this process, or in `jobs` > 1 local processes; `processes`: a
     ProcessBackend already started, closed by its owner, e.g. for several contracts in a row) or
@@ -86,7 +88,9 @@ def run_plan(
     check_executor(executor, jobs, ray_address)
     progress = progress or runner.SilentProgress()
     tuning_url = tasks.tuning_storage(loaded, tracking_uri, optuna_storage)
-    recording = recording or plan_recording(loaded, runs_root, record=record, reason=reason)
+    if recording is None:  # else planned by the caller after admitting the contract (`gates run`)
+        runner.check_existing_evidence(loaded, runs_root)
+        recording = plan_recording(loaded, runs_root, record=record, reason=reason)
     with cpu_threads(threads):
         if executor == "ray":
             from gates.execution import _ray

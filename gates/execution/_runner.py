@@ -169,8 +169,8 @@ class ParentRun:
 def prepare_parent(
     loaded: LoadedContract, tracking_uri: str, runs_root: Path, *, fresh: bool = False
 ) -> ParentRun:
-    """Refuse an edited contract or a failed preflight, then open (or reuse) the parent MLflow run."""
-    check_existing_evidence(loaded, runs_root)
+    """Refuse a failed preflight, then open (or reuse) the parent MLflow run (an edited contract was
+    refused before its recording was planned: `run_plan`, or `gates run`'s admission)."""
     pre = preflight(loaded)
     if pre.errors:
         raise UserErrors(pre.errors)
