@@ -305,10 +305,9 @@ def test_translator_scaling_fit_exponent_and_bad_sizes(capsys):
     )
 
 
-def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path):
-    """One step of the translator's flat_seq arm, the code at HEAD (git archive) on both sides, in fresh
-    processes that import their checkout alone; the JSON has what the README quotes. Needs the zh-en
-    corpus (CI fetches it)."""
+def _one_flat_seq_step(out: Path, *options: str):
+    """benchmarks/training_throughput.py on one step of the translator's flat_seq arm, 1 thread, its
+    JSON to `out` (skipped without the zh-en corpus, which CI fetches): the finished process."""
     import subprocess
 
     from gates.models.treeheap_translator import TranslatorConfig, TranslatorStudy
@@ -316,22 +315,17 @@ def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path)
     why = TranslatorStudy().check_ready(TranslatorConfig(arm="flat_seq"))
     if why:
         pytest.skip(why)
-    script = SCRIPT.parent / "training_throughput.py"
-    out = tmp_path / "throughput.json"
-    done = subprocess.run(
+    return subprocess.run(
         [
             sys.executable,
-            str(script),
+            str(SCRIPT.parent / "training_throughput.py"),
+            *options,
             "--studies",
             "translator_flat_seq",
-            "--baseline",
-            "HEAD",
             "--steps",
             "1",
             "--warmup",
             "0",
-            "--repeats",
-            "1",
             "--threads",
             "1",
             "--json",
@@ -341,6 +335,16 @@ def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path)
         text=True,
         cwd=SCRIPT.parent.parent,
     )
+
+
+def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path):
+    """One step of the translator's flat_seq arm, the code at HEAD (git archive) on both sides, in fresh
+    processes that import their checkout alone; the JSON has what the README quotes. Needs the zh-en
+    corpus (CI fetches it)."""
+    import subprocess
+
+    out = tmp_path / "throughput.json"
+    done = _one_flat_seq_step(out, "--baseline", "HEAD", "--repeats", "1")
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     row = result["studies"]["translator_flat_seq"]
@@ -354,6 +358,7 @@ def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path)
             "gates.models.treeheap_translator": "models/treeheap_translator/__init__.py",
         }
     assert result["current_commit"] == result["baseline_commit"]
+    script = SCRIPT.parent / "training_throughput.py"
     bad = subprocess.run(
         [sys.executable, str(script), "--studies", "nope"], capture_output=True, text=True
     )
@@ -363,34 +368,8 @@ def test_training_throughput_benchmark_compares_with_a_baseline_commit(tmp_path)
 def test_training_throughput_profile_splits_a_translator_step(tmp_path):
     """--profile: one profiled step of flat_seq; the regions partition the step (shares sum to 1) and
     backward is split by forward region. Needs the zh-en corpus (CI fetches it)."""
-    import subprocess
-
-    from gates.models.treeheap_translator import TranslatorConfig, TranslatorStudy
-
-    why = TranslatorStudy().check_ready(TranslatorConfig(arm="flat_seq"))
-    if why:
-        pytest.skip(why)
     out = tmp_path / "profile.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(SCRIPT.parent / "training_throughput.py"),
-            "--profile",
-            "--studies",
-            "translator_flat_seq",
-            "--steps",
-            "1",
-            "--warmup",
-            "0",
-            "--threads",
-            "1",
-            "--json",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=SCRIPT.parent.parent,
-    )
+    done = _one_flat_seq_step(out, "--profile")
     assert done.returncode == 0, done.stderr
     profile = json.loads(out.read_text())["profiles"]["translator_flat_seq"]
     regions = {row["region"]: row for row in profile["regions"]}
