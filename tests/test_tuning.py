@@ -156,6 +156,34 @@ def test_cli_rejects_a_decision_on_the_tuning_metric(tmp_path, monkeypatch, caps
             "tuning.trials.flat_adress: no arm named",
         ),
         (lambda t: t.update(trials=0), "expected a positive number of trials"),
+        (lambda t: t.update(sampler={"kind": "random"}), "a random sampler needs a `seed`"),
+        (
+            lambda t: t.update(sampler={"kind": "listed", "seed": 0, "candidates": [{"lr": 0.01}]}),
+            "a listed sampler draws nothing: it takes `candidates`, not a `seed`",
+        ),
+        (
+            lambda t: t.update(sampler={"kind": "listed"}),
+            "a listed sampler needs `candidates`: one configuration per trial",
+        ),
+        (
+            lambda t: t.update(sampler={"kind": "listed", "candidates": [{"lr": 0.01}]}),
+            "tuning.sampler.candidates: 1 candidates for 2 trials per arm; expected one candidate "
+            "per trial",
+        ),
+        (
+            lambda t: t.update(
+                sampler={"kind": "listed", "candidates": [{"lr": 0.01}, {"lr": 0.05}]}
+            ),
+            "tuning.sampler.candidates.1.lr: lr = 0.05 is outside [0.003, 0.03]; expected a value "
+            "of tuning.space.lr",
+        ),
+        (
+            lambda t: t.update(
+                sampler={"kind": "listed", "candidates": [{"lr": 0.01}, {"lr": 0.01, "hidden": 8}]}
+            ),
+            "tuning.sampler.candidates.1: fields ['hidden', 'lr']; expected exactly the searched "
+            "fields ['lr']",
+        ),
     ],
 )
 def test_tuning_section_errors(tmp_path, change, expected):
@@ -481,3 +509,22 @@ def test_two_workers_on_one_arm_sample_two_places_of_its_budget(workdir, store):
     )
     in_order = tune(other, uri, storage_url=storage, prov=prov)["arms"]["subheap_kernel"]["trials"]
     assert [t["params"] for t in in_order] == [first.params, second.params]
+
+
+def test_a_listed_sampler_tries_its_candidates_in_order_for_every_arm(workdir, store):
+    """A designed search: trial n of every tuned arm tries candidate n, exactly as listed (nothing is
+    drawn), and `gates check` states them."""
+    candidates = [{"lr": 0.02}, {"lr": 0.005}]
+    data = tuned_c05(id="c05-tuned-listed", sampler={"kind": "listed", "candidates": candidates})
+    path = write_contract(workdir / "contracts", data)
+    loaded = load_contract(path)
+    uri, storage = store
+    prov = current_provenance("gates.models.c05_probe")
+    record = tune(loaded, uri, storage_url=storage, prov=prov)
+    for arm in ARMS:
+        assert [t["params"] for t in record["arms"][arm]["trials"]] == candidates
+    assert record["sampler"] == {"kind": "listed", "candidates": candidates}
+    done = subprocess.run(
+        [sys.executable, "-m", "gates", "check", str(path)], capture_output=True, text=True
+    )
+    assert "listed candidates (lr 0.02), (lr 0.005)" in done.stdout, done.stdout + done.stderr

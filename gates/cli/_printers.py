@@ -133,7 +133,7 @@ def print_check(loaded, report, power, notes: list[str], flags: list[str]) -> No
         out.print(
             f"tuning: {t.trials_per_arm} trials for each of {', '.join(t.tuned_arms(c.arms))}; space: {space}; "
             f"objective {t.objective.metric} ({t.objective.direction}) on tuning seeds {t.seeds}; "
-            f"{t.sampler.kind} sampler, seed {t.sampler.seed}",
+            f"{t.sampler.summary()}",
             markup=False,
         )
     out.print(

@@ -171,6 +171,43 @@ def _check_references(contract: Contract, study: Study, err) -> list[UserError]:
     return errors
 
 
+def _check_candidates(t, err) -> list[UserError]:
+    """A listed sampler's candidates: one per trial, each a value of every searched field and of no
+    other, within the field's range (or choices)."""
+    if t.sampler.kind != "listed":
+        return []
+    where = ("tuning", "sampler", "candidates")
+    errors = []
+    if len(t.sampler.candidates) != t.trials_per_arm:
+        errors.append(
+            err(
+                where,
+                f"{len(t.sampler.candidates)} candidates for {t.trials_per_arm} trials per arm; "
+                f"expected one candidate per trial",
+            )
+        )
+    for i, candidate in enumerate(t.sampler.candidates):
+        if set(candidate) != set(t.space):
+            errors.append(
+                err(
+                    (*where, i),
+                    f"fields {sorted(candidate)}; expected exactly the searched fields "
+                    f"{sorted(t.space)}",
+                )
+            )
+            continue
+        for key, value in candidate.items():
+            why = t.space[key].outside(value)
+            if why:
+                errors.append(
+                    err(
+                        (*where, i, key),
+                        f"{key} = {value!r} is {why}; expected a value of tuning.space.{key}",
+                    )
+                )
+    return errors
+
+
 def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
     """A tuning section must search real fields within what every tuned arm accepts, and keep the
     decision fair: it reads no metric of the validation split tuning selected on, and compares no
@@ -213,6 +250,7 @@ def _check_tuning(contract: Contract, study: Study, err) -> list[UserError]:
                         )
                     )
                     break
+    errors += _check_candidates(t, err)
     obj = t.objective
     if obj.metric not in study.metrics:
         errors.append(

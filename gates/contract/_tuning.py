@@ -72,6 +72,22 @@ class SpaceParam(Strict):
             raise ValueError("a float range is either log-scaled or stepped, not both")
         return self
 
+    def outside(self, value) -> str | None:
+        """Why `value` is not a value this parameter's search can take (None: it can): off the choices,
+        the range, the int or step grid."""
+        if self.type == "categorical":
+            return None if value in self.choices else f"not one of the choices {self.choices}"
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return f"not a number ({value!r})"
+        if not self.low <= value <= self.high:
+            return f"outside [{self.low:g}, {self.high:g}]"
+        step = self.step or (1 if self.type == "int" else None)
+        if step is not None:
+            k = (value - self.low) / step
+            if abs(k - round(k)) > 1e-9:
+                return f"off the grid {self.low:g} + k * {step:g}"
+        return None
+
     def bounds(self) -> list[tuple[str | int, Any]]:
         """(where in the YAML, value) of every extreme value a trial can take, for checking."""
         if self.type == "categorical":
@@ -88,8 +104,45 @@ class TuningObjective(Strict):
 
 
 class TuningSampler(Strict):
-    kind: Literal["tpe", "random"] = "tpe"
-    seed: Seed = Field(description="sampler seed (trial n of every arm samples from seed, n)")
+    kind: Literal["tpe", "random", "listed"] = "tpe"
+    seed: Seed | None = Field(
+        default=None,
+        description="tpe / random: sampler seed (trial n of every arm samples from seed, n)",
+    )
+    candidates: list[dict[str, bool | int | float | str]] | None = Field(
+        default=None,
+        max_length=MAX_TRIALS,
+        description="listed: the configurations trial 0, 1, ... of every arm tries, one per trial "
+        "(a designed search, e.g. one that brackets the expected optimum in every field)",
+    )
+
+    def summary(self) -> str:
+        """One line: `random sampler, seed 0` or `listed candidates (lr 0.001, dropout 0.3), ...`."""
+        if self.kind != "listed":
+            return f"{self.kind} sampler, seed {self.seed}"
+        return "listed candidates " + ", ".join(
+            "(" + ", ".join(f"{k} {v}" for k, v in c.items()) + ")" for c in self.candidates
+        )
+
+    @model_validator(mode="after")
+    def _seed_or_candidates(self):
+        if self.kind == "listed":
+            if not self.candidates:
+                raise ValueError("a listed sampler needs `candidates`: one configuration per trial")
+            if self.seed is not None:
+                raise ValueError(
+                    "a listed sampler draws nothing: it takes `candidates`, not a `seed`"
+                )
+            if len({canonical_json(c) for c in self.candidates}) != len(self.candidates):
+                raise ValueError(f"candidates must be distinct, got {self.candidates}")
+        else:
+            if self.seed is None:
+                raise ValueError(f"a {self.kind} sampler needs a `seed`")
+            if self.candidates is not None:
+                raise ValueError(
+                    f"a {self.kind} sampler draws its candidates; `candidates` is for kind: listed"
+                )
+        return self
 
 
 class Tuning(Strict):

@@ -12,7 +12,8 @@ sampler seed. Here:
   answer is the contract's `StopRuleEngine`: a halt prunes the trial exactly where it would halt a run.
   Its value is the objective's final value, averaged over the tuning seeds;
 - trial n of every arm (its place n in the arm's budget, `budget_index`) samples from the seed
-  (sampler.seed, n): with the random sampler every arm tries the same candidates, a resumed study
+  (sampler.seed, n), or tries the listed sampler's candidate n: with the random and the listed
+  sampler every arm tries the same candidates, a resumed study
   samples what the interrupted one would have, and workers running two trials of one arm at once
   (distributed jobs carry n) sample two candidates, not the same one twice;
 - every trial is one MLflow run nested under the contract's parent run (our own small glue, batched
@@ -32,6 +33,7 @@ import json
 import math
 import time
 import traceback
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -106,7 +108,14 @@ def distributions(space: dict[str, SpaceParam]) -> dict[str, Any]:
 
 
 def _sampler(spec, index: int):
-    """Trial `index` samples from seed (spec.seed, index): independent of how many runs resumed."""
+    """Trial `index` samples from seed (spec.seed, index): independent of how many runs resumed. A
+    listed sampler's trial `index` tries candidate `index`, every field fixed (nothing is drawn)."""
+    if spec.kind == "listed":
+        with warnings.catch_warnings():  # stable since Optuna 2.4, still marked experimental
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.PartialFixedSampler(
+                spec.candidates[index], optuna.samplers.RandomSampler(seed=0)
+            )
     seed = int(np.random.SeedSequence([spec.seed, index]).generate_state(1)[0])
     if spec.kind == "random":
         return optuna.samplers.RandomSampler(seed=seed)
@@ -465,7 +474,7 @@ def tune(
         "trials_per_arm": t.trials_per_arm,
         "objective": t.objective.model_dump(),
         "seeds": list(t.seeds),
-        "sampler": t.sampler.model_dump(),
+        "sampler": t.sampler.model_dump(exclude_none=True),
         "code_sha256": code,
         "arms": arms,
     }
