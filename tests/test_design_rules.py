@@ -20,6 +20,7 @@ from gates.design import rule_flags
 from gates.design._rules import RULES
 from gates.errors import UserError
 from gates.inference import decide
+from gates.inference._effects import _describe as describe
 from gates.record import render_report
 from gates.study import get_study, proportion
 from tests.conftest import c05_current, copy_claims, write_contract
@@ -553,6 +554,58 @@ def test_a_wide_non_inferiority_margin_is_refused(tmp_path):
     assert "exceeds the declared smallest effect of interest 0.03" in line
     line = one(refused(tmp_path, no_worse(-0.05, 0.8)), "smallest_effects.test_acc")
     assert "exceeds the predicted effect 0.7 on test_acc (gate 3)" in line
+
+
+def test_a_relative_non_inferiority_margin_on_a_log_scale_metric(tmp_path):
+    """On a log-scale metric (judged by ratios) non-inferiority is a negative relative margin ("no more
+    than 2% above": lower, relative_margin -0.02), bounded by the smallest effect of interest declared
+    as a share; on a linear metric, whose smallest effect is absolute, it is refused."""
+
+    def no_worse(metric, relative, smallest=None):
+        def mutate(d):
+            d["decision"]["supported_if"].append(
+                {
+                    "kind": "compare",
+                    "arm": "subheap_kernel",
+                    "metric": metric,
+                    "other": "path_subheap_kernel",
+                    "direction": "lower" if metric == "test_loss" else "higher",
+                    "relative_margin": relative,
+                }
+            )
+            if smallest is not None:
+                d["decision"]["smallest_effects"] = {metric: smallest}
+
+        return mutate
+
+    assert flags_of(tmp_path, no_worse("test_loss", -0.02, 0.02), "non_inferiority") == []
+    line = one(refused(tmp_path, no_worse("test_loss", -0.02)), "supported_if.4.relative_margin")
+    assert "the non-inferiority margin 0.02 (a share) on test_loss has no declared smallest" in line
+    line = one(
+        refused(tmp_path, no_worse("test_loss", -0.05, 0.02)), "supported_if.4.relative_margin"
+    )
+    assert "exceeds the declared smallest effect of interest 0.02" in line
+    line = one(
+        refused(tmp_path, no_worse("test_acc", -0.02, 0.02)), "supported_if.4.relative_margin"
+    )
+    assert (
+        "a relative non-inferiority margin on 'test_acc', which study 'c05_probe' does not" in line
+    )
+    # read as a bound on the other side of the comparator, and described so
+    loaded = load_contract(
+        write_contract(tmp_path, _mutated(no_worse("test_loss", -0.02, 0.02)), "described.yaml")
+    )
+    condition = loaded.contract.decision.supported_if[-1]
+    assert condition.non_inferiority
+    assert describe(condition) == (
+        "subheap_kernel.test_loss <= path_subheap_kernel.test_loss * (1 + 0.02)"
+    )
+
+
+def _mutated(mutate) -> dict:
+    data = c05_current()
+    mutate(data)
+    return data
 
 
 def test_a_claim_to_beat_a_cheaper_arm_needs_matched_cost(tmp_path):

@@ -106,7 +106,8 @@ class Compare(_Condition):
 
     `higher`: arm >= other + margin (absolute) or arm >= other * (1 + relative_margin).
     `lower`:  arm <= other - margin (absolute) or arm <= other * (1 - relative_margin).
-    A negative absolute margin states non-inferiority ("no more than 0.05 above": lower, -0.05).
+    A negative margin states non-inferiority ("no more than 0.05 above": lower, -0.05); so does a
+    negative relative margin ("no more than 2% above": lower, relative_margin -0.02).
     """
 
     kind: Literal["compare"]
@@ -120,7 +121,13 @@ class Compare(_Condition):
         description="absolute; negative for non-inferiority: "
         "`lower` with margin -0.05 reads arm <= other + 0.05",
     )
-    relative_margin: float | None = Field(default=None, ge=0, lt=1)
+    relative_margin: float | None = Field(
+        default=None,
+        gt=-1,
+        lt=1,
+        description="a share of the other side; negative for non-inferiority: "
+        "`lower` with relative_margin -0.02 reads arm <= other * 1.02",
+    )
     test: Literal["welch", "paired"] = "welch"
 
     @model_validator(mode="after")
@@ -128,6 +135,12 @@ class Compare(_Condition):
         if self.margin is not None and self.relative_margin is not None:
             raise ValueError("give either margin (absolute) or relative_margin, not both")
         return self
+
+    @property
+    def non_inferiority(self) -> bool:
+        """A bound of "no worse by more than": a negative margin or relative margin (it asserts no
+        direction, and that no arm fails)."""
+        return (self.margin or 0) < 0 or (self.relative_margin or 0) < 0
 
 
 class Trend(_Condition):
@@ -194,8 +207,9 @@ class Decision(Strict):
         default_factory=dict,
         max_length=MAX_ITEMS,
         description="metric -> the smallest difference in it that matters (absolute, in the metric's "
-        "declared unit and scale), fixed before the run; a non-inferiority margin on the metric is at "
-        "most this, and at most the predicted effect on it",
+        "declared unit; on a log-scale metric a share, as its relative margins), fixed before the run; "
+        "a non-inferiority margin on the metric is at most this, and (absolute) at most the predicted "
+        "effect on it",
     )
     supported_if: list[Condition] = Field(min_length=1, max_length=MAX_ITEMS)
     refuted_if: list[Condition] = Field(

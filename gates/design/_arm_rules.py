@@ -45,7 +45,7 @@ class _ArmRules(_RuleBase):
                     f"{getattr(spec, 'direction', '?')}, so direction {getattr(spec, 'direction', '?')!r} (a "
                     f"broken arm must fail it); this one passes a broken arm",
                 )
-            elif isinstance(c, Compare) and (c.margin or 0) < 0:
+            elif isinstance(c, Compare) and c.non_inferiority:
                 self.add(
                     ("controls", i, "margin"),
                     "a positive control asserts its arm beats the other; a "
@@ -139,18 +139,25 @@ class _ArmRules(_RuleBase):
                     )
 
     def non_inferiority(self) -> None:
-        """A supported_if non-inferiority margin (a compare's negative `margin`) is at most the smallest
-        effect of interest the decision declares for its metric (`smallest_effects`), itself at most the
-        predicted effect on that metric; on a metric with a declared range on both sides, the margin is
-        also at most NON_INFERIORITY_SHARE of that range."""
+        """A supported_if non-inferiority margin (a compare's negative `margin`, or negative
+        `relative_margin` on a log-scale metric) is at most the smallest effect of interest the decision
+        declares for its metric (`smallest_effects`: absolute, or a share on a log-scale metric, whose
+        conditions are ratios), itself at most the predicted effect on that metric (an absolute
+        difference: compared on linear metrics); on a metric with a declared range on both sides, the
+        margin is also at most NON_INFERIORITY_SHARE of that range."""
         d, predicted = self.c.decision, self.c.preflight.predicted_ablation
         for metric in d.smallest_effects:
-            if self.spec(metric) is None:
+            spec = self.spec(metric)
+            if spec is None:
                 self.add(
                     ("decision", "smallest_effects", metric),
                     f"{metric!r} is not a metric of study {self.study.name!r}",
                 )
-            elif metric == predicted.metric and d.smallest_effects[metric] > predicted.size:
+            elif (
+                metric == predicted.metric
+                and spec.scale != "log"
+                and d.smallest_effects[metric] > predicted.size
+            ):
                 self.add(
                     ("decision", "smallest_effects", metric),
                     f"the smallest effect of interest {d.smallest_effects[metric]:g} exceeds the predicted "
@@ -158,13 +165,25 @@ class _ArmRules(_RuleBase):
                     f"matter; expected at most {predicted.size:g}",
                 )
         for i, c in enumerate(d.supported_if):
-            if not isinstance(c, Compare) or (c.margin or 0) >= 0:
+            if not isinstance(c, Compare) or not c.non_inferiority:
                 continue
-            width, smallest = -c.margin, d.smallest_effects.get(c.metric)
+            spec = self.spec(c.metric)
+            relative = c.relative_margin is not None
+            if relative and getattr(spec, "scale", "") != "log":
+                self.add(
+                    ("decision", "supported_if", i, "relative_margin"),
+                    f"a relative non-inferiority margin on {c.metric!r}, which study {self.study.name!r} "
+                    f"does not declare log-scale: its smallest effect of interest is absolute; expected "
+                    f"an absolute negative `margin`",
+                )
+                continue
+            width = -(c.relative_margin if relative else c.margin)
+            field, unit = ("relative_margin", " (a share)") if relative else ("margin", "")
+            smallest = d.smallest_effects.get(c.metric)
             if smallest is None or width > smallest:
                 self.add(
-                    ("decision", "supported_if", i, "margin"),
-                    f"the non-inferiority margin {width:g} on {c.metric} "
+                    ("decision", "supported_if", i, field),
+                    f"the non-inferiority margin {width:g}{unit} on {c.metric} "
                     + (
                         "has no declared smallest effect of interest"
                         if smallest is None
@@ -174,8 +193,7 @@ class _ArmRules(_RuleBase):
                     f"matters'; expected `decision.smallest_effects: {{{c.metric}: S}}` fixed before the "
                     f"run, with the margin at most S",
                 )
-            spec = self.spec(c.metric)
-            if spec is None or spec.low is None or spec.high is None:
+            if relative or spec is None or spec.low is None or spec.high is None:
                 continue
             limit = NON_INFERIORITY_SHARE * (spec.high - spec.low)
             if width > limit:

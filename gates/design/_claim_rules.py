@@ -28,7 +28,7 @@ class _ClaimRules(_RuleBase):
                 not isinstance(c, Compare)
                 or (c.other_metric or c.metric) != c.metric
                 or c.metric != pa.metric
-                or (c.margin or 0) < 0
+                or c.non_inferiority
             ):  # a non-inferiority bound asserts no direction
                 continue
             if (c.arm, c.other) == (pa.arm, pa.versus):

@@ -69,9 +69,7 @@ def failing_arms(c, spec) -> list[str]:
         return [c.arm] if metric is not None and c.direction != metric.direction else []
     if isinstance(c, Compare) and c.other != c.arm:
         metric = spec(c.metric)
-        if (
-            metric is None or (c.margin or 0) < 0
-        ):  # a non-inferiority bound asserts that no arm fails
+        if metric is None or c.non_inferiority:  # a non-inferiority bound asserts that no arm fails
             return []
         return [c.other] if c.direction == metric.direction else [c.arm]
     return []

@@ -186,7 +186,10 @@ def _describe(c) -> str:
         a, b = f"{c.arm}.{c.metric}", f"{c.other}.{c.other_metric or c.metric}"
         op, sign = (">=", "+") if c.direction == "higher" else ("<=", "-")
         if c.relative_margin is not None:
-            return f"{a} {op} {b} * (1 {sign} {c.relative_margin:g})"
+            r = c.relative_margin
+            if r < 0:  # non-inferiority: the bound lies on the other side of b
+                sign = "-" if sign == "+" else "+"
+            return f"{a} {op} {b} * (1 {sign} {abs(r):g})"
         offset = (c.margin or 0.0) * (1 if c.direction == "higher" else -1)
         return (
             f"{a} {op} {b} {'+' if offset > 0 else '-'} {abs(offset):g}"
