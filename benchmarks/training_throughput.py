@@ -46,6 +46,15 @@ unprofiled ms/step of the same process is printed beside the total. Measure on a
 `--profile --json` writes {"current": REF, "current_commit": SHA, "threads": T, "profiles": {NAME:
 {"ms_per_step_unprofiled", "ms_per_step_profiled", "regions": [{"region", "ms_per_step", "share",
 "python_ms_per_step", "ops_per_step"}]}}}.
+
+What a faster step can gain (`--profile --batch-sizes 64,128,256`, optionally `--config
+depth=4,d_model=64,...` for other settings): ms per step at each batch size and the least-squares line
+ms = fixed + per_sentence x batch. The fixed part is what no batch amortises (per-op dispatch, Python,
+the optimizer over the embedding and output tables); the rest scales with the work. Removing every
+fixed millisecond would speed the first batch size's step by at most ms / (ms - fixed): a bound on
+what overhead-cutting (compiling the loop, fusing ops) can buy without changing the model's arithmetic.
+The JSON's profiles then hold {NAME: {"config", "batches": [{"batch_size", "ms_per_step",
+"tokens_per_s"}], "fixed_ms", "ms_per_sentence", "fixed_share_at_first", "ceiling_without_fixed"}}.
 """
 
 from __future__ import annotations
@@ -224,10 +233,13 @@ def studies(module: str):
 
 
 # ---------------------------------------------------------------------------------- step builders
-def build_translator_step(arm: str, device: str = "cpu", profile: bool = False):
+def build_translator_step(
+    arm: str, device: str = "cpu", profile: bool = False, overrides: dict | None = None
+):
     """One training step of the translator at the translator contracts' settings (d 128, N 32, vocab
-    4,000, batch 64, zh<->en): (step, target tokens of the last step, "tokens"). With `profile`, the
-    step's parts and the model's are marked as profiler regions (`instrument`)."""
+    4,000, batch 64, zh<->en; `overrides`: other config fields): (step, target tokens of the last step,
+    "tokens"). With `profile`, the step's parts and the model's are marked as profiler regions
+    (`instrument`)."""
     import torch
 
     tt = studies("treeheap_translator")
@@ -238,7 +250,7 @@ def build_translator_step(arm: str, device: str = "cpu", profile: bool = False):
         tt, "Decoded"
     )  # the code after #12; before it, forward returned (logits, masses)
     fields = {"device": device} if packed_api else {}
-    config = tt.TranslatorConfig(arm=arm, **fields)
+    config = tt.TranslatorConfig(**{"arm": arm, **fields, **(overrides or {})})
     data = tt.load_data(config)
     seed_everything(0)
     model = tt.Translator(config, data.vocab_size).to(device)
@@ -363,6 +375,65 @@ def profile_worker(name: str, device: str, threads: int, warmup: int, steps: int
                 step()
     table = regions_table(prof.events(), steps)
     return {"ms_per_step_unprofiled": round(plain_ms, 1), **table}
+
+
+def scaling_worker(
+    name: str, threads: int, warmup: int, steps: int, batch_sizes: list[int], overrides: dict
+) -> dict:
+    """ms per step at each batch size, and the least-squares line ms = fixed + per_sentence x batch: the
+    fixed part is what no batch amortises (per-op dispatch, Python, the optimizer over the tables); the
+    per-sentence part scales with the work. Removing every fixed millisecond would speed the first
+    batch size's step by at most its ms / (ms - fixed)."""
+    import numpy as np
+    import torch
+
+    torch.set_num_threads(threads)
+    _retain_freed_memory()
+    rows = []
+    for batch in batch_sizes:
+        step, counted, _ = build_translator_step(
+            name.removeprefix("translator_"), "cpu", overrides={**overrides, "batch_size": batch}
+        )
+        for _ in range(warmup):
+            step()
+        tokens, started = 0, time.perf_counter()
+        for _ in range(steps):
+            step()
+            tokens += counted[0]
+        seconds = time.perf_counter() - started
+        rows.append(
+            {
+                "batch_size": batch,
+                "ms_per_step": round(1000 * seconds / steps, 1),
+                "tokens_per_s": round(tokens / seconds, 1),
+            }
+        )
+    per_sentence, fixed = np.polyfit(batch_sizes, [r["ms_per_step"] for r in rows], 1)
+    first = rows[0]["ms_per_step"]
+    return {
+        "config": overrides,
+        "batches": rows,
+        "fixed_ms": round(float(fixed), 1),
+        "ms_per_sentence": round(float(per_sentence), 3),
+        "fixed_share_at_first": round(float(fixed) / first, 3),
+        "ceiling_without_fixed": round(first / (first - float(fixed)), 2),
+    }
+
+
+def print_scaling(name: str, result: dict) -> None:
+    shown = ", ".join(f"{k}={v}" for k, v in result["config"].items()) or "the contracts' defaults"
+    print(f"{name} ({shown}):")
+    for r in result["batches"]:
+        print(
+            f"  batch {r['batch_size']:4d}: {r['ms_per_step']:7.1f} ms/step  {r['tokens_per_s']:9.1f} tokens/s"
+        )
+    first = result["batches"][0]
+    print(
+        f"  ms = {result['fixed_ms']:.1f} + {result['ms_per_sentence']:.3f} x batch: at batch "
+        f"{first['batch_size']}, {result['fixed_share_at_first']:.0%} of the step is fixed; removing all "
+        f"of it gives at most x{result['ceiling_without_fixed']:.2f}",
+        flush=True,
+    )
 
 
 def regions_table(events, steps: int) -> dict:
@@ -520,6 +591,8 @@ def measure(name: str, code: Path, side: str, args, device: str, profile: bool =
         "--steps",
         str(args.steps),
         *(["--profile"] if profile else []),
+        *(["--batch-sizes", args.batch_sizes] if args.batch_sizes else []),
+        *(["--config", args.config] if args.config else []),
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=code)
     if done.returncode != 0:
@@ -530,7 +603,16 @@ def measure(name: str, code: Path, side: str, args, device: str, profile: bool =
 def run_worker(args) -> dict:
     code = Path(args.code)
     isolate(code)
-    if args.profile:
+    if args.batch_sizes:
+        result = scaling_worker(
+            args.worker,
+            args.threads,
+            args.warmup,
+            args.steps,
+            _batch_sizes(args.batch_sizes),
+            _config(args.config),
+        )
+    elif args.profile:
         result = profile_worker(args.worker, args.device, args.threads, args.warmup, args.steps)
     else:
         result = worker(args.worker, args.device, args.threads, args.warmup, args.steps)
@@ -540,6 +622,20 @@ def run_worker(args) -> dict:
     )
     result["imports"] = imported_from(code, study)
     return result
+
+
+def _batch_sizes(text: str) -> list[int]:
+    return [int(b) for b in text.split(",")]
+
+
+def _config(text: str | None) -> dict:
+    """`depth=4,d_model=64` -> {"depth": 4, "d_model": 64} (numbers as numbers)."""
+    out = {}
+    for item in (text or "").split(","):
+        if item:
+            key, value = item.split("=", 1)
+            out[key] = json.loads(value) if value[:1].isdigit() or value[:1] == "-" else value
+    return out
 
 
 def _study_module(name: str) -> str:
@@ -574,6 +670,15 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="per-step profile of the current code's translator arms (CPU), no comparison",
     )
+    parser.add_argument(
+        "--batch-sizes",
+        help="with --profile: instead of the profile, ms per step at these batch sizes (64,128,256) and "
+        "the fixed part no batch amortises",
+    )
+    parser.add_argument(
+        "--config",
+        help="with --batch-sizes: translator config fields to set (depth=4,d_model=64,...)",
+    )
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--code", help=argparse.SUPPRESS)
@@ -606,7 +711,7 @@ def main(argv: list[str] | None = None) -> int:
             for name in names:
                 profiles[name] = measure(name, current[0], "current", args, "cpu", profile=True)
                 _print_imports("current", args.current, current, profiles[name].pop("imports"))
-                print_profile(name, profiles[name])
+                (print_scaling if args.batch_sizes else print_profile)(name, profiles[name])
             if args.json:
                 _write(
                     args.json,
