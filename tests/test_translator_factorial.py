@@ -163,6 +163,8 @@ V2 = ROOT / "contracts" / "treeheap-vs-dense-v2.yaml"
 def test_existing_contract_configs_still_validate():
     for path in sorted((ROOT / "contracts").glob("treeheap-*.yaml")):
         for name, config in yaml.safe_load(path.read_text())["arms"].items():
+            if config["arm"] == "factorial":  # a cell names its encoder and reader
+                continue
             parsed = TranslatorConfig(**config)
             assert parsed.encoder is None and parsed.reader is None, (path.name, name)
 
