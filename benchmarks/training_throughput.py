@@ -408,15 +408,18 @@ def scaling_worker(
                 "tokens_per_s": round(tokens / seconds, 1),
             }
         )
-    per_sentence, fixed = np.polyfit(batch_sizes, [r["ms_per_step"] for r in rows], 1)
+    per_sentence, fixed = (
+        float(c) for c in np.polyfit(batch_sizes, [r["ms_per_step"] for r in rows], 1)
+    )
     first = rows[0]["ms_per_step"]
     return {
         "config": overrides,
         "batches": rows,
-        "fixed_ms": round(float(fixed), 1),
-        "ms_per_sentence": round(float(per_sentence), 3),
-        "fixed_share_at_first": round(float(fixed) / first, 3),
-        "ceiling_without_fixed": round(first / (first - float(fixed)), 2),
+        "fixed_ms": round(fixed, 1),
+        "ms_per_sentence": round(per_sentence, 3),
+        "fixed_share_at_first": round(fixed / first, 3),
+        # None: the line says nothing (noise made the larger batch no slower)
+        "ceiling_without_fixed": round(first / (first - fixed), 2) if first > fixed else None,
     }
 
 
@@ -427,11 +430,12 @@ def print_scaling(name: str, result: dict) -> None:
         print(
             f"  batch {r['batch_size']:4d}: {r['ms_per_step']:7.1f} ms/step  {r['tokens_per_s']:9.1f} tokens/s"
         )
-    first = result["batches"][0]
+    first, ceiling = result["batches"][0], result["ceiling_without_fixed"]
     print(
         f"  ms = {result['fixed_ms']:.1f} + {result['ms_per_sentence']:.3f} x batch: at batch "
         f"{first['batch_size']}, {result['fixed_share_at_first']:.0%} of the step is fixed; removing all "
-        f"of it gives at most x{result['ceiling_without_fixed']:.2f}",
+        f"of it gives at most "
+        + (f"x{ceiling:.2f}" if ceiling else "(no bound: the larger batch was no slower)"),
         flush=True,
     )
 

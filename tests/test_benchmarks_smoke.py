@@ -383,3 +383,29 @@ def test_training_throughput_profile_splits_a_translator_step(tmp_path):
     own = [row for row in profile["regions"] if not row["region"].startswith(" ")]
     assert sum(row["share"] for row in own) == pytest.approx(1, abs=0.01)
     assert any(row["region"] == "  of output layer (logits)" for row in profile["regions"])
+
+
+def test_training_throughput_batch_sizes_fit_the_fixed_part_of_a_step(tmp_path):
+    """--profile --batch-sizes: flat_seq's step at two batch sizes (with --config fields set) and the
+    line through them; the fixed part and its ceiling follow from the measured times. Needs the zh-en
+    corpus (CI fetches it)."""
+    out = tmp_path / "scaling.json"
+    done = _one_flat_seq_step(
+        out, "--profile", "--batch-sizes", "4,8", "--config", "depth=4,d_model=16,hidden=16"
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())["profiles"]["translator_flat_seq"]
+    assert result["config"] == {"depth": 4, "d_model": 16, "hidden": 16}
+    (small, large) = result["batches"]
+    assert (small["batch_size"], large["batch_size"]) == (4, 8)
+    per_sentence = (large["ms_per_step"] - small["ms_per_step"]) / 4  # two points: the line itself
+    assert result["ms_per_sentence"] == pytest.approx(per_sentence, abs=0.01)
+    assert result["fixed_ms"] == pytest.approx(small["ms_per_step"] - 4 * per_sentence, abs=0.1)
+    fixed = result["fixed_ms"]
+    if fixed < small["ms_per_step"]:
+        assert result["ceiling_without_fixed"] == pytest.approx(
+            small["ms_per_step"] / (small["ms_per_step"] - fixed), rel=0.02
+        )
+    else:  # noise made the larger batch no slower: the line bounds nothing
+        assert result["ceiling_without_fixed"] is None
+    assert "of the step is fixed; removing all of it gives at most" in done.stdout
