@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -289,6 +290,20 @@ def tiny_teacher(root: Path):
 # ---------------------------------------------------------------------------------- backends
 # a job process's threads, as the driver's
 JOB_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+# Ctrl-C tests: jobs of a few seconds each, so that the ones left when the first finishes cannot all end
+# before the SIGINT lands, even on a busy machine (at 400 steps they took about 3.5 s together and once
+# did: exit 0)
+CTRL_C_STEPS = 1200
+
+
+def interrupt_missed(rest: str, errors: str) -> str:
+    """Why `gates run --json` did not stop at a SIGINT, for a failure message: how many runs ended after
+    it (none or few: the run had ended before the signal came; many: the interrupt was lost), and
+    stderr."""
+    ended = sum(json.loads(line).get("event") == "run" for line in rest.splitlines() if line)
+    return f"{ended} run(s) ended after the SIGINT; stderr: {errors[-3000:]!r}"
 
 
 def dist_contract(contract_id: str = "c05-dist", seeds=(0, 1, 2), steps: int = 400) -> dict:

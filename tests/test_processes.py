@@ -18,7 +18,15 @@ from gates.contract import load_contract
 from gates.execution import run_plan
 from gates.execution._processes import threads_per_job
 from gates.verify import verify
-from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
+from tests.conftest import (
+    CTRL_C_STEPS,
+    JOB_ENV,
+    ROOT,
+    comparable,
+    dist_contract,
+    interrupt_missed,
+    write_contract,
+)
 from tests.helpers import run_contract
 from tests.test_ray import children
 
@@ -64,8 +72,9 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
     """SIGINT to the whole process group of `gates run --jobs 2` once its first run finished (as a
     terminal's Ctrl-C): exit 130, no run left RUNNING, no evidence; the next run reuses the finished
     runs."""
-    # two at a time: the six jobs left when the first finishes cannot all end before the SIGINT
-    data = dist_contract()
+    # two at a time, jobs of a few seconds: the eleven left when the first finishes cannot all end
+    # before the SIGINT lands, even on a busy machine (at 400 steps a full test run once saw exit 0)
+    data = dist_contract(steps=CTRL_C_STEPS)
     write_contract(workdir / "contracts", data, "c05-dist.yaml")
     proc = gates_run(workdir, "--jobs", "2", "--threads", "1", start_new_session=True)
     try:
@@ -73,11 +82,11 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
             if json.loads(line).get("event") == "run":
                 break
         os.killpg(proc.pid, signal.SIGINT)
-        _, errors = proc.communicate(timeout=120)
+        rest, errors = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 130, errors[-3000:]
+    assert proc.returncode == 130, interrupt_missed(rest, errors)
     assert "interrupted" in errors and "Traceback" not in errors
     assert not (workdir / "runs" / "c05-dist" / "evidence.json").exists()
     uri = f"sqlite:///{workdir / 'mlflow.db'}"

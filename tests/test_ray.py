@@ -26,7 +26,15 @@ from gates.contract import load_contract
 from gates.errors import UserError
 from gates.execution import run_plan
 from gates.execution._ray import LocalStoreRefused, check_nodes, local_only, refuse_local_store
-from tests.conftest import JOB_ENV, ROOT, comparable, dist_contract, write_contract
+from tests.conftest import (
+    CTRL_C_STEPS,
+    JOB_ENV,
+    ROOT,
+    comparable,
+    dist_contract,
+    interrupt_missed,
+    write_contract,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 KILL_FLAG = "GATES_TEST_RAY_KILL_ONCE"  # a file: the first run that removes it kills its worker
@@ -148,11 +156,6 @@ def test_a_task_whose_worker_dies_is_retried_and_the_verdict_holds(
     assert outcome.reuse.trained == 12
 
 
-# jobs of a few seconds each: the seven left when the first finishes cannot all end before the SIGINT
-# lands, even on a busy machine (at 400 steps they took about 3.5 s together and once did)
-CTRL_C_STEPS = 1200
-
-
 def test_ctrl_c_cancels_the_tasks_and_keeps_finished_runs(ray_instance, workdir, monkeypatch):
     """SIGINT to `gates run --executor ray --ray-address ...` once its first run finished: exit 130,
     the running tasks are cancelled (their MLflow runs closed as KILLED), no evidence; the next run
@@ -173,11 +176,11 @@ def test_ctrl_c_cancels_the_tasks_and_keeps_finished_runs(ray_instance, workdir,
             if json.loads(line).get("event") == "run":
                 break
         proc.send_signal(signal.SIGINT)
-        _, errors = proc.communicate(timeout=120)
+        rest, errors = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, errors[-3000:]
+    assert proc.returncode == 130, interrupt_missed(rest, errors)
     assert "interrupted" in errors and "Ray tasks still running were cancelled" in errors
     assert "Traceback" not in errors
     assert not (workdir / "runs" / "c05-dist" / "evidence.json").exists()
