@@ -19,12 +19,12 @@ from gates.execution import run_plan
 from gates.execution._processes import threads_per_job
 from gates.verify import verify
 from tests.conftest import (
-    CTRL_C_STEPS,
     JOB_ENV,
     ROOT,
     comparable,
     dist_contract,
     interrupt_missed,
+    sigint_as_in_a_terminal,
     write_contract,
 )
 from tests.helpers import run_contract
@@ -72,11 +72,18 @@ def test_ctrl_c_stops_the_processes_and_keeps_finished_runs(workdir):
     """SIGINT to the whole process group of `gates run --jobs 2` once its first run finished (as a
     terminal's Ctrl-C): exit 130, no run left RUNNING, no evidence; the next run reuses the finished
     runs."""
-    # two at a time, jobs of a few seconds: the eleven left when the first finishes cannot all end
-    # before the SIGINT lands, even on a busy machine (at 400 steps a full test run once saw exit 0)
-    data = dist_contract(steps=CTRL_C_STEPS)
+    # two at a time: the eleven jobs left when the first finishes cannot all end before the SIGINT
+    data = dist_contract()
     write_contract(workdir / "contracts", data, "c05-dist.yaml")
-    proc = gates_run(workdir, "--jobs", "2", "--threads", "1", start_new_session=True)
+    proc = gates_run(
+        workdir,
+        "--jobs",
+        "2",
+        "--threads",
+        "1",
+        start_new_session=True,
+        preexec_fn=sigint_as_in_a_terminal,
+    )
     try:
         for line in proc.stdout:
             if json.loads(line).get("event") == "run":

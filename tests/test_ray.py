@@ -27,12 +27,12 @@ from gates.errors import UserError
 from gates.execution import run_plan
 from gates.execution._ray import LocalStoreRefused, check_nodes, local_only, refuse_local_store
 from tests.conftest import (
-    CTRL_C_STEPS,
     JOB_ENV,
     ROOT,
     comparable,
     dist_contract,
     interrupt_missed,
+    sigint_as_in_a_terminal,
     write_contract,
 )
 
@@ -156,6 +156,11 @@ def test_a_task_whose_worker_dies_is_retried_and_the_verdict_holds(
     assert outcome.reuse.trained == 12
 
 
+# jobs of a few seconds each: the seven left when the first finishes cannot all end before the SIGINT
+# lands, even on a busy machine (at 400 steps they took about 3.5 s together and once did)
+CTRL_C_STEPS = 1200
+
+
 def test_ctrl_c_cancels_the_tasks_and_keeps_finished_runs(ray_instance, workdir, monkeypatch):
     """SIGINT to `gates run --executor ray --ray-address ...` once its first run finished: exit 130,
     the running tasks are cancelled (their MLflow runs closed as KILLED), no evidence; the next run
@@ -170,6 +175,7 @@ def test_ctrl_c_cancels_the_tasks_and_keeps_finished_runs(ray_instance, workdir,
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, **JOB_ENV},
+        preexec_fn=sigint_as_in_a_terminal,
     )
     try:
         for line in proc.stdout:
