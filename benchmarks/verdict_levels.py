@@ -18,10 +18,11 @@ Shapes (`block`):
 - paired: two arms correlated through a shared per-seed component (half the variance on the
   condition's scale), compared seed by seed. Linear metrics: an absolute margin 0.5 (true difference
   exactly 0.5), refuted_if the mirror (a negative margin). Log metrics: relative_margin 0.1 with the
-  true ratio (the geometric mean of the per-seed ratios) exactly 0.9 (lower) or 1.1 (higher); the mirror
-  of a relative margin is not expressible (relative margins are >= 0), so refuted_if is the plain
-  compare the other way (`a >= b` resp. `a <= b`) and a false refutation comes from the supported_if
-  condition failing at its bar;
+  true ratio (the geometric mean of the per-seed ratios) exactly 0.9 (lower) or 1.1 (higher);
+  refuted_if is the plain compare the other way (`a >= b` resp. `a <= b`), as measured when the
+  mirror of a relative margin was not expressible, and a false refutation comes from the supported_if
+  condition failing at its bar (a negative relative margin, issue #43, now states the exact mirror and
+  non-inferiority on a log metric: the same shifted log-scale t-test, not yet a cell here);
 - welch: two independent arms, the same family, the estimand (difference of means, ratio of geometric
   means) at the bar as for paired; spread ratio a:b 1 (equal) or 2 (b half as spread);
 - sequential: a threshold judged by `judge_sequential` at looks [3, 6, 10] with O'Brien-Fleming or
