@@ -9,16 +9,12 @@ code at a baseline commit against the code at HEAD, measured in the same run.
 Each side is a clean checkout of its commit (`git archive REF`, the whole tree, unpacked into a
 temporary folder), as a user would have it: the current side is HEAD (`--current`), never the working
 tree, so uncommitted changes to gates/ or models/ are not measured. Each measurement is a fresh
-subprocess (`--worker`) that imports that side's code alone: before anything of the project is
-imported it drops the editable install's finder (`__editable__*.pth`, which maps `gates` and
-`gates.models` to the folder the project was installed from) and any path of this repository from
-`sys.path`, puts the checkout first, lays out its packages as that commit's pyproject.toml installs them
-(`gates.models` = models/ since the namespace move; a top-level `models` before it), and makes the
-installed metadata (the `gates.studies` entry points) that commit's. The worker then checks that every
-loaded module of the project (gates*, models*) and every entry point lies inside the checkout, and
-fails otherwise; the resolved files of gates, the studies package and the study module come back with
-each measurement (printed once per side, and in the JSON). The step builders (here for the
-translator, `study_steps.py` for the others) are the benchmark's own and work against both versions
+subprocess (`--worker`) that imports that side's code alone, isolated as `gates certify` isolates its
+re-runs under a claim's earlier code (gates/verify/_isolation.py: the editable install's finder and
+this repository dropped from `sys.path`, the checkout first with its commit's package layout and entry
+points, and a check that every module of the project came from the checkout); the resolved files of
+gates, the studies package and the study module come back with each measurement (printed once per
+side, and in the JSON). The step builders (here for the translator, `study_steps.py` for the others) are the benchmark's own and work against both versions
 of the code. A worker builds one study's model, optimizer and a fixed-size batch at the settings of
 its committed contracts, runs `--warmup` steps, then times `--steps` steps. Baseline and current
 alternate `--repeats` times and the best of each is kept, so load that comes and goes during the run
@@ -61,7 +57,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -72,157 +67,35 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_BASELINE = "6e708ad"  # the code before the throughput issue (#12)
-PROJECT = ("gates", "models", "dashboard")  # the top-level names the project's code has had
-DISTRIBUTION = "treeheap-gates"
 
 
 # ---------------------------------------------------------------------------------- one commit's code
-def checkout(ref: str, into: Path) -> tuple[Path, str] | None:
-    """`git archive REF` (the whole tree) unpacked into `into`: (folder, commit); None (with a note) where
-    git or REF is missing."""
-    commit = subprocess.run(
-        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    archive = (
-        subprocess.run(["git", "archive", commit.stdout.strip()], cwd=ROOT, capture_output=True)
-        if commit.returncode == 0
-        else commit
-    )
-    if archive.returncode != 0:
-        why = archive.stderr if isinstance(archive.stderr, str) else archive.stderr.decode()
-        print(f"note: no checkout of {ref} ({why.strip()[:200]})", file=sys.stderr)
-        return None
-    into.mkdir(parents=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
-    return into, commit.stdout.strip()
-
-
-def layout(code: Path) -> dict:
-    """How the commit's pyproject.toml installs its packages: {"mapped": {package: folder}} from
-    [tool.setuptools.package-dir] (e.g. gates.models = models), "hidden": the folders installed only
-    under another name (no top-level `models` then), "entry_points" and "version"."""
-    import tomllib
-
-    project = tomllib.loads((code / "pyproject.toml").read_text())
-    package_dir = project.get("tool", {}).get("setuptools", {}).get("package-dir", {})
-    mapped = {name: str(code / folder) for name, folder in package_dir.items() if name}
-    hidden = sorted(
-        {folder.split("/")[0] for name, folder in package_dir.items() if name and name != folder}
-    )
-    return {
-        "mapped": mapped,
-        "hidden": hidden,
-        "version": project["project"]["version"],
-        "entry_points": project["project"].get("entry-points", {}),
-    }
-
-
-def write_metadata(code: Path) -> None:
-    """A dist-info of the commit in its checkout (first on sys.path in the worker, so importlib.metadata
-    finds it before the editable install's): its version and its entry points, as installing it would
-    record them."""
-    found = layout(code)
-    info = code / f"{DISTRIBUTION.replace('-', '_')}-{found['version']}.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {found['version']}\n"
-    )
-    (info / "entry_points.txt").write_text(
-        "".join(
-            f"[{group}]\n"
-            + "".join(f"{name} = {target}\n" for name, target in points.items())
-            + "\n"
-            for group, points in found["entry_points"].items()
-        )
-    )
-
-
-def _editable(thing) -> bool:
-    module = getattr(thing, "__module__", None) or type(thing).__module__
-    return "__editable__" in (module or "")
-
-
-def _project_root(entry: str) -> bool:
-    """A sys.path entry holding a source tree of the project (this repository, another checkout): its
-    gates/ would shadow nothing (the checkout comes first) but is never wanted. Site-packages stays: an
-    installed (not editable) copy there is shadowed by the checkout, and the check after the run holds."""
-    try:
-        folder = Path(entry or ".").resolve()
-    except OSError:
-        return False
-    return folder == ROOT or (
-        (folder / "pyproject.toml").exists() and (folder / "gates" / "__init__.py").exists()
-    )
-
-
-class _Layout:
-    """A meta-path finder with the commit's package-dir mapping (gates.models -> <checkout>/models, as
-    the installed layout has it), refusing the folders installed only under another name."""
-
-    def __init__(self, mapped: dict, hidden: list):
-        self.mapped, self.hidden = mapped, set(hidden)
-
-    def find_spec(self, fullname, path=None, target=None):
-        import importlib.util
-
-        if fullname in self.hidden:
-            raise ModuleNotFoundError(
-                f"No module named {fullname!r} (installed as gates.{fullname})"
-            )
-        if fullname in self.mapped:
-            folder = Path(self.mapped[fullname])
-            return importlib.util.spec_from_file_location(
-                fullname, folder / "__init__.py", submodule_search_locations=[str(folder)]
-            )
-        return None
-
-
-def isolate(code: Path) -> None:
-    """Make this process import the project from `code` alone (see the module docstring)."""
-    import importlib
-
-    loaded = [m for m in sys.modules if m.split(".")[0] in PROJECT]
-    if loaded:
-        raise RuntimeError(f"the project was imported before isolating: {loaded}")
-    sys.meta_path[:] = [f for f in sys.meta_path if not _editable(f)]
-    sys.path_hooks[:] = [h for h in sys.path_hooks if not _editable(h)]
-    sys.path[:] = [p for p in sys.path if "__editable__" not in p and not _project_root(p)]
-    sys.path.insert(0, str(code))
-    found = layout(code)
-    sys.meta_path.insert(0, _Layout(found["mapped"], found["hidden"]))
-    sys.path_importer_cache.clear()
-    importlib.invalidate_caches()
-
-
-def imported_from(code: Path, study: str | None) -> dict:
-    """The resolved files of gates, the studies package and `study`'s module; raises where any loaded
-    module of the project or any `gates.studies` entry point lies outside `code`."""
+def _load_isolation():
+    """gates/verify/_isolation.py of this tree (the checkout, the isolated process, the check of its
+    imports: one implementation with `gates certify`'s reference re-runs), loaded by its path under a
+    name outside the project, so that loading it imports no `gates` before a worker isolates."""
     import importlib.util
-    from importlib.metadata import entry_points
 
-    code = code.resolve()
-    outside = []
-    for name, module in list(sys.modules.items()):
-        file = getattr(module, "__file__", None)
-        if name.split(".")[0] in PROJECT and file and not Path(file).resolve().is_relative_to(code):
-            outside.append(f"{name}: {file}")
-    for point in entry_points(group="gates.studies"):
-        spec = importlib.util.find_spec(point.module)
-        if spec is None or not Path(spec.origin).resolve().is_relative_to(code):
-            outside.append(f"entry point {point.name} = {point.value}: {spec and spec.origin}")
-    if outside:
-        raise RuntimeError(f"code from outside the checkout {code}:\n" + "\n".join(outside))
-    files = {}
-    for name in ("gates", "gates.models", "models"):
-        module = sys.modules.get(name)
-        if module is not None:
-            files[name] = str(Path(module.__file__).resolve())
-    if study is not None:
-        files[study] = str(Path(sys.modules[study].__file__).resolve())
-    return files
+    spec = importlib.util.spec_from_file_location(
+        "treeheap_gates_isolation", ROOT / "gates" / "verify" / "_isolation.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+isolation = _load_isolation()
+PROJECT = isolation.PROJECT
+
+
+def checkout(ref: str, into: Path) -> tuple[Path, str] | None:
+    """A clean checkout of REF in `into` (with its metadata): (folder, commit); None (with a note)
+    where git or REF is missing."""
+    try:
+        return isolation.checkout(ROOT, ref, into)
+    except RuntimeError as e:
+        print(f"note: no checkout of {ref} ({e})", file=sys.stderr)
+        return None
 
 
 def studies(module: str):
@@ -578,14 +451,9 @@ def worker(name: str, device: str, threads: int, warmup: int, steps: int) -> dic
 
 def measure(name: str, code: Path, side: str, args, device: str, profile: bool = False) -> dict:
     """One fresh process importing the code in `code` (a checkout) alone."""
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
         "--worker",
         name,
-        "--code",
-        str(code),
         "--device",
         device,
         "--threads",
@@ -598,15 +466,15 @@ def measure(name: str, code: Path, side: str, args, device: str, profile: bool =
         *(["--batch-sizes", args.batch_sizes] if args.batch_sizes else []),
         *(["--config", args.config] if args.config else []),
     ]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, cwd=code)
-    if done.returncode != 0:
-        raise RuntimeError(f"{name} ({side}) failed:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    try:
+        return isolation.run_isolated(code, command, script=Path(__file__).resolve())
+    except RuntimeError as e:
+        raise RuntimeError(f"{name} ({side}) failed:\n{e}") from None
 
 
 def run_worker(args) -> dict:
     code = Path(args.code)
-    isolate(code)
+    isolation.isolate(code)
     if args.batch_sizes:
         result = scaling_worker(
             args.worker,
@@ -624,7 +492,7 @@ def run_worker(args) -> dict:
     study = next(
         (m for m in (f"gates.models.{module}", f"models.{module}") if m in sys.modules), None
     )
-    result["imports"] = imported_from(code, study)
+    result["imports"] = isolation.imported_from(code, study)
     return result
 
 
@@ -709,7 +577,6 @@ def main(argv: list[str] | None = None) -> int:
         current = checkout(args.current, Path(tmp) / "current")
         if current is None:
             return 2
-        write_metadata(current[0])
         if args.profile:
             profiles = {}
             for name in names:
@@ -732,8 +599,6 @@ def main(argv: list[str] | None = None) -> int:
         base = checkout(args.baseline, Path(tmp) / "baseline")
         if base is None:
             print("note: measuring the current code only", file=sys.stderr)
-        else:
-            write_metadata(base[0])
         results, imports = {}, {}
         for name in names:
             now, before = [], []

@@ -404,6 +404,7 @@ RECORD_BOUNDARY = {
     "gates/record/_tracking.py": "MLflow's tags to and from records",
     "gates/record/_derive.py": "the derivation's JSON: a new run's facts laid out, evidence.json out",
     "gates/verify/_verify.py": "re-derived values compared with the JSON stored",
+    "gates/verify/_isolation.py": "a re-run's request and metrics, JSON between two processes",
 }
 # keys that name a record's field but are read here from other data: (module, key) -> what data
 NOT_RECORDS = {

@@ -5,6 +5,7 @@ not (exit 1, nothing written), and a sample re-runs only as many runs as asked."
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -105,3 +106,63 @@ def test_a_new_attempt_is_measured_from_its_own_code_not_an_older_certification(
     path = project / "runs" / "c05-small" / "evidence.json"
     record_entry(project / "runs", path, "recorded", "test: another attempt")
     assert "c05-small" not in certifications(project / "runs")
+
+
+def recorded_elsewhere(code_at: str):
+    """A change to the evidence: its first completed run as if computed on other CPU kernels, to a
+    value this machine does not give, and the evidence as computed by the code of commit `code_at`
+    of this repository."""
+    from gates.record import PROJECT_ROOT
+    from gates.record._provenance import files_at_commit
+    from gates.study import study_module
+
+    at = files_at_commit(code_at, study_module("c05_probe"), PROJECT_ROOT)
+
+    def change(ev):
+        run = next(r for r in ev["runs"] if r["status"] == "completed")
+        run["environment"] = {**(run.get("environment") or {}), "cpu": "OTHER"}
+        run["metrics"]["test_acc"] = 0.123
+        ev["git_commit"] = code_at
+        ev["code_sha256"], ev["code_files"] = at if at else ("2" * 64, ev["code_files"])
+
+    return change
+
+
+def head() -> str:
+    from gates.record import PROJECT_ROOT
+
+    done = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=PROJECT_ROOT, capture_output=True, text=True
+    )
+    return done.stdout.strip()
+
+
+def test_a_run_recorded_on_other_kernels_is_judged_against_the_code_the_claim_stands_on(project):
+    """A run computed on other CPU kernels that re-runs off its record cannot tell rounding from a
+    change: it is re-run under the code the claim stands on (here: HEAD, in a clean checkout of its
+    own) and, giving what today's code gives, named but not counted; the others vouch."""
+    rewrite_evidence(project, recorded_elsewhere(head()), "test: a run from another machine")
+    regenerate_history(project / "runs")
+    done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "after a refactor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "not confirmable by its record here" in done.stdout
+    assert f"re-runs as the code of commit {head()[:12]} does here" in done.stdout
+    n = len(json.loads((project / "runs/c05-small/evidence.json").read_text())["runs"])
+    raw = json.loads((project / "runs" / INDEX).read_text().splitlines()[-1])
+    assert raw["reran"] == f"{n - 1} of {n} completed runs"
+    (elsewhere,) = raw["reran_elsewhere"]
+    assert elsewhere["commit"] == head() and elsewhere["metrics"]["test_acc"] != 0.123
+    from gates.record import certifications
+
+    assert "c05-small" in certifications(project / "runs")  # the entry holds as verify reads it
+
+
+def test_a_run_from_other_kernels_with_no_code_to_compare_with_is_not_certified(project):
+    rewrite_evidence(project, recorded_elsewhere("f" * 40), "test: code that is nowhere")
+    regenerate_history(project / "runs")
+    index = (project / "runs" / INDEX).read_bytes()
+    done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "after a refactor")
+    assert done.returncode == 1
+    assert "not confirmable by its record here" in done.stderr
+    assert "no code of the claim to re-run here and compare with" in done.stderr
+    assert (project / "runs" / INDEX).read_bytes() == index  # nothing written

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
         CERTIFICATION_INVALID,
         certifications,
         check_certifications,
+        standing_code,
         within_tolerance,
     )
     from gates.record._conditions import (
@@ -205,6 +206,7 @@ _FACE = {
     "best_trial": "_derive",
     "certifications": "_certified",
     "check_certifications": "_certified",
+    "standing_code": "_certified",
     "check_history": "_history",
     "claim_attempts": "_attempt_log",
     "code_files": "_provenance",

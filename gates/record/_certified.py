@@ -118,6 +118,43 @@ def check_certifications(
     return found
 
 
+def standing_code(runs_root: Path, contract_id: str, evidence: Evidence) -> tuple[str, str] | str:
+    """(commit, code sha256) of the code a claim stands on: that of its standing certification, with
+    the commit that added it, else the code its evidence recorded, with the commit it was recorded
+    at; each only where that commit of the code's repository (PROJECT_ROOT) holds files that hash to
+    that code (`files_at_commit`). Otherwise why there is none (a certification not committed, or in
+    a claims history outside the code's repository; evidence from uncommitted changes; a study whose
+    code is not in this repository's history; no git): a string."""
+    from gates.record._provenance import PROJECT_ROOT, files_at_commit, plugin_files
+    from gates.study import study_module
+
+    module = study_module(evidence.study) if evidence.study is not None else None
+    if module is None:
+        return f"study {evidence.study!r} is not registered here"
+    if plugin_files(module) is not None:
+        return f"the code of study {evidence.study!r} is not in this repository's history"
+    entry = certifications(runs_root).get(contract_id)
+    if entry is not None:
+        top = git("rev-parse", "--show-toplevel", root=index_path(runs_root).absolute().parent)
+        if not top or Path(top).resolve() != PROJECT_ROOT.resolve():
+            return "its certification is not in the history of the code's repository"
+        commit = (_line_commits(runs_root) or {}).get(entry.line)
+        code, what = entry.code_sha256, "its certification"
+    else:
+        commit, code, what = evidence.git_commit, evidence.code_sha256, "its evidence"
+    if not commit:
+        return f"{what} is not committed"
+    at = files_at_commit(commit, module, PROJECT_ROOT)
+    if at is None:
+        return f"commit {commit[:12]} of {what} is not in this repository"
+    if at[0] != code:
+        return (
+            f"the files of commit {commit[:12]} do not hash to the code of {what} "
+            f"({str(code)[:12]}): it was computed with changes that were never committed"
+        )
+    return commit, str(code)
+
+
 def _reran_problem(runs_root: Path, cid: str, entry: IndexEntry) -> str | None:
     """Why the entry's re-run values are not the recorded runs' within its tolerance, or None."""
     why = tolerance_problem(entry.tolerance)

@@ -28,6 +28,7 @@ import hashlib
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -63,7 +64,10 @@ CERTIFIED_FIELDS = (
     "reran",
     "tolerance",
     "reran_runs",
-)  # what a `certified` entry adds (`reran_runs`: each re-run's values, since issue #39)
+    "reran_elsewhere",
+)  # what a `certified` entry adds (`reran_runs`: each re-run's values, since issue #39;
+# `reran_elsewhere`, when any: runs recorded on another machine that re-ran as the code the claim
+# stood on re-runs them here, not counted in `reran`)
 # what later entries add: the recorded values' hash (every kind but `withdrawn`) and, on a `rederived`
 # entry, the engine and rules the evidence had before (what changed, so re-deriving was due)
 ADDED_FIELDS = ("values_sha256", "rederived_from", "design")  # design: a withdrawal's (design_of)
@@ -438,14 +442,19 @@ def entry_problems(entry: dict) -> list[str]:
             why = reran_runs_problem(entry["reran_runs"])
             if why:
                 out.append(why)
+        if "reran_elsewhere" in entry:
+            why = reran_runs_problem(entry["reran_elsewhere"], "reran_elsewhere", commit=True)
+            if why:
+                out.append(why)
     return out
 
 
-def reran_runs_problem(reran) -> str | None:
-    """Why a certified entry's `reran_runs` is not a list of {"arm", "seed", "metrics"} (metric ->
-    number or null), or None."""
+def reran_runs_problem(reran, field: str = "reran_runs", commit: bool = False) -> str | None:
+    """Why a certified entry's `reran_runs` (or `reran_elsewhere`, each with the "commit" its re-run
+    was compared with) is not a list of {"arm", "seed", "metrics"} (metric -> number or null), or
+    None."""
     if not isinstance(reran, list) or not reran:
-        return f"reran_runs is {brief(reran)}; expected the re-runs' values, a non-empty list"
+        return f"{field} is {brief(reran)}; expected the re-runs' values, a non-empty list"
     for i, run in enumerate(reran):
         ok = (
             isinstance(run, dict)
@@ -454,10 +463,15 @@ def reran_runs_problem(reran) -> str | None:
             and not isinstance(run.get("seed"), bool)
             and isinstance(run.get("metrics"), dict)
             and all(v is None or is_number(v) for v in run["metrics"].values())
+            and (
+                not commit
+                or (is_text(run.get("commit")) and re.fullmatch(r"[0-9a-f]{40}", run["commit"]))
+            )
         )
         if not ok:
+            also = ', "commit": a 40-digit sha' if commit else ""
             return (
-                f'reran_runs.{i} is {brief(run)}; expected {{"arm": name, "seed": integer, '
-                f'"metrics": {{name: number or null}}}}'
+                f'{field}.{i} is {brief(run)}; expected {{"arm": name, "seed": integer, '
+                f'"metrics": {{name: number or null}}{also}}}'
             )
     return None

@@ -179,7 +179,7 @@ def rerun(
     from gates.study import Budget, cpu_threads
 
     evidence = as_evidence(evidence)
-    config = _config(loaded, evidence, arm)
+    config = run_config(loaded, evidence, arm)
     budget = Budget(loaded.contract.budget.steps, loaded.contract.budget.eval_every)
     reporter = NullReporter(budget) if deadline is None else _Deadline(budget, deadline)
     with cpu_threads(run_threads(evidence, arm, seed)):
@@ -250,7 +250,7 @@ def run_threads(evidence: Evidence, arm: str, seed: int) -> int | None:
     return recorded_threads(run.environment if run is not None else None)
 
 
-def _config(loaded, evidence: Evidence, arm: str):
+def run_config(loaded, evidence: Evidence, arm: str):
     tuning = loaded.contract.tuning
     if tuning is not None and arm in tuning.tuned_arms(loaded.contract.arms):
         return loaded.study.Config.model_validate(evidence.settings.arm_configs[arm])
@@ -391,7 +391,7 @@ def audit(
             say(f"audit: building what {c.name} needs first (judged about {c.setup:.0f} s)")
             t0 = time.perf_counter()
             try:
-                loaded.study.setup(_config(loaded, ev, c.arm))
+                loaded.study.setup(run_config(loaded, ev, c.arm))
             except Exception as e:  # not a failure of the record: this machine could not build it
                 why = f"its setup failed: {type(e).__name__}: {str(e)[:200]}"
                 by_id[c.contract_id].add(
@@ -497,7 +497,7 @@ def _readiness(loaded, ev: Evidence, arm: str) -> tuple[str | None, float | None
     """(why the run cannot run here, else None; the seconds judged for a setup to build first, else
     None). A missing setup whose `Study.setup_seconds` is unknown cannot run here."""
     try:
-        config = _config(loaded, ev, arm)
+        config = run_config(loaded, ev, arm)
         why = loaded.study.why_not_ready(config)
         missing = None if why else loaded.study.setup_missing(config)
         if missing is None:
@@ -512,7 +512,7 @@ def _readiness(loaded, ev: Evidence, arm: str) -> tuple[str | None, float | None
 
 def not_ready(loaded, ev: Evidence, arm: str) -> str | None:
     try:
-        config = _config(loaded, ev, arm)
+        config = run_config(loaded, ev, arm)
         return loaded.study.why_not_ready(config) or loaded.study.setup_missing(config)
     except Exception as e:  # a recorded config that no longer validates
         return f"{type(e).__name__}: {str(e)[:120]}"

@@ -9,6 +9,13 @@ fingerprint, which runs were re-run and what each re-run gave (`reran_runs`: `ga
 them against the recorded runs, and the fingerprint against the code committed with the entry, in
 gates.record's `check_certifications`); staleness is then measured from that code. So "stale" means
 "not checked against today's code", never "a file was touched". Nothing is written otherwise.
+
+A run computed on other CPU kernels or torch (`other_machine`) that re-runs off its record cannot tell
+rounding from a change. It is re-run once more under the code the claim stands on (`standing_code`:
+its certification's or its evidence's commit), in a clean checkout and a process of its own
+(gates.verify._isolation); the same values there mean the difference is the machine's: the run is
+listed (`reran_elsewhere`) but not counted, and a sample's next run takes its place. A certification
+rests on at least one run that reproduces its record here.
 """
 
 from __future__ import annotations
@@ -23,15 +30,27 @@ from gates.contract import LoadedContract
 from gates.errors import UserError, storage_error
 from gates.record import (
     EVIDENCE,
+    PROJECT_ROOT,
     IndexEntry,
     current_provenance,
     evidence_dir,
     read_evidence,
     record_entry,
     refuse_uncommitted,
+    standing_code,
+    within_tolerance,
 )
 from gates.study import study_module
-from gates.verify._audit import compare, fresh_seed, not_ready, rerun, tolerance
+from gates.verify._audit import (
+    compare,
+    fresh_seed,
+    not_ready,
+    other_machine,
+    rerun,
+    run_config,
+    run_threads,
+    tolerance,
+)
 
 
 @dataclass
@@ -86,42 +105,61 @@ def certify(
         raise UserError(
             f"{loaded.id} records no completed run: nothing to re-run", field="contract"
         )
-    chosen = sorted(runs, key=lambda r: (r.arm, r.seed))
-    if sample is not None and sample < len(chosen):
+    order = sorted(runs, key=lambda r: (r.arm, r.seed))
+    wanted = len(order)
+    if sample is not None and sample < len(order):
         if seed is None:
             seed, origin = fresh_seed()
         else:
             origin = "given"
-        chosen = sorted(random.Random(seed).sample(chosen, sample), key=lambda r: (r.arm, r.seed))
+        # every run, in a seeded order: the first `sample` are judged, and a run this machine
+        # cannot judge by its record (below) hands its place to the next
+        order, wanted = random.Random(seed).sample(order, len(order)), sample
         say(f"certify {loaded.id}: {sample} of {len(runs)} completed runs, seed {seed} ({origin})")
     else:
         say(f"certify {loaded.id}: all {len(runs)} completed runs")
-    unready = {arm: why for arm in {r.arm for r in chosen} if (why := not_ready(loaded, ev, arm))}
+    unready = {arm: why for arm in {r.arm for r in order} if (why := not_ready(loaded, ev, arm))}
     if unready:  # e.g. a teacher to train first: minutes to hours that the recorded seconds omit
         result.problems += [
             f"{arm}: cannot run here: {why}" for arm, why in sorted(unready.items())
         ]
         return result
-    values = []  # what the re-runs gave, per run: the entry carries it (what only a re-run produces)
-    for run in chosen:
+    values, elsewhere, standing = [], [], None
+    for run in order:
+        if len(result.reran) >= wanted:
+            break
         name = f"{run.arm}/seed {run.seed}"
         started = time.perf_counter()
-        try:
-            metrics = rerun(loaded, ev, run.arm, run.seed)
-            problems = compare(loaded, run, metrics, default_tolerance)
-            compared = [m for m in run.metrics if m not in loaded.study.machine_metrics]
-            values.append(
-                {"arm": run.arm, "seed": run.seed, "metrics": {m: metrics.get(m) for m in compared}}
-            )
-        except Exception as e:  # a study that crashes on a re-run does not reproduce its record
-            if storage_error(e) is not None:  # but a full disk says nothing of the record: stop
-                raise
-            problems = [f"{name}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"]
+        metrics, problems = _rerun_here(loaded, ev, run, default_tolerance)
+        why = other_machine([run]) if metrics is not None and problems else None
+        if (
+            why is not None
+        ):  # the record cannot tell rounding from a change: the code it stands on can
+            if standing is None:
+                standing = standing_code(Path(runs_root), loaded.id, ev)
+            problems = _against_standing_code(loaded, ev, run, metrics, standing, default_tolerance)
+            if not problems:
+                elsewhere.append(_values(loaded, run, metrics) | {"commit": standing[0]})
+                say(
+                    f"certify {loaded.id}: {name}: not confirmable by its record here ({why}); "
+                    f"re-runs as the code of commit {standing[0][:12]} does here (not counted) "
+                    f"({time.perf_counter() - started:.1f} s)"
+                )
+                continue
+            problems.insert(0, f"{name}: not confirmable by its record here: {why}")
         result.reran.append(name)
         result.problems += problems
+        if not problems:
+            values.append(_values(loaded, run, metrics))
         outcome = "reproduces" if not problems else "DOES NOT reproduce"
         say(f"certify {loaded.id}: {name}: {outcome} ({time.perf_counter() - started:.1f} s)")
     if result.problems:
+        return result
+    if not values:
+        result.problems.append(
+            "no run reproduced its record here (each was computed on other CPU kernels or torch): "
+            "a certification rests on at least one; certify on a machine that computes them"
+        )
         return result
     prov = current_provenance(study_module(loaded.contract.study))
     used = tolerance(loaded, default_tolerance)
@@ -133,9 +171,66 @@ def certify(
         extra={
             "code_sha256": prov.code_sha256,
             "code_files": prov.code_files,
-            "reran": f"{len(chosen)} of {len(runs)} completed runs",
+            "reran": f"{len(values)} of {len(runs)} completed runs",
             "tolerance": {"abs": used.abs_tolerance, "rel": used.rel_tolerance},
             "reran_runs": values,
+            **({"reran_elsewhere": elsewhere} if elsewhere else {}),
         },
     )
     return result
+
+
+def _values(loaded: LoadedContract, run, metrics: dict) -> dict:
+    """What a re-run gave, as a certified entry lists it: the recorded metrics, machine metrics aside."""
+    compared = [m for m in run.metrics if m not in loaded.study.machine_metrics]
+    return {"arm": run.arm, "seed": run.seed, "metrics": {m: metrics.get(m) for m in compared}}
+
+
+def _rerun_here(loaded, ev, run, default_tolerance) -> tuple[dict | None, list[str]]:
+    """(metrics, problems) of one re-run under today's code against its record; metrics None where
+    the re-run failed (a study that crashes on a re-run does not reproduce its record)."""
+    try:
+        metrics = rerun(loaded, ev, run.arm, run.seed)
+    except Exception as e:
+        if storage_error(e) is not None:  # but a full disk says nothing of the record: stop
+            raise
+        name = f"{run.arm}/seed {run.seed}"
+        return None, [f"{name}: the re-run failed: {type(e).__name__}: {str(e)[:300]}"]
+    return metrics, compare(loaded, run, metrics, default_tolerance)
+
+
+def _against_standing_code(loaded, ev, run, metrics, standing, default_tolerance) -> list[str]:
+    """Problems of today's re-run (`metrics`) of a run recorded on another machine, judged against a
+    re-run here under the code the claim stands on (`standing`: (commit, code) from `standing_code`,
+    or why there is none), in a clean checkout of that commit: every recorded metric (machine metrics
+    aside) within the contract's replay tolerance. Same values: the difference from the record is the
+    machine's, not today's code's."""
+    from gates.verify._isolation import rerun_at
+
+    name = f"{run.arm}/seed {run.seed}"
+    if isinstance(standing, str):
+        return [f"{name}: no code of the claim to re-run here and compare with: {standing}"]
+    commit = standing[0]
+    config = run_config(loaded, ev, run.arm).model_dump(mode="json", exclude_unset=True)
+    budget = loaded.contract.budget
+    try:
+        then = rerun_at(
+            PROJECT_ROOT,
+            commit,
+            loaded.contract.study,
+            config,
+            run.seed,
+            budget.steps,
+            budget.eval_every,
+            run_threads(ev, run.arm, run.seed),
+        )
+    except (RuntimeError, OSError, ValueError) as e:
+        return [f"{name}: the re-run under commit {commit[:12]} failed: {str(e)[-300:]}"]
+    tol = tolerance(loaded, default_tolerance)
+    return [
+        f"{name}: today's code re-runs {m} as {metrics.get(m)}, the code of commit {commit[:12]} "
+        f"as {then.get(m)} here (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
+        for m in run.metrics
+        if m not in loaded.study.machine_metrics
+        and not within_tolerance(metrics.get(m), then.get(m), tol.abs_tolerance, tol.rel_tolerance)
+    ]

@@ -39,7 +39,9 @@ def certify(
     CPU thread count it recorded) and compare every recorded metric within the contract's replay
     tolerance. When all reproduce, a `certified` entry with today's code fingerprint and the runs
     re-run is appended to the claims history, and the claim is no longer stale (stale means: not
-    checked against today's code). Exit 1 when any run does not reproduce; nothing is written then."""
+    checked against today's code). A run recorded on other CPU kernels that re-runs off its record is
+    judged against a re-run under the code the claim stands on (a clean checkout of its commit) and is
+    not counted. Exit 1 when any run does not reproduce; nothing is written then."""
     from gates.execution import load_checked, require_in_contracts
     from gates.verify import certify as certify_claim
 
