@@ -7,18 +7,19 @@ code at a baseline commit against the code at HEAD, measured in the same run.
     python benchmarks/training_throughput.py --current my-branch --baseline main   # any two commits
 
 Each side is a clean checkout of its commit (`git archive REF`, the whole tree, unpacked into a
-temporary folder), as a user would have it: the current side is HEAD (`--current`), never the working
-tree, so uncommitted changes to gates/ or models/ are not measured. Each measurement is a fresh
-subprocess (`--worker`) that imports that side's code alone, isolated as `gates certify` isolates its
-re-runs under a claim's earlier code (gates/verify/_isolation.py: the editable install's finder and
-this repository dropped from `sys.path`, the checkout first with its commit's package layout and entry
-points, and a check that every module of the project came from the checkout); the resolved files of
-gates, the studies package and the study module come back with each measurement (printed once per
-side, and in the JSON). The step builders (here for the translator, `study_steps.py` for the others) are the benchmark's own and work against both versions
-of the code. A worker builds one study's model, optimizer and a fixed-size batch at the settings of
-its committed contracts, runs `--warmup` steps, then times `--steps` steps. Baseline and current
-alternate `--repeats` times and the best of each is kept, so load that comes and goes during the run
-touches both sides alike.
+temporary folder), as a user would have it: the current side is HEAD (`--current`), never the
+working tree, so uncommitted changes to gates/ or models/ are not measured. Each measurement is a
+fresh subprocess (`--worker`) that imports that side's code alone, isolated as `gates certify`
+isolates its re-runs under a claim's earlier code (gates/verify/_isolation.py: the editable
+install's finder and this repository dropped from `sys.path`, the checkout first with its commit's
+package layout and entry points, and a check that every module of the project came from the
+checkout); the resolved files of gates, the studies package and the study module come back with each
+measurement (printed once per side, and in the JSON). The step builders (here for the translator,
+`study_steps.py` for the others) are the benchmark's own and work against both versions of the code.
+A worker builds one study's model, optimizer and a fixed-size batch at the settings of its committed
+contracts, runs `--warmup` steps, then times `--steps` steps. Baseline and current alternate
+`--repeats` times and the best of each is kept, so load that comes and goes during the run touches
+both sides alike.
 
 Output: a table for people; with `--json PATH`
 {"baseline": REF, "baseline_commit": SHA, "current": REF, "current_commit": SHA, "threads": T,
