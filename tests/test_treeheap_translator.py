@@ -33,6 +33,7 @@ from gates.models.treeheap_translator import (
     TranslatorStudy,
     applicable_interventions,
     bleu_chrf,
+    learning_rate,
     matched_width,
     mean_nll,
     same_direction_roll,
@@ -641,3 +642,18 @@ def test_keep_best_measures_the_weights_of_the_lowest_val_nll(pair_file, tmp_pat
     assert [m for _, m in plain_history] == [m for _, m in history]  # the same training either way
     assert "best_val_step" not in plain and plain["val_nll"] == reported[12]
     assert best["best_val_step"] < 12 and best["test_nll"] != plain["test_nll"]
+
+
+def test_the_learning_rate_schedule_warms_up_then_holds_or_anneals_to_zero():
+    """`constant` (the default: every recorded run) holds lr after the warmup; `cosine` falls as a half
+    cosine to 0 at the budget's last step, so a fixed budget ends annealed."""
+    constant = TranslatorConfig(arm="lifting", lr=0.006, warmup_steps=20)
+    cosine = constant.model_copy(update={"lr_schedule": "cosine"})
+    for config in (constant, cosine):
+        assert learning_rate(config, 10, 5500) == pytest.approx(0.003)  # the warmup, alike
+        assert learning_rate(config, 20, 5500) == pytest.approx(0.006)
+    assert [learning_rate(constant, s, 5500) for s in (100, 5500)] == [0.006, 0.006]
+    assert learning_rate(cosine, 20 + 2740, 5500) == pytest.approx(0.003)  # half way: half the rate
+    assert learning_rate(cosine, 5500, 5500) == pytest.approx(0.0, abs=1e-12)
+    rates = [learning_rate(cosine, s, 5500) for s in range(20, 5501, 100)]
+    assert all(a >= b for a, b in zip(rates, rates[1:]))

@@ -29,11 +29,13 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field, model_validator
 
+from gates.models.bif_lm import learning_rate as warmup_cosine
 from gates.models.common import count_parameters, peak_rss_growth_mb, seed_everything, train_loop
 from gates.models.translation_data import (
     Example,
@@ -109,6 +111,9 @@ class TranslatorConfig(DeviceConfig):
     batch_size: int = Field(64, ge=2)
     lr: float = Field(2e-3, gt=0)
     warmup_steps: int = Field(20, ge=0)
+    # after the warmup: `constant` (every recorded run), or `cosine`, a half cosine from lr to 0 at the
+    # budget's last step (bif_lm's schedule), so that a fixed budget ends annealed
+    lr_schedule: Literal["constant", "cosine"] = "constant"
     clip_grad_norm: float = Field(1.0, gt=0)
     # regularisation (issue #25: something for `tuning` to search besides lr); 0 = none, as every recorded run
     dropout: float = Field(
@@ -273,7 +278,11 @@ def bleu_chrf(
     return b.score, c.score, str(bleu.get_signature()), str(chrf.get_signature())
 
 
-def learning_rate(config: TranslatorConfig, step: int) -> float:
+def learning_rate(config: TranslatorConfig, step: int, total_steps: int) -> float:
+    """Linear warmup over warmup_steps, then `lr_schedule`: constant, or cosine to 0 at total_steps."""
+    if config.lr_schedule == "cosine":
+        shape = SimpleNamespace(lr=config.lr, warmup_steps=config.warmup_steps, min_lr_ratio=0.0)
+        return warmup_cosine(shape, step, total_steps)
     return config.lr * min(1.0, step / config.warmup_steps) if config.warmup_steps else config.lr
 
 
@@ -398,7 +407,7 @@ class TranslatorStudy(Study):
         def loss_fn() -> torch.Tensor:
             counter["step"] += 1
             for group in optimizer.param_groups:
-                group["lr"] = learning_rate(config, counter["step"])
+                group["lr"] = learning_rate(config, counter["step"], reporter.budget.steps)
             rows = torch.randint(len(train), (config.batch_size,), generator=generator).tolist()
             batch = model.batch([train[r] for r in rows])
             loss, n = token_nll(model(batch))
