@@ -5,6 +5,7 @@ not (exit 1, nothing written), and a sample re-runs only as many runs as asked."
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from pathlib import Path
 
@@ -140,21 +141,54 @@ def head() -> str:
 def test_a_run_recorded_on_other_kernels_is_judged_against_the_code_the_claim_stands_on(project):
     """A run computed on other CPU kernels that re-runs off its record cannot tell rounding from a
     change: it is re-run under the code the claim stands on (here: HEAD, in a clean checkout of its
-    own) and, giving what today's code gives, named but not counted; the others vouch."""
+    own) and, giving what today's code gives, listed apart (`reran_elsewhere`) from the runs that
+    reproduce their record (`reran_runs`, counted in `reran`)."""
     rewrite_evidence(project, recorded_elsewhere(head()), "test: a run from another machine")
     regenerate_history(project / "runs")
     done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "after a refactor")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not confirmable by its record here" in done.stdout
     assert f"re-runs as the code of commit {head()[:12]} does here" in done.stdout
+    assert "1 from other CPU kernels re-run as before" in done.stdout
     n = len(json.loads((project / "runs/c05-small/evidence.json").read_text())["runs"])
-    raw = json.loads((project / "runs" / INDEX).read_text().splitlines()[-1])
-    assert raw["reran"] == f"{n - 1} of {n} completed runs"
-    (elsewhere,) = raw["reran_elsewhere"]
-    assert elsewhere["commit"] == head() and elsewhere["metrics"]["test_acc"] != 0.123
+    entry = read_index(project / "runs")[-1]
+    assert entry.reran == f"{n - 1} of {n} completed runs" and len(entry.reran_runs) == n - 1
+    (elsewhere,) = entry.reran_elsewhere
+    assert elsewhere.commit == head() and elsewhere.metrics["test_acc"] != 0.123
     from gates.record import certifications
 
     assert "c05-small" in certifications(project / "runs")  # the entry holds as verify reads it
+    assert "1 more from other CPU kernels re-ran as the code of" in status(project)["certified"]
+
+
+def test_a_sample_whose_run_is_from_other_kernels_is_certified_by_the_code_it_stands_on(project):
+    """Where the sampled run is the one from other kernels, nothing reproduces its record here, yet
+    the code is vouched for: today's code computes what the claim's code computes, on this machine."""
+    rewrite_evidence(project, recorded_elsewhere(head()), "test: a run from another machine")
+    regenerate_history(project / "runs")
+    ev = json.loads((project / "runs/c05-small/evidence.json").read_text())
+    (other,) = [r for r in ev["runs"] if (r.get("environment") or {}).get("cpu") == "OTHER"]
+    runs = sorted(ev["runs"], key=lambda r: (r["arm"], r["seed"]))
+    # a seed whose order (certify's: every run, shuffled by it) starts with that run
+    seed = next(s for s in range(1000) if random.Random(s).sample(runs, len(runs))[0] is other)
+    done = gates(
+        project,
+        "certify",
+        "contracts/c05-small.yaml",
+        "--reason",
+        "spot",
+        "--sample",
+        "1",
+        "--seed",
+        str(seed),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    entry = read_index(project / "runs")[-1]
+    assert entry.reran == f"0 of {len(ev['runs'])} completed runs" and entry.reran_runs == ()
+    assert [(r.arm, r.seed) for r in entry.reran_elsewhere] == [(other["arm"], other["seed"])]
+    from gates.record import certifications
+
+    assert "c05-small" in certifications(project / "runs")
 
 
 def test_a_run_from_other_kernels_with_no_code_to_compare_with_is_not_certified(project):

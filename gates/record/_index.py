@@ -87,21 +87,30 @@ class RerunRecord:
     arm: str
     seed: int
     metrics: dict[str, float | None]
+    commit: str | None = (
+        None  # `reran_elsewhere`: the commit whose re-run here it was compared with
+    )
 
     @classmethod
     def from_json(cls, data: dict) -> RerunRecord:
         """The re-run a checked `reran_runs` item holds (`reran_runs_problem` found nothing wrong)."""
-        return cls(arm=data["arm"], seed=data["seed"], metrics=dict(data["metrics"]))
+        return cls(
+            arm=data["arm"],
+            seed=data["seed"],
+            metrics=dict(data["metrics"]),
+            commit=data.get("commit"),
+        )
 
     def as_dict(self) -> dict:
         """The re-run as the entry writes it."""
-        return {"arm": self.arm, "seed": self.seed, "metrics": dict(self.metrics)}
+        out = {"arm": self.arm, "seed": self.seed, "metrics": dict(self.metrics)}
+        return out if self.commit is None else out | {"commit": self.commit}
 
 
-def _reran_runs(value) -> tuple[RerunRecord, ...] | None:
-    """An entry's `reran_runs` as records, or None where it is absent or not what a certification
-    writes (`reran_runs_problem` names it and marks the entry malformed)."""
-    if value is None or reran_runs_problem(value) is not None:
+def _reran_runs(value, commit: bool = False) -> tuple[RerunRecord, ...] | None:
+    """An entry's `reran_runs` (`reran_elsewhere`: `commit`) as records, or None where it is absent or
+    not what a certification writes (`reran_runs_problem` names it and marks the entry malformed)."""
+    if value is None or reran_runs_problem(value, commit=commit, empty=True) is not None:
         return None
     return tuple(RerunRecord.from_json(run) for run in value)
 
@@ -135,6 +144,8 @@ class IndexEntry:
     reran: str | None = None
     tolerance: dict | None = None
     reran_runs: tuple[RerunRecord, ...] | None = None  # checked: each (arm, seed, metrics)
+    # runs from other kernels judged against a re-run under the code the claim stood on, not counted
+    reran_elsewhere: tuple[RerunRecord, ...] = ()
     malformed: bool = False  # a field is not what its kind writes (`entry_problems`)
 
     @classmethod
@@ -152,6 +163,7 @@ class IndexEntry:
             code_files=as_mapping(data.get("code_files")),
             tolerance=as_mapping(data.get("tolerance")),
             reran_runs=_reran_runs(data.get("reran_runs")),
+            reran_elsewhere=_reran_runs(data.get("reran_elsewhere"), commit=True) or (),
             malformed=malformed,
         )
 
@@ -438,22 +450,26 @@ def entry_problems(entry: dict) -> list[str]:
         want("reran", is_text, "a string")
         if "tolerance" in entry and (why := tolerance_problem(entry["tolerance"])):
             out.append(why)
+        # a certification re-runs something: reran_runs may be empty only beside reran_elsewhere
+        elsewhere = "reran_elsewhere" in entry
         if "reran_runs" in entry:
-            why = reran_runs_problem(entry["reran_runs"])
+            why = reran_runs_problem(entry["reran_runs"], empty=elsewhere)
             if why:
                 out.append(why)
-        if "reran_elsewhere" in entry:
+        if elsewhere:
             why = reran_runs_problem(entry["reran_elsewhere"], "reran_elsewhere", commit=True)
             if why:
                 out.append(why)
     return out
 
 
-def reran_runs_problem(reran, field: str = "reran_runs", commit: bool = False) -> str | None:
+def reran_runs_problem(
+    reran, field: str = "reran_runs", commit: bool = False, empty: bool = False
+) -> str | None:
     """Why a certified entry's `reran_runs` (or `reran_elsewhere`, each with the "commit" its re-run
-    was compared with) is not a list of {"arm", "seed", "metrics"} (metric -> number or null), or
-    None."""
-    if not isinstance(reran, list) or not reran:
+    was compared with) is not a list of {"arm", "seed", "metrics"} (metric -> number or null),
+    non-empty unless `empty`, or None."""
+    if not isinstance(reran, list) or not (reran or empty):
         return f"{field} is {brief(reran)}; expected the re-runs' values, a non-empty list"
     for i, run in enumerate(reran):
         ok = (

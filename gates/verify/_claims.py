@@ -412,6 +412,7 @@ def _annotate(
                 f"{str(cert.time)[:10]}: {cert.reran} re-run under code "
                 f"{str(cert.code_sha256)[:12]} reproduced the evidence"
                 + _within(cert.tolerance)
+                + _elsewhere(cert.reran_elsewhere)
                 + (f" ({cert.reason})" if cert.reason else "")
             )
         found = staleness(ev, study_module(ev.study), today=today, certified=cert)
@@ -492,6 +493,14 @@ def check_report(folder: Path, ev: Evidence) -> list[str]:
             f"older renderer); {fix}"
         ]
     return []
+
+
+def _elsewhere(runs) -> str:
+    """A certification's runs from other kernels, judged by the code the claim stood on."""
+    if not runs:
+        return ""
+    commits = ", ".join(sorted({str(r.commit)[:12] for r in runs}))
+    return f"; {len(runs)} more from other CPU kernels re-ran as the code of {commits} does here"
 
 
 def _within(tolerance) -> str:

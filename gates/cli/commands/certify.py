@@ -40,8 +40,8 @@ def certify(
     tolerance. When all reproduce, a `certified` entry with today's code fingerprint and the runs
     re-run is appended to the claims history, and the claim is no longer stale (stale means: not
     checked against today's code). A run recorded on other CPU kernels that re-runs off its record is
-    judged against a re-run under the code the claim stands on (a clean checkout of its commit) and is
-    not counted. Exit 1 when any run does not reproduce; nothing is written then."""
+    judged against a re-run under the code the claim stands on (a clean checkout of its commit) instead.
+    Exit 1 when any run does not reproduce; nothing is written then."""
     from gates.execution import load_checked, require_in_contracts
     from gates.verify import certify as certify_claim
 
@@ -62,9 +62,12 @@ def certify(
             log=lambda line: out.print(line, markup=False, highlight=False),
         )
         if done.certified:
+            elsewhere = len(done.entry.reran_elsewhere)
             out.print(
                 f"{loaded.id}: certified ({done.entry.reran} reproduce under code "
-                f"{str(done.entry.code_sha256)[:12]})",
+                f"{str(done.entry.code_sha256)[:12]}"
+                + (f"; {elsewhere} from other CPU kernels re-run as before" if elsewhere else "")
+                + ")",
                 markup=False,
             )
         else:
