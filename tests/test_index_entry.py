@@ -128,3 +128,8 @@ def test_reran_runs_are_records_checked_where_the_line_is_parsed():
     for wrong in ([{"arm": "a", "seed": "0", "metrics": {}}], [], "x"):
         entry = IndexEntry.from_json({**data, "reran_runs": wrong}, 1, malformed=True)
         assert entry.reran_runs is None and entry.data["reran_runs"] == wrong
+    # empty only beside runs judged by the code the claim stood on (`gates certify`, other kernels)
+    elsewhere = [{**CERTIFIED["reran_runs"][0], "commit": "a" * 40}]
+    entry = IndexEntry.from_json({**data, "reran_runs": [], "reran_elsewhere": elsewhere}, 1)
+    assert entry.reran_runs == () and entry.reran_elsewhere[0].commit == "a" * 40
+    assert entry.reran_elsewhere[0].as_dict() == elsewhere[0]

@@ -107,10 +107,11 @@ class RerunRecord:
         return out if self.commit is None else out | {"commit": self.commit}
 
 
-def _reran_runs(value, commit: bool = False) -> tuple[RerunRecord, ...] | None:
-    """An entry's `reran_runs` (`reran_elsewhere`: `commit`) as records, or None where it is absent or
-    not what a certification writes (`reran_runs_problem` names it and marks the entry malformed)."""
-    if value is None or reran_runs_problem(value, commit=commit, empty=True) is not None:
+def _reran_runs(value, commit: bool = False, empty: bool = False) -> tuple[RerunRecord, ...] | None:
+    """An entry's `reran_runs` (`reran_elsewhere`: `commit`; `empty` where a list may be) as records,
+    or None where it is absent or not what a certification writes (`reran_runs_problem` names it and
+    marks the entry malformed)."""
+    if value is None or reran_runs_problem(value, commit=commit, empty=empty) is not None:
         return None
     return tuple(RerunRecord.from_json(run) for run in value)
 
@@ -162,7 +163,7 @@ class IndexEntry:
             design=data.get("design") if is_design(data.get("design")) else None,
             code_files=as_mapping(data.get("code_files")),
             tolerance=as_mapping(data.get("tolerance")),
-            reran_runs=_reran_runs(data.get("reran_runs")),
+            reran_runs=_reran_runs(data.get("reran_runs"), empty="reran_elsewhere" in data),
             reran_elsewhere=_reran_runs(data.get("reran_elsewhere"), commit=True) or (),
             malformed=malformed,
         )
