@@ -41,6 +41,11 @@ def pretend_older_code(ev: dict) -> None:
     ev["code_sha256"] = "1" * 64
 
 
+def certify(project: Path, *args: str):
+    """`gates certify contracts/c05-small.yaml ARGS...` in `project`."""
+    return gates(project, "certify", "contracts/c05-small.yaml", *args)
+
+
 def status(project: Path) -> dict:
     done = gates(project, "status", "--json")
     assert done.returncode == 0, done.stderr
@@ -51,7 +56,7 @@ def test_a_stale_claim_that_reproduces_is_certified_and_no_longer_stale(project)
     rewrite_evidence(project, pretend_older_code, "test: evidence from other code")
     before = status(project)
     assert before["stale"] and before["certified"] is None
-    done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "after a refactor")
+    done = certify(project, "--reason", "after a refactor")
     assert done.returncode == 0, done.stderr
     assert "c05-small: certified (" in done.stdout and "reproduces" in done.stdout
     entry = read_index(project / "runs")[-1]
@@ -73,7 +78,7 @@ def test_a_claim_whose_runs_do_not_reproduce_is_not_certified(project):
     rewrite_evidence(project, forge, "test: a forged value")
     regenerate_history(project / "runs")  # the `rederived` entry cannot vouch for new values
     index = (project / "runs" / INDEX).read_bytes()
-    done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "after a refactor")
+    done = certify(project, "--reason", "after a refactor")
     assert done.returncode == 1
     assert "DOES NOT reproduce" in done.stdout and "test_acc re-runs as" in done.stderr
     assert "not certified: c05-small" in done.stderr
@@ -82,17 +87,7 @@ def test_a_claim_whose_runs_do_not_reproduce_is_not_certified(project):
 
 
 def test_a_sample_reruns_as_many_runs_as_asked(project):
-    done = gates(
-        project,
-        "certify",
-        "contracts/c05-small.yaml",
-        "--reason",
-        "spot",
-        "--sample",
-        "1",
-        "--seed",
-        "3",
-    )
+    done = certify(project, "--reason", "spot", "--sample", "1", "--seed", "3")
     assert done.returncode == 0, done.stderr
     n = len(json.loads((project / "runs/c05-small/evidence.json").read_text())["runs"])
     assert read_index(project / "runs")[-1].reran == f"1 of {n} completed runs"
@@ -102,7 +97,7 @@ def test_a_sample_reruns_as_many_runs_as_asked(project):
 def test_a_new_attempt_is_measured_from_its_own_code_not_an_older_certification(project):
     from gates.record import certifications
 
-    gates(project, "certify", "contracts/c05-small.yaml", "--reason", "spot", "--sample", "1")
+    certify(project, "--reason", "spot", "--sample", "1")
     assert "c05-small" in certifications(project / "runs")
     path = project / "runs" / "c05-small" / "evidence.json"
     record_entry(project / "runs", path, "recorded", "test: another attempt")
@@ -145,7 +140,7 @@ def test_a_run_recorded_on_other_kernels_is_judged_against_the_code_the_claim_st
     reproduce their record (`reran_runs`, counted in `reran`)."""
     rewrite_evidence(project, recorded_elsewhere(head()), "test: a run from another machine")
     regenerate_history(project / "runs")
-    done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "after a refactor")
+    done = certify(project, "--reason", "after a refactor")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "not confirmable by its record here" in done.stdout
     assert f"re-runs as the code of commit {head()[:12]} does here" in done.stdout
@@ -171,17 +166,7 @@ def test_a_sample_whose_run_is_from_other_kernels_is_certified_by_the_code_it_st
     runs = sorted(ev["runs"], key=lambda r: (r["arm"], r["seed"]))
     # a seed whose order (certify's: every run, shuffled by it) starts with that run
     seed = next(s for s in range(1000) if random.Random(s).sample(runs, len(runs))[0] is other)
-    done = gates(
-        project,
-        "certify",
-        "contracts/c05-small.yaml",
-        "--reason",
-        "spot",
-        "--sample",
-        "1",
-        "--seed",
-        str(seed),
-    )
+    done = certify(project, "--reason", "spot", "--sample", "1", "--seed", str(seed))
     assert done.returncode == 0, done.stdout + done.stderr
     entry = read_index(project / "runs")[-1]
     assert entry.reran == f"0 of {len(ev['runs'])} completed runs" and entry.reran_runs == ()
@@ -195,7 +180,7 @@ def test_a_run_from_other_kernels_with_no_code_to_compare_with_is_not_certified(
     rewrite_evidence(project, recorded_elsewhere("f" * 40), "test: code that is nowhere")
     regenerate_history(project / "runs")
     index = (project / "runs" / INDEX).read_bytes()
-    done = gates(project, "certify", "contracts/c05-small.yaml", "--reason", "after a refactor")
+    done = certify(project, "--reason", "after a refactor")
     assert done.returncode == 1
     assert "not confirmable by its record here" in done.stderr
     assert "no code of the claim to re-run here and compare with" in done.stderr
