@@ -97,6 +97,7 @@ _ERRNOS = ("ENOSPC", "EDQUOT", "EROFS", "EACCES")
 # SQLite primary result codes (sqlite.org/rescode.html; an extended code keeps its primary in the low
 # byte): SQLITE_FULL, SQLITE_READONLY, SQLITE_CANTOPEN
 _SQLITE = {13: DISK_FULL, 8: READ_ONLY, 14: READ_ONLY}
+_SQLITE_BUSY = (5, 6)  # SQLITE_BUSY, SQLITE_LOCKED
 # set on a database error by gates.record: the file of the database it was writing
 DATABASE_ATTR = "gates_database"
 
@@ -142,16 +143,9 @@ def storage_error(exc: BaseException, path=None) -> StorageError | None:
     import errno
 
     errnos = {getattr(errno, n): n for n in _ERRNOS if hasattr(errno, n)}
-    seen: set[int] = set()
-    todo = [exc]
-    while todo:
-        e = todo.pop(0)
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
+    for e in _causes(exc):
         if isinstance(e, StorageError):
             return e
-        todo += [e.__cause__, e.__context__, getattr(e, "orig", None)]
         if isinstance(e, OSError) and e.errno in errnos:
             code = DISK_FULL if errnos[e.errno] in ("ENOSPC", "EDQUOT") else READ_ONLY
             named = e.filename2 if e.filename2 is not None else e.filename
@@ -163,6 +157,31 @@ def storage_error(exc: BaseException, path=None) -> StorageError | None:
             named = path if path is not None else getattr(e, DATABASE_ATTR, None)
             return StorageError(_SQLITE[sqlite_code & 0xFF], _name(named), f"{name}, {e}")
     return None
+
+
+def store_busy(exc: BaseException) -> bool:
+    """Whether `exc`, or any exception it was raised from or while handling, is SQLite's "database is
+    locked" (SQLITE_BUSY, SQLITE_LOCKED): another connection held the database, and trying again may
+    succeed (MLflow raises it as TEMPORARILY_UNAVAILABLE, as it does every SQLAlchemy OperationalError)."""
+    return any(
+        isinstance(code := getattr(e, "sqlite_errorcode", None), int)
+        and code & 0xFF in _SQLITE_BUSY
+        for e in _causes(exc)
+    )
+
+
+def _causes(exc: BaseException):
+    """`exc`, then each exception it was raised from or while handling (`__cause__`, `__context__`,
+    SQLAlchemy's `orig`: MLflow wraps SQLAlchemy, which wraps sqlite3), each once."""
+    seen: set[int] = set()
+    todo = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        todo += [e.__cause__, e.__context__, getattr(e, "orig", None)]
 
 
 def _name(path) -> str | None:

@@ -17,7 +17,7 @@ from gates.entities import RunRecord, json_safe
 from gates.errors import storage_error
 from gates.execution._reporter import PlatformReporter
 from gates.execution._stop_rules import StopRuleEngine, convergence
-from gates.record import MLflowMetricSink, Tracker, flatten_params
+from gates.record import MLflowMetricSink, Tracker, close_after_interrupt, flatten_params
 from gates.study import Halt, device_environment
 
 
@@ -72,8 +72,8 @@ def _run_one(
             dict(reporter.last),
         )
     except KeyboardInterrupt:
-        sink.flush()
-        tracker.kill(run_id)
+        close_after_interrupt(sink.flush)
+        close_after_interrupt(lambda: tracker.kill(run_id))
         raise
     except StudyInterfaceError as e:  # run returned what the study does not declare: failed, named
         status, halt_reason, halt_detail, final = "failed", "error", str(e), dict(reporter.last)

@@ -35,7 +35,7 @@ from gates.execution import _jobs as jobs
 from gates.execution import _plan as plan
 from gates.execution import _runner as runner
 from gates.execution._job import KIND_RUN, ContextInfo, Job
-from gates.record import Recording
+from gates.record import Recording, close_after_interrupt
 
 
 class TaskError(Exception):
@@ -212,29 +212,17 @@ def drive(
         raise
 
 
-def _close_after_interrupt(parent: runner.ParentRun, attempts: int = 5, wait: float = 0.5) -> None:
+def _close_after_interrupt(parent: runner.ParentRun) -> None:
     """After Ctrl-C: a task interrupted before its run's own handler was in place (while MLflow created
-    the run) left it RUNNING, and the parent run is marked KILLED. The cancelled tasks are closing
-    their own runs at the same moment, so an SQLite store may answer "database is locked" (MLflow's
-    TEMPORARILY_UNAVAILABLE): tried again a few times, then left to the next `gates run`, which closes
-    what stayed RUNNING (`finished_runs`, `own_parent`) as after a kill. The interrupt is what the user
-    sees, never this."""
-    import time
+    the run) left it RUNNING, and the parent run is marked KILLED, while the cancelled tasks close their
+    own runs (gates.record.close_after_interrupt: a busy store is tried again, then left to the next
+    `gates run`)."""
 
-    for attempt in range(attempts):
-        try:
-            jobs.close_leftovers(parent, [])
-            parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
-            return
-        except Exception as e:
-            from gates.errors import storage_error
+    def close() -> None:
+        jobs.close_leftovers(parent, [])
+        parent.tracker.client.set_terminated(parent.parent_id, status="KILLED")
 
-            busy = getattr(e, "error_code", None) == "TEMPORARILY_UNAVAILABLE"
-            if not busy and storage_error(e) is None:
-                raise
-            if not busy or attempt == attempts - 1:
-                return
-            time.sleep(wait)
+    close_after_interrupt(close)
 
 
 def _drive(backend, parent, runs_root, recording, threads, progress, tuning_url, fresh):

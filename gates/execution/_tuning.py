@@ -54,6 +54,7 @@ from gates.record import (
     Tracker,
     base_tags,
     best_trial,
+    close_after_interrupt,
     current_provenance,
     flatten_params,
     tuned_config,
@@ -340,9 +341,12 @@ def run_tuning_trial(
     except Halt as h:
         state, halt, detail = "pruned", h, str(h)
     except KeyboardInterrupt:
-        sink.flush()
-        study.tell(trial, state=TrialState.FAIL)  # without `seconds`: not counted, redone next time
-        _close_mlflow_run(tracker, run_id, "killed", None, {}, "KILLED")
+        close_after_interrupt(sink.flush)
+        # without `seconds`: not counted, redone next time
+        close_after_interrupt(lambda: study.tell(trial, state=TrialState.FAIL))
+        close_after_interrupt(
+            lambda: _close_mlflow_run(tracker, run_id, "killed", None, {}, "KILLED")
+        )
         raise
     except (
         Exception

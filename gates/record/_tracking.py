@@ -67,14 +67,15 @@ _named: list[bool] = []  # _name_storage_errors has run in this process
 def _name_storage_errors() -> None:
     """A full or read-only database (SQLITE_FULL, SQLITE_READONLY) is one line naming its file
     (gates.errors.storage_error), not a traceback: SQLAlchemy's errors do not say which database
-    failed, so each is given its engine's file; and MLflow's logged traceback of such an error (it
-    logs one per failed session before raising) is dropped, the error itself still raised."""
+    failed, so each is given its engine's file; and MLflow's logged traceback of such an error, or of
+    a busy one (it logs one per failed session before raising), is dropped, the error itself still
+    raised: gates says what it means (a busy store after Ctrl-C: `close_after_interrupt`)."""
     if _named:
         return
     import sqlalchemy
     from sqlalchemy import event
 
-    from gates.errors import DATABASE_ATTR, storage_error
+    from gates.errors import DATABASE_ATTR, storage_error, store_busy
 
     def name(context) -> None:
         if context.engine is not None and context.engine.url.database:
@@ -83,7 +84,7 @@ def _name_storage_errors() -> None:
 
     def keep(record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        return error is None or storage_error(error) is None
+        return error is None or (storage_error(error) is None and not store_busy(error))
 
     event.listen(sqlalchemy.engine.Engine, "handle_error", name)
     logging.getLogger("mlflow.store.db.utils").addFilter(keep)
@@ -204,9 +205,11 @@ class MLflowMetricSink:
         self.client.log_text(self.run_id, text, name)
 
     def flush(self) -> None:
-        while self.buffer:
-            chunk, self.buffer = self.buffer[:BATCH], self.buffer[BATCH:]
-            self.client.log_batch(self.run_id, metrics=chunk)
+        while (
+            self.buffer
+        ):  # a batch leaves the buffer once logged: a failed flush can be tried again
+            self.client.log_batch(self.run_id, metrics=self.buffer[:BATCH])
+            self.buffer = self.buffer[BATCH:]
         self.last_flush = time.monotonic()
 
 
@@ -377,6 +380,27 @@ class Tracker:
 
         self.client.log_batch(run_id, tags=[RunTag("gates.status", "killed")])
         self.client.set_terminated(run_id, status="KILLED")
+
+
+def close_after_interrupt(close: Callable[[], Any], attempts: int = 5, wait: float = 0.5) -> None:
+    """`close` (closing runs after Ctrl-C), tried again while the store is busy: an interrupted driver
+    and its cancelled tasks close their runs at the same moment, and SQLite lets one write at a time.
+    Left undone when the store stays busy or cannot be written: the next `gates run` closes what stayed
+    RUNNING, as after a kill. The interrupt is what the user sees, never this; any other error is
+    raised."""
+    from gates.errors import storage_error, store_busy
+
+    for attempt in range(attempts):
+        try:
+            close()
+            return
+        except Exception as e:
+            busy = store_busy(e)
+            if not busy and storage_error(e) is None:
+                raise
+            if not busy or attempt == attempts - 1:
+                return
+            time.sleep(wait)
 
 
 # a child run's statuses (its `gates.status` tag) whose record a later `gates run` reuses
