@@ -269,24 +269,37 @@ def tolerance(loaded, default: tuple[float, float] | None = None):
     return Replay()
 
 
+def judged_metrics(loaded, recorded: RunRecord) -> list[str]:
+    """The metrics a re-run of `recorded` is judged by: those it recorded, machine metrics (the speed
+    and memory of whichever machine ran it) aside. Every command that re-runs a run uses this."""
+    return [m for m in recorded.metrics if m not in loaded.study.machine_metrics]
+
+
+def differences(
+    loaded, recorded: RunRecord, metrics: dict, reference: dict, tol
+) -> list[tuple[str, float | None, float | None]]:
+    """(name, value in `metrics`, value in `reference`) of each judged metric of `recorded` on which
+    the two differ beyond the replay tolerance `tol`."""
+    return [
+        (name, metrics.get(name), reference.get(name))
+        for name in judged_metrics(loaded, recorded)
+        if not within_tolerance(
+            metrics.get(name), reference.get(name), tol.abs_tolerance, tol.rel_tolerance
+        )
+    ]
+
+
 def compare(
     loaded, recorded: RunRecord, metrics: dict, default: tuple[float, float] | None = None
 ) -> list[str]:
-    """Problems: each recorded metric (machine metrics aside) that the re-run does not reproduce
-    within the contract's replay tolerance (see `tolerance`)."""
-
+    """Problems: each judged metric that the re-run does not reproduce within the contract's replay
+    tolerance (see `tolerance`)."""
     tol = tolerance(loaded, default)
-    problems = []
-    for name, value in recorded.metrics.items():
-        if name in loaded.study.machine_metrics:
-            continue
-        new = metrics.get(name)
-        if not within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
-            problems.append(
-                f"{recorded.arm}/seed {recorded.seed} does not reproduce: {name} re-runs as "
-                f"{new}, recorded {value} (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
-            )
-    return problems
+    return [
+        f"{recorded.arm}/seed {recorded.seed} does not reproduce: {name} re-runs as {new}, "
+        f"recorded {value} (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
+        for name, new, value in differences(loaded, recorded, metrics, recorded.metrics, tol)
+    ]
 
 
 def audit(

@@ -38,12 +38,13 @@ from gates.record import (
     record_entry,
     refuse_uncommitted,
     standing_code,
-    within_tolerance,
 )
 from gates.study import study_module
 from gates.verify._audit import (
     compare,
+    differences,
     fresh_seed,
+    judged_metrics,
     not_ready,
     other_machine,
     rerun,
@@ -175,7 +176,7 @@ def certify(
 
 def _values(loaded: LoadedContract, run, metrics: dict) -> dict:
     """What a re-run gave, as a certified entry lists it: the recorded metrics, machine metrics aside."""
-    compared = [m for m in run.metrics if m not in loaded.study.machine_metrics]
+    compared = judged_metrics(loaded, run)
     return {"arm": run.arm, "seed": run.seed, "metrics": {m: metrics.get(m) for m in compared}}
 
 
@@ -221,9 +222,7 @@ def _against_standing_code(loaded, ev, run, metrics, standing, default_tolerance
         return [f"{name}: the re-run under commit {commit[:12]} failed: {str(e)[-300:]}"]
     tol = tolerance(loaded, default_tolerance)
     return [
-        f"{name}: today's code re-runs {m} as {metrics.get(m)}, the code of commit {commit[:12]} "
-        f"as {then.get(m)} here (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
-        for m in run.metrics
-        if m not in loaded.study.machine_metrics
-        and not within_tolerance(metrics.get(m), then.get(m), tol.abs_tolerance, tol.rel_tolerance)
+        f"{name}: today's code re-runs {m} as {now}, the code of commit {commit[:12]} as {before} "
+        f"here (tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
+        for m, now, before in differences(loaded, run, metrics, then, tol)
     ]

@@ -57,17 +57,11 @@ def replay_problems(loaded: LoadedContract, ev: Evidence, processes=None) -> lis
             problems.append(
                 f"{run.arm}/seed {run.seed}: replay status {run.status}, recorded {old.status}"
             )
-        for name, value in old.metrics.items():
-            if (
-                name in loaded.study.machine_metrics
-            ):  # speed and memory of whichever machine replays
-                continue
-            new = run.metrics.get(name)
-            if not audit.within_tolerance(new, value, tol.abs_tolerance, tol.rel_tolerance):
-                problems.append(
-                    f"{run.arm}/seed {run.seed}: {name} replays as {new}, recorded {value} "
-                    f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
-                )
+        problems += [
+            f"{run.arm}/seed {run.seed}: {name} replays as {new}, recorded {value} "
+            f"(tolerance abs {tol.abs_tolerance:g}, rel {tol.rel_tolerance:g})"
+            for name, new, value in audit.differences(loaded, old, run.metrics, old.metrics, tol)
+        ]
     return problems
 
 

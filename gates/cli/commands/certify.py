@@ -62,12 +62,9 @@ def certify(
             log=lambda line: out.print(line, markup=False, highlight=False),
         )
         if done.certified:
-            elsewhere = len(done.entry.reran_elsewhere)
             out.print(
-                f"{loaded.id}: certified ({done.entry.reran} reproduce under code "
-                f"{str(done.entry.code_sha256)[:12]}"
-                + (f"; {elsewhere} from other CPU kernels re-run as before" if elsewhere else "")
-                + ")",
+                f"{loaded.id}: certified under code {str(done.entry.code_sha256)[:12]} "
+                f"({_what_reran(done.entry)})",
                 markup=False,
             )
         else:
@@ -81,3 +78,17 @@ def certify(
             markup=False,
         )
         raise typer.Exit(1)
+
+
+def _what_reran(entry) -> str:
+    """What a `certified` entry's re-runs showed, in words: the runs that reproduce their record, and
+    those from other CPU kernels that re-run as the code the claim stands on does here."""
+    said = [f"{entry.reran} reproduce their record"] if entry.reran_runs else []
+    elsewhere = entry.reran_elsewhere
+    if elsewhere:
+        commits = ", ".join(sorted({r.commit[:12] for r in elsewhere}))
+        said.append(
+            f"{len(elsewhere)} recorded on other CPU kernels re-run{'s' if len(elsewhere) == 1 else ''} "
+            f"as the code of commit {commits} does here"
+        )
+    return "; ".join(said)
