@@ -19,6 +19,7 @@ import yaml
 
 from gates.study import Budget, Ceiling, Metric, NullReporter, Study, get_study, study_entries
 from tests.conftest import tiny_teacher
+from tests.helpers import translator_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 CONTRACTS = sorted((ROOT / "contracts").glob("*.yaml"))
@@ -435,17 +436,7 @@ def test_relation_closure_runs_report_exactly_what_they_promise_and_the_best_mas
 
 
 def translator_pairs(folder: Path) -> Path:
-    words = (
-        "the a file menu click open save print view insert format table tools window help".split()
-    )
-    rows = []
-    for i in range(600):
-        en = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(2 + i % 6))
-        zh = "".join(
-            "文件菜单点击打开保存打印视图插入格式表格工具窗口帮助"[(i + k * 5) % 26]
-            for k in range(2 + i % 9)
-        )
-        rows.append(f"{zh}{i}\t{en} {i}")
+    rows = translator_rows()
     path = folder / "pairs.tsv"
     path.write_text("\n".join(rows) + "\n")
     return path

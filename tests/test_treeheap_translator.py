@@ -41,6 +41,7 @@ from gates.models.treeheap_translator import (
     translate,
 )
 from gates.study import Budget, NullReporter
+from tests.helpers import translator_rows
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STUDY = TranslatorStudy()
@@ -484,17 +485,7 @@ def test_a_tiny_run_memorises_eight_pairs_and_decodes_them_exactly(arm):
 @pytest.fixture
 def pair_file(tmp_path):
     """A user's own TSV: real-looking text so that SentencePiece has something to learn."""
-    words = (
-        "the a file menu click open save print view insert format table tools window help".split()
-    )
-    rows = []
-    for i in range(600):
-        en = " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(2 + i % 6))
-        zh = "".join(
-            "文件菜单点击打开保存打印视图插入格式表格工具窗口帮助"[(i + k * 5) % 26]
-            for k in range(2 + i % 9)
-        )
-        rows.append(f"{zh}{i}\t{en} {i}")
+    rows = translator_rows()
     rows.append(rows[0].split("\t")[0] + "\tduplicate source, dropped")
     path = tmp_path / "pairs.tsv"
     path.write_text("\n".join(rows) + "\n")
