@@ -205,9 +205,8 @@ class MLflowMetricSink:
         self.client.log_text(self.run_id, text, name)
 
     def flush(self) -> None:
-        while (
-            self.buffer
-        ):  # a batch leaves the buffer once logged: a failed flush can be tried again
+        # a batch leaves the buffer once logged, so that a failed flush can be tried again
+        while self.buffer:
             self.client.log_batch(self.run_id, metrics=self.buffer[:BATCH])
             self.buffer = self.buffer[BATCH:]
         self.last_flush = time.monotonic()
