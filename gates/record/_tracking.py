@@ -381,9 +381,11 @@ class Tracker:
         self.client.set_terminated(run_id, status="KILLED")
 
 
-def close_after_interrupt(close: Callable[[], Any], attempts: int = 5, wait: float = 0.5) -> None:
+def close_after_interrupt(close: Callable[[], Any], attempts: int = 2, wait: float = 0.5) -> None:
     """`close` (closing runs after Ctrl-C), tried again while the store is busy: an interrupted driver
     and its cancelled tasks close their runs at the same moment, and SQLite lets one write at a time.
+    One more try, not several: each try already waits out MLflow's busy timeout (20 s) for the lock,
+    so that more tries would only keep the user waiting after an interrupt.
     Left undone when the store stays busy or cannot be written: the next `gates run` closes what stayed
     RUNNING, as after a kill. The interrupt is what the user sees, never this; any other error is
     raised."""
